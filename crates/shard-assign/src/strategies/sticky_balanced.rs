@@ -1,0 +1,244 @@
+//! `sticky-balanced`: keep clusters where they are, place what must be placed largest first onto
+//! the lightest shards, then spend a small budget of extra moves on balance.
+//!
+//! The rule, in order:
+//! 1. Pins to live shards are honoured (as in every strategy).
+//! 2. A cluster whose previous shard is still live stays there.
+//! 3. New clusters, and clusters whose shard left, are placed largest first (ties by id) onto
+//!    the lightest shard (ties: lowest shard id), as `greedy-minimum` would.
+//! 4. If the inputs changed since the previous assignment (a cluster came, left, changed load or
+//!    had to move; the live shards changed; or the previous loads are unknown), improvement
+//!    steps follow while the heaviest shard is above `target_balance × mean`. A step is a
+//!    *move* (an unpinned cluster from the heaviest shard to the lightest one) or a *swap* (an
+//!    unpinned cluster of the heaviest shard against a lighter unpinned cluster of another
+//!    shard). A step costs one unit of the `max_extra_moves` budget per cluster in it that was
+//!    staying home; re-placing a cluster that is new or had to leave its shard anyway costs
+//!    nothing, as it adds no churn. Among the affordable steps, the one that leaves the lowest
+//!    maximum load wins; ties go to the cheaper step, then to the lower sum of squared loads,
+//!    then to fewer apps moved, then to cluster id order. A step must lower the maximum, or
+//!    keep it and lower the sum of squares (two shards tied for heaviest). A cluster moves at
+//!    most once per run, so the steps end.
+//!
+//! Without a previous assignment, steps 2 and 4 have nothing to work with and the result is
+//! exactly `greedy-minimum`. Fed its own output with unchanged inputs, step 4 does not run and
+//! nothing moves.
+
+use crate::engine::Plan;
+use crate::model::PreviousPlacement;
+use crate::strategies::greedy_minimum;
+use crate::strategy::StrategyConfig;
+
+pub(crate) fn place(
+    plan: &mut Plan<'_>,
+    config: &StrategyConfig,
+    previous: Option<&PreviousPlacement>,
+) {
+    let Some(previous) = previous else {
+        greedy_minimum::place(plan);
+        return;
+    };
+    let mut stayed = vec![false; plan.len()];
+    for index in plan.unplaced() {
+        if let Some(recorded) = previous.get(&plan.cluster(index).id)
+            && let Some(position) = plan.position_of(recorded.shard)
+        {
+            plan.place(index, position);
+            stayed[index] = true;
+        }
+    }
+    let changed = inputs_changed(plan, previous);
+    greedy_minimum::place(plan);
+    if changed {
+        improve(plan, config, &stayed);
+    }
+}
+
+/// Whether anything differs from what `previous` recorded. Called after the clusters that stay
+/// have been placed, so a cluster that is unplaced, or placed off its previous shard by a pin,
+/// is a change.
+fn inputs_changed(plan: &Plan<'_>, previous: &PreviousPlacement) -> bool {
+    if previous.len() != plan.len() {
+        return true;
+    }
+    if previous.live_shards().map(|s| s.as_slice()) != Some(plan.shard_ids()) {
+        return true;
+    }
+    (0..plan.len()).any(|index| {
+        let cluster = plan.cluster(index);
+        match previous.get(&cluster.id) {
+            None => true,
+            Some(recorded) => {
+                recorded.load != Some(cluster.load())
+                    || plan.shard_of(index) != plan.position_of(recorded.shard)
+            }
+        }
+    })
+}
+
+/// An improvement step and how good the state after it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Step {
+    max_after: u64,
+    cost: u32,
+    squares_after: u128,
+    apps: u64,
+    /// The cluster leaving the heaviest shard.
+    out: usize,
+    /// The shard it goes to.
+    to: usize,
+    /// The cluster coming back in a swap.
+    back: Option<usize>,
+}
+
+/// The three heaviest shards, to know the maximum over the shards a step does not touch.
+#[derive(Debug)]
+struct Heaviest {
+    top: Vec<(u64, usize)>,
+}
+
+impl Heaviest {
+    fn of(loads: &[u64]) -> Self {
+        let mut top: Vec<(u64, usize)> = loads.iter().copied().zip(0..).collect();
+        top.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        top.truncate(3);
+        Self { top }
+    }
+
+    fn first(&self) -> (u64, usize) {
+        self.top.first().copied().unwrap_or((0, 0))
+    }
+
+    fn max_excluding(&self, a: usize, b: usize) -> u64 {
+        self.top
+            .iter()
+            .find(|&&(_, p)| p != a && p != b)
+            .map_or(0, |&(load, _)| load)
+    }
+}
+
+fn square(x: u64) -> u128 {
+    u128::from(x) * u128::from(x)
+}
+
+fn improve(plan: &mut Plan<'_>, config: &StrategyConfig, stayed: &[bool]) {
+    let shard_count = plan.shard_count();
+    if shard_count < 2 {
+        return;
+    }
+    let total = plan.total_load();
+    let mut budget = config.max_extra_moves;
+    let mut moved = vec![false; plan.len()];
+    // Each step moves at least one cluster that never moved before, so this ends.
+    for _ in 0..plan.len() {
+        let heaviest = Heaviest::of(plan.loads());
+        let (max, _) = heaviest.first();
+        let scaled_max = max.saturating_mul(shard_count as u64);
+        if config.target_balance.bounds(scaled_max, total) {
+            return;
+        }
+        let Some(step) = best_step(plan, &heaviest, &moved, stayed, budget) else {
+            return;
+        };
+        let from = plan.shard_of(step.out).unwrap_or(step.to);
+        plan.place(step.out, step.to);
+        moved[step.out] = true;
+        if let Some(back) = step.back {
+            plan.place(back, from);
+            moved[back] = true;
+        }
+        budget -= step.cost;
+    }
+}
+
+fn best_step(
+    plan: &Plan<'_>,
+    heaviest: &Heaviest,
+    moved: &[bool],
+    stayed: &[bool],
+    budget: u32,
+) -> Option<Step> {
+    let loads = plan.loads();
+    let (max, from) = heaviest.first();
+    let squares: u128 = loads.iter().map(|&l| square(l)).sum();
+    let movable = |index: usize| !plan.is_pinned(index) && !moved[index];
+    // Moving a cluster that is new or must leave anyway adds no churn: it costs nothing.
+    let cost = |index: usize| u32::from(stayed[index]);
+
+    // Movable clusters of every shard, lightest first, for the swap search.
+    let mut members: Vec<Vec<(u64, usize)>> = vec![Vec::new(); plan.shard_count()];
+    for index in (0..plan.len()).filter(|&i| movable(i)) {
+        if let Some(position) = plan.shard_of(index) {
+            members[position].push((plan.cluster(index).load(), index));
+        }
+    }
+    for list in &mut members {
+        list.sort_unstable();
+    }
+
+    let evaluate = |to: usize, delta: u64| -> (u64, u128) {
+        let from_after = max - delta;
+        let to_after = loads[to] + delta;
+        let max_after = heaviest
+            .max_excluding(from, to)
+            .max(from_after)
+            .max(to_after);
+        let squares_after =
+            squares - square(max) - square(loads[to]) + square(from_after) + square(to_after);
+        (max_after, squares_after)
+    };
+
+    let lightest = (0..loads.len())
+        .filter(|&p| p != from)
+        .min_by_key(|&p| (loads[p], p))?;
+    let mut best: Option<Step> = None;
+    let mut consider = |step: Step| {
+        let improves = (step.max_after, step.squares_after) < (max, squares);
+        if improves && best.is_none_or(|b| step < b) {
+            best = Some(step);
+        }
+    };
+    for &(out_load, out) in &members[from] {
+        if out_load == 0 {
+            continue;
+        }
+        if cost(out) <= budget {
+            let (max_after, squares_after) = evaluate(lightest, out_load);
+            consider(Step {
+                max_after,
+                squares_after,
+                cost: cost(out),
+                apps: plan.cluster(out).apps,
+                out,
+                to: lightest,
+                back: None,
+            });
+        }
+        for (to, list) in members.iter().enumerate() {
+            if to == from || loads[to] >= max {
+                continue;
+            }
+            // The exchange `delta = out_load - back_load` is best near half the gap.
+            let ideal = out_load.saturating_sub((max - loads[to]) / 2);
+            let at = list.partition_point(|&(load, _)| load < ideal);
+            for candidate in [at.checked_sub(1), Some(at)].into_iter().flatten() {
+                let Some(&(back_load, back)) = list.get(candidate) else {
+                    continue;
+                };
+                if back_load >= out_load || cost(out) + cost(back) > budget {
+                    continue;
+                }
+                let (max_after, squares_after) = evaluate(to, out_load - back_load);
+                consider(Step {
+                    max_after,
+                    squares_after,
+                    cost: cost(out) + cost(back),
+                    apps: plan.cluster(out).apps + plan.cluster(back).apps,
+                    out,
+                    to,
+                    back: Some(back),
+                });
+            }
+        }
+    }
+    best
+}

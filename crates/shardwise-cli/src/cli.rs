@@ -1,0 +1,174 @@
+//! Command-line definitions.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use shard_assign::{Ratio, StrategyConfig, StrategyKind};
+use shardwise_sim::AppDistribution;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shardwise",
+    version,
+    about = "Spread a fleet's clusters over the replicas of a sharded controller",
+    long_about = "Simulate how shard-assignment strategies balance a fleet and how much they move \
+                  when replicas or clusters change, and show where clusters would go."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Compare strategies on a scenario over many seeds (default: the reference experiment,
+    /// 100 clusters / 10,000 apps / 10 shards scaled to 9 / 100 seeds).
+    Simulate(SimulateArgs),
+    /// Show where each cluster of an inventory would go, and the load of each shard.
+    Assign(AssignArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ScenarioKind {
+    /// Change the number of shards from --from to --to.
+    Scale,
+    /// Add --count clusters, on --from shards.
+    AddClusters,
+    /// Remove --count random clusters, on --from shards.
+    RemoveClusters,
+    /// Ephemeral clusters come and go for --steps steps, on --from shards.
+    Churn,
+}
+
+/// Parameters of the strategies, shared by every command.
+#[derive(Debug, Args)]
+pub struct StrategyArgs {
+    /// Points per shard on the ring (weighted-ring-hash, bounded-load).
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_VIRTUAL_NODES, value_parser = clap::value_parser!(u32).range(1..=i64::from(StrategyConfig::MAX_VIRTUAL_NODES)))]
+    pub virtual_nodes: u32,
+    /// Bounded-load factor c: no shard takes a cluster past ceil(c x mean) unless none can.
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_LOAD_FACTOR)]
+    pub load_factor: Ratio,
+    /// Extra moves sticky-balanced may spend on balance per re-plan.
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_MAX_EXTRA_MOVES, value_parser = count::<u32>)]
+    pub max_extra_moves: u32,
+    /// Max/mean load at or under which sticky-balanced stops moving clusters.
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
+    pub target_balance: Ratio,
+}
+
+impl StrategyArgs {
+    pub fn config(&self, kind: StrategyKind) -> StrategyConfig {
+        StrategyConfig {
+            kind,
+            virtual_nodes: self.virtual_nodes,
+            load_factor: self.load_factor,
+            max_extra_moves: self.max_extra_moves,
+            target_balance: self.target_balance,
+        }
+    }
+}
+
+/// A whole number of at least 1, with a message that says so (clap's own would call "-5" an
+/// unexpected argument).
+fn at_least_one(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) if (1..=i64::from(u32::MAX)).contains(&n) => Ok(n as u32),
+        Ok(n) => Err(format!(
+            "must be a whole number from 1 to {}, got {n}",
+            u32::MAX
+        )),
+        Err(_) => Err(format!("must be a whole number, got {text:?}")),
+    }
+}
+
+/// A whole number of at least 0.
+fn count<T: TryFrom<i128>>(text: &str) -> Result<T, String> {
+    match text.trim().parse::<i128>() {
+        Ok(n) if n < 0 => Err(format!("must be 0 or more, got {n}")),
+        Ok(n) => T::try_from(n).map_err(|_| format!("{n} is too large")),
+        Err(_) => Err(format!("must be a whole number, got {text:?}")),
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct SimulateArgs {
+    /// Clusters in the synthetic fleet.
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    pub clusters: u32,
+    /// Apps in the synthetic fleet, spread over its clusters.
+    #[arg(long, default_value_t = 10_000, value_parser = count::<u64>)]
+    pub apps: u64,
+    /// How apps are spread: uniform, random (uniform weights), zipf or zipf:EXPONENT.
+    #[arg(long, default_value = "random")]
+    pub distribution: AppDistribution,
+    /// Read the fleet from a YAML or JSON inventory instead of drawing one.
+    #[arg(long, value_name = "FILE")]
+    pub inventory: Option<PathBuf>,
+    /// What changes after the first assignment.
+    #[arg(long, value_enum, default_value_t = ScenarioKind::Scale)]
+    pub scenario: ScenarioKind,
+    /// Shards at the start.
+    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+    pub from: u32,
+    /// Shards after a scale change.
+    #[arg(long, default_value_t = 9, value_parser = at_least_one)]
+    pub to: u32,
+    /// Clusters added or removed (add-clusters, remove-clusters).
+    #[arg(long, default_value_t = 10, value_parser = count::<u32>)]
+    pub count: u32,
+    /// Steps of the churn scenario.
+    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+    pub steps: u32,
+    /// Ephemeral clusters arriving at each churn step.
+    #[arg(long, default_value_t = 5, value_parser = count::<u32>)]
+    pub arrivals: u32,
+    /// Longest life of an ephemeral cluster, in steps (each draws 1..=this).
+    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+    pub max_lifetime: u32,
+    /// Strategies to compare, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub strategies: Vec<StrategyKind>,
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// Number of seeds (fleets drawn) to summarise over.
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    pub seeds: u32,
+    /// First seed; seeds are consecutive from here.
+    #[arg(long, default_value_t = 0, value_parser = count::<u64>)]
+    pub first_seed: u64,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Also draw the results to a PNG or SVG file (by extension).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct AssignArgs {
+    /// Strategy to place clusters with.
+    #[arg(long)]
+    pub strategy: StrategyKind,
+    /// Number of shards (0..N-1 live).
+    #[arg(long, value_parser = at_least_one, required_unless_present = "live_shards", conflicts_with = "live_shards")]
+    pub shards: Option<u32>,
+    /// Live shard ids, comma-separated, when they are not 0..N-1 (e.g. 0,1,3).
+    #[arg(long, value_delimiter = ',', value_parser = count::<u32>)]
+    pub live_shards: Vec<u32>,
+    /// YAML or JSON inventory of clusters.
+    #[arg(long, value_name = "FILE")]
+    pub inventory: PathBuf,
+    #[command(flatten)]
+    pub strategy_args: StrategyArgs,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}

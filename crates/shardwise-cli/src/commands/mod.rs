@@ -1,0 +1,4 @@
+//! One module per subcommand.
+
+pub(crate) mod assign;
+pub(crate) mod simulate;

@@ -1,0 +1,342 @@
+//! Rendering of results as aligned tables, CSV or JSON.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+use shard_assign::{Assignment, Balance, Cluster, ShardId, ShardLoad, Warning};
+use shardwise_sim::{Report, Scenario, Summary};
+
+use crate::cli::Format;
+
+/// A table of strings, printed with aligned columns (numbers right-aligned).
+struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(header: &[&str]) -> Self {
+        Self {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+    }
+
+    fn write_text(&self, out: &mut impl Write) -> io::Result<()> {
+        let widths: Vec<usize> = (0..self.header.len())
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([self.header[i].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |out: &mut dyn Write, cells: &[String]| -> io::Result<()> {
+            let mut text = String::new();
+            for (i, cell) in cells.iter().enumerate() {
+                if i > 0 {
+                    text.push_str("  ");
+                }
+                if i == 0 {
+                    text.push_str(&format!("{cell:<w$}", w = widths[i]));
+                } else {
+                    text.push_str(&format!("{cell:>w$}", w = widths[i]));
+                }
+            }
+            writeln!(out, "{}", text.trim_end())
+        };
+        line(out, &self.header)?;
+        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        line(out, &rule)?;
+        for row in &self.rows {
+            line(out, row)?;
+        }
+        Ok(())
+    }
+
+    fn write_csv(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "{}",
+            self.header
+                .iter()
+                .map(|c| csv_field(c))
+                .collect::<Vec<_>>()
+                .join(",")
+        )?;
+        for row in &self.rows {
+            writeln!(
+                out,
+                "{}",
+                row.iter()
+                    .map(|c| csv_field(c))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Quotes a CSV field when it needs it (RFC 4180).
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+fn pair(s: Summary, decimals: usize) -> String {
+    format!("{:.d$} / {:.d$}", s.median, s.p95, d = decimals)
+}
+
+fn describe(report: &Report) -> String {
+    let scenario = match report.scenario {
+        Scenario::Scale { from, to } => format!("{from} -> {to} shards"),
+        Scenario::AddClusters { shards, count } => {
+            format!("{count} clusters added, {shards} shards")
+        }
+        Scenario::RemoveClusters { shards, count } => {
+            format!("{count} clusters removed, {shards} shards")
+        }
+        Scenario::Churn {
+            shards,
+            steps,
+            arrivals,
+            max_lifetime,
+        } => format!(
+            "churn: {steps} steps, {arrivals} ephemeral clusters per step living 1-{max_lifetime} steps, {shards} shards"
+        ),
+    };
+    format!(
+        "{} clusters, {} apps ({}), {}; {} seeds from {}",
+        report.fleet.clusters,
+        report.fleet.apps,
+        report.fleet.distribution,
+        scenario,
+        report.seeds,
+        report.first_seed
+    )
+}
+
+pub(crate) fn write_simulation(
+    out: &mut impl Write,
+    report: &Report,
+    format: Format,
+) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, report)?;
+            writeln!(out)
+        }
+        Format::Table => {
+            writeln!(out, "{}", describe(report))?;
+            writeln!(
+                out,
+                "balance after the change; moves summed over the scenario; median / p95 over seeds"
+            )?;
+            writeln!(out)?;
+            let mut table = Table::new(&[
+                "strategy",
+                "max/mean",
+                "(max-min)/mean",
+                "cv",
+                "cluster moves",
+                "excl. removed",
+                "apps moved",
+                "assign ms",
+            ]);
+            for s in &report.strategies {
+                table.push(vec![
+                    s.strategy.to_string(),
+                    pair(s.balance.max_over_mean, 3),
+                    pair(s.balance.spread_over_mean, 3),
+                    pair(s.balance.cv, 3),
+                    pair(s.moves.clusters, 0),
+                    pair(s.moves.clusters_excluding_removed, 0),
+                    pair(s.moves.apps, 0),
+                    format!("{:.3}", s.assign_ms.median),
+                ]);
+            }
+            table.write_text(out)
+        }
+        Format::Csv => {
+            let mut table = Table::new(&[
+                "strategy",
+                "max_over_mean_median",
+                "max_over_mean_p95",
+                "spread_over_mean_median",
+                "spread_over_mean_p95",
+                "cv_median",
+                "cv_p95",
+                "clusters_moved_median",
+                "clusters_moved_p95",
+                "clusters_moved_excluding_removed_median",
+                "clusters_moved_excluding_removed_p95",
+                "apps_moved_median",
+                "apps_moved_p95",
+                "assign_ms_median",
+            ]);
+            for s in &report.strategies {
+                let values = [
+                    s.balance.max_over_mean,
+                    s.balance.spread_over_mean,
+                    s.balance.cv,
+                    s.moves.clusters,
+                    s.moves.clusters_excluding_removed,
+                    s.moves.apps,
+                ];
+                let mut row = vec![s.strategy.to_string()];
+                for v in values {
+                    row.push(format!("{}", v.median));
+                    row.push(format!("{}", v.p95));
+                }
+                row.push(format!("{}", s.assign_ms.median));
+                table.push(row);
+            }
+            table.write_csv(out)
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct AssignmentJson<'a> {
+    strategy: String,
+    balance: Balance,
+    shards: Vec<ShardJson>,
+    clusters: Vec<ClusterJson<'a>>,
+    warnings: &'a [Warning],
+}
+
+#[derive(Serialize)]
+struct ShardJson {
+    shard: ShardId,
+    #[serde(flatten)]
+    load: ShardLoad,
+}
+
+#[derive(Serialize)]
+struct ClusterJson<'a> {
+    name: &'a str,
+    id: &'a str,
+    apps: u64,
+    shard: ShardId,
+    pinned: bool,
+}
+
+pub(crate) fn write_assignment(
+    out: &mut impl Write,
+    assignment: &Assignment,
+    clusters: &[Cluster],
+    format: Format,
+) -> io::Result<()> {
+    // Clusters in the inventory's order, which is the operator's.
+    let rows: Vec<ClusterJson<'_>> = clusters
+        .iter()
+        .filter_map(|c| {
+            let placed = assignment.placements().get(&c.id)?;
+            Some(ClusterJson {
+                name: &c.name,
+                id: &c.id,
+                apps: c.apps,
+                shard: placed.shard,
+                pinned: placed.pinned,
+            })
+        })
+        .collect();
+    match format {
+        Format::Json => {
+            let json = AssignmentJson {
+                strategy: assignment.strategy().to_string(),
+                balance: assignment.balance(),
+                shards: assignment
+                    .shard_loads()
+                    .iter()
+                    .map(|(&shard, &load)| ShardJson { shard, load })
+                    .collect(),
+                clusters: rows,
+                warnings: assignment.warnings(),
+            };
+            serde_json::to_writer_pretty(&mut *out, &json)?;
+            writeln!(out)
+        }
+        Format::Csv => {
+            let mut table = Table::new(&["cluster", "id", "apps", "shard", "pinned"]);
+            for r in &rows {
+                table.push(vec![
+                    r.name.to_string(),
+                    r.id.to_string(),
+                    r.apps.to_string(),
+                    r.shard.to_string(),
+                    r.pinned.to_string(),
+                ]);
+            }
+            table.write_csv(out)
+        }
+        Format::Table => {
+            let mut table = Table::new(&["cluster", "apps", "shard"]);
+            for r in &rows {
+                let shard = if r.pinned {
+                    format!("{} (pinned)", r.shard)
+                } else {
+                    r.shard.to_string()
+                };
+                table.push(vec![r.name.to_string(), r.apps.to_string(), shard]);
+            }
+            table.write_text(out)?;
+            writeln!(out)?;
+            let mut shards = Table::new(&["shard", "clusters", "apps", "load"]);
+            for (shard, load) in assignment.shard_loads() {
+                shards.push(vec![
+                    shard.to_string(),
+                    load.clusters.to_string(),
+                    load.apps.to_string(),
+                    load.load.to_string(),
+                ]);
+            }
+            shards.write_text(out)?;
+            let b = assignment.balance();
+            writeln!(
+                out,
+                "\n{}: max/mean {:.3}, (max-min)/mean {:.3}, cv {:.3}",
+                assignment.strategy(),
+                b.max_over_mean,
+                b.spread_over_mean,
+                b.cv
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_needed() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    #[test]
+    fn tables_align_columns() {
+        let mut t = Table::new(&["name", "n"]);
+        t.push(vec!["long-name".into(), "1".into()]);
+        t.push(vec!["x".into(), "100".into()]);
+        let mut out = Vec::new();
+        t.write_text(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "name         n");
+        assert_eq!(lines[2], "long-name    1");
+        assert_eq!(lines[3], "x          100");
+    }
+}

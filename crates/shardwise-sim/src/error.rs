@@ -1,0 +1,18 @@
+//! Errors of the simulator.
+
+use shard_assign::AssignError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SimError {
+    #[error(
+        "invalid app distribution {0:?}: expected uniform, random, zipf or zipf:EXPONENT (EXPONENT > 0)"
+    )]
+    InvalidDistribution(String),
+    #[error("invalid scenario: {0}")]
+    InvalidScenario(String),
+    #[error("invalid inventory: {0}")]
+    InvalidInventory(String),
+    #[error("assignment failed: {0}")]
+    Assign(#[from] AssignError),
+}

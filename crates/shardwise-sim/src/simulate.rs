@@ -1,0 +1,338 @@
+//! Runs every strategy through a scenario over many seeds and summarises balance and churn.
+
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use shard_assign::{
+    Assignment, AssignmentDiff, Balance, Cluster, StrategyConfig, StrategyKind, assign,
+};
+
+use crate::error::SimError;
+use crate::fleet::FleetSpec;
+use crate::scenario::{Scenario, Step};
+use crate::stats::Summary;
+
+/// Where the fleet of each seed comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FleetSource {
+    /// Drawn anew for every seed.
+    Synthetic(FleetSpec),
+    /// The same fleet for every seed (seeds then only vary what the scenario draws).
+    Inventory(Vec<Cluster>),
+}
+
+/// A simulation: a fleet, a scenario, the strategies to compare and the seeds to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Simulation {
+    pub fleet: FleetSource,
+    pub scenario: Scenario,
+    pub strategies: Vec<StrategyConfig>,
+    pub first_seed: u64,
+    pub seeds: u32,
+}
+
+impl Simulation {
+    /// The reference experiment of the brief: 100 clusters, 10,000 apps at random, 10 shards
+    /// scaled to 9, 100 seeds, every strategy with default parameters.
+    pub fn reference() -> Self {
+        Self {
+            fleet: FleetSource::Synthetic(FleetSpec::REFERENCE),
+            scenario: Scenario::REFERENCE,
+            strategies: StrategyKind::ALL.map(StrategyConfig::new).to_vec(),
+            first_seed: 0,
+            seeds: 100,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), SimError> {
+        if self.strategies.is_empty() {
+            return Err(SimError::InvalidScenario("no strategy selected".into()));
+        }
+        if self.seeds == 0 {
+            return Err(SimError::InvalidScenario(
+                "at least one seed is needed".into(),
+            ));
+        }
+        for config in &self.strategies {
+            config.validate()?;
+        }
+        let size = match &self.fleet {
+            FleetSource::Synthetic(spec) => spec.clusters as usize,
+            FleetSource::Inventory(clusters) => clusters.len(),
+        };
+        if size == 0 {
+            return Err(SimError::InvalidScenario(
+                "the fleet has no clusters".into(),
+            ));
+        }
+        self.scenario.validate(size)
+    }
+
+    /// Runs the simulation, calling `on_seed` after each seed (for progress reporting).
+    pub fn run(&self, mut on_seed: impl FnMut()) -> Result<Report, SimError> {
+        self.validate()?;
+        let mut runs: Vec<StrategyRuns> = self
+            .strategies
+            .iter()
+            .map(|_| StrategyRuns::default())
+            .collect();
+        for seed in self.first_seed..self.first_seed + u64::from(self.seeds) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let fleet = match &self.fleet {
+                FleetSource::Synthetic(spec) => spec.generate(&mut rng),
+                FleetSource::Inventory(clusters) => clusters.clone(),
+            };
+            let steps = self.scenario.steps(fleet, &mut rng);
+            for (config, runs) in self.strategies.iter().zip(&mut runs) {
+                runs.push(run_steps(config, &steps)?);
+            }
+            on_seed();
+        }
+        let (clusters, apps) = match &self.fleet {
+            FleetSource::Synthetic(spec) => (u64::from(spec.clusters), spec.apps),
+            FleetSource::Inventory(c) => (c.len() as u64, c.iter().map(|c| c.apps).sum()),
+        };
+        Ok(Report {
+            scenario: self.scenario,
+            fleet: FleetDescription {
+                clusters,
+                apps,
+                distribution: match &self.fleet {
+                    FleetSource::Synthetic(spec) => spec.distribution.to_string(),
+                    FleetSource::Inventory(_) => "inventory".into(),
+                },
+            },
+            first_seed: self.first_seed,
+            seeds: self.seeds,
+            strategies: self
+                .strategies
+                .iter()
+                .zip(runs)
+                .map(|(config, runs)| runs.summarise(*config))
+                .collect(),
+        })
+    }
+}
+
+/// The outcome of one strategy on one seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeedRun {
+    /// Balance of the initial assignment.
+    pub before: Balance,
+    /// Balance after each change (one entry per step after the first).
+    pub after: Vec<Balance>,
+    /// Per step after the first: the diff from the step before.
+    pub diffs: Vec<DiffCounts>,
+    /// Shard loads of the initial and final assignments.
+    pub loads_before: Vec<u64>,
+    pub loads_after: Vec<u64>,
+    /// Duration of every assignment, in milliseconds.
+    pub assign_ms: Vec<f64>,
+}
+
+/// The counts of an [`AssignmentDiff`] that the reports use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DiffCounts {
+    pub clusters: u64,
+    pub clusters_excluding_removed: u64,
+    pub apps: u64,
+}
+
+impl From<&AssignmentDiff> for DiffCounts {
+    fn from(diff: &AssignmentDiff) -> Self {
+        Self {
+            clusters: diff.clusters_moved() as u64,
+            clusters_excluding_removed: diff.voluntary_clusters as u64,
+            apps: diff.apps_moved(),
+        }
+    }
+}
+
+impl SeedRun {
+    /// Moves summed over every change of the scenario.
+    pub fn total_moves(&self) -> DiffCounts {
+        self.diffs
+            .iter()
+            .fold(DiffCounts::default(), |sum, d| DiffCounts {
+                clusters: sum.clusters + d.clusters,
+                clusters_excluding_removed: sum.clusters_excluding_removed
+                    + d.clusters_excluding_removed,
+                apps: sum.apps + d.apps,
+            })
+    }
+}
+
+fn loads(assignment: &Assignment) -> Vec<u64> {
+    assignment.shard_loads().values().map(|l| l.load).collect()
+}
+
+/// Assigns every step in turn, each with the previous result as its previous assignment.
+pub fn run_steps(config: &StrategyConfig, steps: &[Step]) -> Result<SeedRun, SimError> {
+    let timed =
+        |step: &Step, previous: Option<&Assignment>| -> Result<(Assignment, f64), SimError> {
+            let recorded = previous.map(Assignment::to_previous);
+            let start = Instant::now();
+            let assignment = assign(config, &step.clusters, &step.shards, recorded.as_ref())?;
+            Ok((assignment, start.elapsed().as_secs_f64() * 1e3))
+        };
+    let Some(first) = steps.first() else {
+        return Err(SimError::InvalidScenario(
+            "a scenario has at least one step".into(),
+        ));
+    };
+    let (mut current, ms) = timed(first, None)?;
+    let mut run = SeedRun {
+        before: current.balance(),
+        after: Vec::new(),
+        diffs: Vec::new(),
+        loads_before: loads(&current),
+        loads_after: Vec::new(),
+        assign_ms: vec![ms],
+    };
+    for step in &steps[1..] {
+        let (next, ms) = timed(step, Some(&current))?;
+        run.diffs
+            .push(DiffCounts::from(&AssignmentDiff::between(&current, &next)));
+        run.after.push(next.balance());
+        run.assign_ms.push(ms);
+        current = next;
+    }
+    run.loads_after = loads(&current);
+    Ok(run)
+}
+
+#[derive(Debug, Default)]
+struct StrategyRuns {
+    seeds: Vec<SeedRun>,
+}
+
+impl StrategyRuns {
+    fn push(&mut self, run: SeedRun) {
+        self.seeds.push(run);
+    }
+
+    fn summarise(self, config: StrategyConfig) -> StrategyReport {
+        let after: Vec<Balance> = self
+            .seeds
+            .iter()
+            .flat_map(|s| s.after.iter().copied())
+            .collect();
+        let before: Vec<Balance> = self.seeds.iter().map(|s| s.before).collect();
+        let totals: Vec<DiffCounts> = self.seeds.iter().map(SeedRun::total_moves).collect();
+        let field = |f: fn(&DiffCounts) -> u64| -> Summary {
+            Summary::of(&totals.iter().map(|d| f(d) as f64).collect::<Vec<_>>())
+        };
+        let times: Vec<f64> = self
+            .seeds
+            .iter()
+            .flat_map(|s| s.assign_ms.iter().copied())
+            .collect();
+        let step_count = self.seeds.first().map_or(0, |s| s.after.len());
+        let per_step = (0..step_count)
+            .map(|i| StepSummary {
+                step: i as u32 + 1,
+                max_over_mean: Summary::of(
+                    &self
+                        .seeds
+                        .iter()
+                        .map(|s| s.after[i].max_over_mean)
+                        .collect::<Vec<_>>(),
+                ),
+                apps_moved: Summary::of(
+                    &self
+                        .seeds
+                        .iter()
+                        .map(|s| s.diffs[i].apps as f64)
+                        .collect::<Vec<_>>(),
+                ),
+            })
+            .collect();
+        StrategyReport {
+            strategy: config.kind,
+            config,
+            balance: BalanceSummary::of(&after),
+            balance_before: BalanceSummary::of(&before),
+            moves: MovesSummary {
+                clusters: field(|d| d.clusters),
+                clusters_excluding_removed: field(|d| d.clusters_excluding_removed),
+                apps: field(|d| d.apps),
+            },
+            assign_ms: Summary::of(&times),
+            per_step,
+            runs: self.seeds,
+        }
+    }
+}
+
+/// What a report says about the fleet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FleetDescription {
+    pub clusters: u64,
+    pub apps: u64,
+    pub distribution: String,
+}
+
+/// The result of a simulation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub scenario: Scenario,
+    pub fleet: FleetDescription,
+    pub first_seed: u64,
+    pub seeds: u32,
+    pub strategies: Vec<StrategyReport>,
+}
+
+/// Balance statistics over seeds (and over steps, for multi-step scenarios).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct BalanceSummary {
+    pub max_over_mean: Summary,
+    pub spread_over_mean: Summary,
+    pub cv: Summary,
+}
+
+impl BalanceSummary {
+    fn of(values: &[Balance]) -> Self {
+        let pick = |f: fn(&Balance) -> f64| Summary::of(&values.iter().map(f).collect::<Vec<_>>());
+        Self {
+            max_over_mean: pick(|b| b.max_over_mean),
+            spread_over_mean: pick(|b| b.spread_over_mean),
+            cv: pick(|b| b.cv),
+        }
+    }
+}
+
+/// Churn statistics over seeds; multi-step scenarios sum the moves of every step of a seed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct MovesSummary {
+    pub clusters: Summary,
+    pub clusters_excluding_removed: Summary,
+    pub apps: Summary,
+}
+
+/// One step of a multi-step scenario, over seeds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct StepSummary {
+    pub step: u32,
+    pub max_over_mean: Summary,
+    pub apps_moved: Summary,
+}
+
+/// One strategy's results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StrategyReport {
+    pub strategy: StrategyKind,
+    pub config: StrategyConfig,
+    /// After the change (every step after the first, for multi-step scenarios).
+    pub balance: BalanceSummary,
+    /// Of the initial assignment.
+    pub balance_before: BalanceSummary,
+    pub moves: MovesSummary,
+    /// Time of one assignment, in milliseconds.
+    pub assign_ms: Summary,
+    pub per_step: Vec<StepSummary>,
+    /// Raw per-seed results, for plots and checks.
+    #[serde(skip)]
+    pub runs: Vec<SeedRun>,
+}
