@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all build test fmt fmt-check clippy unit bench bench-assign simulate clean
+.PHONY: all build test fmt fmt-check clippy unit bench bench-assign simulate crds clean
 
 all: build
 
@@ -35,6 +35,10 @@ bench-assign:
 	$(CARGO) bench -p shard-assign --bench assign
 	$(CARGO) build --release -p shardwise-cli
 	python3 scripts/bench_report.py
+
+## Regenerate deploy/crds.yaml from the Rust types (a test fails when it is stale).
+crds:
+	$(CARGO) run --quiet -p shardwise-cli --bin shardwise -- crds > deploy/crds.yaml
 
 clean:
 	$(CARGO) clean

@@ -26,6 +26,8 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Show where each cluster of an inventory would go, and the load of each shard.
     Assign(AssignArgs),
+    /// Print the CustomResourceDefinitions of shardwise (FleetCluster, FleetApp) as YAML.
+    Crds,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => commands::simulate::run(&args),
         Command::Assign(args) => commands::assign::run(&args),
+        Command::Crds => commands::crds::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
 //! One module per subcommand.
 
 pub(crate) mod assign;
+pub(crate) mod crds;
 pub(crate) mod simulate;

@@ -1,0 +1,150 @@
+//! `FleetCluster`: a destination cluster that apps are deployed to.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A destination cluster: where its API server is, how to authenticate, and optionally which
+/// shard must own it.
+// kube's repeated `printcolumn(...)` arguments look like duplicated attributes to clippy.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "shardwise.io",
+    version = "v1alpha1",
+    kind = "FleetCluster",
+    plural = "fleetclusters",
+    singular = "fleetcluster",
+    shortname = "fcl",
+    category = "shardwise",
+    namespaced,
+    status = "FleetClusterStatus",
+    derive = "PartialEq",
+    doc = "A destination cluster reconciled by the shard that owns it",
+    printcolumn(
+        name = "Shard",
+        type_ = "string",
+        json_path = ".metadata.labels.shardwise\\.io/shard",
+        description = "Shard that owns the cluster"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Apps", type_ = "integer", json_path = ".status.appCount"),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.serverVersion",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Server",
+        type_ = "string",
+        json_path = ".spec.server",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetClusterSpec {
+    /// URL of the cluster's API server, e.g. `https://10.0.0.1:6443`.
+    pub server: String,
+    /// How to authenticate: a Secret, or the controller's own service account.
+    #[serde(default)]
+    pub credentials: ClusterCredentials,
+    /// Pin the cluster to this shard. While the shard is not live the strategy places the
+    /// cluster; it returns when the shard does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    /// Cost of each app of this cluster relative to others (a whole number, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub weight: Option<u32>,
+}
+
+/// Credentials of a destination cluster. Exactly one of `secretRef` and `inCluster`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCredentials {
+    /// A Secret in the FleetCluster's namespace with a bearer token and, optionally, a CA bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretCredentials>,
+    /// Use the controller's own service account (the cluster it runs in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_cluster: Option<bool>,
+    /// Skip verification of the server's certificate (test clusters only).
+    #[serde(
+        default,
+        rename = "insecureSkipTLSVerify",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub insecure_skip_tls_verify: Option<bool>,
+}
+
+/// Where in a Secret the credentials are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretCredentials {
+    /// Secret name, in the FleetCluster's namespace.
+    pub name: String,
+    /// Key of the bearer token (default `token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_key: Option<String>,
+    /// Key of the PEM CA bundle (default `ca.crt`; absent means the system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_key: Option<String>,
+}
+
+impl SecretCredentials {
+    pub const DEFAULT_TOKEN_KEY: &'static str = "token";
+    pub const DEFAULT_CA_KEY: &'static str = "ca.crt";
+
+    pub fn token_key(&self) -> &str {
+        self.token_key.as_deref().unwrap_or(Self::DEFAULT_TOKEN_KEY)
+    }
+
+    pub fn ca_key(&self) -> &str {
+        self.ca_key.as_deref().unwrap_or(Self::DEFAULT_CA_KEY)
+    }
+}
+
+/// Reachability of a destination cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ClusterPhase {
+    /// The last probe reached the API server.
+    Connected,
+    /// The last probe failed (network, TLS, authentication, timeout).
+    Unreachable,
+    /// The spec cannot work as written (bad URL, missing Secret or key); fix it.
+    Invalid,
+}
+
+/// What the owning shard last observed of the cluster. Never contains credentials.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ClusterPhase>,
+    /// `gitVersion` of the destination's API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+    /// What went wrong, in words a person can act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Shard that wrote this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    /// Apps that target this cluster, as counted by its owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_count: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (probe result) and `PinHonoured` (false while a pin names a shard that is not live).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,61 @@
+//! Labels, annotations and names that tie shardwise's objects together.
+//!
+//! The planner records placement in these; replicas select on them. They are part of the API:
+//! renaming one breaks every running fleet.
+
+/// API group of shardwise's custom resources.
+pub const GROUP: &str = "shardwise.io";
+
+/// The shard that owns a `FleetCluster` or a `FleetApp`, as a decimal ordinal. Written only by
+/// the planner; every replica watches with `shardwise.io/shard=<its ordinal>`.
+pub const SHARD_LABEL: &str = "shardwise.io/shard";
+
+/// Ownership epoch of a `FleetCluster`: bumped by the planner at every change of owner, so that
+/// an acknowledgement of a drain can never be mistaken for one of a later assignment.
+pub const EPOCH_ANNOTATION: &str = "shardwise.io/epoch";
+
+/// Set by the planner on a `FleetCluster` it wants to move: the shard it will go to. The owner
+/// stops reconciling the cluster and its apps and acknowledges.
+pub const DRAIN_TO_ANNOTATION: &str = "shardwise.io/drain-to";
+
+/// Set by the owner when it has stopped every reconcile of a draining cluster: the epoch it
+/// released. Only then does the planner give the cluster to its new shard.
+pub const DRAINED_ANNOTATION: &str = "shardwise.io/drained-epoch";
+
+/// On objects that an app applied in a destination cluster: the UID of the `FleetApp`. Pruning
+/// only ever deletes objects that carry the UID of the app being reconciled.
+pub const APP_UID_LABEL: &str = "shardwise.io/app-uid";
+
+/// On objects applied in a destination cluster: `namespace/name` of the `FleetApp`, for people.
+pub const APP_ANNOTATION: &str = "shardwise.io/app";
+
+/// `app.kubernetes.io/managed-by` value on applied objects.
+pub const MANAGED_BY: &str = "shardwise";
+
+/// Field manager of every server-side apply shardwise makes.
+pub const FIELD_MANAGER: &str = "shardwise";
+
+/// Parses a shard label value: a plain decimal ordinal, nothing else.
+pub fn parse_shard(value: &str) -> Option<u32> {
+    if value.is_empty()
+        || !value.bytes().all(|b| b.is_ascii_digit())
+        || (value.len() > 1 && value.starts_with('0'))
+    {
+        return None;
+    }
+    value.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_values_are_strict_decimals() {
+        assert_eq!(parse_shard("0"), Some(0));
+        assert_eq!(parse_shard("17"), Some(17));
+        for bad in ["", "-1", "01", " 1", "1a", "4294967296", "+3"] {
+            assert_eq!(parse_shard(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! shardwise's custom resources.
+//!
+//! - [`FleetCluster`] (`fleetclusters.shardwise.io`, short name `fcl`): a destination cluster.
+//! - [`FleetApp`] (`fleetapps.shardwise.io`, short name `fapp`): manifests kept applied in one
+//!   namespace of one destination cluster.
+//!
+//! The plural names differ from Argo CD's `applications.argoproj.io` and Cluster API's
+//! `clusters.cluster.x-k8s.io`, so `kubectl get` stays unambiguous when they are installed side
+//! by side. [`keys`] holds the labels and annotations of the sharding protocol.
+
+mod app;
+mod cluster;
+pub mod keys;
+
+use kube::CustomResourceExt;
+use serde::Serialize;
+
+pub use app::{
+    AppSource, ConfigMapSource, Destination, FleetApp, FleetAppSpec, FleetAppStatus, ResourceRef,
+    SyncPhase,
+};
+pub use cluster::{
+    ClusterCredentials, ClusterPhase, FleetCluster, FleetClusterSpec, FleetClusterStatus,
+    SecretCredentials,
+};
+
+/// Every CRD of shardwise, as a multi-document YAML stream (what `shardwise crds` prints and
+/// `deploy/crds.yaml` holds).
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    let crds = [FleetCluster::crd(), FleetApp::crd()];
+    let mut out = String::new();
+    for crd in &crds {
+        out.push_str("---\n");
+        out.push_str(&to_yaml(crd)?);
+    }
+    Ok(out)
+}
+
+fn to_yaml<T: Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
+    serde_saphyr::to_string(value)
+}

@@ -1,0 +1,58 @@
+//! The CRD YAML kept in the repository must be exactly what the types generate.
+
+use kube::CustomResourceExt;
+use shardwise_api::{FleetApp, FleetCluster};
+
+#[test]
+fn deploy_crds_match_the_types() {
+    let generated = shardwise_api::crds_yaml().expect("the CRDs render");
+    let kept = include_str!("../../../deploy/crds.yaml");
+    assert!(
+        generated == kept,
+        "deploy/crds.yaml is out of date with the Rust types: run `make crds` and commit the result"
+    );
+}
+
+#[test]
+fn names_do_not_clash_with_argo_cd_or_cluster_api() {
+    let cluster = FleetCluster::crd();
+    let app = FleetApp::crd();
+    for crd in [&cluster, &app] {
+        assert_eq!(crd.spec.group, "shardwise.io");
+        let plural = crd.spec.names.plural.as_str();
+        assert!(plural != "applications" && plural != "clusters", "{plural}");
+        assert!(
+            crd.spec.versions[0]
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        let columns: Vec<&str> = crd.spec.versions[0]
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert!(
+            columns.contains(&"Shard") && columns.contains(&"Age"),
+            "{columns:?}"
+        );
+    }
+    assert_eq!(
+        cluster.spec.names.short_names,
+        Some(vec!["fcl".to_string()])
+    );
+    assert_eq!(app.spec.names.short_names, Some(vec!["fapp".to_string()]));
+}
+
+#[test]
+fn the_yaml_parses_back_into_the_same_crds() {
+    let yaml = shardwise_api::crds_yaml().unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&yaml).unwrap();
+    let docs: Vec<&serde_json::Value> = docs.iter().filter(|d| !d.is_null()).collect();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[0], &serde_json::to_value(FleetCluster::crd()).unwrap());
+    assert_eq!(docs[1], &serde_json::to_value(FleetApp::crd()).unwrap());
+}

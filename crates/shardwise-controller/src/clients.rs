@@ -1,0 +1,365 @@
+//! Kubernetes clients: rate-limited and counted, for the control plane and for each destination.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::Secret;
+use kube::client::ClientBuilder;
+use kube::{Client, Config};
+use secrecy::SecretString;
+use shardwise_api::FleetClusterSpec;
+use thiserror::Error;
+use tower::{Layer, Service};
+
+use crate::metrics::{Metrics, RequestLabels};
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Token-bucket limit on requests: `qps` per second on average, up to `burst` at once.
+#[derive(Clone, Debug)]
+pub struct RateLimitLayer {
+    limiter: Arc<DefaultDirectRateLimiter>,
+}
+
+impl RateLimitLayer {
+    pub fn new(qps: u32, burst: u32) -> Self {
+        let qps = std::num::NonZeroU32::new(qps).unwrap_or(std::num::NonZeroU32::MIN);
+        let burst = std::num::NonZeroU32::new(burst.max(1)).unwrap_or(std::num::NonZeroU32::MIN);
+        Self {
+            limiter: Arc::new(RateLimiter::direct(
+                Quota::per_second(qps).allow_burst(burst),
+            )),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimited {
+            inner,
+            limiter: self.limiter.clone(),
+            permit: None,
+            ready: false,
+        }
+    }
+}
+
+/// Waits for a token in `poll_ready`, so that a non-cloneable inner service keeps tower's
+/// readiness contract.
+pub struct RateLimited<S> {
+    inner: S,
+    limiter: Arc<DefaultDirectRateLimiter>,
+    permit: Option<BoxFuture<()>>,
+    ready: bool,
+}
+
+impl<S> std::fmt::Debug for RateLimited<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimited")
+            .field("ready", &self.ready)
+            .finish()
+    }
+}
+
+impl<S, B> Service<Request<B>> for RateLimited<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.ready {
+            let limiter = self.limiter.clone();
+            let permit = self
+                .permit
+                .get_or_insert_with(|| Box::pin(async move { limiter.until_ready().await }));
+            if permit.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.permit = None;
+            self.ready = true;
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        self.ready = false;
+        self.inner.call(request)
+    }
+}
+
+/// Counts requests by target, verb (kube's name for the call) and status code.
+#[derive(Clone, Debug)]
+pub struct CountLayer {
+    target: &'static str,
+    metrics: Metrics,
+}
+
+impl CountLayer {
+    pub fn new(target: &'static str, metrics: Metrics) -> Self {
+        Self { target, metrics }
+    }
+}
+
+impl<S> Layer<S> for CountLayer {
+    type Service = Counted<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Counted {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Counted<S> {
+    inner: S,
+    layer: CountLayer,
+}
+
+impl<S, B, R> Service<Request<B>> for Counted<S>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let verb: &'static str = request
+            .extensions()
+            .get::<&'static str>()
+            .copied()
+            .unwrap_or_else(|| method_verb(request.method()));
+        let future = self.inner.call(request);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            let result = future.await;
+            let code = match &result {
+                Ok(response) => response.status().as_u16().to_string(),
+                Err(_) => "error".to_string(),
+            };
+            layer
+                .metrics
+                .api_requests
+                .get_or_create(&RequestLabels {
+                    target: layer.target,
+                    verb,
+                    code,
+                })
+                .inc();
+            result
+        })
+    }
+}
+
+fn method_verb(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::GET => "get",
+        http::Method::POST => "create",
+        http::Method::PUT => "replace",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "other",
+    }
+}
+
+/// A client with the given limits and request counting.
+pub fn build_client(
+    config: Config,
+    target: &'static str,
+    qps: u32,
+    burst: u32,
+    metrics: &Metrics,
+) -> Result<Client, kube::Error> {
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&RateLimitLayer::new(qps, burst))
+        .with_layer(&CountLayer::new(target, metrics.clone()))
+        .build())
+}
+
+/// Why a FleetCluster's spec cannot give a client. Messages name objects and keys, never
+/// credential contents.
+#[derive(Debug, Error)]
+pub enum ClusterConfigError {
+    #[error("spec.server {0:?} is not a valid http(s) URL")]
+    BadServer(String),
+    #[error("spec.credentials must set exactly one of secretRef and inCluster")]
+    NoCredentials,
+    #[error("Secret {0:?} not found")]
+    SecretMissing(String),
+    #[error("Secret {secret:?} has no key {key:?}")]
+    KeyMissing { secret: String, key: String },
+    #[error("key {key:?} of Secret {secret:?} is not valid {what}")]
+    BadKey {
+        secret: String,
+        key: String,
+        what: &'static str,
+    },
+    #[error("inCluster is set but the controller's own service account is not available: {0}")]
+    InCluster(String),
+}
+
+/// The client configuration of a destination cluster.
+pub fn destination_config(
+    spec: &FleetClusterSpec,
+    secret: Option<&Secret>,
+    timeout: Duration,
+) -> Result<Config, ClusterConfigError> {
+    let credentials = &spec.credentials;
+    let mut config = match (&credentials.secret_ref, credentials.in_cluster) {
+        (None, Some(true)) => {
+            Config::incluster().map_err(|e| ClusterConfigError::InCluster(e.to_string()))?
+        }
+        (Some(reference), None | Some(false)) => {
+            let uri: http::Uri = spec
+                .server
+                .parse()
+                .map_err(|_| ClusterConfigError::BadServer(spec.server.clone()))?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                return Err(ClusterConfigError::BadServer(spec.server.clone()));
+            }
+            let secret =
+                secret.ok_or_else(|| ClusterConfigError::SecretMissing(reference.name.clone()))?;
+            let data = secret.data.as_ref();
+            let key = |name: &str| data.and_then(|d| d.get(name)).map(|b| b.0.as_slice());
+            let token =
+                key(reference.token_key()).ok_or_else(|| ClusterConfigError::KeyMissing {
+                    secret: reference.name.clone(),
+                    key: reference.token_key().to_string(),
+                })?;
+            let token = std::str::from_utf8(token)
+                .map(|t| t.trim().to_string())
+                .map_err(|_| ClusterConfigError::BadKey {
+                    secret: reference.name.clone(),
+                    key: reference.token_key().to_string(),
+                    what: "UTF-8 text",
+                })?;
+            let mut config = Config::new(uri);
+            config.auth_info.token = Some(SecretString::from(token));
+            if let Some(ca) = key(reference.ca_key()) {
+                let certs = pem::parse_many(ca)
+                    .ok()
+                    .filter(|c| !c.is_empty())
+                    .ok_or_else(|| ClusterConfigError::BadKey {
+                        secret: reference.name.clone(),
+                        key: reference.ca_key().to_string(),
+                        what: "PEM certificates",
+                    })?;
+                config.root_cert = Some(certs.into_iter().map(|c| c.into_contents()).collect());
+            }
+            config
+        }
+        _ => return Err(ClusterConfigError::NoCredentials),
+    };
+    config.accept_invalid_certs = credentials.insecure_skip_tls_verify.unwrap_or(false);
+    config.connect_timeout = Some(timeout.min(Duration::from_secs(10)));
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+    use shardwise_api::{ClusterCredentials, SecretCredentials};
+
+    use super::*;
+
+    fn spec(server: &str) -> FleetClusterSpec {
+        FleetClusterSpec {
+            server: server.into(),
+            credentials: ClusterCredentials {
+                secret_ref: Some(SecretCredentials {
+                    name: "creds".into(),
+                    token_key: None,
+                    ca_key: None,
+                }),
+                ..Default::default()
+            },
+            shard: None,
+            weight: None,
+        }
+    }
+
+    fn secret(entries: &[(&str, &[u8])]) -> Secret {
+        let data: BTreeMap<String, ByteString> = entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+            .collect();
+        Secret {
+            data: Some(data),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_token_secret_gives_a_config_without_leaking_the_token() {
+        let s = secret(&[("token", b"s3cr3t-token\n")]);
+        let config = destination_config(
+            &spec("https://10.0.0.1:6443"),
+            Some(&s),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://10.0.0.1:6443/");
+        assert!(config.auth_info.token.is_some());
+        assert!(!format!("{config:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn bad_specs_say_what_to_fix() {
+        let s = secret(&[("token", b"t")]);
+        let cases: Vec<(FleetClusterSpec, Option<Secret>, &str)> = vec![
+            (
+                spec("not a url"),
+                Some(s.clone()),
+                "is not a valid http(s) URL",
+            ),
+            (
+                spec("ftp://x"),
+                Some(s.clone()),
+                "is not a valid http(s) URL",
+            ),
+            (spec("https://x"), None, "Secret \"creds\" not found"),
+            (spec("https://x"), Some(secret(&[])), "has no key \"token\""),
+            (
+                spec("https://x"),
+                Some(secret(&[("token", b"t"), ("ca.crt", b"garbage")])),
+                "not valid PEM",
+            ),
+            (
+                FleetClusterSpec {
+                    credentials: ClusterCredentials::default(),
+                    ..spec("https://x")
+                },
+                Some(s.clone()),
+                "exactly one of secretRef and inCluster",
+            ),
+        ];
+        for (spec, secret, expected) in cases {
+            let err =
+                destination_config(&spec, secret.as_ref(), Duration::from_secs(1)).unwrap_err();
+            assert!(err.to_string().contains(expected), "{err}");
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Prometheus metrics, labelled by shard so that dashboards can show per-shard load.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    pub shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+    pub shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub kind: &'static str,
+    pub shard: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StrategyLabels {
+    pub strategy: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MoveLabels {
+    pub strategy: String,
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoffLabels {
+    pub shard: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub target: &'static str,
+    pub verb: &'static str,
+    pub code: String,
+}
+
+/// Every metric of a replica. Cheap to clone (shared handles).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    shard: String,
+    pub owned_clusters: Family<ShardLabels, Gauge>,
+    pub owned_apps: Family<ShardLabels, Gauge>,
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub reconcile_duration: Family<KindLabels, Histogram>,
+    pub queue_depth: Family<KindLabels, Gauge>,
+    pub lease_held: Family<ShardLabels, Gauge>,
+    pub fenced: Family<ShardLabels, Counter>,
+    pub handoffs: Family<HandoffLabels, Counter>,
+    pub planner_leader: Family<ShardLabels, Gauge>,
+    pub planner_runs: Family<StrategyLabels, Counter>,
+    pub planner_moves: Family<MoveLabels, Counter>,
+    pub balance: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub members: Family<MemberLabels, Gauge>,
+    pub assigned_apps: Family<ShardLabels, Gauge>,
+    pub assigned_clusters: Family<ShardLabels, Gauge>,
+    pub api_requests: Family<RequestLabels, Counter>,
+}
+
+impl Metrics {
+    pub fn new(shard: u32, registry: &mut Registry) -> Self {
+        let duration_buckets = || Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        let metrics = Self {
+            shard: shard.to_string(),
+            owned_clusters: Family::default(),
+            owned_apps: Family::default(),
+            reconciles: Family::default(),
+            reconcile_duration: Family::new_with_constructor(duration_buckets),
+            queue_depth: Family::default(),
+            lease_held: Family::default(),
+            fenced: Family::default(),
+            handoffs: Family::default(),
+            planner_leader: Family::default(),
+            planner_runs: Family::default(),
+            planner_moves: Family::default(),
+            balance: Gauge::default(),
+            members: Family::default(),
+            assigned_apps: Family::default(),
+            assigned_clusters: Family::default(),
+            api_requests: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("shardwise");
+        r.register(
+            "owned_clusters",
+            "Clusters this shard owns",
+            metrics.owned_clusters.clone(),
+        );
+        r.register(
+            "owned_apps",
+            "Apps this shard owns",
+            metrics.owned_apps.clone(),
+        );
+        r.register(
+            "reconciles",
+            "Reconciles by kind, shard and result",
+            metrics.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles",
+            metrics.reconcile_duration.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Keys waiting for a worker",
+            metrics.queue_depth.clone(),
+        );
+        r.register(
+            "lease_held",
+            "1 while this replica holds its shard lease",
+            metrics.lease_held.clone(),
+        );
+        r.register(
+            "fenced",
+            "Times this replica stopped all work because it could not renew its lease",
+            metrics.fenced.clone(),
+        );
+        r.register(
+            "handoffs",
+            "Clusters released by this shard (reason: drained, shutdown)",
+            metrics.handoffs.clone(),
+        );
+        r.register(
+            "planner_leader",
+            "1 while this replica is the planner",
+            metrics.planner_leader.clone(),
+        );
+        r.register(
+            "planner_runs",
+            "Planning passes by strategy and result",
+            metrics.planner_runs.clone(),
+        );
+        r.register(
+            "planner_moves",
+            "Owner changes written by the planner (kind: cluster, app)",
+            metrics.planner_moves.clone(),
+        );
+        r.register(
+            "assignment_balance",
+            "Max over mean apps per live shard in the latest plan",
+            metrics.balance.clone(),
+        );
+        r.register(
+            "members",
+            "Shards expected (StatefulSet replicas) and live",
+            metrics.members.clone(),
+        );
+        r.register(
+            "assigned_apps",
+            "Apps per shard in the latest plan",
+            metrics.assigned_apps.clone(),
+        );
+        r.register(
+            "assigned_clusters",
+            "Clusters per shard in the latest plan",
+            metrics.assigned_clusters.clone(),
+        );
+        r.register(
+            "api_requests",
+            "Requests to Kubernetes API servers by target, verb and status code",
+            metrics.api_requests.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector));
+        metrics
+    }
+
+    pub fn shard_labels(&self) -> ShardLabels {
+        ShardLabels {
+            shard: self.shard.clone(),
+        }
+    }
+
+    pub fn kind_labels(&self, kind: &'static str) -> KindLabels {
+        KindLabels {
+            kind,
+            shard: self.shard.clone(),
+        }
+    }
+
+    pub fn reconciled(&self, kind: &'static str, result: &'static str, seconds: f64) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind,
+                shard: self.shard.clone(),
+                result,
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&self.kind_labels(kind))
+            .observe(seconds);
+    }
+
+    pub fn handoff(&self, reason: &'static str) {
+        self.handoffs
+            .get_or_create(&HandoffLabels {
+                shard: self.shard.clone(),
+                reason,
+            })
+            .inc();
+    }
+}
+
+/// CPU time and resident memory of this process, read from `/proc` at scrape time.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// (CPU seconds, resident bytes) of this process, on Linux.
+fn process_usage() -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let resident_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // Linux reports CPU time in clock ticks (USER_HZ, 100 on every mainstream platform) and
+    // memory in pages of 4 KiB on x86-64 and most arm64 kernels.
+    const TICKS_PER_SECOND: f64 = 100.0;
+    const PAGE_SIZE: u64 = 4096;
+    Some((
+        (utime + stime) / TICKS_PER_SECOND,
+        resident_pages * PAGE_SIZE,
+    ))
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some((cpu, resident)) = process_usage() else {
+            return Ok(());
+        };
+        let counter = ConstCounter::new(cpu);
+        let metric = encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "User and system CPU time of the process",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)?;
+        let gauge = ConstGauge::new(resident as i64);
+        let metric = encoder.encode_descriptor(
+            "process_resident_memory_bytes",
+            "Resident memory of the process",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
+    }
+}
+
+/// The registry and the metrics, shared by the HTTP server and the workers.
+#[derive(Clone, Debug)]
+pub struct Telemetry {
+    pub registry: Arc<Registry>,
+    pub metrics: Metrics,
+}
+
+impl Telemetry {
+    pub fn new(shard: u32) -> Self {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(shard, &mut registry);
+        Self {
+            registry: Arc::new(registry),
+            metrics,
+        }
+    }
+
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}

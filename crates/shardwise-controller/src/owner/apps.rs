@@ -1,0 +1,325 @@
+//! Apps on the owner side: apply their manifests to the destination, prune, report status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use shardwise_api::{FleetApp, FleetAppStatus, FleetCluster, SyncPhase};
+use shardwise_handoff::plan::ObjectKey;
+use tracing::{debug, warn};
+
+use super::clusters::{condition, destination_for};
+use super::{Owner, for_each_event, gated, key_of, status_patch};
+use crate::destination::{ApplyError, parse_manifests, stale};
+
+const APP_STATUS_FIELDS: &[&str] = &[
+    "syncPhase",
+    "message",
+    "appliedResources",
+    "shard",
+    "lastSyncTime",
+    "observedGeneration",
+    "conditions",
+];
+
+/// Queues apps that are new to this shard or whose spec changed (not our own status writes).
+pub(super) async fn watch_events(
+    owner: Arc<Owner>,
+    events: impl futures::Stream<Item = Result<watcher::Event<FleetApp>, watcher::Error>>,
+) {
+    let mut generations: BTreeMap<ObjectKey, Option<i64>> = BTreeMap::new();
+    for_each_event(events, "apps", |event| match event {
+        watcher::Event::Apply(app) | watcher::Event::InitApply(app) => {
+            let key = key_of(&app);
+            let generation = app.metadata.generation;
+            if generations.insert(key.clone(), generation) != Some(generation) {
+                owner.app_queue.add(key);
+            }
+        }
+        watcher::Event::Delete(app) => {
+            let key = key_of(&app);
+            generations.remove(&key);
+            owner.app_queue.forget(&key);
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    })
+    .await;
+}
+
+/// What a reconcile of an app ended with.
+enum Outcome {
+    /// Applied; look again after the resync interval.
+    Synced,
+    /// Failed in a way that may pass by itself (unreachable cluster): retry with backoff.
+    Retry(String),
+    /// Failed until the spec (or what it references) changes: look again after the resync
+    /// interval.
+    Invalid(String),
+}
+
+pub(super) async fn worker(owner: Arc<Owner>) {
+    while let Some(key) = owner.app_queue.next().await {
+        let started = Instant::now();
+        let result = run_one(&owner, &key).await;
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(None) => owner.metrics.reconciled("app", "skipped", seconds),
+            Ok(Some(Outcome::Synced)) => {
+                owner.metrics.reconciled("app", "success", seconds);
+                owner.app_queue.succeeded(&key);
+                owner
+                    .app_queue
+                    .add_after(key.clone(), owner.config.resync_interval);
+            }
+            Ok(Some(Outcome::Invalid(message))) => {
+                owner.metrics.reconciled("app", "error", seconds);
+                debug!(app = %key, %message, "app is invalid");
+                owner
+                    .app_queue
+                    .add_after(key.clone(), owner.config.resync_interval);
+            }
+            Ok(Some(Outcome::Retry(message))) => {
+                owner.metrics.reconciled("app", "error", seconds);
+                let delay = owner.app_queue.add_after_failure(key.clone());
+                debug!(app = %key, %message, retry_in = ?delay, "app sync failed");
+            }
+            Err(e) => {
+                owner.metrics.reconciled("app", "error", seconds);
+                let delay = owner.app_queue.add_after_failure(key.clone());
+                warn!(app = %key, error = %e, retry_in = ?delay, "app reconcile failed");
+            }
+        }
+        owner.app_queue.done(&key);
+    }
+}
+
+/// One reconcile: `Ok(None)` when it was not this shard's to do.
+async fn run_one(owner: &Arc<Owner>, key: &ObjectKey) -> Result<Option<Outcome>, kube::Error> {
+    let Some(app) = owner.app(key) else {
+        return Ok(None);
+    };
+    let cluster_key = ObjectKey::new(key.namespace.clone(), app.spec.destination.cluster.clone());
+    let outcome = gated(
+        owner,
+        &cluster_key,
+        "app",
+        key,
+        sync(owner, &app, &cluster_key),
+    )
+    .await;
+    match outcome {
+        Some(Ok(result)) => result.map(Some),
+        Some(Err(_)) => Ok(None),
+        None if owner.is_known(&cluster_key) => Ok(None),
+        None => missing_cluster(owner, &app, &cluster_key).await,
+    }
+}
+
+/// The app's cluster is not this shard's: report it if it does not exist at all (nobody else
+/// would), otherwise leave the app to the cluster's owner.
+async fn missing_cluster(
+    owner: &Arc<Owner>,
+    app: &FleetApp,
+    cluster_key: &ObjectKey,
+) -> Result<Option<Outcome>, kube::Error> {
+    let clusters: Api<FleetCluster> = Api::namespaced(owner.client.clone(), &cluster_key.namespace);
+    if clusters.get_opt(&cluster_key.name).await?.is_some() {
+        return Ok(None);
+    }
+    let message = format!(
+        "FleetCluster {:?} does not exist in namespace {:?}",
+        cluster_key.name, cluster_key.namespace
+    );
+    write_status(owner, app, SyncPhase::Failed, Some(message.clone()), None).await?;
+    Ok(Some(Outcome::Invalid(message)))
+}
+
+async fn manifests_text(
+    owner: &Arc<Owner>,
+    app: &FleetApp,
+) -> Result<Result<String, String>, kube::Error> {
+    let source = &app.spec.source;
+    Ok(match (&source.manifests, &source.config_map_ref) {
+        (Some(text), None) => Ok(text.clone()),
+        (None, Some(reference)) => {
+            let namespace = app.namespace().unwrap_or_default();
+            let api: Api<ConfigMap> = Api::namespaced(owner.client.clone(), &namespace);
+            match api.get_opt(&reference.name).await? {
+                None => Err(format!("ConfigMap {:?} not found", reference.name)),
+                Some(cm) => cm
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(reference.key()))
+                    .cloned()
+                    .ok_or_else(|| {
+                        format!(
+                            "ConfigMap {:?} has no key {:?}",
+                            reference.name,
+                            reference.key()
+                        )
+                    }),
+            }
+        }
+        _ => Err("spec.source must set exactly one of manifests and configMapRef".to_string()),
+    })
+}
+
+async fn sync(
+    owner: &Arc<Owner>,
+    app: &Arc<FleetApp>,
+    cluster_key: &ObjectKey,
+) -> Result<Outcome, kube::Error> {
+    let Some(cluster) = owner.cluster(cluster_key) else {
+        return Ok(Outcome::Retry("cluster not in cache yet".into()));
+    };
+    let status = app.status.clone().unwrap_or_default();
+    let generation = app.metadata.generation;
+    if status.sync_phase == Some(SyncPhase::Synced) && status.observed_generation != generation {
+        write_status(
+            owner,
+            app,
+            SyncPhase::OutOfSync,
+            Some("the manifests changed; applying".into()),
+            None,
+        )
+        .await?;
+    }
+    let text = match manifests_text(owner, app).await? {
+        Ok(text) => text,
+        Err(message) => return fail(owner, app, message, false).await,
+    };
+    let manifests = match parse_manifests(&text) {
+        Ok(m) => m,
+        Err(e) => return fail(owner, app, e.to_string(), false).await,
+    };
+    let destination = match destination_for(owner, cluster_key, &cluster).await? {
+        Ok(d) => d,
+        Err(message) => {
+            let message = format!("FleetCluster {:?} is invalid: {message}", cluster_key.name);
+            return fail(owner, app, message, false).await;
+        }
+    };
+    let uid = app.uid().unwrap_or_default();
+    let app_name = format!("{}/{}", cluster_key.namespace, app.name_any());
+    let namespace = &app.spec.destination.namespace;
+    let applied = match destination
+        .apply_all(&manifests, namespace, &uid, &app_name)
+        .await
+    {
+        Ok(inventory) => inventory,
+        Err(e) => {
+            let retry = matches!(e, ApplyError::Unreachable(_));
+            return fail(owner, app, e.to_string(), retry).await;
+        }
+    };
+    let leftovers = stale(&status.applied_resources, &applied);
+    if let Err(e) = destination.prune(&leftovers, &uid).await {
+        let retry = matches!(e, ApplyError::Unreachable(_));
+        return fail(owner, app, format!("pruning failed: {e}"), retry).await;
+    }
+    write_status(owner, app, SyncPhase::Synced, None, Some(applied)).await?;
+    Ok(Outcome::Synced)
+}
+
+async fn fail(
+    owner: &Arc<Owner>,
+    app: &FleetApp,
+    message: String,
+    retry: bool,
+) -> Result<Outcome, kube::Error> {
+    write_status(owner, app, SyncPhase::Failed, Some(message.clone()), None).await?;
+    Ok(if retry {
+        Outcome::Retry(message)
+    } else {
+        Outcome::Invalid(message)
+    })
+}
+
+/// Writes the app's status. The inventory is replaced only after a successful sync: a failure
+/// keeps the previous one, which later pruning needs.
+async fn write_status(
+    owner: &Arc<Owner>,
+    app: &FleetApp,
+    phase: SyncPhase,
+    message: Option<String>,
+    applied: Option<Vec<shardwise_api::ResourceRef>>,
+) -> Result<(), kube::Error> {
+    let previous = app.status.clone().unwrap_or_default();
+    let synced = phase == SyncPhase::Synced;
+    let status = FleetAppStatus {
+        sync_phase: Some(phase),
+        message: message.clone(),
+        applied_resources: applied.unwrap_or(previous.applied_resources.clone()),
+        shard: Some(owner.shard),
+        last_sync_time: if synced {
+            Some(Time(jiff::Timestamp::now()))
+        } else {
+            previous.last_sync_time.clone()
+        },
+        observed_generation: app.metadata.generation,
+        conditions: vec![condition(
+            "Synced",
+            synced,
+            match phase {
+                SyncPhase::Synced => "Synced",
+                SyncPhase::OutOfSync => "OutOfSync",
+                SyncPhase::Failed => "SyncFailed",
+            },
+            message.unwrap_or_else(|| "every manifest is applied".into()),
+            &previous.conditions,
+            app.metadata.generation,
+        )],
+    };
+    let api: Api<FleetApp> =
+        Api::namespaced(owner.client.clone(), &app.namespace().unwrap_or_default());
+    let patch = serde_json::json!({ "status": status_patch(&status, APP_STATUS_FIELDS) });
+    api.patch_status(
+        &app.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_field_is_cleared_by_the_patch() {
+        let status = FleetAppStatus::default();
+        let patch = status_patch(&status, APP_STATUS_FIELDS);
+        let object = patch.as_object().unwrap();
+        for field in APP_STATUS_FIELDS {
+            assert!(object.contains_key(*field), "{field}");
+        }
+        // And the list matches the type: no field of the status is forgotten.
+        let full = FleetAppStatus {
+            sync_phase: Some(SyncPhase::Synced),
+            message: Some("m".into()),
+            applied_resources: vec![shardwise_api::ResourceRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: None,
+                name: "a".into(),
+            }],
+            shard: Some(1),
+            last_sync_time: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
+            observed_generation: Some(1),
+            conditions: vec![],
+        };
+        let value = serde_json::to_value(&full).unwrap();
+        for key in value.as_object().unwrap().keys() {
+            assert!(
+                APP_STATUS_FIELDS.contains(&key.as_str()),
+                "{key} missing from APP_STATUS_FIELDS"
+            );
+        }
+    }
+}

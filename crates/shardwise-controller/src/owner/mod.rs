@@ -1,0 +1,472 @@
+//! The owner side of a replica: watch the clusters and apps labelled with this shard, reconcile
+//! them, and take part in handoffs. It runs only while the replica holds its shard lease; when
+//! the lease is lost everything here is cancelled and dropped, and a fresh runtime (with fresh
+//! lists) starts when the lease is held again.
+
+mod apps;
+mod clusters;
+pub mod queue;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use shardwise_api::keys::{
+    DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, SHARD_LABEL, parse_shard,
+};
+use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_handoff::drain::{ClusterRecord, OwnerEffect, OwnerMachine};
+use shardwise_handoff::plan::ObjectKey;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::audit::Audit;
+use crate::config::Config;
+use crate::destination::Destination;
+use crate::metrics::Metrics;
+use queue::WorkQueue;
+
+/// The placement record of a cluster object.
+pub fn record_of(cluster: &FleetCluster) -> ClusterRecord {
+    let annotation = |key: &str| cluster.annotations().get(key).map(String::as_str);
+    ClusterRecord {
+        owner: cluster
+            .labels()
+            .get(SHARD_LABEL)
+            .and_then(|v| parse_shard(v)),
+        epoch: annotation(EPOCH_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        drain_to: annotation(DRAIN_TO_ANNOTATION).and_then(parse_shard),
+        drained_epoch: annotation(DRAINED_ANNOTATION).and_then(|v| v.parse().ok()),
+    }
+}
+
+pub fn key_of<K: kube::Resource>(object: &K) -> ObjectKey {
+    ObjectKey::new(
+        object.meta().namespace.clone().unwrap_or_default(),
+        object.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+/// Per-cluster state of this owner.
+#[derive(Debug, Default)]
+struct Slot {
+    machine: OwnerMachine,
+    destination: Option<Arc<Destination>>,
+}
+
+/// Everything the workers share.
+pub struct Owner {
+    pub shard: u32,
+    pub client: Client,
+    pub config: Arc<Config>,
+    pub metrics: Metrics,
+    pub audit: Audit,
+    clusters: Store<FleetCluster>,
+    apps: Store<FleetApp>,
+    slots: Mutex<BTreeMap<ObjectKey, Slot>>,
+    cluster_queue: WorkQueue<ObjectKey>,
+    app_queue: WorkQueue<ObjectKey>,
+    /// Cancelled when the lease is lost: every in-flight reconcile is abandoned at once.
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner")
+            .field("shard", &self.shard)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a reconcile did not run.
+#[derive(Debug, PartialEq, Eq)]
+enum Admission {
+    Admitted,
+    /// The cluster is not (or no longer) active here.
+    Refused,
+}
+
+impl Owner {
+    fn slots(&self) -> MutexGuard<'_, BTreeMap<ObjectKey, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cluster(&self, key: &ObjectKey) -> Option<Arc<FleetCluster>> {
+        self.clusters
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+    }
+
+    fn app(&self, key: &ObjectKey) -> Option<Arc<FleetApp>> {
+        self.apps
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+    }
+
+    /// Apps of this shard that target `cluster`.
+    fn apps_of(&self, cluster: &ObjectKey) -> Vec<Arc<FleetApp>> {
+        self.apps.state_filter(|a| {
+            a.namespace().as_deref() == Some(cluster.namespace.as_str())
+                && a.spec.destination.cluster == cluster.name
+        })
+    }
+
+    /// Admits one reconcile of work belonging to `cluster`, through its gate.
+    fn begin(&self, cluster: &ObjectKey) -> Admission {
+        if self.cancel.is_cancelled() {
+            return Admission::Refused;
+        }
+        let admitted = self
+            .slots()
+            .get_mut(cluster)
+            .is_some_and(|slot| slot.machine.begin());
+        if admitted {
+            Admission::Admitted
+        } else {
+            Admission::Refused
+        }
+    }
+
+    /// Ends a reconcile admitted by [`begin`](Self::begin).
+    fn end(self: &Arc<Self>, cluster: &ObjectKey) {
+        let effect = self.slots().get_mut(cluster).and_then(|s| s.machine.end());
+        self.apply_effect(cluster, effect);
+    }
+
+    fn is_known(&self, cluster: &ObjectKey) -> bool {
+        self.slots().contains_key(cluster)
+    }
+
+    fn destination(&self, cluster: &ObjectKey) -> Option<Arc<Destination>> {
+        self.slots()
+            .get(cluster)
+            .and_then(|s| s.destination.clone())
+    }
+
+    fn set_destination(&self, cluster: &ObjectKey, destination: Option<Arc<Destination>>) {
+        if let Some(slot) = self.slots().get_mut(cluster) {
+            slot.destination = destination;
+        }
+    }
+
+    /// Feeds the cluster object (or its disappearance) to its owner machine. `spec_changed` says
+    /// whether its generation differs from the last one seen (status writes do not count).
+    fn observe(
+        self: &Arc<Self>,
+        key: &ObjectKey,
+        cluster: Option<&FleetCluster>,
+        spec_changed: bool,
+    ) {
+        let record = cluster.map(record_of);
+        let (effect, activated, active) = {
+            let mut slots = self.slots();
+            let slot = slots.entry(key.clone()).or_default();
+            let was_active = slot.machine.may_start();
+            let effect = slot.machine.observe(self.shard, record.as_ref());
+            let active = slot.machine.may_start();
+            if slot.machine.state().is_none() {
+                slots.remove(key);
+            }
+            (effect, active && !was_active, active)
+        };
+        self.apply_effect(key, effect);
+        if activated {
+            info!(cluster = %key, "cluster active on this shard");
+        }
+        if activated || (active && spec_changed) {
+            self.cluster_queue.add(key.clone());
+            for app in self.apps_of(key) {
+                self.app_queue.add(key_of(app.as_ref()));
+            }
+        }
+    }
+
+    fn apply_effect(self: &Arc<Self>, key: &ObjectKey, effect: Option<OwnerEffect>) {
+        match effect {
+            None => {}
+            Some(OwnerEffect::Forget) => {
+                debug!(cluster = %key, "cluster left this shard");
+                self.cluster_queue.forget(key);
+            }
+            Some(OwnerEffect::WriteAck { epoch }) => {
+                let owner = self.clone();
+                let key = key.clone();
+                tokio::spawn(async move { owner.write_ack(key, epoch).await });
+            }
+        }
+    }
+
+    /// Acknowledges the release of `epoch`. The epoch in the value keeps a late write harmless:
+    /// the planner only acts on an acknowledgement of the current epoch.
+    async fn write_ack(self: Arc<Self>, key: ObjectKey, epoch: u64) {
+        let api: Api<FleetCluster> = Api::namespaced(self.client.clone(), &key.namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": {DRAINED_ANNOTATION: epoch.to_string()}}});
+        let result = api
+            .patch(
+                &key.name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await;
+        let mut slots = self.slots();
+        match result {
+            Ok(_) => {
+                info!(cluster = %key, epoch, "released cluster for handoff");
+                self.metrics.handoff("drained");
+                if let Some(slot) = slots.get_mut(&key) {
+                    slot.machine.ack_written(epoch);
+                    slot.destination = None;
+                }
+            }
+            Err(e) => {
+                warn!(cluster = %key, epoch, error = %e, "could not acknowledge the drain; retrying");
+                if let Some(slot) = slots.get_mut(&key) {
+                    slot.machine.ack_failed();
+                }
+                drop(slots);
+                let owner = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let current = owner.cluster(&key);
+                    owner.observe(&key, current.as_deref(), false);
+                });
+            }
+        }
+    }
+
+    fn update_gauges(&self) {
+        let labels = self.metrics.shard_labels();
+        let active = self
+            .slots()
+            .values()
+            .filter(|s| s.machine.may_start())
+            .count();
+        self.metrics
+            .owned_clusters
+            .get_or_create(&labels)
+            .set(active as i64);
+        self.metrics
+            .owned_apps
+            .get_or_create(&labels)
+            .set(self.apps.len() as i64);
+        self.metrics
+            .queue_depth
+            .get_or_create(&self.metrics.kind_labels("cluster"))
+            .set(self.cluster_queue.depth() as i64);
+        self.metrics
+            .queue_depth
+            .get_or_create(&self.metrics.kind_labels("app"))
+            .set(self.app_queue.depth() as i64);
+    }
+}
+
+/// Shared readiness: true once this replica's caches are synced and its lease is held.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How the owner runtime ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The lease was lost: work was cancelled at once.
+    Fenced,
+    /// Shutdown: no new work was started and in-flight work finished (or timed out).
+    Shutdown,
+}
+
+/// What the owner side is built from.
+#[derive(Clone)]
+pub struct Parts {
+    pub shard: u32,
+    pub client: Client,
+    pub config: Arc<Config>,
+    pub metrics: Metrics,
+    pub audit: Audit,
+    pub readiness: Readiness,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("shard", &self.shard)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs the owner side until `fenced` resolves (lease lost) or `shutdown` is cancelled.
+pub async fn run(
+    parts: Parts,
+    fenced: impl std::future::Future<Output = ()>,
+    shutdown: CancellationToken,
+) -> Exit {
+    let Parts {
+        shard,
+        client,
+        config,
+        metrics,
+        audit,
+        readiness,
+    } = parts;
+    let selector = format!("{SHARD_LABEL}={shard}");
+    let cluster_api: Api<FleetCluster> = Api::namespaced(client.clone(), &config.namespace);
+    let app_api: Api<FleetApp> = Api::namespaced(client.clone(), &config.namespace);
+    let (cluster_reader, cluster_writer) = reflector::store();
+    let (app_reader, app_writer) = reflector::store();
+    let owner = Arc::new(Owner {
+        shard,
+        client,
+        config: config.clone(),
+        metrics,
+        audit,
+        clusters: cluster_reader,
+        apps: app_reader,
+        slots: Mutex::new(BTreeMap::new()),
+        cluster_queue: WorkQueue::new(),
+        app_queue: WorkQueue::new(),
+        cancel: CancellationToken::new(),
+    });
+
+    let mut tasks = JoinSet::new();
+    let watch_config = watcher::Config::default().labels(&selector);
+    let cluster_events =
+        reflector::reflector(cluster_writer, watcher(cluster_api, watch_config.clone()))
+            .default_backoff();
+    let app_events =
+        reflector::reflector(app_writer, watcher(app_api, watch_config)).default_backoff();
+    {
+        let owner = owner.clone();
+        tasks.spawn(async move { clusters::watch_events(owner, cluster_events).await });
+    }
+    {
+        let owner = owner.clone();
+        tasks.spawn(async move { apps::watch_events(owner, app_events).await });
+    }
+    for _ in 0..config.cluster_workers {
+        let owner = owner.clone();
+        tasks.spawn(async move { clusters::worker(owner).await });
+    }
+    for _ in 0..config.app_workers {
+        let owner = owner.clone();
+        tasks.spawn(async move { apps::worker(owner).await });
+    }
+    {
+        let owner = owner.clone();
+        let readiness = readiness.clone();
+        tasks.spawn(async move {
+            let synced = owner.clusters.wait_until_ready().await.is_ok()
+                && owner.apps.wait_until_ready().await.is_ok();
+            if synced {
+                readiness.set(true);
+                info!(shard = owner.shard, "caches synced; ready");
+            }
+            loop {
+                owner.update_gauges();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
+
+    let exit = tokio::select! {
+        _ = fenced => Exit::Fenced,
+        _ = shutdown.cancelled() => Exit::Shutdown,
+    };
+    readiness.set(false);
+    owner.cluster_queue.close();
+    owner.app_queue.close();
+    match exit {
+        Exit::Fenced => {
+            warn!(shard, "lease lost: stopping all work now");
+            owner.cancel.cancel();
+        }
+        Exit::Shutdown => {
+            // Let in-flight reconciles finish, within the shutdown budget.
+            let deadline = Instant::now() + config.shutdown_timeout;
+            while owner.slots().values().any(|s| s.machine.in_flight() > 0)
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            owner.cancel.cancel();
+            let released = owner.slots().len();
+            for _ in 0..released {
+                owner.metrics.handoff("shutdown");
+            }
+        }
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    let labels = owner.metrics.shard_labels();
+    owner.metrics.owned_clusters.get_or_create(&labels).set(0);
+    owner.metrics.owned_apps.get_or_create(&labels).set(0);
+    exit
+}
+
+/// Drains a watch stream, logging (and backing off from) its errors.
+async fn for_each_event<K, S, F>(stream: S, what: &'static str, mut handle: F)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    F: FnMut(watcher::Event<K>),
+{
+    let mut stream = std::pin::pin!(stream.into_stream());
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => handle(event),
+            Err(e) => warn!(what, error = %e, "watch failed; retrying"),
+        }
+    }
+}
+
+/// Runs one reconcile of work that belongs to `cluster`, through the gate, recorded in the
+/// audit, abandoned if the lease is lost. `None` when the gate refused it.
+async fn gated<T>(
+    owner: &Arc<Owner>,
+    cluster: &ObjectKey,
+    kind: &'static str,
+    key: &ObjectKey,
+    work: impl std::future::Future<Output = T>,
+) -> Option<Result<T, Cancelled>> {
+    if owner.begin(cluster) == Admission::Refused {
+        return None;
+    }
+    let interval = owner
+        .audit
+        .start(&cluster.to_string(), kind, &key.to_string());
+    let result = tokio::select! {
+        r = work => Ok(r),
+        _ = owner.cancel.cancelled() => Err(Cancelled),
+    };
+    owner.audit.end(interval);
+    owner.end(cluster);
+    Some(result)
+}
+
+/// A status as a JSON merge patch: fields the status leaves out are set to null so that the
+/// patch clears them instead of keeping stale values.
+fn status_patch<T: serde::Serialize>(status: &T, fields: &[&str]) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        for field in fields {
+            object.entry(*field).or_insert(serde_json::Value::Null);
+        }
+    }
+    value
+}
+
+/// The lease was lost while a reconcile was running.
+#[derive(Debug)]
+struct Cancelled;

@@ -1,0 +1,585 @@
+//! The planner: while this replica holds the planner lease, watch the whole fleet and the shard
+//! leases, compute the assignment from that one view, and record it as labels (and drain
+//! requests) on clusters and apps.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use shard_assign::{Balance, StrategyConfig};
+use shardwise_api::keys::{
+    DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, SHARD_LABEL, parse_shard,
+};
+use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_handoff::drain::PlannerAction;
+use shardwise_handoff::lease::{LeaseObserver, LeaseRecord};
+use shardwise_handoff::plan::{
+    AppView, ClusterView, Membership, ObjectKey, PlanError, PlanMemory, plan,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::metrics::{MemberLabels, Metrics, MoveLabels, ShardLabels, StrategyLabels};
+use crate::owner::{key_of, record_of};
+
+/// Labels that mark the shard leases of one StatefulSet.
+pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
+pub const LEASE_STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
+
+/// Concurrent label writes to apps.
+const APP_WRITE_CONCURRENCY: usize = 16;
+
+#[allow(missing_debug_implementations)]
+struct Planner {
+    config: Arc<Config>,
+    strategy: StrategyConfig,
+    client: Client,
+    metrics: Metrics,
+    recorder: Recorder,
+    clusters: Store<FleetCluster>,
+    apps: Store<FleetApp>,
+    statefulsets: Store<StatefulSet>,
+    leases: std::sync::Mutex<LeaseObserver>,
+    /// Lease name -> shard.
+    lease_shards: std::sync::Mutex<BTreeMap<String, u32>>,
+    trigger: Notify,
+}
+
+impl Planner {
+    fn membership(&self, now: Instant) -> Option<Membership> {
+        let sts = self.statefulsets.state().into_iter().next()?;
+        let expected = sts
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .and_then(|r| u32::try_from(r).ok())
+            .unwrap_or(1);
+        let observer = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        let shards = self.lease_shards.lock().unwrap_or_else(|p| p.into_inner());
+        let alive: BTreeSet<u32> = observer
+            .valid_leases(now)
+            .filter_map(|name| shards.get(name).copied())
+            .collect();
+        Some(Membership { expected, alive })
+    }
+
+    fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_expiry(now)
+    }
+
+    fn views(&self) -> (Vec<ClusterView>, Vec<AppView>) {
+        let mut clusters: Vec<ClusterView> = self
+            .clusters
+            .state()
+            .iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .map(|c| ClusterView {
+                key: key_of(c.as_ref()),
+                uid: c.uid().unwrap_or_default(),
+                pin: c.spec.shard,
+                weight: c.spec.weight,
+                record: record_of(c),
+            })
+            .collect();
+        clusters.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut apps: Vec<AppView> = self
+            .apps
+            .state()
+            .iter()
+            .map(|a| {
+                let key = key_of(a.as_ref());
+                AppView {
+                    cluster: ObjectKey::new(
+                        key.namespace.clone(),
+                        a.spec.destination.cluster.clone(),
+                    ),
+                    key,
+                    uid: a.uid().unwrap_or_default(),
+                    shard: a.labels().get(SHARD_LABEL).and_then(|v| parse_shard(v)),
+                }
+            })
+            .collect();
+        apps.sort_by(|a, b| a.key.cmp(&b.key));
+        (clusters, apps)
+    }
+}
+
+fn cluster_patch(action: PlannerAction, resource_version: Option<String>) -> Option<Value> {
+    let metadata = match action {
+        PlannerAction::Keep => return None,
+        PlannerAction::Assign { shard, epoch } => json!({
+            "labels": {SHARD_LABEL: shard.to_string()},
+            "annotations": {
+                EPOCH_ANNOTATION: epoch.to_string(),
+                DRAIN_TO_ANNOTATION: null,
+                DRAINED_ANNOTATION: null,
+            },
+        }),
+        PlannerAction::RequestDrain { to } => {
+            json!({"annotations": {DRAIN_TO_ANNOTATION: to.to_string()}})
+        }
+        PlannerAction::CancelDrain => json!({"annotations": {DRAIN_TO_ANNOTATION: null}}),
+    };
+    let mut metadata = metadata;
+    // The version the decision was made on: a write based on a stale view fails with 409.
+    if let (Some(object), Some(rv)) = (metadata.as_object_mut(), resource_version) {
+        object.insert("resourceVersion".into(), Value::String(rv));
+    }
+    Some(json!({ "metadata": metadata }))
+}
+
+/// Runs the planner until `lost` resolves (leadership lost) or `shutdown` is cancelled.
+pub async fn run(
+    client: Client,
+    config: Arc<Config>,
+    metrics: Metrics,
+    recorder: Recorder,
+    lost: impl std::future::Future<Output = ()>,
+    shutdown: CancellationToken,
+) {
+    let namespace = config.namespace.clone();
+    let statefulset = config.statefulset_name();
+    let (clusters, cluster_writer) = reflector::store();
+    let (apps, app_writer) = reflector::store();
+    let (statefulsets, sts_writer) = reflector::store();
+    let planner = Arc::new(Planner {
+        strategy: config.strategy_config(),
+        config: config.clone(),
+        client: client.clone(),
+        metrics,
+        recorder,
+        clusters,
+        apps,
+        statefulsets,
+        leases: std::sync::Mutex::new(LeaseObserver::new()),
+        lease_shards: std::sync::Mutex::new(BTreeMap::new()),
+        trigger: Notify::new(),
+    });
+    planner
+        .metrics
+        .planner_leader
+        .get_or_create(&planner.metrics.shard_labels())
+        .set(1);
+    info!("planner started");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    let cluster_api: Api<FleetCluster> = Api::namespaced(client.clone(), &namespace);
+    let app_api: Api<FleetApp> = Api::namespaced(client.clone(), &namespace);
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
+    let lease_api: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    {
+        let p = planner.clone();
+        let stream = reflector::reflector(
+            cluster_writer,
+            watcher(cluster_api, watcher::Config::default()),
+        )
+        .default_backoff();
+        tasks.spawn(async move { trigger_on(stream, &p, "clusters").await });
+    }
+    {
+        let p = planner.clone();
+        // The planner needs only where each app goes: manifests and status stay out of memory.
+        let stream = watcher(app_api, watcher::Config::default())
+            .modify(|app: &mut FleetApp| {
+                app.spec.source = Default::default();
+                app.status = None;
+                app.metadata.managed_fields = None;
+                app.metadata.annotations = None;
+            })
+            .default_backoff();
+        let stream = reflector::reflector(app_writer, stream);
+        tasks.spawn(async move { trigger_on(stream, &p, "apps").await });
+    }
+    {
+        let p = planner.clone();
+        let config = watcher::Config::default().fields(&format!("metadata.name={statefulset}"));
+        let stream = reflector::reflector(sts_writer, watcher(sts_api, config)).default_backoff();
+        tasks.spawn(async move { trigger_on(stream, &p, "statefulset").await });
+    }
+    {
+        let p = planner.clone();
+        let selector = format!("{LEASE_KIND_LABEL}=shard,{LEASE_STATEFULSET_LABEL}={statefulset}");
+        let stream =
+            watcher(lease_api, watcher::Config::default().labels(&selector)).default_backoff();
+        tasks.spawn(async move { watch_leases(stream, &p).await });
+    }
+    {
+        let p = planner.clone();
+        tasks.spawn(async move { plan_loop(&p).await });
+    }
+
+    tokio::select! {
+        _ = lost => warn!("planner lease lost: planner stopped"),
+        _ = shutdown.cancelled() => info!("planner stopped for shutdown"),
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    planner
+        .metrics
+        .planner_leader
+        .get_or_create(&planner.metrics.shard_labels())
+        .set(0);
+}
+
+async fn trigger_on<K, S>(stream: S, planner: &Arc<Planner>, what: &'static str)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Ok(_) => planner.trigger.notify_one(),
+            Err(e) => warn!(what, error = %e, "planner watch failed; retrying"),
+        }
+    }
+}
+
+/// Feeds lease changes to the observer, with the time this planner saw them. A pass is
+/// triggered when the set of valid leases changes.
+async fn watch_leases<S>(stream: S, planner: &Arc<Planner>)
+where
+    S: futures::Stream<Item = Result<watcher::Event<Lease>, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        let now = Instant::now();
+        let before: BTreeSet<String> = planner
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .valid_leases(now)
+            .map(str::to_string)
+            .collect();
+        match event {
+            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                let name = lease.name_any();
+                if let Some(shard) = lease.labels().get(SHARD_LABEL).and_then(|v| parse_shard(v)) {
+                    planner
+                        .lease_shards
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name.clone(), shard);
+                }
+                let record = lease_record(&lease);
+                planner
+                    .leases
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .observe(&name, record, now);
+            }
+            // A deleted lease is not a released one: its holder may still be working and about to
+            // recreate it. The last observation simply expires unless a new version appears.
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %e, "lease watch failed; retrying");
+                continue;
+            }
+        }
+        let after: BTreeSet<String> = planner
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .valid_leases(now)
+            .map(str::to_string)
+            .collect();
+        if before != after {
+            planner.trigger.notify_one();
+        }
+    }
+}
+
+/// Reads the leases again when one looks expired: only a lease unchanged in a fresh read is
+/// really expired (the watch may just be late).
+async fn confirm_expiries(planner: &Arc<Planner>) -> Result<(), kube::Error> {
+    let suspicious = planner
+        .leases
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .expired_holders(Instant::now());
+    if suspicious.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Lease> = Api::namespaced(planner.client.clone(), &planner.config.namespace);
+    let selector = format!(
+        "{LEASE_KIND_LABEL}=shard,{LEASE_STATEFULSET_LABEL}={}",
+        planner.config.statefulset_name()
+    );
+    let leases = api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    let now = Instant::now();
+    let mut observer = planner.leases.lock().unwrap_or_else(|p| p.into_inner());
+    for lease in &leases.items {
+        observer.observe(&lease.name_any(), lease_record(lease), now);
+    }
+    Ok(())
+}
+
+fn lease_record(lease: &Lease) -> LeaseRecord {
+    let spec = lease.spec.as_ref();
+    LeaseRecord {
+        holder: spec.and_then(|s| s.holder_identity.clone()),
+        version: lease.resource_version().unwrap_or_default(),
+        duration: Duration::from_secs(
+            spec.and_then(|s| s.lease_duration_seconds)
+                .and_then(|d| u64::try_from(d).ok())
+                .unwrap_or(15),
+        ),
+    }
+}
+
+/// Plans on every trigger (debounced), when a lease may have expired, and periodically.
+async fn plan_loop(planner: &Arc<Planner>) {
+    // The stores must hold a complete view before the first pass.
+    let ready = planner.clusters.wait_until_ready().await.is_ok()
+        && planner.apps.wait_until_ready().await.is_ok()
+        && planner.statefulsets.wait_until_ready().await.is_ok();
+    if !ready {
+        return;
+    }
+    // A new planner has not watched the leases yet: it must see them for a full duration
+    // before it can call one expired; the observer handles that. Let the lease list arrive.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut memory: Option<PlanMemory> = None;
+    let mut last_periodic = Instant::now();
+    let mut pins_reported: BTreeSet<(ObjectKey, u32, u32)> = BTreeSet::new();
+    loop {
+        let periodic = planner.strategy.kind.is_load_aware()
+            && last_periodic.elapsed() >= planner.config.plan_interval;
+        if periodic {
+            last_periodic = Instant::now();
+        }
+        // A periodic pass forgets the previous loads, so that sticky-balanced may spend its
+        // budget again while the fleet is above its target balance.
+        let remembered = if periodic { None } else { memory.as_ref() };
+        match pass(planner, remembered, &mut pins_reported).await {
+            Ok(Some(m)) => memory = Some(m),
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "planning pass failed"),
+        }
+        let now = Instant::now();
+        let next_expiry = planner
+            .next_expiry(now)
+            .map(|at| at + Duration::from_millis(50));
+        let periodic_at = last_periodic + planner.config.plan_interval;
+        let wake = next_expiry.map_or(periodic_at, |e| e.min(periodic_at));
+        tokio::select! {
+            _ = planner.trigger.notified() => {
+                // Debounce bursts of events into one pass.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+    }
+}
+
+/// One planning pass. Returns the memory for the next pass.
+async fn pass(
+    planner: &Arc<Planner>,
+    memory: Option<&PlanMemory>,
+    pins_reported: &mut BTreeSet<(ObjectKey, u32, u32)>,
+) -> Result<Option<PlanMemory>, kube::Error> {
+    let strategy_name = planner.strategy.kind.name().to_string();
+    confirm_expiries(planner).await?;
+    let now = Instant::now();
+    let Some(membership) = planner.membership(now) else {
+        warn!(statefulset = %planner.config.statefulset_name(), "StatefulSet not found: not planning");
+        return Ok(None);
+    };
+    let metrics = &planner.metrics;
+    metrics
+        .members
+        .get_or_create(&MemberLabels { state: "expected" })
+        .set(i64::from(membership.expected));
+    metrics
+        .members
+        .get_or_create(&MemberLabels { state: "live" })
+        .set(membership.live().len() as i64);
+    let (clusters, apps) = planner.views();
+    let result = plan(&planner.strategy, &clusters, &apps, &membership, memory);
+    let plan = match result {
+        Ok(plan) => plan,
+        Err(PlanError::NoLiveShards) => {
+            metrics
+                .planner_runs
+                .get_or_create(&StrategyLabels {
+                    strategy: strategy_name,
+                    result: "no-live-shards",
+                })
+                .inc();
+            debug!(?membership, "no live shard: nothing to plan");
+            return Ok(None);
+        }
+        Err(e) => {
+            metrics
+                .planner_runs
+                .get_or_create(&StrategyLabels {
+                    strategy: strategy_name,
+                    result: "error",
+                })
+                .inc();
+            warn!(error = %e, "planning failed");
+            return Ok(None);
+        }
+    };
+
+    // Cluster writes first; apps follow only the clusters whose write landed.
+    let versions: BTreeMap<ObjectKey, Option<String>> = planner
+        .clusters
+        .state()
+        .iter()
+        .map(|c| (key_of(c.as_ref()), c.resource_version()))
+        .collect();
+    let mut written: BTreeSet<ObjectKey> = BTreeSet::new();
+    let mut cluster_moves = 0u64;
+    for (key, action) in &plan.cluster_actions {
+        let Some(patch) = cluster_patch(*action, versions.get(key).cloned().flatten()) else {
+            continue;
+        };
+        let api: Api<FleetCluster> = Api::namespaced(planner.client.clone(), &key.namespace);
+        match api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                debug!(cluster = %key, ?action, "cluster updated");
+                if let PlannerAction::Assign { shard, .. } = action {
+                    info!(cluster = %key, shard, "cluster assigned");
+                    cluster_moves += 1;
+                }
+                written.insert(key.clone());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                debug!(cluster = %key, "cluster changed under the planner; next pass retries");
+                planner.trigger.notify_one();
+            }
+            Err(e) => warn!(cluster = %key, error = %e, "could not update cluster"),
+        }
+    }
+    let labels: Vec<(ObjectKey, u32)> = plan
+        .app_labels
+        .iter()
+        .filter(|l| l.after.as_ref().is_none_or(|c| written.contains(c)))
+        .map(|l| (l.app.clone(), l.shard))
+        .collect();
+    let client = planner.client.clone();
+    let app_moves = futures::stream::iter(labels)
+        .map(move |(app, shard)| {
+            let api: Api<FleetApp> = Api::namespaced(client.clone(), &app.namespace);
+            async move {
+                let patch = json!({"metadata": {"labels": {SHARD_LABEL: shard.to_string()}}});
+                match api
+                    .patch(&app.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => 1u64,
+                    Err(kube::Error::Api(s)) if s.code == 404 => 0,
+                    Err(e) => {
+                        warn!(%app, error = %e, "could not label app");
+                        0
+                    }
+                }
+            }
+        })
+        .buffer_unordered(APP_WRITE_CONCURRENCY)
+        .fold(0u64, |sum, n| async move { sum + n })
+        .await;
+    if app_moves < plan.app_labels.len() as u64 {
+        planner.trigger.notify_one();
+    }
+
+    metrics
+        .planner_runs
+        .get_or_create(&StrategyLabels {
+            strategy: strategy_name.clone(),
+            result: "success",
+        })
+        .inc();
+    metrics
+        .planner_moves
+        .get_or_create(&MoveLabels {
+            strategy: strategy_name.clone(),
+            kind: "cluster",
+        })
+        .inc_by(cluster_moves);
+    metrics
+        .planner_moves
+        .get_or_create(&MoveLabels {
+            strategy: strategy_name,
+            kind: "app",
+        })
+        .inc_by(app_moves);
+    let app_loads: Vec<u64> = plan
+        .assignment
+        .shard_loads()
+        .values()
+        .map(|l| l.apps)
+        .collect();
+    metrics
+        .balance
+        .set(Balance::of_loads(&app_loads).max_over_mean);
+    for (shard, load) in plan.assignment.shard_loads() {
+        let labels = ShardLabels {
+            shard: shard.to_string(),
+        };
+        metrics
+            .assigned_apps
+            .get_or_create(&labels)
+            .set(load.apps as i64);
+        metrics
+            .assigned_clusters
+            .get_or_create(&labels)
+            .set(load.clusters as i64);
+    }
+    report_pins(planner, &plan.unhonoured_pins, pins_reported).await;
+    Ok(Some(plan.memory))
+}
+
+/// An event on each cluster whose pin cannot be honoured, once per situation.
+async fn report_pins(
+    planner: &Arc<Planner>,
+    pins: &[(ObjectKey, u32, u32)],
+    reported: &mut BTreeSet<(ObjectKey, u32, u32)>,
+) {
+    let current: BTreeSet<(ObjectKey, u32, u32)> = pins.iter().cloned().collect();
+    for (key, pin, placed) in current.difference(reported) {
+        let Some(cluster) = planner
+            .clusters
+            .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
+        else {
+            continue;
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "PinnedShardNotLive".into(),
+            note: Some(format!(
+                "pinned to shard {pin}, which is not live; placed on shard {placed} until it returns"
+            )),
+            action: "Place".into(),
+            secondary: None,
+        };
+        if let Err(e) = planner
+            .recorder
+            .publish(&event, &cluster.object_ref(&()))
+            .await
+        {
+            debug!(cluster = %key, error = %e, "could not publish event");
+        }
+    }
+    *reported = current;
+}

@@ -1,0 +1,241 @@
+//! The handoff of a cluster between shards, as two state machines: the planner's decision for a
+//! cluster, and the owner's life cycle of it.
+//!
+//! The record on the cluster object is the only channel between them:
+//!
+//! ```text
+//!  planner                         object (label, annotations)                 owner A
+//!  desired B, owner A alive   -->  shard=A epoch=7 drain-to=B
+//!                                                                  <--  sees drain-to: stops new work,
+//!                                                                       waits for in-flight work,
+//!                                  shard=A epoch=7 drain-to=B drained-epoch=7   (acknowledges)
+//!  sees drained-epoch == epoch -->  shard=B epoch=8                      A: no longer visible
+//!                                                                       B: sees shard=B, starts
+//! ```
+//!
+//! If A's lease has expired (A fenced itself before it could expire), the planner relabels at
+//! once. Every relabel bumps the epoch, so an acknowledgement always refers to one assignment.
+//!
+//! Safety: the label leaves A only after A acknowledged (having stopped) or after A's lease
+//! expired (A stopped `duration - renew_deadline` earlier); B starts only once the label names B.
+//! Hence no instant at which A and B both work on the cluster.
+
+use shard_assign::ShardId;
+
+/// Placement state of a cluster as recorded on its object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClusterRecord {
+    /// The shard label; `None` when missing or not a valid ordinal.
+    pub owner: Option<ShardId>,
+    /// The epoch annotation (0 when missing).
+    pub epoch: u64,
+    /// The shard the planner is moving the cluster to.
+    pub drain_to: Option<ShardId>,
+    /// The epoch the owner acknowledged releasing.
+    pub drained_epoch: Option<u64>,
+}
+
+impl ClusterRecord {
+    /// True when the owner acknowledged releasing the current assignment.
+    pub fn released(&self) -> bool {
+        self.owner.is_some() && self.drained_epoch == Some(self.epoch)
+    }
+
+    /// Where the cluster is, or is going: the previous placement to give a sticky strategy.
+    pub fn intended_shard(&self) -> Option<ShardId> {
+        self.drain_to.or(self.owner)
+    }
+}
+
+/// What the planner writes to a cluster object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlannerAction {
+    /// Nothing to change.
+    Keep,
+    /// Set the owner label to `shard` and the epoch to `epoch`; remove both drain annotations.
+    Assign { shard: ShardId, epoch: u64 },
+    /// Ask the owner to release the cluster, which will go to `to`.
+    RequestDrain { to: ShardId },
+    /// Withdraw a drain request the owner has not acknowledged yet.
+    CancelDrain,
+}
+
+/// The planner's decision for one cluster: it should end on `desired`; `alive` says whether a
+/// shard's lease is valid.
+pub fn planner_action(
+    record: &ClusterRecord,
+    desired: ShardId,
+    alive: impl Fn(ShardId) -> bool,
+) -> PlannerAction {
+    let reassign = PlannerAction::Assign {
+        shard: desired,
+        epoch: record.epoch + 1,
+    };
+    let Some(owner) = record.owner else {
+        // Never labelled (or garbage): no replica works on it, so it can be given at once.
+        return reassign;
+    };
+    if record.released() || !alive(owner) {
+        // The owner stopped: by acknowledgement, or by fencing before its lease expired.
+        return reassign;
+    }
+    if owner == desired {
+        return if record.drain_to.is_some() {
+            PlannerAction::CancelDrain
+        } else {
+            PlannerAction::Keep
+        };
+    }
+    if record.drain_to == Some(desired) {
+        PlannerAction::Keep
+    } else {
+        PlannerAction::RequestDrain { to: desired }
+    }
+}
+
+/// Where an owner stands with one cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnerState {
+    /// Reconciling the cluster and its apps.
+    Active { epoch: u64 },
+    /// Asked to release: no new work; acknowledge when in-flight work is done.
+    Draining { epoch: u64 },
+    /// No work in flight and an acknowledgement sent (or being sent); waiting for the planner
+    /// to relabel.
+    Released { epoch: u64 },
+}
+
+impl OwnerState {
+    fn epoch(self) -> u64 {
+        match self {
+            OwnerState::Active { epoch }
+            | OwnerState::Draining { epoch }
+            | OwnerState::Released { epoch } => epoch,
+        }
+    }
+}
+
+/// What the owner must do after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnerEffect {
+    /// Write `drained-epoch = epoch` on the cluster object.
+    WriteAck { epoch: u64 },
+    /// The cluster is no longer this shard's: drop its client and queued work.
+    Forget,
+}
+
+/// One owner's view of one cluster: the gate every reconcile of the cluster (and of its apps)
+/// goes through, and the drain protocol.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerMachine {
+    state: Option<OwnerState>,
+    in_flight: u32,
+    /// An acknowledgement has been requested and not confirmed written.
+    ack_pending: bool,
+}
+
+impl OwnerMachine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn state(&self) -> Option<OwnerState> {
+        self.state
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Whether new work may start.
+    pub fn may_start(&self) -> bool {
+        matches!(self.state, Some(OwnerState::Active { .. }))
+    }
+
+    /// The owner `me` observed the cluster object as `record` (or it vanished from its view:
+    /// `None`, e.g. relabelled elsewhere or deleted).
+    pub fn observe(&mut self, me: ShardId, record: Option<&ClusterRecord>) -> Option<OwnerEffect> {
+        let Some(record) = record.filter(|r| r.owner == Some(me)) else {
+            let had = self.state.take().is_some();
+            self.ack_pending = false;
+            return had.then_some(OwnerEffect::Forget);
+        };
+        let epoch = record.epoch;
+        let current = self.state.map(OwnerState::epoch);
+        if current.is_some_and(|c| epoch < c) {
+            // An older view than one already seen: ignore it.
+            return None;
+        }
+        let same_epoch = current == Some(epoch);
+        if same_epoch && matches!(self.state, Some(OwnerState::Released { .. })) {
+            // Committed to releasing this epoch. If our acknowledgement is not on the object
+            // (lost, or overwritten by a concurrent write), send it again.
+            if record.released() {
+                self.ack_pending = false;
+                return None;
+            }
+            return self.request_ack(epoch);
+        }
+        if record.released() && self.in_flight == 0 {
+            self.state = Some(OwnerState::Released { epoch });
+            self.ack_pending = false;
+            return None;
+        }
+        if record.released() || record.drain_to.is_some() {
+            self.state = Some(OwnerState::Draining { epoch });
+            return if self.in_flight == 0 {
+                self.request_ack(epoch)
+            } else {
+                None
+            };
+        }
+        self.state = Some(OwnerState::Active { epoch });
+        None
+    }
+
+    /// Commits to releasing `epoch`. From here on this epoch never reopens, even if the drain is
+    /// cancelled: the acknowledgement may land at any time, and the planner then gives the
+    /// cluster away. Only a later epoch (the planner's reassignment) makes the cluster active.
+    fn request_ack(&mut self, epoch: u64) -> Option<OwnerEffect> {
+        self.state = Some(OwnerState::Released { epoch });
+        if self.ack_pending {
+            return None;
+        }
+        self.ack_pending = true;
+        Some(OwnerEffect::WriteAck { epoch })
+    }
+
+    /// A reconcile wants to start. True (and counted) only while the cluster is active.
+    pub fn begin(&mut self) -> bool {
+        if self.may_start() {
+            self.in_flight += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A reconcile that [`begin`](Self::begin) admitted has ended (finished or cancelled).
+    pub fn end(&mut self) -> Option<OwnerEffect> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        match self.state {
+            Some(OwnerState::Draining { epoch }) if self.in_flight == 0 => self.request_ack(epoch),
+            _ => None,
+        }
+    }
+
+    /// The acknowledgement of `epoch` was written.
+    pub fn ack_written(&mut self, epoch: u64) {
+        if self.state.is_some_and(|s| s.epoch() == epoch) {
+            self.ack_pending = false;
+        }
+    }
+
+    /// Writing the acknowledgement failed; the next observation or `end` retries it.
+    pub fn ack_failed(&mut self) {
+        self.ack_pending = false;
+    }
+}
+
+#[cfg(test)]
+mod tests;

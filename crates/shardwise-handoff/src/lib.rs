@@ -1,0 +1,12 @@
+//! The sharding protocol of shardwise, as pure logic: no I/O, no clock reads, no Kubernetes
+//! types, so that every rule can be tested exhaustively.
+//!
+//! - [`identity`]: a replica's shard is its StatefulSet pod ordinal, parsed strictly.
+//! - [`lease`]: lease timing, fencing and expiry as observed on local clocks.
+//! - [`drain`]: the planner's per-cluster decision and the owner's state machine of a handoff.
+//! - [`plan`]: from the observed fleet and membership to the labels the planner must write.
+
+pub mod drain;
+pub mod identity;
+pub mod lease;
+pub mod plan;
