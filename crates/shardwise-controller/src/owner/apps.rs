@@ -37,18 +37,30 @@ pub(super) async fn watch_events(
         watcher::Event::Apply(app) | watcher::Event::InitApply(app) => {
             let key = key_of(&app);
             let generation = app.metadata.generation;
-            if generations.insert(key.clone(), generation) != Some(generation) {
-                owner.app_queue.add(key);
+            match generations.insert(key.clone(), generation) {
+                Some(seen) if seen == generation => {}
+                seen => {
+                    if seen.is_none() {
+                        // The cluster's app count changed.
+                        owner.cluster_queue.add(cluster_of(&app));
+                    }
+                    owner.app_queue.add(key);
+                }
             }
         }
         watcher::Event::Delete(app) => {
             let key = key_of(&app);
             generations.remove(&key);
             owner.app_queue.forget(&key);
+            owner.cluster_queue.add(cluster_of(&app));
         }
         watcher::Event::Init | watcher::Event::InitDone => {}
     })
     .await;
+}
+
+fn cluster_of(app: &FleetApp) -> ObjectKey {
+    ObjectKey::new(app.namespace().unwrap_or_default(), app.spec.destination.cluster.clone())
 }
 
 /// What a reconcile of an app ended with.
@@ -103,7 +115,7 @@ async fn run_one(owner: &Arc<Owner>, key: &ObjectKey) -> Result<Option<Outcome>,
     let Some(app) = owner.app(key) else {
         return Ok(None);
     };
-    let cluster_key = ObjectKey::new(key.namespace.clone(), app.spec.destination.cluster.clone());
+    let cluster_key = cluster_of(&app);
     let outcome = gated(
         owner,
         &cluster_key,

@@ -1,0 +1,284 @@
+//! End-to-end tests of the sharded controller: real `shardwise-controller` processes, one per
+//! replica, against a test control plane (with the repository's RBAC enforced) and two
+//! destination clusters.
+
+mod support;
+
+use std::time::Duration;
+
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use shardwise_api::{ClusterPhase, FleetApp, FleetCluster, SyncPhase};
+use shardwise_e2e::{scrape, wait_for};
+use support::{Fleet, FleetOptions, NAMESPACE, app_manifests, shard_label};
+
+const SETTLE: Duration = Duration::from_secs(120);
+
+/// 3 replicas, 20 clusters, 500 apps: everything Synced, each object in its destination, every
+/// cluster and app owned by exactly one shard, and each replica's metrics show what it owns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
+    let fleet = Fleet::start(FleetOptions::default()).await.unwrap();
+    if let Err(e) = fleet.wait_settled(&[0, 1, 2], SETTLE).await {
+        panic!("{e}\n{}", fleet.report());
+    }
+    for index in [0, 17, 250, 499] {
+        let cm = fleet.destination_config_map(index).await.unwrap();
+        let cm = cm.unwrap_or_else(|| panic!("app-{index} not applied in its destination"));
+        assert_eq!(cm.data.unwrap()["generation"], "1");
+        let labels = cm.metadata.labels.unwrap();
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "shardwise");
+    }
+
+    let clusters = fleet.clusters_api().list(&ListParams::default()).await.unwrap();
+    let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
+    for shard in 0..3u32 {
+        let owned_clusters = clusters.items.iter().filter(|c| shard_label(*c) == Some(shard)).count();
+        let owned_apps = apps.items.iter().filter(|a| shard_label(*a) == Some(shard)).count();
+        assert!(owned_clusters > 0, "shard {shard} owns no cluster");
+        let label = shard.to_string();
+        let metrics_url = &fleet.replicas[&shard].metrics_url;
+        // Each replica's gauges show exactly its own share.
+        wait_for("owned gauges to match the labels", Duration::from_secs(10), || async {
+            let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;
+            let c = m.get("shardwise_owned_clusters", &[("shard", &label)]);
+            let a = m.get("shardwise_owned_apps", &[("shard", &label)]);
+            if c == Some(owned_clusters as f64) && a == Some(owned_apps as f64) {
+                Ok(())
+            } else {
+                Err(format!("clusters {c:?} apps {a:?}, labels say {owned_clusters} and {owned_apps}"))
+            }
+        })
+        .await
+        .unwrap();
+        let m = scrape(metrics_url).await.unwrap();
+        assert!(m.sum("shardwise_reconciles_total", &[("kind", "app"), ("result", "success")]) >= owned_apps as f64);
+    }
+    let clusters_api = fleet.clusters_api();
+    wait_for("every cluster Connected, with its owner and app count", Duration::from_secs(30), || async {
+        let list = clusters_api.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        for c in &list.items {
+            let status = c.status.clone().unwrap_or_default();
+            if status.phase != Some(ClusterPhase::Connected) || status.shard != shard_label(c) || status.app_count != Some(25) {
+                return Err(format!("{}: {:?} shard {:?} apps {:?} {:?}", c.name_any(), status.phase, status.shard, status.app_count, status.message));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    // One planner, and no request refused by RBAC anywhere.
+    assert_eq!(fleet.metric_sum("shardwise_planner_leader", &[]).await.unwrap(), 1.0);
+    assert_eq!(
+        fleet.metric_sum("shardwise_api_requests_total", &[("target", "control-plane"), ("code", "403")]).await.unwrap(),
+        0.0,
+        "{}",
+        fleet.report()
+    );
+}
+
+/// Editing an app's manifests updates the destination; removing a manifest prunes it; deleting
+/// an object in a destination is repaired on resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_follow_their_manifests_prune_and_repair_drift() {
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 2,
+        clusters: 4,
+        apps: 20,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1], SETTLE).await.unwrap();
+    let apps = fleet.apps_api();
+
+    // Edit: new data and a second object.
+    let second = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-3-extra\ndata:\n  k: v\n";
+    let manifests = format!("{}---\n{second}", app_manifests(3, 2));
+    apps.patch("app-3", &PatchParams::default(), &Patch::Merge(json!({"spec": {"source": {"manifests": manifests}}})))
+        .await
+        .unwrap();
+    let dest = fleet.env.destinations()[3 % 2].client("admin").await.unwrap();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(dest, "team-3");
+    wait_for("the edit to reach the destination", SETTLE, || async {
+        let main = cms.get_opt("app-3").await.map_err(|e| e.to_string())?;
+        let extra = cms.get_opt("app-3-extra").await.map_err(|e| e.to_string())?;
+        match (main.and_then(|c| c.data).map(|d| d["generation"].clone()), extra) {
+            (Some(g), Some(_)) if g == "2" => Ok(()),
+            (g, extra) => Err(format!("generation {g:?}, extra present {}", extra.is_some())),
+        }
+    })
+    .await
+    .unwrap();
+    let app = apps.get("app-3").await.unwrap();
+    let inventory = app.status.unwrap().applied_resources;
+    assert_eq!(inventory.len(), 2, "{inventory:?}");
+
+    // Remove the second manifest: it is pruned.
+    apps.patch("app-3", &PatchParams::default(), &Patch::Merge(json!({"spec": {"source": {"manifests": app_manifests(3, 3)}}})))
+        .await
+        .unwrap();
+    wait_for("the removed manifest to be pruned", SETTLE, || async {
+        match cms.get_opt("app-3-extra").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("app-3-extra still exists".into()),
+        }
+    })
+    .await
+    .unwrap();
+
+    // Drift: delete the object in the destination; the next resync puts it back.
+    cms.delete("app-3", &DeleteParams::default()).await.unwrap();
+    wait_for("the deleted object to be re-applied", Duration::from_secs(30), || async {
+        match cms.get_opt("app-3").await.map_err(|e| e.to_string())? {
+            Some(cm) if cm.data.as_ref().is_some_and(|d| d["generation"] == "3") => Ok(()),
+            other => Err(format!("{:?}", other.map(|c| c.data))),
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// Scale the StatefulSet from 3 to 2 (stopping replica 2): its clusters and apps are owned and
+/// Synced again by the others. Scale to 4: the new replica takes a share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_moves_work_to_the_shards_that_exist() {
+    let mut fleet = Fleet::start(FleetOptions {
+        clusters: 12,
+        apps: 120,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
+
+    fleet.scale(2).await.unwrap();
+    fleet.stop_replica(2).await.unwrap();
+    if let Err(e) = fleet.wait_settled(&[0, 1], SETTLE).await {
+        panic!("{e}\n{}", fleet.report());
+    }
+
+    fleet.scale(4).await.unwrap();
+    fleet.spawn_replica(2).unwrap();
+    fleet.spawn_replica(3).unwrap();
+    let clusters = fleet.clusters_api();
+    wait_for("the new shards to own clusters", SETTLE, || async {
+        let list = clusters.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let on = |s: u32| list.items.iter().filter(|c| shard_label(*c) == Some(s)).count();
+        if on(2) > 0 && on(3) > 0 {
+            Ok(())
+        } else {
+            Err(format!("per shard: {:?}", (0..4).map(on).collect::<Vec<_>>()))
+        }
+    })
+    .await
+    .unwrap();
+    if let Err(e) = fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await {
+        panic!("{e}\n{}", fleet.report());
+    }
+}
+
+/// Bad input gets a clear status and disturbs nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 2,
+        clusters: 3,
+        apps: 12,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    let clusters = fleet.clusters_api();
+    let apps = fleet.apps_api();
+    let bad_clusters = [
+        ("bad-url", json!({"server": "not a url", "credentials": {"secretRef": {"name": "dest-0-credentials"}}})),
+        ("no-secret", json!({"server": fleet.env.destinations()[0].url(), "credentials": {"secretRef": {"name": "missing"}}})),
+    ];
+    for (name, spec) in &bad_clusters {
+        let object: FleetCluster = serde_json::from_value(json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetCluster",
+            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec,
+        }))
+        .unwrap();
+        clusters.create(&Default::default(), &object).await.unwrap();
+    }
+    let bad_apps = [
+        ("malformed", "cluster-0", "apiVersion: v1\nkind: [unclosed\n"),
+        ("no-kind", "cluster-1", "apiVersion: v1\nmetadata:\n  name: x\n"),
+        ("orphan", "no-such-cluster", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"),
+        ("on-bad-cluster", "bad-url", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"),
+    ];
+    for (name, cluster, manifests) in &bad_apps {
+        let object: FleetApp = serde_json::from_value(json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"destination": {"cluster": cluster, "namespace": "bad"}, "source": {"manifests": manifests}},
+        }))
+        .unwrap();
+        apps.create(&Default::default(), &object).await.unwrap();
+    }
+
+    let expect_cluster = |name: &'static str, phase: ClusterPhase, text: &'static str| {
+        let clusters = clusters.clone();
+        async move {
+            wait_for(&format!("cluster {name} to be {phase:?}"), SETTLE, || async {
+                let s = clusters.get(name).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+                match (&s.phase, &s.message) {
+                    (Some(p), Some(m)) if *p == phase && m.contains(text) => Ok(()),
+                    _ => Err(format!("{:?}: {:?}", s.phase, s.message)),
+                }
+            })
+            .await
+            .unwrap();
+        }
+    };
+    expect_cluster("bad-url", ClusterPhase::Invalid, "is not a valid http(s) URL").await;
+    expect_cluster("no-secret", ClusterPhase::Invalid, "Secret \"missing\" not found").await;
+    let expect_app = |name: &'static str, text: &'static str| {
+        let apps = apps.clone();
+        async move {
+            wait_for(&format!("app {name} to fail clearly"), SETTLE, || async {
+                let s = apps.get(name).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+                match (&s.sync_phase, &s.message) {
+                    (Some(SyncPhase::Failed), Some(m)) if m.contains(text) => Ok(()),
+                    _ => Err(format!("{:?}: {:?}", s.sync_phase, s.message)),
+                }
+            })
+            .await
+            .unwrap();
+        }
+    };
+    expect_app("malformed", "not valid YAML").await;
+    expect_app("no-kind", "document 1 is not a Kubernetes object: kind is missing").await;
+    expect_app("orphan", "FleetCluster \"no-such-cluster\" does not exist").await;
+    expect_app("on-bad-cluster", "FleetCluster \"bad-url\" is invalid").await;
+
+    // Everything else is Synced, and no status carries a credential.
+    let good: Vec<String> = (0..12).map(|i| format!("app-{i}")).collect();
+    wait_for("the good apps to be Synced", SETTLE, || async {
+        let mut pending = Vec::new();
+        for name in &good {
+            let app = apps.get(name).await.map_err(|e| e.to_string())?;
+            if app.status.and_then(|s| s.sync_phase) != Some(SyncPhase::Synced) {
+                pending.push(name.clone());
+            }
+        }
+        if pending.is_empty() { Ok(()) } else { Err(format!("not synced: {pending:?}")) }
+    })
+    .await
+    .unwrap();
+    let token = fleet.env.destinations()[0]
+        .server()
+        .identity(support::DESTINATION_IDENTITY)
+        .unwrap()
+        .token;
+    for c in clusters.list(&ListParams::default()).await.unwrap().items {
+        let text = serde_json::to_string(&c.status).unwrap();
+        assert!(!text.contains(&token), "{} status leaks the token", c.name_any());
+    }
+    for replica in fleet.replicas.values() {
+        assert!(!replica.process.stderr().contains(&token), "a log line leaks the token");
+    }
+}

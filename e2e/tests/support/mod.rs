@@ -1,0 +1,359 @@
+//! A shardwise fleet on test API servers: a control plane with the CRDs, RBAC and StatefulSet
+//! of the repository, destination clusters, FleetClusters and FleetApps, and real
+//! `shardwise-controller` processes, one per replica.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use shardwise_api::keys::SHARD_LABEL;
+use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
+use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, scrape, wait_for};
+
+pub const NAMESPACE: &str = "shardwise";
+pub const STATEFULSET: &str = "shardwise";
+/// The identity of the controller on destination clusters (cluster admin there).
+pub const DESTINATION_IDENTITY: &str = "shardwise-destination";
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn repo_file(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
+}
+
+/// How to build a fleet.
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    pub replicas: u32,
+    pub clusters: u32,
+    pub apps: u32,
+    pub destinations: usize,
+    /// Enforce RBAC on the control plane with `deploy/rbac.yaml`.
+    pub rbac: bool,
+    /// Extra flags for every replica.
+    pub args: Vec<String>,
+    /// Record every reconcile interval to a per-replica audit file.
+    pub audit: bool,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        Self {
+            replicas: 3,
+            clusters: 20,
+            apps: 500,
+            destinations: 2,
+            rbac: true,
+            args: Vec::new(),
+            audit: false,
+        }
+    }
+}
+
+/// One replica process.
+pub struct Replica {
+    pub process: Process,
+    pub metrics_url: String,
+    pub ready_url: String,
+    pub audit: Option<PathBuf>,
+}
+
+pub struct Fleet {
+    pub env: Environment,
+    pub options: FleetOptions,
+    pub admin: Client,
+    pub replicas: BTreeMap<u32, Replica>,
+    /// Audit files of every replica incarnation, for the overlap check.
+    pub audits: Vec<PathBuf>,
+}
+
+/// Flags that make a test fleet react in seconds rather than minutes.
+pub fn fast_flags() -> Vec<String> {
+    [
+        "--resync-interval=5s",
+        "--probe-interval=5s",
+        "--plan-interval=3s",
+        "--log=info,kube=warn",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+pub fn statefulset_yaml(replicas: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: {STATEFULSET}\n  namespace: {NAMESPACE}\nspec:\n  replicas: {replicas}\n  serviceName: {STATEFULSET}\n  selector:\n    matchLabels:\n      app: shardwise\n  template:\n    metadata:\n      labels:\n        app: shardwise\n    spec:\n      containers:\n        - name: controller\n          image: shardwise:test\n"
+    )
+}
+
+/// The manifests of app `index`: one ConfigMap named after the app.
+pub fn app_manifests(index: u32, generation: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{index}\ndata:\n  generation: \"{generation}\"\n  payload: \"{}\"\n",
+        "x".repeat(64)
+    )
+}
+
+impl Fleet {
+    pub async fn start(options: FleetOptions) -> Result<Self> {
+        let mut builder = Environment::builder()
+            .destinations(options.destinations)
+            .destination_identity(Identity::admin(DESTINATION_IDENTITY))
+            .rbac(options.rbac);
+        for ordinal in 0..options.replicas + 2 {
+            builder = builder.identity(Identity::service_account(
+                format!("{STATEFULSET}-{ordinal}"),
+                NAMESPACE,
+                "shardwise",
+            ));
+        }
+        let env = builder.start()?;
+        let cp = env.control_plane();
+        let admin = cp.client("admin").await?;
+        cp.apply_yaml("admin", &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"))
+            .await?;
+        cp.apply_file("admin", &repo_file("deploy/crds.yaml")).await?;
+        cp.apply_file("admin", &repo_file("deploy/rbac.yaml")).await?;
+        cp.apply_yaml("admin", &statefulset_yaml(options.replicas)).await?;
+        let mut fleet = Self {
+            env,
+            options: options.clone(),
+            admin,
+            replicas: BTreeMap::new(),
+            audits: Vec::new(),
+        };
+        fleet.create_destination_secrets().await?;
+        fleet.create_clusters(0..options.clusters).await?;
+        fleet.create_apps(0..options.apps).await?;
+        for ordinal in 0..options.replicas {
+            fleet.spawn_replica(ordinal)?;
+        }
+        Ok(fleet)
+    }
+
+    pub fn clusters_api(&self) -> Api<FleetCluster> {
+        Api::namespaced(self.admin.clone(), NAMESPACE)
+    }
+
+    pub fn apps_api(&self) -> Api<FleetApp> {
+        Api::namespaced(self.admin.clone(), NAMESPACE)
+    }
+
+    async fn create_destination_secrets(&self) -> Result<()> {
+        for (index, destination) in self.env.destinations().iter().enumerate() {
+            let token = destination
+                .server()
+                .identity(DESTINATION_IDENTITY)
+                .ok_or("destination identity missing")?
+                .token;
+            let ca = destination.server().ca_pem().unwrap_or_default().to_string();
+            let secret = json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": format!("dest-{index}-credentials"), "namespace": NAMESPACE},
+                "stringData": {"token": token, "ca.crt": ca},
+            });
+            self.env
+                .control_plane()
+                .apply_yaml("admin", &serde_json::to_string(&secret)?)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// FleetClusters `cluster-N`, spread over the destinations.
+    pub async fn create_clusters(&self, range: std::ops::Range<u32>) -> Result<()> {
+        let api = self.clusters_api();
+        for i in range {
+            let d = i as usize % self.env.destinations().len();
+            let cluster: FleetCluster = serde_json::from_value(json!({
+                "apiVersion": "shardwise.io/v1alpha1",
+                "kind": "FleetCluster",
+                "metadata": {"name": format!("cluster-{i}"), "namespace": NAMESPACE},
+                "spec": {
+                    "server": self.env.destinations()[d].url(),
+                    "credentials": {"secretRef": {"name": format!("dest-{d}-credentials")}},
+                },
+            }))?;
+            api.create(&PostParams::default(), &cluster).await?;
+        }
+        Ok(())
+    }
+
+    /// FleetApps `app-N` on `cluster-(N mod clusters)`, each applying one ConfigMap into
+    /// namespace `team-(N mod 5)`.
+    pub async fn create_apps(&self, range: std::ops::Range<u32>) -> Result<()> {
+        let api = self.apps_api();
+        let clusters = self.options.clusters.max(1);
+        for i in range {
+            let app: FleetApp = serde_json::from_value(json!({
+                "apiVersion": "shardwise.io/v1alpha1",
+                "kind": "FleetApp",
+                "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
+                "spec": {
+                    "destination": {"cluster": format!("cluster-{}", i % clusters), "namespace": format!("team-{}", i % 5)},
+                    "source": {"manifests": app_manifests(i, 1)},
+                },
+            }))?;
+            api.create(&PostParams::default(), &app).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts replica `ordinal` (again, after a stop).
+    pub fn spawn_replica(&mut self, ordinal: u32) -> Result<()> {
+        let name = format!("{STATEFULSET}-{ordinal}");
+        let port = free_port()?;
+        let kubeconfig = self.env.control_plane().kubeconfig_path(&name)?;
+        let audit = self.options.audit.then(|| {
+            self.env
+                .dir()
+                .join(format!("audit-{ordinal}-{}.jsonl", self.audits.len()))
+        });
+        let mut spec = ProcessSpec::new(name.clone(), env!("CARGO_BIN_EXE_shardwise-controller"))
+            .env("POD_NAME", &name)
+            .env("POD_NAMESPACE", NAMESPACE)
+            .env("KUBECONFIG", &kubeconfig)
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .arg(format!("--health-addr=127.0.0.1:{port}"))
+            .args(fast_flags())
+            .args(self.options.args.clone());
+        if let Some(path) = &audit {
+            spec = spec.arg(format!("--audit-file={}", path.display()));
+            self.audits.push(path.clone());
+        }
+        let process = self.env.spawn(&spec)?;
+        self.replicas.insert(
+            ordinal,
+            Replica {
+                process,
+                metrics_url: format!("http://127.0.0.1:{port}/metrics"),
+                ready_url: format!("http://127.0.0.1:{port}/readyz"),
+                audit,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops replica `ordinal` with SIGTERM (graceful) and waits for it to exit.
+    pub async fn stop_replica(&mut self, ordinal: u32) -> Result<()> {
+        if let Some(mut replica) = self.replicas.remove(&ordinal) {
+            let status = replica.process.stop(Duration::from_secs(30)).await?;
+            if !status.success() {
+                return Err(format!("replica {ordinal} exited with {status}:\n{}", replica.process.report()).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills replica `ordinal` with SIGKILL.
+    pub fn kill_replica(&mut self, ordinal: u32) -> Result<()> {
+        if let Some(mut replica) = self.replicas.remove(&ordinal) {
+            replica.process.kill()?;
+        }
+        Ok(())
+    }
+
+    pub async fn scale(&self, replicas: u32) -> Result<()> {
+        let api: Api<StatefulSet> = Api::namespaced(self.admin.clone(), NAMESPACE);
+        api.patch(
+            STATEFULSET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Every app Synced, and every cluster and app owned by exactly one live shard, with the
+    /// apps on their cluster's shard and the status written by that shard.
+    pub async fn check_settled(&self, live: &[u32]) -> std::result::Result<(), String> {
+        let clusters = self.clusters_api().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let apps = self.apps_api().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let mut owner_of: BTreeMap<String, u32> = BTreeMap::new();
+        for c in &clusters.items {
+            let shard = shard_label(c).ok_or_else(|| format!("cluster {} has no shard label", c.name_any()))?;
+            if !live.contains(&shard) {
+                return Err(format!("cluster {} is on shard {shard}, not one of {live:?}", c.name_any()));
+            }
+            if c.annotations().contains_key(shardwise_api::keys::DRAIN_TO_ANNOTATION) {
+                return Err(format!("cluster {} is still draining", c.name_any()));
+            }
+            owner_of.insert(c.name_any(), shard);
+        }
+        let mut not_synced = Vec::new();
+        for a in &apps.items {
+            let shard = shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
+            let status = a.status.clone().unwrap_or_default();
+            if let Some(&cluster_shard) = owner_of.get(&a.spec.destination.cluster)
+                && (cluster_shard != shard || status.shard != Some(shard))
+            {
+                return Err(format!(
+                    "app {} labelled {shard}, status by {:?}, its cluster on {cluster_shard}",
+                    a.name_any(),
+                    status.shard
+                ));
+            }
+            if status.sync_phase != Some(SyncPhase::Synced) || status.observed_generation != a.metadata.generation {
+                not_synced.push(format!("{}: {:?} {:?}", a.name_any(), status.sync_phase, status.message));
+            }
+        }
+        if !not_synced.is_empty() {
+            return Err(format!(
+                "{} of {} apps not synced, e.g. {}",
+                not_synced.len(),
+                apps.items.len(),
+                not_synced.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+            ));
+        }
+        Ok(())
+    }
+
+    pub async fn wait_settled(&self, live: &[u32], timeout: Duration) -> Result<()> {
+        wait_for("every app Synced and owned by a live shard", timeout, || self.check_settled(live)).await?;
+        Ok(())
+    }
+
+    /// The ConfigMap of app `index` in its destination, if present.
+    pub async fn destination_config_map(&self, index: u32) -> Result<Option<ConfigMap>> {
+        let cluster = index % self.options.clusters.max(1);
+        let d = cluster as usize % self.env.destinations().len();
+        let client = self.env.destinations()[d].client("admin").await?;
+        let api: Api<ConfigMap> = Api::namespaced(client, &format!("team-{}", index % 5));
+        Ok(api.get_opt(&format!("app-{index}")).await?)
+    }
+
+    /// Sum of a metric over every replica.
+    pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
+        let mut total = 0.0;
+        for replica in self.replicas.values() {
+            total += scrape(&replica.metrics_url).await?.sum(name, labels);
+        }
+        Ok(total)
+    }
+
+    /// Logs of every replica, for failure messages.
+    pub fn report(&self) -> String {
+        self.replicas
+            .values()
+            .map(|r| r.process.report())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+pub fn shard_label<K: kube::Resource>(object: &K) -> Option<u32> {
+    object
+        .meta()
+        .labels
+        .as_ref()?
+        .get(SHARD_LABEL)?
+        .parse()
+        .ok()
+}
