@@ -2,6 +2,9 @@
 //! replica, against a test control plane (with the repository's RBAC enforced) and two
 //! destination clusters.
 
+// Test code: a step that fails fails the test, helpers included.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;
@@ -31,47 +34,99 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
         assert_eq!(labels["app.kubernetes.io/managed-by"], "shardwise");
     }
 
-    let clusters = fleet.clusters_api().list(&ListParams::default()).await.unwrap();
+    let clusters = fleet
+        .clusters_api()
+        .list(&ListParams::default())
+        .await
+        .unwrap();
     let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
     for shard in 0..3u32 {
-        let owned_clusters = clusters.items.iter().filter(|c| shard_label(*c) == Some(shard)).count();
-        let owned_apps = apps.items.iter().filter(|a| shard_label(*a) == Some(shard)).count();
+        let owned_clusters = clusters
+            .items
+            .iter()
+            .filter(|c| shard_label(*c) == Some(shard))
+            .count();
+        let owned_apps = apps
+            .items
+            .iter()
+            .filter(|a| shard_label(*a) == Some(shard))
+            .count();
         assert!(owned_clusters > 0, "shard {shard} owns no cluster");
         let label = shard.to_string();
         let metrics_url = &fleet.replicas[&shard].metrics_url;
         // Each replica's gauges show exactly its own share.
-        wait_for("owned gauges to match the labels", Duration::from_secs(10), || async {
-            let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;
-            let c = m.get("shardwise_owned_clusters", &[("shard", &label)]);
-            let a = m.get("shardwise_owned_apps", &[("shard", &label)]);
-            if c == Some(owned_clusters as f64) && a == Some(owned_apps as f64) {
-                Ok(())
-            } else {
-                Err(format!("clusters {c:?} apps {a:?}, labels say {owned_clusters} and {owned_apps}"))
-            }
-        })
+        wait_for(
+            "owned gauges to match the labels",
+            Duration::from_secs(10),
+            || async {
+                let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;
+                let c = m.get("shardwise_owned_clusters", &[("shard", &label)]);
+                let a = m.get("shardwise_owned_apps", &[("shard", &label)]);
+                if c == Some(owned_clusters as f64) && a == Some(owned_apps as f64) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "clusters {c:?} apps {a:?}, labels say {owned_clusters} and {owned_apps}"
+                    ))
+                }
+            },
+        )
         .await
         .unwrap();
         let m = scrape(metrics_url).await.unwrap();
-        assert!(m.sum("shardwise_reconciles_total", &[("kind", "app"), ("result", "success")]) >= owned_apps as f64);
+        assert!(
+            m.sum(
+                "shardwise_reconciles_total",
+                &[("kind", "app"), ("result", "success")]
+            ) >= owned_apps as f64
+        );
     }
     let clusters_api = fleet.clusters_api();
-    wait_for("every cluster Connected, with its owner and app count", Duration::from_secs(30), || async {
-        let list = clusters_api.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-        for c in &list.items {
-            let status = c.status.clone().unwrap_or_default();
-            if status.phase != Some(ClusterPhase::Connected) || status.shard != shard_label(c) || status.app_count != Some(25) {
-                return Err(format!("{}: {:?} shard {:?} apps {:?} {:?}", c.name_any(), status.phase, status.shard, status.app_count, status.message));
+    wait_for(
+        "every cluster Connected, with its owner and app count",
+        Duration::from_secs(30),
+        || async {
+            let list = clusters_api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            for c in &list.items {
+                let status = c.status.clone().unwrap_or_default();
+                if status.phase != Some(ClusterPhase::Connected)
+                    || status.shard != shard_label(c)
+                    || status.app_count != Some(25)
+                {
+                    return Err(format!(
+                        "{}: {:?} shard {:?} apps {:?} {:?}",
+                        c.name_any(),
+                        status.phase,
+                        status.shard,
+                        status.app_count,
+                        status.message
+                    ));
+                }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        },
+    )
     .await
     .unwrap();
     // One planner, and no request refused by RBAC anywhere.
-    assert_eq!(fleet.metric_sum("shardwise_planner_leader", &[]).await.unwrap(), 1.0);
     assert_eq!(
-        fleet.metric_sum("shardwise_api_requests_total", &[("target", "control-plane"), ("code", "403")]).await.unwrap(),
+        fleet
+            .metric_sum("shardwise_planner_leader", &[])
+            .await
+            .unwrap(),
+        1.0
+    );
+    assert_eq!(
+        fleet
+            .metric_sum(
+                "shardwise_api_requests_total",
+                &[("target", "control-plane"), ("code", "403")]
+            )
+            .await
+            .unwrap(),
         0.0,
         "{}",
         fleet.report()
@@ -96,17 +151,33 @@ async fn apps_follow_their_manifests_prune_and_repair_drift() {
     // Edit: new data and a second object.
     let second = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-3-extra\ndata:\n  k: v\n";
     let manifests = format!("{}---\n{second}", app_manifests(3, 2));
-    apps.patch("app-3", &PatchParams::default(), &Patch::Merge(json!({"spec": {"source": {"manifests": manifests}}})))
+    apps.patch(
+        "app-3",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"source": {"manifests": manifests}}})),
+    )
+    .await
+    .unwrap();
+    let dest = fleet.env.destinations()[3 % 2]
+        .client("admin")
         .await
         .unwrap();
-    let dest = fleet.env.destinations()[3 % 2].client("admin").await.unwrap();
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(dest, "team-3");
     wait_for("the edit to reach the destination", SETTLE, || async {
         let main = cms.get_opt("app-3").await.map_err(|e| e.to_string())?;
-        let extra = cms.get_opt("app-3-extra").await.map_err(|e| e.to_string())?;
-        match (main.and_then(|c| c.data).map(|d| d["generation"].clone()), extra) {
+        let extra = cms
+            .get_opt("app-3-extra")
+            .await
+            .map_err(|e| e.to_string())?;
+        match (
+            main.and_then(|c| c.data).map(|d| d["generation"].clone()),
+            extra,
+        ) {
             (Some(g), Some(_)) if g == "2" => Ok(()),
-            (g, extra) => Err(format!("generation {g:?}, extra present {}", extra.is_some())),
+            (g, extra) => Err(format!(
+                "generation {g:?}, extra present {}",
+                extra.is_some()
+            )),
         }
     })
     .await
@@ -116,11 +187,19 @@ async fn apps_follow_their_manifests_prune_and_repair_drift() {
     assert_eq!(inventory.len(), 2, "{inventory:?}");
 
     // Remove the second manifest: it is pruned.
-    apps.patch("app-3", &PatchParams::default(), &Patch::Merge(json!({"spec": {"source": {"manifests": app_manifests(3, 3)}}})))
-        .await
-        .unwrap();
+    apps.patch(
+        "app-3",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"source": {"manifests": app_manifests(3, 3)}}})),
+    )
+    .await
+    .unwrap();
     wait_for("the removed manifest to be pruned", SETTLE, || async {
-        match cms.get_opt("app-3-extra").await.map_err(|e| e.to_string())? {
+        match cms
+            .get_opt("app-3-extra")
+            .await
+            .map_err(|e| e.to_string())?
+        {
             None => Ok(()),
             Some(_) => Err("app-3-extra still exists".into()),
         }
@@ -130,12 +209,16 @@ async fn apps_follow_their_manifests_prune_and_repair_drift() {
 
     // Drift: delete the object in the destination; the next resync puts it back.
     cms.delete("app-3", &DeleteParams::default()).await.unwrap();
-    wait_for("the deleted object to be re-applied", Duration::from_secs(30), || async {
-        match cms.get_opt("app-3").await.map_err(|e| e.to_string())? {
-            Some(cm) if cm.data.as_ref().is_some_and(|d| d["generation"] == "3") => Ok(()),
-            other => Err(format!("{:?}", other.map(|c| c.data))),
-        }
-    })
+    wait_for(
+        "the deleted object to be re-applied",
+        Duration::from_secs(30),
+        || async {
+            match cms.get_opt("app-3").await.map_err(|e| e.to_string())? {
+                Some(cm) if cm.data.as_ref().is_some_and(|d| d["generation"] == "3") => Ok(()),
+                other => Err(format!("{:?}", other.map(|c| c.data))),
+            }
+        },
+    )
     .await
     .unwrap();
 }
@@ -164,12 +247,23 @@ async fn scaling_moves_work_to_the_shards_that_exist() {
     fleet.spawn_replica(3).unwrap();
     let clusters = fleet.clusters_api();
     wait_for("the new shards to own clusters", SETTLE, || async {
-        let list = clusters.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-        let on = |s: u32| list.items.iter().filter(|c| shard_label(*c) == Some(s)).count();
+        let list = clusters
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let on = |s: u32| {
+            list.items
+                .iter()
+                .filter(|c| shard_label(*c) == Some(s))
+                .count()
+        };
         if on(2) > 0 && on(3) > 0 {
             Ok(())
         } else {
-            Err(format!("per shard: {:?}", (0..4).map(on).collect::<Vec<_>>()))
+            Err(format!(
+                "per shard: {:?}",
+                (0..4).map(on).collect::<Vec<_>>()
+            ))
         }
     })
     .await
@@ -193,8 +287,14 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
     let clusters = fleet.clusters_api();
     let apps = fleet.apps_api();
     let bad_clusters = [
-        ("bad-url", json!({"server": "not a url", "credentials": {"secretRef": {"name": "dest-0-credentials"}}})),
-        ("no-secret", json!({"server": fleet.env.destinations()[0].url(), "credentials": {"secretRef": {"name": "missing"}}})),
+        (
+            "bad-url",
+            json!({"server": "not a url", "credentials": {"secretRef": {"name": "dest-0-credentials"}}}),
+        ),
+        (
+            "no-secret",
+            json!({"server": fleet.env.destinations()[0].url(), "credentials": {"secretRef": {"name": "missing"}}}),
+        ),
     ];
     for (name, spec) in &bad_clusters {
         let object: FleetCluster = serde_json::from_value(json!({
@@ -205,10 +305,26 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
         clusters.create(&Default::default(), &object).await.unwrap();
     }
     let bad_apps = [
-        ("malformed", "cluster-0", "apiVersion: v1\nkind: [unclosed\n"),
-        ("no-kind", "cluster-1", "apiVersion: v1\nmetadata:\n  name: x\n"),
-        ("orphan", "no-such-cluster", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"),
-        ("on-bad-cluster", "bad-url", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"),
+        (
+            "malformed",
+            "cluster-0",
+            "apiVersion: v1\nkind: [unclosed\n",
+        ),
+        (
+            "no-kind",
+            "cluster-1",
+            "apiVersion: v1\nmetadata:\n  name: x\n",
+        ),
+        (
+            "orphan",
+            "no-such-cluster",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
+        ),
+        (
+            "on-bad-cluster",
+            "bad-url",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
+        ),
     ];
     for (name, cluster, manifests) in &bad_apps {
         let object: FleetApp = serde_json::from_value(json!({
@@ -223,24 +339,48 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
     let expect_cluster = |name: &'static str, phase: ClusterPhase, text: &'static str| {
         let clusters = clusters.clone();
         async move {
-            wait_for(&format!("cluster {name} to be {phase:?}"), SETTLE, || async {
-                let s = clusters.get(name).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
-                match (&s.phase, &s.message) {
-                    (Some(p), Some(m)) if *p == phase && m.contains(text) => Ok(()),
-                    _ => Err(format!("{:?}: {:?}", s.phase, s.message)),
-                }
-            })
+            wait_for(
+                &format!("cluster {name} to be {phase:?}"),
+                SETTLE,
+                || async {
+                    let s = clusters
+                        .get(name)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .status
+                        .unwrap_or_default();
+                    match (&s.phase, &s.message) {
+                        (Some(p), Some(m)) if *p == phase && m.contains(text) => Ok(()),
+                        _ => Err(format!("{:?}: {:?}", s.phase, s.message)),
+                    }
+                },
+            )
             .await
             .unwrap();
         }
     };
-    expect_cluster("bad-url", ClusterPhase::Invalid, "is not a valid http(s) URL").await;
-    expect_cluster("no-secret", ClusterPhase::Invalid, "Secret \"missing\" not found").await;
+    expect_cluster(
+        "bad-url",
+        ClusterPhase::Invalid,
+        "is not a valid http(s) URL",
+    )
+    .await;
+    expect_cluster(
+        "no-secret",
+        ClusterPhase::Invalid,
+        "Secret \"missing\" not found",
+    )
+    .await;
     let expect_app = |name: &'static str, text: &'static str| {
         let apps = apps.clone();
         async move {
             wait_for(&format!("app {name} to fail clearly"), SETTLE, || async {
-                let s = apps.get(name).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+                let s = apps
+                    .get(name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
                 match (&s.sync_phase, &s.message) {
                     (Some(SyncPhase::Failed), Some(m)) if m.contains(text) => Ok(()),
                     _ => Err(format!("{:?}: {:?}", s.sync_phase, s.message)),
@@ -251,7 +391,11 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
         }
     };
     expect_app("malformed", "not valid YAML").await;
-    expect_app("no-kind", "document 1 is not a Kubernetes object: kind is missing").await;
+    expect_app(
+        "no-kind",
+        "document 1 is not a Kubernetes object: kind is missing",
+    )
+    .await;
     expect_app("orphan", "FleetCluster \"no-such-cluster\" does not exist").await;
     expect_app("on-bad-cluster", "FleetCluster \"bad-url\" is invalid").await;
 
@@ -265,7 +409,11 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
                 pending.push(name.clone());
             }
         }
-        if pending.is_empty() { Ok(()) } else { Err(format!("not synced: {pending:?}")) }
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("not synced: {pending:?}"))
+        }
     })
     .await
     .unwrap();
@@ -276,9 +424,16 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
         .token;
     for c in clusters.list(&ListParams::default()).await.unwrap().items {
         let text = serde_json::to_string(&c.status).unwrap();
-        assert!(!text.contains(&token), "{} status leaks the token", c.name_any());
+        assert!(
+            !text.contains(&token),
+            "{} status leaks the token",
+            c.name_any()
+        );
     }
     for replica in fleet.replicas.values() {
-        assert!(!replica.process.stderr().contains(&token), "a log line leaks the token");
+        assert!(
+            !replica.process.stderr().contains(&token),
+            "a log line leaks the token"
+        );
     }
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
 use shard_assign::{Ratio, StrategyConfig, StrategyKind};
 use shardwise_sim::AppDistribution;
 
@@ -26,6 +27,9 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Show where each cluster of an inventory would go, and the load of each shard.
     Assign(AssignArgs),
+    /// Read a live fleet through the kubeconfig and show, per strategy, the load of each shard
+    /// and what would move when the replica count changes from --replicas to --to.
+    Plan(PlanArgs),
     /// Print the CustomResourceDefinitions of shardwise (FleetCluster, FleetApp) as YAML.
     Crds,
 }
@@ -35,6 +39,16 @@ pub enum Format {
     Table,
     Json,
     Csv,
+}
+
+/// Where `plan` reads the fleet from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// FleetClusters and FleetApps; the current placement is their shard label.
+    Shardwise,
+    /// Argo CD's cluster Secrets and Applications; the current placement is computed.
+    Argocd,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -171,6 +185,50 @@ pub struct AssignArgs {
     pub inventory: PathBuf,
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct PlanArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Namespace of the fleet (default: shardwise, or argocd with --source argocd).
+    #[arg(long, short = 'n', value_name = "NS")]
+    pub namespace: Option<String>,
+    /// What to read: FleetClusters and FleetApps, or Argo CD's cluster Secrets and Applications.
+    #[arg(long, value_enum, default_value_t = Source::Shardwise)]
+    pub source: Source,
+    /// Namespaces to read Argo CD Applications from, comma-separated, `*` for all
+    /// (default: --namespace).
+    #[arg(long, value_delimiter = ',', value_name = "NS")]
+    pub app_namespaces: Vec<String>,
+    /// StatefulSet whose replica count is the current one (default: shardwise, or
+    /// argocd-application-controller with --source argocd).
+    #[arg(long, value_name = "NAME")]
+    pub statefulset: Option<String>,
+    /// Replicas now (default: read from the StatefulSet).
+    #[arg(long, value_parser = at_least_one)]
+    pub replicas: Option<u32>,
+    /// Replicas to plan for (default: --replicas).
+    #[arg(long, value_parser = at_least_one)]
+    pub to: Option<u32>,
+    /// Strategies to plan with, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub strategy: Vec<StrategyKind>,
+    /// How Argo CD places clusters today (--source argocd only; default: legacy-modulo).
+    #[arg(long, value_name = "NAME")]
+    pub current_strategy: Option<StrategyKind>,
+    #[command(flatten)]
+    pub strategy_args: StrategyArgs,
+    /// Moved clusters listed per strategy in table format (0 lists all).
+    #[arg(long, default_value_t = 20, value_parser = count::<usize>)]
+    pub limit: usize,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }

@@ -2,7 +2,9 @@
 
 mod cli;
 mod commands;
+mod fleet;
 mod output;
+mod planning;
 mod plot;
 
 use std::io::Write;
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => commands::simulate::run(&args),
         Command::Assign(args) => commands::assign::run(&args),
+        Command::Plan(args) => commands::plan::run(&args),
         Command::Crds => commands::crds::run(),
     };
     match result {

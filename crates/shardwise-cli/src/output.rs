@@ -1,5 +1,7 @@
 //! Rendering of results as aligned tables, CSV or JSON.
 
+mod plan;
+
 use std::io::{self, Write};
 
 use serde::Serialize;
@@ -7,6 +9,8 @@ use shard_assign::{Assignment, Balance, Cluster, ShardId, ShardLoad, Warning};
 use shardwise_sim::{Report, Scenario, Summary};
 
 use crate::cli::Format;
+
+pub(crate) use plan::{messages as plan_messages, write_plan};
 
 /// A table of strings, printed with aligned columns (numbers right-aligned).
 struct Table {

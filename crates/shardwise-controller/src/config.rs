@@ -30,7 +30,12 @@ fn positive_u32(text: &str) -> Result<u32, String> {
 /// The sharded shardwise controller. Run one replica per pod of a StatefulSet; each reconciles
 /// the clusters (and their apps) of its shard, and one of them, elected, plans the shards.
 #[derive(Clone, Debug, Parser)]
-#[command(name = "shardwise-controller", version, allow_negative_numbers = true)]
+#[command(
+    name = "shardwise-controller",
+    version,
+    allow_negative_numbers = true,
+    args_override_self = true
+)]
 pub struct Config {
     /// Namespace of the FleetClusters, FleetApps, leases and the StatefulSet.
     #[arg(long, env = "POD_NAMESPACE")]

@@ -124,7 +124,8 @@ pub async fn hold(
                 }
             }
             Ok(Ok(false)) => {
-                if holding.borrow().is_held() {
+                let was_held = holding.borrow().is_held();
+                if was_held {
                     warn!(lease = %spec.name, "lease taken by another holder");
                 }
                 holding.send_replace(Holding::NotHeld);
@@ -132,8 +133,10 @@ pub async fn hold(
             Ok(Err(e)) => debug!(lease = %spec.name, error = %e, "lease renewal failed"),
             Err(_) => debug!(lease = %spec.name, "lease renewal timed out"),
         }
-        // Past the fence without a renewal, the lease is lost for every purpose.
-        if let Holding::Held { fence_at } = *holding.borrow()
+        // Past the fence without a renewal, the lease is lost for every purpose. (Copy the
+        // state out first: a borrow held across `send_replace` would deadlock the channel.)
+        let current = *holding.borrow();
+        if let Holding::Held { fence_at } = current
             && Instant::now() >= fence_at
         {
             warn!(lease = %spec.name, "could not renew the lease before the renew deadline");
@@ -144,7 +147,8 @@ pub async fn hold(
             _ = tokio::time::sleep(spec.timing.retry_period) => {}
         }
     }
-    if holding.borrow().is_held() {
+    let held = holding.borrow().is_held();
+    if held {
         match tokio::time::timeout(attempt_timeout, release(&api, &spec)).await {
             Ok(Ok(())) => info!(lease = %spec.name, "lease released"),
             Ok(Err(e)) => warn!(lease = %spec.name, error = %e, "could not release the lease"),

@@ -87,6 +87,29 @@ pub struct PlanMemory {
     pub shards: ShardSet,
 }
 
+impl PlanMemory {
+    /// The memory a planner would have if it had just placed the fleet as it stands: for a
+    /// planner that takes over, so that its first pass spends no move on a fleet that did not
+    /// change (a planner failover must not move clusters).
+    pub fn of_current(clusters: &[ClusterView], apps: &[AppView], membership: &Membership) -> Self {
+        let mut app_counts: BTreeMap<&ObjectKey, u64> = BTreeMap::new();
+        for app in apps {
+            *app_counts.entry(&app.cluster).or_default() += 1;
+        }
+        let loads = clusters
+            .iter()
+            .map(|c| {
+                let apps = app_counts.get(&c.key).copied().unwrap_or(0);
+                (c.uid.clone(), apps.saturating_mul(u64::from(c.weight.unwrap_or(1))))
+            })
+            .collect();
+        Self {
+            loads,
+            shards: membership.live(),
+        }
+    }
+}
+
 /// The outcome of a planning pass.
 #[derive(Clone, Debug)]
 pub struct Plan {

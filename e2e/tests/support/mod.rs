@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod audit;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,7 +27,9 @@ pub const DESTINATION_IDENTITY: &str = "shardwise-destination";
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn repo_file(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
 }
 
 /// How to build a fleet.
@@ -116,11 +120,17 @@ impl Fleet {
         let env = builder.start()?;
         let cp = env.control_plane();
         let admin = cp.client("admin").await?;
-        cp.apply_yaml("admin", &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"))
+        cp.apply_yaml(
+            "admin",
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
+        )
+        .await?;
+        cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
             .await?;
-        cp.apply_file("admin", &repo_file("deploy/crds.yaml")).await?;
-        cp.apply_file("admin", &repo_file("deploy/rbac.yaml")).await?;
-        cp.apply_yaml("admin", &statefulset_yaml(options.replicas)).await?;
+        cp.apply_file("admin", &repo_file("deploy/rbac.yaml"))
+            .await?;
+        cp.apply_yaml("admin", &statefulset_yaml(options.replicas))
+            .await?;
         let mut fleet = Self {
             env,
             options: options.clone(),
@@ -152,7 +162,11 @@ impl Fleet {
                 .identity(DESTINATION_IDENTITY)
                 .ok_or("destination identity missing")?
                 .token;
-            let ca = destination.server().ca_pem().unwrap_or_default().to_string();
+            let ca = destination
+                .server()
+                .ca_pem()
+                .unwrap_or_default()
+                .to_string();
             let secret = json!({
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -246,7 +260,11 @@ impl Fleet {
         if let Some(mut replica) = self.replicas.remove(&ordinal) {
             let status = replica.process.stop(Duration::from_secs(30)).await?;
             if !status.success() {
-                return Err(format!("replica {ordinal} exited with {status}:\n{}", replica.process.report()).into());
+                return Err(format!(
+                    "replica {ordinal} exited with {status}:\n{}",
+                    replica.process.report()
+                )
+                .into());
             }
         }
         Ok(())
@@ -274,22 +292,37 @@ impl Fleet {
     /// Every app Synced, and every cluster and app owned by exactly one live shard, with the
     /// apps on their cluster's shard and the status written by that shard.
     pub async fn check_settled(&self, live: &[u32]) -> std::result::Result<(), String> {
-        let clusters = self.clusters_api().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-        let apps = self.apps_api().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let clusters = self
+            .clusters_api()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let apps = self
+            .apps_api()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
         let mut owner_of: BTreeMap<String, u32> = BTreeMap::new();
         for c in &clusters.items {
-            let shard = shard_label(c).ok_or_else(|| format!("cluster {} has no shard label", c.name_any()))?;
+            let shard = shard_label(c)
+                .ok_or_else(|| format!("cluster {} has no shard label", c.name_any()))?;
             if !live.contains(&shard) {
-                return Err(format!("cluster {} is on shard {shard}, not one of {live:?}", c.name_any()));
+                return Err(format!(
+                    "cluster {} is on shard {shard}, not one of {live:?}",
+                    c.name_any()
+                ));
             }
-            if c.annotations().contains_key(shardwise_api::keys::DRAIN_TO_ANNOTATION) {
+            if c.annotations()
+                .contains_key(shardwise_api::keys::DRAIN_TO_ANNOTATION)
+            {
                 return Err(format!("cluster {} is still draining", c.name_any()));
             }
             owner_of.insert(c.name_any(), shard);
         }
         let mut not_synced = Vec::new();
         for a in &apps.items {
-            let shard = shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
+            let shard =
+                shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
             let status = a.status.clone().unwrap_or_default();
             if let Some(&cluster_shard) = owner_of.get(&a.spec.destination.cluster)
                 && (cluster_shard != shard || status.shard != Some(shard))
@@ -300,8 +333,15 @@ impl Fleet {
                     status.shard
                 ));
             }
-            if status.sync_phase != Some(SyncPhase::Synced) || status.observed_generation != a.metadata.generation {
-                not_synced.push(format!("{}: {:?} {:?}", a.name_any(), status.sync_phase, status.message));
+            if status.sync_phase != Some(SyncPhase::Synced)
+                || status.observed_generation != a.metadata.generation
+            {
+                not_synced.push(format!(
+                    "{}: {:?} {:?}",
+                    a.name_any(),
+                    status.sync_phase,
+                    status.message
+                ));
             }
         }
         if !not_synced.is_empty() {
@@ -309,14 +349,24 @@ impl Fleet {
                 "{} of {} apps not synced, e.g. {}",
                 not_synced.len(),
                 apps.items.len(),
-                not_synced.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+                not_synced
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
             ));
         }
         Ok(())
     }
 
     pub async fn wait_settled(&self, live: &[u32], timeout: Duration) -> Result<()> {
-        wait_for("every app Synced and owned by a live shard", timeout, || self.check_settled(live)).await?;
+        wait_for(
+            "every app Synced and owned by a live shard",
+            timeout,
+            || self.check_settled(live),
+        )
+        .await?;
         Ok(())
     }
 

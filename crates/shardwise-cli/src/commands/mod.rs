@@ -2,4 +2,5 @@
 
 pub(crate) mod assign;
 pub(crate) mod crds;
+pub(crate) mod plan;
 pub(crate) mod simulate;

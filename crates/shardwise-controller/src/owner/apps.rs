@@ -41,8 +41,7 @@ pub(super) async fn watch_events(
                 Some(seen) if seen == generation => {}
                 seen => {
                     if seen.is_none() {
-                        // The cluster's app count changed.
-                        owner.cluster_queue.add(cluster_of(&app));
+                        owner.recount(cluster_of(&app));
                     }
                     owner.app_queue.add(key);
                 }
@@ -52,7 +51,7 @@ pub(super) async fn watch_events(
             let key = key_of(&app);
             generations.remove(&key);
             owner.app_queue.forget(&key);
-            owner.cluster_queue.add(cluster_of(&app));
+            owner.recount(cluster_of(&app));
         }
         watcher::Event::Init | watcher::Event::InitDone => {}
     })
@@ -60,7 +59,10 @@ pub(super) async fn watch_events(
 }
 
 fn cluster_of(app: &FleetApp) -> ObjectKey {
-    ObjectKey::new(app.namespace().unwrap_or_default(), app.spec.destination.cluster.clone())
+    ObjectKey::new(
+        app.namespace().unwrap_or_default(),
+        app.spec.destination.cluster.clone(),
+    )
 }
 
 /// What a reconcile of an app ended with.
@@ -209,12 +211,16 @@ async fn sync(
         Ok(m) => m,
         Err(e) => return fail(owner, app, e.to_string(), false).await,
     };
-    let destination = match destination_for(owner, cluster_key, &cluster).await? {
-        Ok(d) => d,
-        Err(message) => {
-            let message = format!("FleetCluster {:?} is invalid: {message}", cluster_key.name);
-            return fail(owner, app, message, false).await;
-        }
+    // The cluster's probe keeps its client current; apps only build one if there is none yet.
+    let destination = match owner.destination(cluster_key) {
+        Some(d) => d,
+        None => match destination_for(owner, cluster_key, &cluster).await? {
+            Ok(d) => d,
+            Err(message) => {
+                let message = format!("FleetCluster {:?} is invalid: {message}", cluster_key.name);
+                return fail(owner, app, message, false).await;
+            }
+        },
     };
     let uid = app.uid().unwrap_or_default();
     let app_name = format!("{}/{}", cluster_key.namespace, app.name_any());
@@ -287,6 +293,11 @@ async fn write_status(
             app.metadata.generation,
         )],
     };
+    // A resync that changed nothing writes nothing: the control plane's write budget goes to
+    // apps that need it. (lastSyncTime is thus the last sync that changed the outcome.)
+    if same_outcome(&status, &previous) {
+        return Ok(());
+    }
     let api: Api<FleetApp> =
         Api::namespaced(owner.client.clone(), &app.namespace().unwrap_or_default());
     let patch = serde_json::json!({ "status": status_patch(&status, APP_STATUS_FIELDS) });
@@ -299,9 +310,60 @@ async fn write_status(
     Ok(())
 }
 
+/// Equal but for timestamps.
+fn same_outcome(a: &FleetAppStatus, b: &FleetAppStatus) -> bool {
+    let conditions = |s: &FleetAppStatus| -> Vec<(String, String, String, String)> {
+        s.conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                )
+            })
+            .collect()
+    };
+    (
+        a.sync_phase,
+        &a.message,
+        &a.applied_resources,
+        a.shard,
+        a.observed_generation,
+    ) == (
+        b.sync_phase,
+        &b.message,
+        &b.applied_resources,
+        b.shard,
+        b.observed_generation,
+    ) && conditions(a) == conditions(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_alone_are_not_a_change() {
+        let status = |phase, time: i64| FleetAppStatus {
+            sync_phase: Some(phase),
+            last_sync_time: Some(Time(jiff::Timestamp::from_second(time).unwrap())),
+            shard: Some(1),
+            ..Default::default()
+        };
+        assert!(same_outcome(
+            &status(SyncPhase::Synced, 1),
+            &status(SyncPhase::Synced, 2)
+        ));
+        assert!(!same_outcome(
+            &status(SyncPhase::Synced, 1),
+            &status(SyncPhase::Failed, 1)
+        ));
+        let mut moved = status(SyncPhase::Synced, 1);
+        moved.shard = Some(2);
+        assert!(!same_outcome(&moved, &status(SyncPhase::Synced, 1)));
+    }
 
     #[test]
     fn every_status_field_is_cleared_by_the_patch() {

@@ -32,6 +32,9 @@ use crate::destination::Destination;
 use crate::metrics::Metrics;
 use queue::WorkQueue;
 
+/// How long app arrivals and departures are gathered before a cluster's count is written.
+const RECOUNT_DELAY: Duration = Duration::from_secs(2);
+
 /// The placement record of a cluster object.
 pub fn record_of(cluster: &FleetCluster) -> ClusterRecord {
     let annotation = |key: &str| cluster.annotations().get(key).map(String::as_str);
@@ -238,6 +241,12 @@ impl Owner {
                 });
             }
         }
+    }
+
+    /// The apps of `cluster` changed: its status should show the new count. Batched, so that a
+    /// burst of arriving apps costs one status write, not one per app.
+    fn recount(&self, cluster: ObjectKey) {
+        self.cluster_queue.add_after(cluster, RECOUNT_DELAY);
     }
 
     fn update_gauges(&self) {

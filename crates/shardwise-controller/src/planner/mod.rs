@@ -367,7 +367,7 @@ async fn plan_loop(planner: &Arc<Planner>) {
         // A periodic pass forgets the previous loads, so that sticky-balanced may spend its
         // budget again while the fleet is above its target balance.
         let remembered = if periodic { None } else { memory.as_ref() };
-        match pass(planner, remembered, &mut pins_reported).await {
+        match pass(planner, remembered, memory.is_none(), &mut pins_reported).await {
             Ok(Some(m)) => memory = Some(m),
             Ok(None) => {}
             Err(e) => warn!(error = %e, "planning pass failed"),
@@ -392,6 +392,7 @@ async fn plan_loop(planner: &Arc<Planner>) {
 async fn pass(
     planner: &Arc<Planner>,
     memory: Option<&PlanMemory>,
+    first: bool,
     pins_reported: &mut BTreeSet<(ObjectKey, u32, u32)>,
 ) -> Result<Option<PlanMemory>, kube::Error> {
     let strategy_name = planner.strategy.kind.name().to_string();
@@ -411,6 +412,16 @@ async fn pass(
         .get_or_create(&MemberLabels { state: "live" })
         .set(membership.live().len() as i64);
     let (clusters, apps) = planner.views();
+    // A planner that just took over plans as if it had made the current placement itself.
+    let takeover;
+    let memory = match memory {
+        Some(m) => Some(m),
+        None if first => {
+            takeover = PlanMemory::of_current(&clusters, &apps, &membership);
+            Some(&takeover)
+        }
+        None => None,
+    };
     let result = plan(&planner.strategy, &clusters, &apps, &membership, memory);
     let plan = match result {
         Ok(plan) => plan,
@@ -468,7 +479,10 @@ async fn pass(
                 debug!(cluster = %key, "cluster changed under the planner; next pass retries");
                 planner.trigger.notify_one();
             }
-            Err(e) => warn!(cluster = %key, error = %e, "could not update cluster"),
+            Err(e) => {
+                warn!(cluster = %key, error = %e, "could not update cluster");
+                planner.trigger.notify_one();
+            }
         }
     }
     let labels: Vec<(ObjectKey, u32)> = plan

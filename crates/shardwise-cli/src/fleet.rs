@@ -1,0 +1,153 @@
+//! A live fleet as `shardwise plan` sees it: clusters with their app counts, pins and weights,
+//! and the shard each one is recorded on. The submodules `shardwise` and `argocd` build it from
+//! listed objects without any I/O (so they are tested without a cluster); `api` lists them.
+
+pub(crate) mod api;
+pub(crate) mod argocd;
+pub(crate) mod shardwise;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use shard_assign::{Cluster, ShardId};
+use thiserror::Error;
+
+use crate::cli::Source;
+
+/// Clusters of a fleet and where they are now.
+#[derive(Debug, Default)]
+pub(crate) struct LiveFleet {
+    /// Every cluster, in name order; `id` is the object's UID.
+    pub clusters: Vec<Cluster>,
+    /// The shard each cluster is recorded on, by id. Empty when the source records no placement
+    /// (Argo CD); clusters missing from it are unplaced.
+    pub recorded: BTreeMap<String, ShardId>,
+    /// Apps that target no known cluster: they move with no cluster and are not counted.
+    pub unmatched_apps: u64,
+    /// What a person should know about the objects read (invalid labels, ignored keys, ...).
+    pub notes: Vec<String>,
+}
+
+impl LiveFleet {
+    /// One more than the highest recorded shard: the replica count the labels imply, since a
+    /// StatefulSet's ordinals are contiguous.
+    pub fn shards_in_use(&self) -> Option<u32> {
+        self.recorded.values().max().map(|&s| s.saturating_add(1))
+    }
+}
+
+/// Objects that cannot be turned into clusters.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub(crate) enum FleetError {
+    #[error("{kind} {name:?} has no metadata.uid, so it cannot be identified")]
+    MissingUid { kind: &'static str, name: String },
+    #[error("FleetCluster {0:?} has weight 0; a weight must be at least 1")]
+    ZeroWeight(String),
+}
+
+/// Argo CD's application controller shards by this variable, not by `spec.replicas`.
+const ARGOCD_REPLICAS_ENV: &str = "ARGOCD_CONTROLLER_REPLICAS";
+
+/// The replica count of a controller's StatefulSet, and where it was read. For Argo CD, a literal
+/// `ARGOCD_CONTROLLER_REPLICAS` in the pod template wins over `spec.replicas`.
+pub(crate) fn statefulset_replicas(sts: &StatefulSet, source: Source) -> (u32, &'static str) {
+    if source == Source::Argocd {
+        let from_env = sts
+            .spec
+            .iter()
+            .filter_map(|spec| spec.template.spec.as_ref())
+            .flat_map(|pod| &pod.containers)
+            .flat_map(|c| c.env.iter().flatten())
+            .find(|e| e.name == ARGOCD_REPLICAS_ENV)
+            .and_then(|e| e.value.as_deref())
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        if let Some(n) = from_env {
+            return (n, "env ARGOCD_CONTROLLER_REPLICAS");
+        }
+    }
+    // An unset spec.replicas is defaulted to 1 by the API server.
+    let replicas = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .map_or(1, |r| u32::try_from(r).unwrap_or(0));
+    (replicas, "spec.replicas")
+}
+
+/// A list of names for a note: the first few, then how many more.
+fn some_names(names: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statefulset(json: &str) -> StatefulSet {
+        serde_json::from_str(json).unwrap()
+    }
+
+    const TEMPLATE: &str = r#""selector": {}, "serviceName": "c""#;
+
+    #[test]
+    fn replicas_come_from_the_spec_defaulting_to_one() {
+        let sts = statefulset(&format!(
+            r#"{{"spec": {{"replicas": 4, {TEMPLATE}, "template": {{}}}}}}"#
+        ));
+        assert_eq!(
+            statefulset_replicas(&sts, Source::Shardwise),
+            (4, "spec.replicas")
+        );
+        let unset = statefulset(&format!(r#"{{"spec": {{{TEMPLATE}, "template": {{}}}}}}"#));
+        assert_eq!(statefulset_replicas(&unset, Source::Shardwise).0, 1);
+    }
+
+    #[test]
+    fn argocd_replicas_come_from_the_controller_env_when_literal() {
+        let with_env = |value: &str| {
+            statefulset(&format!(
+                r#"{{"spec": {{"replicas": 2, {TEMPLATE}, "template": {{"spec": {{"containers": [
+                    {{"name": "c", "env": [{{"name": "X", "value": "9"}}, {{"name": "ARGOCD_CONTROLLER_REPLICAS", {value}}}]}}]}}}}}}}}"#
+            ))
+        };
+        let literal = with_env(r#""value": "3""#);
+        assert_eq!(
+            statefulset_replicas(&literal, Source::Argocd),
+            (3, "env ARGOCD_CONTROLLER_REPLICAS")
+        );
+        // shardwise's controller does not read Argo CD's variable.
+        assert_eq!(statefulset_replicas(&literal, Source::Shardwise).0, 2);
+        let from_ref =
+            with_env(r#""valueFrom": {"configMapKeyRef": {"name": "cm", "key": "replicas"}}"#);
+        assert_eq!(
+            statefulset_replicas(&from_ref, Source::Argocd),
+            (2, "spec.replicas")
+        );
+    }
+
+    #[test]
+    fn shards_in_use_is_one_past_the_highest_label() {
+        let mut fleet = LiveFleet::default();
+        assert_eq!(fleet.shards_in_use(), None);
+        fleet.recorded.insert("a".into(), 0);
+        fleet.recorded.insert("b".into(), 3);
+        assert_eq!(fleet.shards_in_use(), Some(4));
+    }
+
+    #[test]
+    fn name_lists_are_shortened() {
+        let names: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
+        assert_eq!(some_names(&names[..2]), r#""a", "b""#);
+        assert_eq!(some_names(&names), r#""a", "b", "c" and 2 more"#);
+    }
+}

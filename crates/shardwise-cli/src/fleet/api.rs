@@ -1,0 +1,332 @@
+//! Reading a fleet from the Kubernetes API: the only part of `plan` that does I/O. Every
+//! failure becomes a [`FetchError`] that says what was being read and why it failed.
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde::de::DeserializeOwned;
+use shardwise_api::{FleetApp, FleetCluster};
+use thiserror::Error;
+
+use super::argocd::CLUSTER_SECRET_SELECTOR;
+
+/// Objects per list request, so that a large fleet arrives in pages.
+const PAGE: u32 = 500;
+/// A plan lists a few resources: an API server that does not answer in this time is down.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Argo CD's settings ConfigMap, which holds `cluster.inClusterEnabled`.
+const ARGOCD_CM: &str = "argocd-cm";
+const IN_CLUSTER_ENABLED_KEY: &str = "cluster.inClusterEnabled";
+
+#[derive(Debug, Error)]
+pub(crate) enum FetchError {
+    #[error("cannot load a Kubernetes configuration: {0}")]
+    Config(String),
+    #[error("cannot reach the API server at {server}: {reason}")]
+    Unreachable { server: String, reason: String },
+    #[error(
+        "the API server at {server} refused the kubeconfig's credentials (401 Unauthorized): {message}"
+    )]
+    Unauthorized { server: String, message: String },
+    #[error("forbidden (403): cannot {verb} {what}: {message}")]
+    Forbidden {
+        verb: &'static str,
+        what: String,
+        message: String,
+    },
+    #[error("{resource} is not served by the API server at {server}: {hint}")]
+    NotServed {
+        resource: &'static str,
+        server: String,
+        hint: &'static str,
+    },
+    #[error("cannot {verb} {what}: {reason}")]
+    Other {
+        verb: &'static str,
+        what: String,
+        reason: String,
+    },
+}
+
+/// A client and the server it talks to.
+pub(crate) struct Connection {
+    client: Client,
+    server: String,
+}
+
+/// A resource as named in messages and, for custom resources, what it means when the server
+/// does not serve it.
+#[derive(Clone, Copy, Debug)]
+struct Resource {
+    name: &'static str,
+    missing: Option<&'static str>,
+}
+
+const FLEET_CLUSTERS: Resource = Resource {
+    name: "fleetclusters.shardwise.io",
+    missing: Some("shardwise's CRDs are not installed (`shardwise crds | kubectl apply -f -`)"),
+};
+const FLEET_APPS: Resource = Resource {
+    name: "fleetapps.shardwise.io",
+    missing: Some("shardwise's CRDs are not installed (`shardwise crds | kubectl apply -f -`)"),
+};
+const APPLICATIONS: Resource = Resource {
+    name: "applications.argoproj.io",
+    missing: Some("Argo CD's Application CRD is not installed in this cluster"),
+};
+const SECRETS: Resource = Resource {
+    name: "secrets",
+    missing: None,
+};
+const STATEFULSETS: Resource = Resource {
+    name: "statefulsets.apps",
+    missing: None,
+};
+const CONFIGMAPS: Resource = Resource {
+    name: "configmaps",
+    missing: None,
+};
+
+impl Connection {
+    /// Connects with `kubeconfig` (or kube's inference: `$KUBECONFIG`, `~/.kube/config`, the
+    /// in-cluster service account) and `context` (or the current one).
+    pub async fn new(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Self, FetchError> {
+        let options = KubeConfigOptions {
+            context: context.map(str::to_string),
+            ..KubeConfigOptions::default()
+        };
+        let config_error = |e: &dyn std::error::Error| FetchError::Config(describe(e));
+        let mut config = match (kubeconfig, context) {
+            (Some(path), _) => {
+                let file = Kubeconfig::read_from(path).map_err(|e| config_error(&e))?;
+                Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| config_error(&e))?
+            }
+            (None, Some(_)) => Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| config_error(&e))?,
+            (None, None) => Config::infer().await.map_err(|e| config_error(&e))?,
+        };
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(READ_TIMEOUT);
+        let server = config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_string();
+        let client = Client::try_from(config).map_err(|e| config_error(&e))?;
+        Ok(Self { client, server })
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    pub async fn fleet_clusters(&self, namespace: &str) -> Result<Vec<FleetCluster>, FetchError> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        self.list_all(&api, None, FLEET_CLUSTERS, Some(namespace))
+            .await
+    }
+
+    pub async fn fleet_apps(&self, namespace: &str) -> Result<Vec<FleetApp>, FetchError> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        self.list_all(&api, None, FLEET_APPS, Some(namespace)).await
+    }
+
+    /// Argo CD's cluster Secrets.
+    pub async fn cluster_secrets(&self, namespace: &str) -> Result<Vec<Secret>, FetchError> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        self.list_all(
+            &api,
+            Some(CLUSTER_SECRET_SELECTOR),
+            SECRETS,
+            Some(namespace),
+        )
+        .await
+    }
+
+    /// Argo CD Applications of a namespace, or of every namespace when `namespace` is `None`.
+    pub async fn applications(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<DynamicObject>, FetchError> {
+        let resource = ApiResource {
+            group: "argoproj.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "argoproj.io/v1alpha1".into(),
+            kind: "Application".into(),
+            plural: "applications".into(),
+        };
+        let api = match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        self.list_all(&api, None, APPLICATIONS, namespace).await
+    }
+
+    /// The StatefulSet, or `None` when it does not exist.
+    pub async fn statefulset(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<StatefulSet>, FetchError> {
+        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name).await.map_err(|e| {
+            self.error(
+                e,
+                "get",
+                STATEFULSETS,
+                format!("StatefulSet {namespace}/{name}"),
+            )
+        })
+    }
+
+    /// Argo CD's `cluster.inClusterEnabled` (true unless set to "false"), and a note when
+    /// argocd-cm could not be read.
+    pub async fn in_cluster_enabled(&self, namespace: &str) -> (bool, Option<String>) {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        match api.get_opt(ARGOCD_CM).await {
+            Ok(cm) => {
+                let value = cm
+                    .and_then(|cm| cm.data)
+                    .and_then(|mut data| data.remove(IN_CLUSTER_ENABLED_KEY));
+                (value.as_deref().map(str::trim) != Some("false"), None)
+            }
+            Err(e) => {
+                let error = self.error(
+                    e,
+                    "get",
+                    CONFIGMAPS,
+                    format!("ConfigMap {namespace}/{ARGOCD_CM}"),
+                );
+                let note = format!("{error}; assuming the in-cluster cluster is enabled");
+                (true, Some(note))
+            }
+        }
+    }
+
+    async fn list_all<K>(
+        &self,
+        api: &Api<K>,
+        selector: Option<&str>,
+        resource: Resource,
+        namespace: Option<&str>,
+    ) -> Result<Vec<K>, FetchError>
+    where
+        K: Clone + DeserializeOwned + Debug,
+    {
+        let what = match namespace {
+            Some(ns) => format!("{} in namespace {ns}", resource.name),
+            None => format!("{} in all namespaces", resource.name),
+        };
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(selector) = selector {
+            params = params.labels(selector);
+        }
+        let mut items = Vec::new();
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| self.error(e, "list", resource, what.clone()))?;
+            items.extend(page.items);
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    fn error(
+        &self,
+        error: kube::Error,
+        verb: &'static str,
+        resource: Resource,
+        what: String,
+    ) -> FetchError {
+        let server = self.server.clone();
+        match error {
+            kube::Error::Api(status) => match (status.code, resource.missing) {
+                (401, _) => FetchError::Unauthorized {
+                    server,
+                    message: status.message,
+                },
+                (403, _) => FetchError::Forbidden {
+                    verb,
+                    what,
+                    message: status.message,
+                },
+                // A list of a resource the server does not know (a missing namespace gives an
+                // empty list, and `get_opt` turns a missing object into `None`).
+                (404, Some(hint)) => FetchError::NotServed {
+                    resource: resource.name,
+                    server,
+                    hint,
+                },
+                (code, _) => FetchError::Other {
+                    verb,
+                    what,
+                    reason: format!("{} ({code} {})", status.message, status.reason),
+                },
+            },
+            e @ (kube::Error::HyperError(_) | kube::Error::Service(_)) => FetchError::Unreachable {
+                server,
+                reason: describe(&e),
+            },
+            e => FetchError::Other {
+                verb,
+                what,
+                reason: describe(&e),
+            },
+        }
+    }
+}
+
+/// An error and its sources on one line, leaving out sources whose text the message already
+/// contains (kube's messages often embed them).
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = e.source();
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Error)]
+    #[error("outer ({0})")]
+    struct Embeds(#[source] Inner);
+
+    #[derive(Debug, Error)]
+    #[error("inner\nreason")]
+    struct Inner;
+
+    #[derive(Debug, Error)]
+    #[error("outer")]
+    struct Wraps(#[source] Inner);
+
+    #[test]
+    fn described_errors_are_one_line_without_repeats() {
+        assert_eq!(describe(&Embeds(Inner)), "outer (inner reason)");
+        assert_eq!(describe(&Wraps(Inner)), "outer: inner reason");
+    }
+}

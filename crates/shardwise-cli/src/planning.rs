@@ -1,0 +1,680 @@
+//! The plan of a live fleet, without I/O: where each cluster is now, where each strategy would
+//! put it at `--replicas` and at `--to` replicas, and what moves on the way. Placement and diffs
+//! are `shard_assign`'s; this module only arranges them for a report.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use shard_assign::{
+    AssignError, Assignment, AssignmentDiff, Balance, Cluster, PreviousPlacement, ShardId,
+    ShardSet, StrategyConfig, StrategyKind, Warning, assign,
+};
+
+use crate::cli::Source;
+use crate::fleet::LiveFleet;
+
+/// How the current placement is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Current {
+    /// Recorded on the objects (shard labels).
+    Recorded,
+    /// Not recorded: computed with the strategy the controller runs (Argo CD).
+    Computed(StrategyConfig),
+}
+
+/// What to plan, besides the fleet.
+#[derive(Clone, Debug)]
+pub(crate) struct PlanRequest {
+    pub source: Source,
+    pub server: String,
+    pub namespace: String,
+    /// Replicas now, and where that number was read.
+    pub replicas: u32,
+    pub replicas_origin: String,
+    /// Replicas to plan for.
+    pub to: u32,
+    pub current: Current,
+    pub strategies: Vec<StrategyConfig>,
+}
+
+/// The whole plan; its JSON form is documented in docs/plan.md.
+#[derive(Debug, Serialize)]
+pub(crate) struct PlanReport {
+    pub source: Source,
+    pub server: String,
+    pub namespace: String,
+    pub replicas: Replicas,
+    pub fleet: FleetTotals,
+    pub current: CurrentPlacement,
+    pub notes: Vec<String>,
+    pub clusters: Vec<ClusterRow>,
+    pub strategies: Vec<StrategyPlan>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Replicas {
+    pub from: u32,
+    pub to: u32,
+    pub origin: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct FleetTotals {
+    pub clusters: usize,
+    /// Apps counted toward a cluster.
+    pub apps: u64,
+    /// Apps times cluster weight.
+    pub load: u64,
+    /// Apps that target no known cluster.
+    pub unmatched_apps: u64,
+    /// True when some cluster has a weight above 1, so that load differs from apps.
+    pub weighted: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct CurrentPlacement {
+    /// `labels` or `computed`.
+    pub placement: &'static str,
+    /// The strategy a computed placement was made with.
+    pub strategy: Option<StrategyKind>,
+    /// Over the live shards `0..replicas.from`.
+    pub balance: Balance,
+    /// Every live shard, and any other shard a cluster is recorded on.
+    pub shards: Vec<CurrentShard>,
+    pub unplaced: Count,
+    pub warnings: Vec<PinWarning>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct CurrentShard {
+    pub shard: ShardId,
+    pub clusters: u64,
+    pub apps: u64,
+    pub load: u64,
+    /// False for a shard at or above the replica count: nothing reconciles its clusters.
+    pub live: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Count {
+    pub clusters: u64,
+    pub apps: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ClusterRow {
+    pub name: String,
+    pub id: String,
+    pub apps: u64,
+    pub weight: u32,
+    pub load: u64,
+    pub pin: Option<ShardId>,
+    /// Current shard; `None` when unplaced.
+    pub shard: Option<ShardId>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct StrategyPlan {
+    pub strategy: StrategyKind,
+    pub config: StrategyConfig,
+    /// The strategy's placement at `replicas.from`.
+    pub at_from: Layout,
+    /// The strategy's placement at `replicas.to`.
+    pub at_to: Layout,
+    /// From the current placement to `at_to`.
+    pub moves: MoveTotals,
+    /// Clusters that change shard, heaviest first.
+    pub moved: Vec<MovedCluster>,
+    /// Unplaced clusters and where they would go, heaviest first.
+    pub placed: Vec<PlacedCluster>,
+    /// About `at_to`.
+    pub warnings: Vec<PinWarning>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Layout {
+    pub balance: Balance,
+    pub shards: Vec<ShardRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ShardRow {
+    pub shard: ShardId,
+    pub clusters: u64,
+    pub apps: u64,
+    pub load: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct MoveTotals {
+    pub clusters: u64,
+    pub apps: u64,
+    /// Moves off a shard that is not live at `replicas.to`.
+    pub forced: Count,
+    /// Moves between two shards that are both live at `replicas.to`.
+    pub voluntary: Count,
+    /// Unplaced clusters given a shard (not moves).
+    pub placed: Count,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct MovedCluster {
+    pub cluster: String,
+    pub id: String,
+    pub apps: u64,
+    pub load: u64,
+    pub from: ShardId,
+    pub to: ShardId,
+    pub forced: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct PlacedCluster {
+    pub cluster: String,
+    pub id: String,
+    pub apps: u64,
+    pub load: u64,
+    pub to: ShardId,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct PinWarning {
+    pub cluster: String,
+    pub id: String,
+    pub pin: ShardId,
+    pub placed_on: ShardId,
+}
+
+pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanReport, AssignError> {
+    let from_shards = ShardSet::contiguous(request.replicas);
+    let to_shards = ShardSet::contiguous(request.to);
+    let by_id: BTreeMap<&str, &Cluster> =
+        fleet.clusters.iter().map(|c| (c.id.as_str(), c)).collect();
+    let current = match request.current {
+        Current::Recorded => recorded_assignment(fleet, request.replicas)?,
+        Current::Computed(config) => assign(&config, &fleet.clusters, &from_shards, None)?,
+    };
+    // What sticky-balanced keeps clusters on; the loads they were placed with are not recorded.
+    let previous: PreviousPlacement = current
+        .placements()
+        .iter()
+        .map(|(id, p)| (id.clone(), p.shard))
+        .collect();
+
+    let mut strategies = Vec::with_capacity(request.strategies.len());
+    for config in &request.strategies {
+        let at_from = assign(config, &fleet.clusters, &from_shards, Some(&previous))?;
+        let at_to = assign(config, &fleet.clusters, &to_shards, Some(&previous))?;
+        strategies.push(strategy_plan(config, &by_id, &current, &at_from, &at_to));
+    }
+
+    let mut clusters: Vec<ClusterRow> = fleet
+        .clusters
+        .iter()
+        .map(|c| ClusterRow {
+            name: c.name.clone(),
+            id: c.id.clone(),
+            apps: c.apps,
+            weight: c.weight.unwrap_or(1),
+            load: c.load(),
+            pin: c.pin,
+            shard: current.shard_of(&c.id),
+        })
+        .collect();
+    clusters.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+    let unplaced = fleet
+        .clusters
+        .iter()
+        .filter(|c| current.shard_of(&c.id).is_none())
+        .fold(Count::default(), |n, c| Count {
+            clusters: n.clusters + 1,
+            apps: n.apps + c.apps,
+        });
+    // A pin to a shard that is not live now explains why a cluster is elsewhere.
+    let current_warnings = fleet
+        .clusters
+        .iter()
+        .filter_map(|c| {
+            let pin = c.pin.filter(|&p| !from_shards.contains(p))?;
+            Some(PinWarning {
+                cluster: c.name.clone(),
+                id: c.id.clone(),
+                pin,
+                placed_on: current.shard_of(&c.id)?,
+            })
+        })
+        .collect();
+    let current_shards: Vec<CurrentShard> = current
+        .shard_loads()
+        .iter()
+        .map(|(&shard, load)| CurrentShard {
+            shard,
+            clusters: load.clusters,
+            apps: load.apps,
+            load: load.load,
+            live: from_shards.contains(shard),
+        })
+        .collect();
+    let live_loads: Vec<u64> = current_shards
+        .iter()
+        .filter(|s| s.live)
+        .map(|s| s.load)
+        .collect();
+
+    Ok(PlanReport {
+        source: request.source,
+        server: request.server,
+        namespace: request.namespace,
+        replicas: Replicas {
+            from: request.replicas,
+            to: request.to,
+            origin: request.replicas_origin,
+        },
+        fleet: FleetTotals {
+            clusters: fleet.clusters.len(),
+            apps: fleet.clusters.iter().map(|c| c.apps).sum(),
+            load: fleet.clusters.iter().map(Cluster::load).sum(),
+            unmatched_apps: fleet.unmatched_apps,
+            weighted: fleet.clusters.iter().any(|c| c.weight.unwrap_or(1) > 1),
+        },
+        current: CurrentPlacement {
+            placement: match request.current {
+                Current::Recorded => "labels",
+                Current::Computed(_) => "computed",
+            },
+            strategy: match request.current {
+                Current::Recorded => None,
+                Current::Computed(config) => Some(config.kind),
+            },
+            balance: Balance::of_loads(&live_loads),
+            shards: current_shards,
+            unplaced,
+            warnings: current_warnings,
+        },
+        notes: fleet.notes.clone(),
+        clusters,
+        strategies,
+    })
+}
+
+/// The recorded placement as an [`Assignment`], so that `AssignmentDiff` can compare it with a
+/// plan. `assign` is the only way to build one: each recorded cluster is pinned to its shard and
+/// every recorded shard is live, so each lands exactly where it is recorded. Unplaced clusters
+/// are left out; a diff counts them as added.
+fn recorded_assignment(fleet: &LiveFleet, replicas: u32) -> Result<Assignment, AssignError> {
+    let placed: Vec<Cluster> = fleet
+        .clusters
+        .iter()
+        .filter_map(|c| {
+            let shard = *fleet.recorded.get(&c.id)?;
+            Some(Cluster {
+                pin: Some(shard),
+                ..c.clone()
+            })
+        })
+        .collect();
+    let shards: ShardSet = (0..replicas)
+        .chain(fleet.recorded.values().copied())
+        .collect();
+    assign(
+        &StrategyConfig::new(StrategyKind::LegacyModulo),
+        &placed,
+        &shards,
+        None,
+    )
+}
+
+fn strategy_plan(
+    config: &StrategyConfig,
+    by_id: &BTreeMap<&str, &Cluster>,
+    current: &Assignment,
+    at_from: &Assignment,
+    at_to: &Assignment,
+) -> StrategyPlan {
+    let diff = AssignmentDiff::between(current, at_to);
+    let cluster = |id: &str| by_id.get(id).copied();
+    let mut moved: Vec<MovedCluster> = diff
+        .moves
+        .iter()
+        .filter_map(|m| {
+            let c = cluster(&m.cluster)?;
+            Some(MovedCluster {
+                cluster: c.name.clone(),
+                id: c.id.clone(),
+                apps: m.apps,
+                load: c.load(),
+                from: m.from,
+                to: m.to,
+                forced: m.forced,
+            })
+        })
+        .collect();
+    moved.sort_by(|a, b| (b.apps, &a.cluster, &a.id).cmp(&(a.apps, &b.cluster, &b.id)));
+    let mut placed: Vec<PlacedCluster> = at_to
+        .placements()
+        .iter()
+        .filter(|(id, _)| current.shard_of(id).is_none())
+        .filter_map(|(id, p)| {
+            let c = cluster(id)?;
+            Some(PlacedCluster {
+                cluster: c.name.clone(),
+                id: c.id.clone(),
+                apps: c.apps,
+                load: c.load(),
+                to: p.shard,
+            })
+        })
+        .collect();
+    placed.sort_by(|a, b| (b.apps, &a.cluster, &a.id).cmp(&(a.apps, &b.cluster, &b.id)));
+    let placed_count = Count {
+        clusters: placed.len() as u64,
+        apps: placed.iter().map(|p| p.apps).sum(),
+    };
+    let warnings = at_to
+        .warnings()
+        .iter()
+        .filter_map(|w| match w {
+            Warning::PinNotLive {
+                cluster: id,
+                pin,
+                placed_on,
+            } => Some(PinWarning {
+                cluster: cluster(id)?.name.clone(),
+                id: id.clone(),
+                pin: *pin,
+                placed_on: *placed_on,
+            }),
+        })
+        .collect();
+    StrategyPlan {
+        strategy: config.kind,
+        config: *config,
+        at_from: layout(at_from),
+        at_to: layout(at_to),
+        moves: MoveTotals {
+            clusters: diff.clusters_moved() as u64,
+            apps: diff.apps_moved(),
+            forced: Count {
+                clusters: diff.forced_clusters as u64,
+                apps: diff.forced_apps,
+            },
+            voluntary: Count {
+                clusters: diff.voluntary_clusters as u64,
+                apps: diff.voluntary_apps,
+            },
+            placed: placed_count,
+        },
+        moved,
+        placed,
+        warnings,
+    }
+}
+
+fn layout(assignment: &Assignment) -> Layout {
+    Layout {
+        balance: assignment.balance(),
+        shards: assignment
+            .shard_loads()
+            .iter()
+            .map(|(&shard, load)| ShardRow {
+                shard,
+                clusters: load.clusters,
+                apps: load.apps,
+                load: load.load,
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(id: &str, apps: u64) -> Cluster {
+        Cluster {
+            name: format!("name-{id}"),
+            ..Cluster::new(id, apps)
+        }
+    }
+
+    /// Six clusters on three shards by label, one on shard 5 (not live), one unplaced.
+    fn labelled_fleet() -> LiveFleet {
+        let mut fleet = LiveFleet {
+            clusters: vec![
+                cluster("a", 40),
+                cluster("b", 30),
+                cluster("c", 20),
+                cluster("d", 10),
+                cluster("e", 5),
+                cluster("f", 8),
+                cluster("stray", 7),
+                cluster("new", 12),
+            ],
+            ..LiveFleet::default()
+        };
+        for (id, shard) in [
+            ("a", 0),
+            ("b", 1),
+            ("c", 2),
+            ("d", 2),
+            ("e", 0),
+            ("f", 1),
+            ("stray", 5),
+        ] {
+            fleet.recorded.insert(id.into(), shard);
+        }
+        fleet
+    }
+
+    fn request(replicas: u32, to: u32, current: Current, kinds: &[StrategyKind]) -> PlanRequest {
+        PlanRequest {
+            source: Source::Shardwise,
+            server: "https://example:6443".into(),
+            namespace: "shardwise".into(),
+            replicas,
+            replicas_origin: "--replicas".into(),
+            to,
+            current,
+            strategies: kinds.iter().map(|&k| StrategyConfig::new(k)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_current_placement_is_the_labels_with_stray_shards_not_live() {
+        let report = build(&labelled_fleet(), request(3, 3, Current::Recorded, &[])).unwrap();
+        let shards: Vec<_> = report
+            .current
+            .shards
+            .iter()
+            .map(|s| (s.shard, s.clusters, s.apps, s.live))
+            .collect();
+        assert_eq!(
+            shards,
+            [
+                (0, 2, 45, true),
+                (1, 2, 38, true),
+                (2, 2, 30, true),
+                (5, 1, 7, false)
+            ]
+        );
+        // Balance over the live shards only: mean 113 / 3.
+        assert!((report.current.balance.max_over_mean - 45.0 * 3.0 / 113.0).abs() < 1e-9);
+        assert_eq!(
+            report.current.unplaced,
+            Count {
+                clusters: 1,
+                apps: 12
+            }
+        );
+        assert_eq!(report.current.placement, "labels");
+        assert_eq!(report.fleet.apps, 132);
+        let new = report.clusters.iter().find(|c| c.id == "new").unwrap();
+        assert_eq!(new.shard, None);
+    }
+
+    #[test]
+    fn moves_are_counted_from_the_labels_forced_off_removed_and_stray_shards() {
+        let report = build(
+            &labelled_fleet(),
+            request(3, 2, Current::Recorded, &[StrategyKind::StickyBalanced]),
+        )
+        .unwrap();
+        let plan = &report.strategies[0];
+        // c and d leave removed shard 2, stray leaves shard 5: all three are forced.
+        let forced: Vec<(&str, ShardId)> = plan
+            .moved
+            .iter()
+            .filter(|m| m.forced)
+            .map(|m| (m.id.as_str(), m.from))
+            .collect();
+        assert_eq!(forced, [("c", 2), ("d", 2), ("stray", 5)]);
+        assert_eq!(
+            plan.moves.forced,
+            Count {
+                clusters: 3,
+                apps: 37
+            }
+        );
+        // sticky-balanced keeps the rest home, but for its budget of extra moves.
+        assert!(plan.moves.voluntary.clusters <= 3);
+        assert_eq!(
+            plan.moves.clusters,
+            plan.moves.forced.clusters + plan.moves.voluntary.clusters
+        );
+        // The unplaced cluster is placed, not moved.
+        assert_eq!(plan.placed.len(), 1);
+        assert_eq!(plan.placed[0].id, "new");
+        assert!(plan.placed[0].to < 2);
+        assert!(plan.moved.iter().all(|m| m.id != "new"));
+        assert_eq!(plan.at_to.shards.len(), 2);
+        assert_eq!(plan.at_from.shards.len(), 3);
+        // Heaviest first.
+        assert!(plan.moved.windows(2).all(|w| w[0].apps >= w[1].apps));
+    }
+
+    #[test]
+    fn sticky_balanced_starts_from_the_current_placement() {
+        // Perfectly balanced labels: sticky-balanced has nothing to improve and moves nothing,
+        // where greedy-minimum re-plans from scratch.
+        let mut fleet = LiveFleet {
+            clusters: vec![
+                cluster("a", 10),
+                cluster("b", 10),
+                cluster("c", 10),
+                cluster("d", 10),
+            ],
+            ..LiveFleet::default()
+        };
+        for (id, shard) in [("a", 1), ("b", 1), ("c", 0), ("d", 0)] {
+            fleet.recorded.insert(id.into(), shard);
+        }
+        let report = build(
+            &fleet,
+            request(
+                2,
+                2,
+                Current::Recorded,
+                &[StrategyKind::StickyBalanced, StrategyKind::RoundRobin],
+            ),
+        )
+        .unwrap();
+        assert_eq!(report.strategies[0].moves.clusters, 0);
+        assert!(report.strategies[1].moves.clusters > 0);
+    }
+
+    #[test]
+    fn a_computed_current_placement_is_the_strategy_at_the_current_replicas() {
+        let fleet = LiveFleet {
+            clusters: (0..40).map(|i| cluster(&format!("c{i}"), i)).collect(),
+            ..LiveFleet::default()
+        };
+        let legacy = StrategyConfig::new(StrategyKind::LegacyModulo);
+        let report = build(
+            &fleet,
+            request(
+                4,
+                3,
+                Current::Computed(legacy),
+                &[StrategyKind::LegacyModulo],
+            ),
+        )
+        .unwrap();
+        assert_eq!(report.current.placement, "computed");
+        assert_eq!(report.current.strategy, Some(StrategyKind::LegacyModulo));
+        assert!(report.current.shards.iter().all(|s| s.live));
+        // Exactly what shard_assign says Argo CD's legacy sharding moves from 4 to 3 replicas.
+        let before = assign(&legacy, &fleet.clusters, &ShardSet::contiguous(4), None).unwrap();
+        let after = assign(&legacy, &fleet.clusters, &ShardSet::contiguous(3), None).unwrap();
+        let diff = AssignmentDiff::between(&before, &after);
+        let plan = &report.strategies[0];
+        assert_eq!(plan.moves.clusters, diff.clusters_moved() as u64);
+        assert_eq!(plan.moves.forced.clusters, diff.forced_clusters as u64);
+        assert_eq!(plan.moves.voluntary.apps, diff.voluntary_apps);
+        assert_eq!(plan.moves.placed, Count::default());
+        // Planning at the same replica count with the same strategy moves nothing.
+        let same = build(
+            &fleet,
+            request(
+                4,
+                4,
+                Current::Computed(legacy),
+                &[StrategyKind::LegacyModulo],
+            ),
+        )
+        .unwrap();
+        assert_eq!(same.strategies[0].moves.clusters, 0);
+    }
+
+    #[test]
+    fn pins_to_shards_that_are_not_live_are_reported_by_name() {
+        let mut fleet = labelled_fleet();
+        fleet.clusters[0].pin = Some(2);
+        fleet.clusters[1].pin = Some(7);
+        let report = build(
+            &fleet,
+            request(3, 2, Current::Recorded, &[StrategyKind::GreedyMinimum]),
+        )
+        .unwrap();
+        let now: Vec<_> = report
+            .current
+            .warnings
+            .iter()
+            .map(|w| (w.cluster.as_str(), w.pin, w.placed_on))
+            .collect();
+        assert_eq!(now, [("name-b", 7, 1)]);
+        let mut planned: Vec<_> = report.strategies[0]
+            .warnings
+            .iter()
+            .map(|w| (w.cluster.as_str(), w.pin))
+            .collect();
+        planned.sort();
+        assert_eq!(planned, [("name-a", 2), ("name-b", 7)]);
+    }
+
+    #[test]
+    fn weights_make_load_differ_from_apps() {
+        let mut fleet = labelled_fleet();
+        fleet.clusters[0].weight = Some(3);
+        let report = build(&fleet, request(3, 3, Current::Recorded, &[])).unwrap();
+        assert!(report.fleet.weighted);
+        assert_eq!(report.fleet.load, report.fleet.apps + 80);
+        assert_eq!(report.current.shards[0].load, 125);
+        assert_eq!(report.clusters[0].weight, 3);
+    }
+
+    #[test]
+    fn zero_replicas_cannot_be_planned() {
+        let fleet = LiveFleet {
+            clusters: vec![cluster("a", 1)],
+            ..LiveFleet::default()
+        };
+        assert_eq!(
+            build(
+                &fleet,
+                request(2, 0, Current::Recorded, &[StrategyKind::RoundRobin])
+            )
+            .unwrap_err(),
+            AssignError::NoLiveShards
+        );
+    }
+}

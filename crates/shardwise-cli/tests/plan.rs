@@ -1,0 +1,610 @@
+//! `shardwise plan` end to end: the real binary against the test Kubernetes API server of
+//! `e2e/`, reading shardwise's resources and Argo CD's, and failing cleanly.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+use shard_assign::{
+    Cluster, PreviousPlacement, ShardSet, StrategyConfig, StrategyKind, assign, fnv1a_32,
+};
+use shardwise_api::FleetCluster;
+use shardwise_e2e::{Environment, Identity};
+
+fn shardwise(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shardwise"))
+        .arg("plan")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("the shardwise binary runs")
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("plan prints JSON")
+}
+
+/// The one line an error gives, checked to be alone on stderr with exit code 2 and no stdout.
+fn failure(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty(), "partial output on failure");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
+}
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+fn statefulset(namespace: &str, name: &str, replicas: u32, env: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  replicas: {replicas}\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: c, image: x, env: [{env}]}}]}}\n"
+    )
+}
+
+/// One FleetCluster of the shardwise fixture.
+struct Spec {
+    name: &'static str,
+    label: Option<&'static str>,
+    apps: u32,
+    pin: Option<u32>,
+    weight: Option<u32>,
+}
+
+const fn spec(name: &'static str, label: Option<&'static str>, apps: u32) -> Spec {
+    Spec {
+        name,
+        label,
+        apps,
+        pin: None,
+        weight: None,
+    }
+}
+
+/// Three shards by label, golf unlabelled, hotel with a label that is no ordinal, india pinned to
+/// a shard that does not exist and twice as costly per app.
+const FLEET: &[Spec] = &[
+    spec("alpha", Some("0"), 12),
+    spec("bravo", Some("1"), 9),
+    spec("charlie", Some("2"), 7),
+    spec("delta", Some("0"), 5),
+    spec("echo", Some("1"), 3),
+    spec("foxtrot", Some("2"), 2),
+    spec("golf", None, 4),
+    spec("hotel", Some("two"), 1),
+    Spec {
+        name: "india",
+        label: Some("1"),
+        apps: 6,
+        pin: Some(7),
+        weight: Some(2),
+    },
+];
+
+fn shardwise_fleet_yaml() -> String {
+    let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: shardwise}\n");
+    yaml.push_str("---\n");
+    yaml.push_str(&statefulset("shardwise", "shardwise", 3, ""));
+    for &Spec {
+        name,
+        label,
+        apps,
+        pin,
+        weight,
+    } in FLEET
+    {
+        let labels = label.map_or(String::new(), |l| {
+            format!(", labels: {{shardwise.io/shard: \"{l}\"}}")
+        });
+        let mut spec = format!("server: \"https://{name}.example:6443\"");
+        if let Some(pin) = pin {
+            spec.push_str(&format!(", shard: {pin}"));
+        }
+        if let Some(weight) = weight {
+            spec.push_str(&format!(", weight: {weight}"));
+        }
+        yaml.push_str(&format!(
+            "---\napiVersion: shardwise.io/v1alpha1\nkind: FleetCluster\nmetadata: {{name: {name}, namespace: shardwise{labels}}}\nspec: {{{spec}}}\n"
+        ));
+        for j in 0..apps {
+            yaml.push_str(&fleet_app(&format!("{name}-{j}"), name));
+        }
+    }
+    yaml.push_str(&fleet_app("orphan", "zulu"));
+    yaml
+}
+
+fn fleet_app(name: &str, cluster: &str) -> String {
+    format!(
+        "---\napiVersion: shardwise.io/v1alpha1\nkind: FleetApp\nmetadata: {{name: {name}, namespace: shardwise}}\nspec: {{destination: {{cluster: {cluster}, namespace: default}}, source: {{manifests: \"{{}}\"}}}}\n"
+    )
+}
+
+/// Moves as (name, from, to, forced), from a strategy's JSON.
+fn moves(strategy: &Value) -> BTreeSet<(String, u64, u64, bool)> {
+    strategy["moved"]
+        .as_array()
+        .expect("moved is a list")
+        .iter()
+        .map(|m| {
+            (
+                m["cluster"].as_str().expect("cluster").to_string(),
+                m["from"].as_u64().expect("from"),
+                m["to"].as_u64().expect("to"),
+                m["forced"].as_bool().expect("forced"),
+            )
+        })
+        .collect()
+}
+
+fn strategy<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["strategies"]
+        .as_array()
+        .expect("strategies is a list")
+        .iter()
+        .find(|s| s["strategy"] == name)
+        .unwrap_or_else(|| panic!("no {name} in the plan"))
+}
+
+#[tokio::test]
+async fn plans_a_shardwise_fleet_from_its_labels() {
+    let env = Environment::builder().start().unwrap();
+    let cp = env.control_plane();
+    cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
+        .await
+        .unwrap();
+    cp.apply_yaml("admin", &shardwise_fleet_yaml())
+        .await
+        .unwrap();
+    let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+
+    let report = json(&shardwise(&kubeconfig, &["--to", "2", "--format", "json"]));
+    assert_eq!(report["source"], "shardwise");
+    assert_eq!(report["namespace"], "shardwise");
+    assert_eq!(report["server"], cp.url().trim_end_matches('/'));
+    assert_eq!(report["replicas"]["from"], 3);
+    assert_eq!(report["replicas"]["to"], 2);
+    assert_eq!(
+        report["replicas"]["origin"],
+        "StatefulSet shardwise/shardwise spec.replicas"
+    );
+    assert_eq!(report["fleet"]["clusters"], 9);
+    assert_eq!(report["fleet"]["apps"], 49);
+    assert_eq!(report["fleet"]["load"], 55);
+    assert_eq!(report["fleet"]["unmatched_apps"], 1);
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains(r#"FleetCluster \"hotel\" has shard label \"two\""#),
+        "{notes}"
+    );
+    assert!(notes.contains(r#"not counted: \"orphan\""#), "{notes}");
+
+    // Now: the labels, weighted load included; golf and hotel are unplaced.
+    let current = &report["current"];
+    assert_eq!(current["placement"], "labels");
+    let shards: Vec<(u64, u64, u64, u64)> = current["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().unwrap();
+            (n("shard"), n("clusters"), n("apps"), n("load"))
+        })
+        .collect();
+    assert_eq!(shards, [(0, 2, 17, 17), (1, 3, 18, 24), (2, 2, 9, 9)]);
+    assert_eq!(current["unplaced"]["clusters"], 2);
+    assert_eq!(current["unplaced"]["apps"], 5);
+    assert_eq!(current["warnings"][0]["cluster"], "india");
+    assert_eq!(current["warnings"][0]["pin"], 7);
+
+    let names: Vec<&str> = report["strategies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, StrategyKind::ALL.map(StrategyKind::name));
+    for s in report["strategies"].as_array().unwrap() {
+        // Shard 2 goes: whatever the strategy, charlie and foxtrot must leave it.
+        assert_eq!(s["moves"]["forced"]["clusters"], 2, "{s}");
+        assert_eq!(s["moves"]["forced"]["apps"], 9, "{s}");
+        let forced: Vec<_> = moves(s).into_iter().filter(|m| m.3).collect();
+        assert_eq!(
+            forced
+                .iter()
+                .map(|m| (m.0.as_str(), m.1))
+                .collect::<Vec<_>>(),
+            [("charlie", 2), ("foxtrot", 2)]
+        );
+        assert_eq!(s["moves"]["placed"]["clusters"], 2);
+        let to_shards: Vec<u64> = s["at_to"]["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["shard"].as_u64().unwrap())
+            .collect();
+        assert_eq!(to_shards, [0, 1]);
+        let apps_after: u64 = s["at_to"]["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["apps"].as_u64().unwrap())
+            .sum();
+        assert_eq!(apps_after, 49);
+        assert_eq!(s["warnings"][0]["cluster"], "india");
+    }
+    let sticky = strategy(&report, "sticky-balanced");
+    assert!(sticky["moves"]["voluntary"]["clusters"].as_u64().unwrap() <= 3);
+
+    // The moves are exactly shard_assign's, from the labels to each strategy's plan at 2.
+    let api: Api<FleetCluster> = Api::namespaced(cp.client("admin").await.unwrap(), "shardwise");
+    let listed = api.list(&ListParams::default()).await.unwrap().items;
+    let uid = |name: &str| {
+        listed
+            .iter()
+            .find(|c| c.name_any() == name)
+            .and_then(|c| c.uid())
+            .unwrap()
+    };
+    let clusters: Vec<Cluster> = FLEET
+        .iter()
+        .map(|c| Cluster {
+            id: uid(c.name),
+            name: c.name.into(),
+            apps: c.apps.into(),
+            pin: c.pin,
+            weight: c.weight,
+        })
+        .collect();
+    let labels: BTreeMap<String, u32> = FLEET
+        .iter()
+        .filter_map(|c| Some((uid(c.name), c.label?.parse().ok()?)))
+        .collect();
+    let previous: PreviousPlacement = labels.iter().map(|(id, &s)| (id.clone(), s)).collect();
+    for kind in [StrategyKind::BoundedLoad, StrategyKind::StickyBalanced] {
+        let planned = assign(
+            &StrategyConfig::new(kind),
+            &clusters,
+            &ShardSet::contiguous(2),
+            Some(&previous),
+        )
+        .unwrap();
+        let expected: BTreeSet<(String, u64, u64, bool)> = clusters
+            .iter()
+            .filter_map(|c| {
+                let from = *labels.get(&c.id)?;
+                let to = planned.shard_of(&c.id)?;
+                (from != to).then(|| (c.name.clone(), from.into(), to.into(), from >= 2))
+            })
+            .collect();
+        assert_eq!(moves(strategy(&report, kind.name())), expected, "{kind}");
+    }
+
+    // The table: summary, then each strategy's moves, capped.
+    let table = shardwise(
+        &kubeconfig,
+        &["--to", "2", "--strategy", "greedy-minimum", "--limit", "1"],
+    );
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert!(text.starts_with("fleet: 9 clusters, 49 apps (FleetClusters and FleetApps in namespace shardwise at https://127.0.0.1:"), "{text}");
+    assert!(
+        text.contains(
+            "\nreplicas: 3 -> 2 (3 from StatefulSet shardwise/shardwise spec.replicas)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\ngreedy-minimum with 2 replicas (max/mean "),
+        "{text}"
+    );
+    assert!(text.contains("\n2 (not live)  "), "{text}");
+    assert!(text.contains(" more (--limit 0 lists all)\n"), "{text}");
+    assert!(
+        text.contains("load @2"),
+        "weighted fleets show load: {text}"
+    );
+
+    // CSV: every cluster once per strategy.
+    let csv = shardwise(
+        &kubeconfig,
+        &[
+            "--strategy",
+            "sticky-balanced,legacy-modulo",
+            "--format",
+            "csv",
+        ],
+    );
+    assert!(csv.status.success());
+    assert_eq!(
+        String::from_utf8(csv.stdout).unwrap().lines().count(),
+        1 + 2 * 9
+    );
+    assert!(String::from_utf8_lossy(&csv.stderr).contains("note: FleetCluster \"hotel\""));
+
+    // Without the StatefulSet, the labels tell the replica count.
+    let fallback = json(&shardwise(
+        &kubeconfig,
+        &["--statefulset", "absent", "--format", "json"],
+    ));
+    assert_eq!(fallback["replicas"]["from"], 3);
+    assert_eq!(fallback["replicas"]["to"], 3);
+    assert_eq!(
+        fallback["replicas"]["origin"],
+        "the highest shard label + 1 (no StatefulSet shardwise/absent)"
+    );
+
+    // Argo CD's Application CRD is not installed here.
+    let missing = failure(&shardwise(
+        &kubeconfig,
+        &["--source", "argocd", "--replicas", "2"],
+    ));
+    assert!(
+        missing.starts_with("shardwise: applications.argoproj.io is not served by the API server at https://127.0.0.1:"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains("Argo CD's Application CRD is not installed"),
+        "{missing}"
+    );
+    let empty = failure(&shardwise(&kubeconfig, &["--namespace", "elsewhere"]));
+    assert!(
+        empty.contains("no clusters in namespace elsewhere"),
+        "{empty}"
+    );
+}
+
+const APPLICATION_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: applications.argoproj.io}
+spec:
+  group: argoproj.io
+  scope: Namespaced
+  names: {plural: applications, singular: application, kind: Application, shortNames: [app]}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+fn cluster_secret(name: &str, data: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: argocd, labels: {{argocd.argoproj.io/secret-type: cluster}}}}\nstringData: {{{data}}}\n"
+    )
+}
+
+fn application(name: &str, destination: &str) -> String {
+    format!(
+        "---\napiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: argocd}}\nspec: {{project: default, destination: {{{destination}, namespace: x}}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
+    let env = Environment::builder().start().unwrap();
+    let cp = env.control_plane();
+    let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n---\n");
+    yaml.push_str(&statefulset(
+        "argocd",
+        "argocd-application-controller",
+        4,
+        "{name: ARGOCD_CONTROLLER_REPLICAS, value: \"3\"}",
+    ));
+    let clusters = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"];
+    for name in clusters {
+        yaml.push_str(&cluster_secret(
+            &format!("cluster-{name}"),
+            &format!("name: {name}, server: \"https://{name}.example:6443\""),
+        ));
+    }
+    yaml.push_str(&cluster_secret(
+        "cluster-pinned",
+        "name: pinned, server: \"https://pinned.example:6443\", shard: \"2\"",
+    ));
+    // Not a cluster: no secret-type label.
+    yaml.push_str("---\napiVersion: v1\nkind: Secret\nmetadata: {name: repo, namespace: argocd}\nstringData: {url: \"https://git.example\"}\n");
+    cp.apply_yaml("admin", &yaml).await.unwrap();
+    let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+
+    let missing = failure(&shardwise(&kubeconfig, &["--source", "argocd"]));
+    assert!(
+        missing.contains("applications.argoproj.io is not served"),
+        "{missing}"
+    );
+
+    let mut apps = String::from(APPLICATION_CRD);
+    for (i, name) in clusters.iter().enumerate() {
+        for j in 0..=i {
+            // Alternately by server and by name.
+            let destination = if j % 2 == 0 {
+                format!("server: \"https://{name}.example:6443\"")
+            } else {
+                format!("name: {name}")
+            };
+            apps.push_str(&application(&format!("{name}-{j}"), &destination));
+        }
+    }
+    apps.push_str(&application(
+        "local-1",
+        "server: \"https://kubernetes.default.svc\"",
+    ));
+    apps.push_str(&application("local-2", "name: in-cluster"));
+    apps.push_str(&application("pinned-1", "name: pinned"));
+    apps.push_str(&application("lost", "name: nowhere"));
+    cp.apply_yaml("admin", &apps).await.unwrap();
+
+    let report = json(&shardwise(
+        &kubeconfig,
+        &["--source", "argocd", "--to", "2", "--format", "json"],
+    ));
+    assert_eq!(report["source"], "argocd");
+    assert_eq!(report["namespace"], "argocd");
+    assert_eq!(report["replicas"]["from"], 3);
+    assert_eq!(
+        report["replicas"]["origin"],
+        "StatefulSet argocd/argocd-application-controller env ARGOCD_CONTROLLER_REPLICAS"
+    );
+    assert_eq!(report["current"]["placement"], "computed");
+    assert_eq!(report["current"]["strategy"], "legacy-modulo");
+    assert_eq!(report["fleet"]["clusters"], 8);
+    assert_eq!(report["fleet"]["apps"], 21 + 2 + 1);
+    assert_eq!(report["fleet"]["unmatched_apps"], 1);
+
+    // Every cluster, as Argo CD sees it: Secret UID as id, apps by server or name, the implicit
+    // in-cluster cluster with an empty id.
+    let secrets: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+    let uid = |list: &[Secret], name: &str| {
+        list.iter()
+            .find(|s| s.name_any() == format!("cluster-{name}"))
+            .and_then(|s| s.uid())
+            .unwrap()
+    };
+    let listed = secrets.list(&ListParams::default()).await.unwrap().items;
+    let rows: BTreeMap<String, (String, u64, Option<u64>, Option<u64>)> = report["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                (
+                    c["id"].as_str().unwrap().to_string(),
+                    c["apps"].as_u64().unwrap(),
+                    c["pin"].as_u64(),
+                    c["shard"].as_u64(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(rows["in-cluster"], (String::new(), 2, None, Some(0)));
+    assert_eq!(
+        rows["pinned"],
+        (uid(&listed, "pinned"), 1, Some(2), Some(2))
+    );
+    for (i, name) in clusters.iter().enumerate() {
+        let id = uid(&listed, name);
+        // Argo CD's legacy sharding: FNV-1a of the Secret's UID modulo the replicas.
+        let shard = u64::from(fnv1a_32(id.as_bytes()) % 3);
+        assert_eq!(rows[*name], (id, i as u64 + 1, None, Some(shard)), "{name}");
+    }
+
+    // legacy-modulo at 2: each cluster goes where FNV-1a modulo 2 says; those on shard 2 are
+    // forced, the others moved because the modulus changed.
+    let legacy = strategy(&report, "legacy-modulo");
+    let expected: BTreeSet<(String, u64, u64, bool)> = clusters
+        .iter()
+        .filter_map(|name| {
+            let hash = fnv1a_32(uid(&listed, name).as_bytes());
+            let (from, to) = (u64::from(hash % 3), u64::from(hash % 2));
+            (from != to).then(|| (name.to_string(), from, to, from == 2))
+        })
+        .chain(std::iter::once((
+            "pinned".to_string(),
+            2,
+            u64::from(fnv1a_32(uid(&listed, "pinned").as_bytes()) % 2),
+            true,
+        )))
+        .collect();
+    assert_eq!(moves(legacy), expected);
+    assert_eq!(legacy["warnings"][0]["cluster"], "pinned");
+    assert_eq!(legacy["warnings"][0]["pin"], 2);
+    let sticky = strategy(&report, "sticky-balanced");
+    assert!(sticky["moves"]["voluntary"]["clusters"].as_u64().unwrap() <= 3);
+    let forced = |s: &Value| s["moves"]["forced"]["clusters"].as_u64().unwrap();
+    assert_eq!(forced(sticky), forced(legacy));
+
+    // Another current algorithm.
+    let round_robin = json(&shardwise(
+        &kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--current-strategy",
+            "round-robin",
+            "--strategy",
+            "round-robin",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(round_robin["current"]["strategy"], "round-robin");
+    assert_eq!(round_robin["strategies"][0]["moves"]["clusters"], 0);
+
+    let refused = failure(&shardwise(
+        &kubeconfig,
+        &["--current-strategy", "round-robin"],
+    ));
+    assert!(
+        refused.contains("--current-strategy applies to --source argocd only"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn forbidden_and_unreachable_servers_give_one_line() {
+    let env = Environment::builder()
+        .rbac(true)
+        .identity(Identity::new("viewer", "jane"))
+        .start()
+        .unwrap();
+    let cp = env.control_plane();
+    cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
+        .await
+        .unwrap();
+    let viewer = cp.kubeconfig_path("viewer").unwrap();
+    let forbidden = failure(&shardwise(&viewer, &["--replicas", "2"]));
+    assert!(
+        forbidden.starts_with("shardwise: forbidden (403): cannot list fleetclusters.shardwise.io in namespace shardwise: "),
+        "{forbidden}"
+    );
+
+    // The same kubeconfig, pointed at a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let text = std::fs::read_to_string(cp.kubeconfig_path("admin").unwrap()).unwrap();
+    let url = cp.url();
+    let unreachable = env
+        .write_file(
+            "unreachable.kubeconfig",
+            &text.replace(&url, &format!("https://127.0.0.1:{port}")),
+        )
+        .unwrap();
+    let down = failure(&shardwise(&unreachable, &[]));
+    assert!(
+        down.starts_with(&format!(
+            "shardwise: cannot reach the API server at https://127.0.0.1:{port}: "
+        )),
+        "{down}"
+    );
+
+    let no_file = failure(&shardwise(Path::new("/nonexistent/kubeconfig"), &[]));
+    assert!(
+        no_file.contains("cannot load a Kubernetes configuration"),
+        "{no_file}"
+    );
+    let zero = failure(&shardwise(&viewer, &["--to", "0"]));
+    assert!(zero.contains("--to"), "{zero}");
+}

@@ -1,0 +1,199 @@
+//! The sharded controller of shardwise, as a library: the binary `shardwise-controller` is a
+//! thin wrapper around [`run`], and tests drive the pieces (leases, queues) directly.
+//!
+//! The replica's shard is its StatefulSet pod ordinal. It holds a Lease for its shard and, while
+//! it does, reconciles the FleetClusters and FleetApps labelled with that shard. One replica at a
+//! time also holds the planner Lease and decides every label. See `docs/architecture.md`.
+
+pub mod audit;
+pub mod clients;
+pub mod config;
+pub mod destination;
+pub mod http;
+pub mod lease;
+pub mod metrics;
+pub mod owner;
+pub mod planner;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use kube::runtime::events::{Recorder, Reporter};
+use shardwise_api::keys::SHARD_LABEL;
+use shardwise_handoff::identity::shard_from_pod_name;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::Config;
+use crate::lease::{Holding, LeaseSpecification, until_held, until_lost};
+use crate::metrics::Telemetry;
+use crate::owner::{Exit, Readiness};
+use crate::planner::{LEASE_KIND_LABEL, LEASE_STATEFULSET_LABEL};
+
+/// SIGTERM or SIGINT cancels `token`.
+fn on_signal(token: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: shutting down"),
+            _ = int.recv() => info!("SIGINT: shutting down"),
+        }
+        token.cancel();
+    });
+    Ok(())
+}
+
+/// Runs one replica until SIGTERM or SIGINT, then hands its work over and returns.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let shard = shard_from_pod_name(&config.pod_name, config.statefulset.as_deref())?;
+    config.lease_timing().validate()?;
+    config.strategy_config().validate()?;
+    let config = Arc::new(config);
+    let statefulset = config.statefulset_name();
+    info!(shard, %statefulset, strategy = %config.strategy, "starting");
+
+    let telemetry = Telemetry::new(shard);
+    let metrics = telemetry.metrics.clone();
+    let kube_config = kube::Config::infer()
+        .await
+        .context("cannot configure the Kubernetes client")?;
+    let client = clients::build_client(
+        kube_config.clone(),
+        "control-plane",
+        config.kube_qps,
+        config.kube_burst,
+        &metrics,
+    )?;
+    let planner_client = clients::build_client(
+        kube_config,
+        "control-plane",
+        config.planner_qps,
+        config.planner_burst,
+        &metrics,
+    )?;
+    let audit = audit::Audit::open(shard, config.audit_file.as_deref())
+        .with_context(|| format!("cannot open the audit file {:?}", config.audit_file))?;
+    let readiness = Readiness::default();
+    let shutdown = CancellationToken::new();
+    on_signal(shutdown.clone())?;
+
+    let http_stop = CancellationToken::new();
+    let http = tokio::spawn(http::serve(
+        config.metrics_addr,
+        config.health_addr,
+        telemetry.clone(),
+        readiness.clone(),
+        http_stop.clone(),
+    ));
+
+    // Unique per process: a restarted pod must wait for its previous incarnation's lease.
+    let identity = format!("{}_{:016x}", config.pod_name, rand::random::<u64>());
+    let lease_stop = CancellationToken::new();
+    let (shard_tx, shard_rx) = watch::channel(Holding::NotHeld);
+    let shard_lease = tokio::spawn(lease::hold(
+        client.clone(),
+        config.namespace.clone(),
+        LeaseSpecification {
+            name: format!("{statefulset}-shard-{shard}"),
+            labels: BTreeMap::from([
+                (LEASE_KIND_LABEL.to_string(), "shard".to_string()),
+                (LEASE_STATEFULSET_LABEL.to_string(), statefulset.clone()),
+                (SHARD_LABEL.to_string(), shard.to_string()),
+            ]),
+            identity: identity.clone(),
+            timing: config.lease_timing(),
+        },
+        shard_tx,
+        lease_stop.clone(),
+    ));
+    let (leader_tx, leader_rx) = watch::channel(Holding::NotHeld);
+    let leader_lease = tokio::spawn(lease::hold(
+        client.clone(),
+        config.namespace.clone(),
+        LeaseSpecification {
+            name: format!("{statefulset}-planner"),
+            labels: BTreeMap::from([
+                (LEASE_KIND_LABEL.to_string(), "planner".to_string()),
+                (LEASE_STATEFULSET_LABEL.to_string(), statefulset.clone()),
+            ]),
+            identity,
+            timing: config.lease_timing(),
+        },
+        leader_tx,
+        lease_stop.clone(),
+    ));
+
+    let planner = {
+        let client = planner_client;
+        let config = config.clone();
+        let metrics = metrics.clone();
+        let shutdown = shutdown.clone();
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "shardwise-controller".into(),
+                instance: Some(config.pod_name.clone()),
+            },
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    held = until_held(leader_rx.clone()) => if held.is_err() { return },
+                    _ = shutdown.cancelled() => return,
+                }
+                planner::run(
+                    client.clone(),
+                    config.clone(),
+                    metrics.clone(),
+                    recorder.clone(),
+                    until_lost(leader_rx.clone()),
+                    shutdown.clone(),
+                )
+                .await;
+            }
+        })
+    };
+
+    // The owner side runs while the shard lease is held; a lost lease cancels it, and a fresh
+    // one starts when the lease is held again.
+    let labels = metrics.shard_labels();
+    loop {
+        metrics.lease_held.get_or_create(&labels).set(0);
+        tokio::select! {
+            held = until_held(shard_rx.clone()) => if held.is_err() { break },
+            _ = shutdown.cancelled() => break,
+        }
+        metrics.lease_held.get_or_create(&labels).set(1);
+        let parts = owner::Parts {
+            shard,
+            client: client.clone(),
+            config: config.clone(),
+            metrics: metrics.clone(),
+            audit: audit.clone(),
+            readiness: readiness.clone(),
+        };
+        let exit = owner::run(parts, until_lost(shard_rx.clone()), shutdown.clone()).await;
+        match exit {
+            Exit::Fenced => {
+                metrics.fenced.get_or_create(&labels).inc();
+            }
+            Exit::Shutdown => break,
+        }
+    }
+    metrics.lease_held.get_or_create(&labels).set(0);
+
+    // Work has stopped: give the leases up so that the planner moves our clusters at once.
+    let _ = planner.await;
+    lease_stop.cancel();
+    let _ = tokio::join!(shard_lease, leader_lease);
+    http_stop.cancel();
+    if let Ok(Err(e)) = http.await {
+        return Err(e).context("metrics and health server");
+    }
+    info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! Lease holding against the test API server: one holder at a time, release on stop, and
+//! fencing when the holder cannot reach the API server.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use shardwise_controller::lease::{Holding, LeaseSpecification, hold, until_lost};
+use shardwise_e2e::{Environment, FaultScope, Identity, wait_for};
+use shardwise_handoff::lease::LeaseTiming;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const TIMING: LeaseTiming = LeaseTiming {
+    duration: Duration::from_secs(3),
+    renew_deadline: Duration::from_secs(2),
+    retry_period: Duration::from_millis(300),
+};
+
+struct Holder {
+    rx: watch::Receiver<Holding>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn holder(env: &Environment, identity: &str) -> Holder {
+    let client = env
+        .control_plane()
+        .client(identity)
+        .await
+        .expect("the test API server gives clients");
+    let (tx, rx) = watch::channel(Holding::NotHeld);
+    let stop = CancellationToken::new();
+    let spec = LeaseSpecification {
+        name: "shared".into(),
+        labels: BTreeMap::from([("test".to_string(), "lease".to_string())]),
+        identity: format!("{identity}-process"),
+        timing: TIMING,
+    };
+    let task = tokio::spawn(hold(client, "default".into(), spec, tx, stop.clone()));
+    Holder { rx, stop, task }
+}
+
+fn held(h: &Holder) -> bool {
+    h.rx.borrow().is_held()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_holder_at_a_time_and_release_hands_over_at_once() {
+    let env = Environment::builder()
+        .identity(Identity::admin("a"))
+        .identity(Identity::admin("b"))
+        .start()
+        .unwrap();
+    let a = holder(&env, "a").await;
+    wait_for("a to hold the lease", Duration::from_secs(5), || async {
+        if held(&a) {
+            Ok(())
+        } else {
+            Err("not held".to_string())
+        }
+    })
+    .await
+    .unwrap();
+    let b = holder(&env, "b").await;
+    // b keeps trying but never holds while a renews.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(held(&a) && !held(&b), "a {} b {}", held(&a), held(&b));
+    }
+    // a stops: it releases the lease, and b takes it without waiting for it to expire.
+    let released = Instant::now();
+    a.stop.cancel();
+    let a_rx = a.rx.clone();
+    a.task.await.unwrap();
+    assert!(!a_rx.borrow().is_held());
+    wait_for(
+        "b to take the released lease",
+        Duration::from_secs(2),
+        || async {
+            if held(&b) {
+                Ok(())
+            } else {
+                Err("not held".to_string())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        released.elapsed() < TIMING.duration,
+        "b waited for expiry: {:?}",
+        released.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
+    let env = Environment::builder()
+        .identity(Identity::admin("a"))
+        .identity(Identity::admin("b"))
+        .start()
+        .unwrap();
+    let a = holder(&env, "a").await;
+    wait_for("a to hold the lease", Duration::from_secs(5), || async {
+        if held(&a) {
+            Ok(())
+        } else {
+            Err("not held".to_string())
+        }
+    })
+    .await
+    .unwrap();
+    let b = holder(&env, "b").await;
+    let lost = tokio::spawn(until_lost(a.rx.clone()));
+
+    env.control_plane()
+        .faults()
+        .partition(FaultScope::identity("a"));
+    let partitioned = Instant::now();
+    lost.await.unwrap();
+    let fenced_after = partitioned.elapsed();
+    assert!(
+        fenced_after <= TIMING.renew_deadline + Duration::from_millis(200),
+        "fenced after {fenced_after:?}"
+    );
+    assert!(!held(&a));
+    // b only takes over once the lease has not changed for a whole duration.
+    wait_for(
+        "b to take the expired lease",
+        Duration::from_secs(10),
+        || async {
+            if held(&b) {
+                Ok(())
+            } else {
+                Err("not held".to_string())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let taken_after = partitioned.elapsed();
+    assert!(taken_after > fenced_after, "b held before a fenced");
+    assert!(
+        taken_after >= TIMING.duration - TIMING.retry_period,
+        "b took over after {taken_after:?}"
+    );
+
+    // a comes back: it must not take the lease from b.
+    env.control_plane()
+        .faults()
+        .heal(&FaultScope::identity("a"));
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!held(&a) && held(&b));
+    }
+}

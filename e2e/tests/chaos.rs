@@ -1,0 +1,330 @@
+//! Chaos tests of membership, fencing and handoff: 4 replicas, 40 clusters, 2,000 apps, the
+//! audit on. Each scenario must end with every app Synced, and the merged audit of every replica
+//! process must show no instant at which two processes worked on the same cluster.
+//!
+//! The scenarios run one at a time (they share the machine's two cores). Recovery times are
+//! printed (`--nocapture`); `make bench` measures them with the default lease settings.
+
+// Test code: a step that fails fails the test, helpers included.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shardwise_e2e::{ErrorFault, FaultScope, scrape, wait_for};
+use support::audit;
+use support::{Fleet, FleetOptions, STATEFULSET};
+
+/// Tests share the machine: one scenario at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const SETTLE: Duration = Duration::from_secs(240);
+
+/// Shorter leases than the defaults keep the suite fast; the protocol is the same.
+/// A resync every minute, not every 5 s: 2,000 apps would spend the write budget on resyncs.
+const LEASE_FLAGS: [&str; 4] = [
+    "--lease-duration=6s",
+    "--renew-deadline=4s",
+    "--retry-period=1s",
+    "--resync-interval=60s",
+];
+const LEASE_DURATION: Duration = Duration::from_secs(6);
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+struct Chaos {
+    fleet: Fleet,
+    /// pid -> when the test killed it.
+    deaths: BTreeMap<u32, u128>,
+    name: &'static str,
+}
+
+impl Chaos {
+    async fn start(name: &'static str) -> Self {
+        let fleet = Fleet::start(FleetOptions {
+            replicas: 4,
+            clusters: 40,
+            apps: 2000,
+            audit: true,
+            args: LEASE_FLAGS.map(String::from).to_vec(),
+            ..FleetOptions::default()
+        })
+        .await
+        .unwrap();
+        let chaos = Self {
+            fleet,
+            deaths: BTreeMap::new(),
+            name,
+        };
+        chaos.settle("initial placement", &[0, 1, 2, 3]).await;
+        chaos
+    }
+
+    /// Waits until settled on `live`; returns (and prints) how long it took.
+    async fn settle(&self, what: &str, live: &[u32]) -> Duration {
+        let started = Instant::now();
+        if let Err(e) = self.fleet.wait_settled(live, SETTLE).await {
+            panic!("{}: {what}: {e}\n{}", self.name, self.fleet.report());
+        }
+        let took = started.elapsed();
+        eprintln!(
+            "[{}] {what}: settled in {:.1} s",
+            self.name,
+            took.as_secs_f64()
+        );
+        took
+    }
+
+    fn kill(&mut self, ordinal: u32) {
+        let pid = self.fleet.replicas[&ordinal].process.pid();
+        self.fleet.kill_replica(ordinal).unwrap();
+        self.deaths.insert(pid, now_nanos());
+    }
+
+    async fn wait_lease(&self, ordinal: u32) {
+        let url = self.fleet.replicas[&ordinal].metrics_url.clone();
+        let label = ordinal.to_string();
+        wait_for(
+            &format!("replica {ordinal} to hold its lease"),
+            SETTLE,
+            || async {
+                let m = scrape(&url).await.map_err(|e| e.to_string())?;
+                match m.get("shardwise_lease_held", &[("shard", &label)]) {
+                    Some(1.0) => Ok(()),
+                    other => Err(format!("lease_held = {other:?}")),
+                }
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Waits until each of `shards` owns at least one cluster (a scale-up took effect).
+    async fn wait_owning(&self, shards: &[u32]) {
+        let api = self.fleet.clusters_api();
+        let started = Instant::now();
+        wait_for("the new shards to own clusters", SETTLE, || async {
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let empty: Vec<u32> = shards
+                .iter()
+                .copied()
+                .filter(|&s| {
+                    !list
+                        .items
+                        .iter()
+                        .any(|c| support::shard_label(c) == Some(s))
+                })
+                .collect();
+            if empty.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("shards {empty:?} own nothing"))
+            }
+        })
+        .await
+        .unwrap();
+        eprintln!(
+            "[{}] shards {shards:?} own clusters after {:.1} s",
+            self.name,
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    async fn planner(&self) -> u32 {
+        wait_for("a planner", SETTLE, || async {
+            for (&ordinal, replica) in &self.fleet.replicas {
+                let m = scrape(&replica.metrics_url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if m.sum("shardwise_planner_leader", &[]) == 1.0 {
+                    return Ok(ordinal);
+                }
+            }
+            Err("no replica reports planner_leader = 1".into())
+        })
+        .await
+        .unwrap()
+    }
+
+    fn intervals(&self) -> Vec<audit::Interval> {
+        audit::read(&self.fleet.audits).unwrap()
+    }
+
+    /// The safety check over everything recorded so far.
+    fn assert_no_overlap(&self) {
+        let intervals = self.intervals();
+        assert!(
+            !intervals.is_empty(),
+            "{}: the audit recorded nothing",
+            self.name
+        );
+        let overlaps = audit::overlaps(&intervals, &self.deaths);
+        if !overlaps.is_empty() {
+            let shown: Vec<String> = overlaps.iter().take(5).map(ToString::to_string).collect();
+            panic!(
+                "{}: {} overlaps, e.g.\n{}",
+                self.name,
+                overlaps.len(),
+                shown.join("\n")
+            );
+        }
+        eprintln!(
+            "[{}] audit: {} intervals, no overlap",
+            self.name,
+            intervals.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_scale_down_up_and_back() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Chaos::start("scale 4-3-5-4").await;
+    c.fleet.scale(3).await.unwrap();
+    c.fleet.stop_replica(3).await.unwrap();
+    c.settle("4 -> 3", &[0, 1, 2]).await;
+    c.fleet.scale(5).await.unwrap();
+    c.fleet.spawn_replica(3).unwrap();
+    c.fleet.spawn_replica(4).unwrap();
+    c.wait_owning(&[3, 4]).await;
+    c.settle("3 -> 5", &[0, 1, 2, 3, 4]).await;
+    c.fleet.scale(4).await.unwrap();
+    c.fleet.stop_replica(4).await.unwrap();
+    c.settle("5 -> 4", &[0, 1, 2, 3]).await;
+    c.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_then_restart() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Chaos::start("SIGKILL").await;
+    c.kill(1);
+    c.settle("replica 1 killed", &[0, 2, 3]).await;
+    c.fleet.spawn_replica(1).unwrap();
+    c.wait_lease(1).await;
+    c.settle("replica 1 restarted", &[0, 1, 2, 3]).await;
+    c.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_replica_fences_itself_and_rejoins() {
+    let _serial = SERIAL.lock().await;
+    let c = Chaos::start("partition").await;
+    let faults = c.fleet.env.control_plane().faults();
+    let scope = FaultScope::identity(format!("{STATEFULSET}-2"));
+    let pid = c.fleet.replicas[&2].process.pid();
+    let partitioned_at = now_nanos();
+    faults.partition(scope.clone());
+    c.settle("replica 2 partitioned", &[0, 1, 3]).await;
+    // Longer than the lease, then heal.
+    tokio::time::sleep(LEASE_DURATION).await;
+    // The partitioned replica stopped all work before its lease could expire.
+    let expiry = partitioned_at + LEASE_DURATION.as_nanos();
+    for interval in c.intervals().iter().filter(|i| i.pid == pid) {
+        if interval.start >= partitioned_at || interval.end.is_none_or(|e| e > partitioned_at) {
+            let end = interval
+                .end
+                .unwrap_or_else(|| panic!("replica 2 still working on {}", interval.key));
+            assert!(
+                end < expiry,
+                "replica 2 worked on {} until {end}, past its lease expiry {expiry}",
+                interval.key
+            );
+        }
+    }
+    faults.heal(&scope);
+    c.wait_lease(2).await;
+    c.settle("replica 2 healed", &[0, 1, 2, 3]).await;
+    let m = scrape(&c.fleet.replicas[&2].metrics_url).await.unwrap();
+    assert!(
+        m.sum("shardwise_fenced_total", &[]) >= 1.0,
+        "replica 2 never fenced itself"
+    );
+    // Fenced means deaths never happened: every interval of a live process must have ended.
+    c.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planner_killed_during_a_rebalance() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Chaos::start("planner killed").await;
+    let planner = c.planner().await;
+    // Start a rebalance: a fifth shard appears; then the planner dies in the middle of it.
+    c.fleet.scale(5).await.unwrap();
+    c.fleet.spawn_replica(4).unwrap();
+    c.wait_lease(4).await;
+    c.kill(planner);
+    let live: Vec<u32> = (0..5).filter(|&s| s != planner).collect();
+    c.settle("planner killed mid-rebalance", &live).await;
+    let successor = c.planner().await;
+    assert_ne!(successor, planner);
+    c.fleet.spawn_replica(planner).unwrap();
+    c.wait_lease(planner).await;
+    c.settle("old planner back", &[0, 1, 2, 3, 4]).await;
+    c.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_and_cut_watches_during_a_scale_change() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Chaos::start("control-plane faults").await;
+    let scopes: Vec<FaultScope> = (0..4)
+        .map(|i| FaultScope::identity(format!("{STATEFULSET}-{i}")))
+        .collect();
+    for scope in &scopes {
+        let faults = c.fleet.env.control_plane().faults();
+        faults
+            .set_errors(
+                scope.clone(),
+                ErrorFault::new(0.05, vec![500, 429]).retry_after(1),
+            )
+            .unwrap();
+        faults
+            .close_watches_every(scope.clone(), Duration::from_secs(10))
+            .unwrap();
+    }
+    let faulty_since = Instant::now();
+    c.fleet.scale(3).await.unwrap();
+    c.fleet.stop_replica(3).await.unwrap();
+    c.settle("4 -> 3 under faults", &[0, 1, 2]).await;
+    let remaining = Duration::from_secs(60).saturating_sub(faulty_since.elapsed());
+    tokio::time::sleep(remaining).await;
+    let faults = c.fleet.env.control_plane().faults();
+    let counters = faults.counters();
+    for scope in &scopes {
+        faults.clear(scope);
+    }
+    eprintln!("[{}] faults injected: {counters:?}", c.name);
+    c.settle("faults cleared", &[0, 1, 2]).await;
+    c.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_of_every_replica() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Chaos::start("rolling restart").await;
+    let rolling = Instant::now();
+    // As a StatefulSet rolls: highest ordinal first, each ready before the next.
+    for ordinal in (0..4).rev() {
+        c.fleet.stop_replica(ordinal).await.unwrap();
+        c.fleet.spawn_replica(ordinal).unwrap();
+        c.wait_lease(ordinal).await;
+    }
+    c.settle("rolling restart", &[0, 1, 2, 3]).await;
+    eprintln!(
+        "[{}] the whole roll took {:.1} s",
+        c.name,
+        rolling.elapsed().as_secs_f64()
+    );
+    c.assert_no_overlap();
+}
