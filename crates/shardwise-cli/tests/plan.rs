@@ -96,6 +96,8 @@ const FLEET: &[Spec] = &[
     },
 ];
 
+const ORPHANS: u64 = 521;
+
 fn shardwise_fleet_yaml() -> String {
     let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: shardwise}\n");
     yaml.push_str("---\n");
@@ -125,7 +127,10 @@ fn shardwise_fleet_yaml() -> String {
             yaml.push_str(&fleet_app(&format!("{name}-{j}"), name));
         }
     }
-    yaml.push_str(&fleet_app("orphan", "zulu"));
+    // Apps of no cluster: more than a list page (500), so that reading them takes two pages.
+    for i in 0..ORPHANS {
+        yaml.push_str(&fleet_app(&format!("orphan-{i:03}"), "zulu"));
+    }
     yaml
 }
 
@@ -186,13 +191,16 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
     assert_eq!(report["fleet"]["clusters"], 9);
     assert_eq!(report["fleet"]["apps"], 49);
     assert_eq!(report["fleet"]["load"], 55);
-    assert_eq!(report["fleet"]["unmatched_apps"], 1);
+    assert_eq!(report["fleet"]["unmatched_apps"], ORPHANS);
     let notes = report["notes"].to_string();
     assert!(
         notes.contains(r#"FleetCluster \"hotel\" has shard label \"two\""#),
         "{notes}"
     );
-    assert!(notes.contains(r#"not counted: \"orphan\""#), "{notes}");
+    assert!(
+        notes.contains(r#"521 FleetApp(s) target no FleetCluster of the namespace and are not counted: \"orphan-000\", \"orphan-001\", \"orphan-002\" and 518 more"#),
+        "{notes}"
+    );
 
     // Now: the labels, weighted load included; golf and hotel are unplaced.
     let current = &report["current"];

@@ -100,7 +100,10 @@ impl PlanMemory {
             .iter()
             .map(|c| {
                 let apps = app_counts.get(&c.key).copied().unwrap_or(0);
-                (c.uid.clone(), apps.saturating_mul(u64::from(c.weight.unwrap_or(1))))
+                (
+                    c.uid.clone(),
+                    apps.saturating_mul(u64::from(c.weight.unwrap_or(1))),
+                )
             })
             .collect();
         Self {

@@ -45,6 +45,13 @@ pub struct FleetOptions {
     pub args: Vec<String>,
     /// Record every reconcile interval to a per-replica audit file.
     pub audit: bool,
+    /// Short resync, probe and plan intervals (tests); off, the controller's defaults (benchmarks).
+    pub fast: bool,
+    /// Latency added to every request to the destination clusters.
+    pub destination_latency: Option<Duration>,
+    /// Apps of a realistic size (a Deployment, a Service and a ConfigMap) instead of one small
+    /// ConfigMap.
+    pub realistic_apps: bool,
 }
 
 impl Default for FleetOptions {
@@ -57,6 +64,9 @@ impl Default for FleetOptions {
             rbac: true,
             args: Vec::new(),
             audit: false,
+            fast: true,
+            destination_latency: None,
+            realistic_apps: false,
         }
     }
 }
@@ -76,6 +86,8 @@ pub struct Fleet {
     pub replicas: BTreeMap<u32, Replica>,
     /// Audit files of every replica incarnation, for the overlap check.
     pub audits: Vec<PathBuf>,
+    /// When the first replica was started.
+    pub started: std::time::Instant,
 }
 
 /// Flags that make a test fleet react in seconds rather than minutes.
@@ -101,6 +113,21 @@ pub fn app_manifests(index: u32, generation: u32) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{index}\ndata:\n  generation: \"{generation}\"\n  payload: \"{}\"\n",
         "x".repeat(64)
+    )
+}
+
+/// A typical small app: a Deployment, its Service and a ConfigMap of settings (about 2.5 KB).
+pub fn realistic_manifests(index: u32) -> String {
+    let settings: String = (0..24)
+        .map(|k| {
+            format!(
+                "  SETTING_{k:02}: \"value-{index}-{k:02}-{}\"\n",
+                "v".repeat(40)
+            )
+        })
+        .collect();
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{index}\n  labels: {{app: app-{index}, tier: web}}\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {{app: app-{index}}}\n  template:\n    metadata:\n      labels: {{app: app-{index}, tier: web}}\n    spec:\n      containers:\n        - name: web\n          image: registry.example.com/team/app-{index}:1.0.{index}\n          ports: [{{containerPort: 8080, name: http}}]\n          envFrom: [{{configMapRef: {{name: app-{index}-settings}}}}]\n          resources: {{requests: {{cpu: 100m, memory: 128Mi}}, limits: {{memory: 256Mi}}}}\n          readinessProbe: {{httpGet: {{path: /healthz, port: http}}, periodSeconds: 10}}\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: app-{index}\nspec:\n  selector: {{app: app-{index}}}\n  ports: [{{name: http, port: 80, targetPort: http}}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{index}-settings\ndata:\n{settings}"
     )
 }
 
@@ -137,10 +164,19 @@ impl Fleet {
             admin,
             replicas: BTreeMap::new(),
             audits: Vec::new(),
+            started: std::time::Instant::now(),
         };
         fleet.create_destination_secrets().await?;
         fleet.create_clusters(0..options.clusters).await?;
         fleet.create_apps(0..options.apps).await?;
+        if let Some(latency) = options.destination_latency {
+            for destination in fleet.env.destinations() {
+                destination
+                    .faults()
+                    .set_latency(shardwise_e2e::FaultScope::Global, latency);
+            }
+        }
+        fleet.started = std::time::Instant::now();
         for ordinal in 0..options.replicas {
             fleet.spawn_replica(ordinal)?;
         }
@@ -200,24 +236,36 @@ impl Fleet {
         Ok(())
     }
 
-    /// FleetApps `app-N` on `cluster-(N mod clusters)`, each applying one ConfigMap into
-    /// namespace `team-(N mod 5)`.
+    /// FleetApps `app-N` on `cluster-(N mod clusters)`, each applying into namespace
+    /// `team-(N mod 5)` one ConfigMap `app-N` (or, realistic, a Deployment, Service and
+    /// ConfigMap). Created 32 at a time.
     pub async fn create_apps(&self, range: std::ops::Range<u32>) -> Result<()> {
+        use futures::StreamExt;
         let api = self.apps_api();
         let clusters = self.options.clusters.max(1);
-        for i in range {
-            let app: FleetApp = serde_json::from_value(json!({
-                "apiVersion": "shardwise.io/v1alpha1",
-                "kind": "FleetApp",
-                "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
-                "spec": {
-                    "destination": {"cluster": format!("cluster-{}", i % clusters), "namespace": format!("team-{}", i % 5)},
-                    "source": {"manifests": app_manifests(i, 1)},
-                },
-            }))?;
-            api.create(&PostParams::default(), &app).await?;
-        }
-        Ok(())
+        let realistic = self.options.realistic_apps;
+        let results: Vec<Result<()>> = futures::stream::iter(range)
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    let manifests = if realistic { realistic_manifests(i) } else { app_manifests(i, 1) };
+                    let app: FleetApp = serde_json::from_value(json!({
+                        "apiVersion": "shardwise.io/v1alpha1",
+                        "kind": "FleetApp",
+                        "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
+                        "spec": {
+                            "destination": {"cluster": format!("cluster-{}", i % clusters), "namespace": format!("team-{}", i % 5)},
+                            "source": {"manifests": manifests},
+                        },
+                    }))?;
+                    api.create(&PostParams::default(), &app).await?;
+                    Ok(())
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        results.into_iter().collect()
     }
 
     /// Starts replica `ordinal` (again, after a stop).
@@ -236,7 +284,11 @@ impl Fleet {
             .env("KUBECONFIG", &kubeconfig)
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
             .arg(format!("--health-addr=127.0.0.1:{port}"))
-            .args(fast_flags())
+            .args(if self.options.fast {
+                fast_flags()
+            } else {
+                Vec::new()
+            })
             .args(self.options.args.clone());
         if let Some(path) = &audit {
             spec = spec.arg(format!("--audit-file={}", path.display()));

@@ -1,0 +1,386 @@
+//! Fleet benchmarks: real controller processes on the test API servers, measured end to end.
+//!
+//! - `throughput`: apps per second until 5,000 apps are Synced with 1, 2 and 4 replicas, 10 ms of
+//!   latency on every destination request, default workers and QPS; scaling efficiency
+//!   `throughput(N) / (N × throughput(1))`, target ≥ 0.8 at 4 replicas.
+//! - `memory`: peak resident memory of one replica of 4 (not the planner) owning a quarter of
+//!   20,000 apps, against a single replica owning all; target ≤ 0.4×.
+//! - `handoff`: with the default lease settings, 4 replicas, 40 clusters, 2,000 apps: time until
+//!   every cluster is owned again after a graceful scale-down (target < 5 s), a SIGKILL (target <
+//!   lease duration + 5 s) and a partition; apps whose owner changed; reconciles in flight when
+//!   the owner stopped; overlapping reconciles in the audit (must be 0).
+//!
+//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|memory|handoff]` (all by
+//! default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kube::ResourceExt;
+use kube::api::ListParams;
+use shardwise_api::SyncPhase;
+use shardwise_api::keys::DRAIN_TO_ANNOTATION;
+use shardwise_e2e::{FaultScope, scrape, wait_for};
+use support::{Fleet, FleetOptions, STATEFULSET, audit, shard_label};
+
+const LONG: Duration = Duration::from_secs(1200);
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Apps Synced at their current generation.
+async fn synced(fleet: &Fleet) -> usize {
+    let Ok(list) = fleet.apps_api().list(&ListParams::default()).await else {
+        return 0;
+    };
+    list.items
+        .iter()
+        .filter(|a| {
+            a.status.as_ref().is_some_and(|s| {
+                s.sync_phase == Some(SyncPhase::Synced)
+                    && s.observed_generation == a.metadata.generation
+            })
+        })
+        .count()
+}
+
+async fn wait_synced(fleet: &Fleet, total: usize) {
+    wait_for(&format!("{total} apps Synced"), LONG, || async {
+        let n = synced(fleet).await;
+        if n >= total {
+            Ok(())
+        } else {
+            Err(format!("{n} Synced"))
+        }
+    })
+    .await
+    .unwrap();
+}
+
+// ---------------------------------------------------------------- throughput
+
+async fn throughput(replicas: u32) -> f64 {
+    const APPS: u32 = 5000;
+    let fleet = Fleet::start(FleetOptions {
+        replicas,
+        clusters: 40,
+        apps: APPS,
+        rbac: false,
+        fast: false,
+        destination_latency: Some(Duration::from_millis(10)),
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, APPS as usize).await;
+    let seconds = fleet.started.elapsed().as_secs_f64();
+    let rate = f64::from(APPS) / seconds;
+    eprintln!(
+        "throughput: {replicas} replica(s): {APPS} apps Synced in {seconds:.1} s = {rate:.1} apps/s"
+    );
+    rate
+}
+
+// ---------------------------------------------------------------- memory
+
+/// Peak resident set (VmHWM) of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+async fn memory(replicas: u32) -> (u32, u64) {
+    const APPS: u32 = 20_000;
+    let fleet = Fleet::start(FleetOptions {
+        replicas,
+        clusters: 40,
+        apps: APPS,
+        rbac: false,
+        fast: false,
+        realistic_apps: true,
+        // The same generous limits for both runs, only so that 20,000 apps sync in minutes.
+        args: [
+            "--kube-qps=1000",
+            "--kube-burst=2000",
+            "--planner-qps=2000",
+            "--planner-burst=4000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, APPS as usize).await;
+    let mut chosen = 0;
+    for (&ordinal, replica) in &fleet.replicas {
+        let m = scrape(&replica.metrics_url).await.unwrap();
+        if replicas == 1 || m.sum("shardwise_planner_leader", &[]) == 0.0 {
+            chosen = ordinal;
+            break;
+        }
+    }
+    let peak = peak_rss(fleet.replicas[&chosen].process.pid());
+    let owned = scrape(&fleet.replicas[&chosen].metrics_url)
+        .await
+        .unwrap()
+        .sum("shardwise_owned_apps", &[]);
+    eprintln!(
+        "memory: replica {chosen} of {replicas} owns {owned} apps, peak RSS {:.1} MiB",
+        peak as f64 / 1048576.0
+    );
+    (chosen, peak)
+}
+
+// ---------------------------------------------------------------- handoff
+
+/// Every cluster on a live shard, not draining, and (for those that moved since `before`)
+/// probed by its new owner after `since`.
+async fn owned_again(
+    fleet: &Fleet,
+    live: &[u32],
+    before: &BTreeMap<String, u32>,
+    since: jiff::Timestamp,
+) -> Result<usize, String> {
+    let list = fleet
+        .clusters_api()
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut moved = 0;
+    for c in &list.items {
+        let shard = shard_label(c).ok_or("unlabelled cluster")?;
+        if !live.contains(&shard) || c.annotations().contains_key(DRAIN_TO_ANNOTATION) {
+            return Err(format!(
+                "{} on {shard}, draining {:?}",
+                c.name_any(),
+                c.annotations().get(DRAIN_TO_ANNOTATION)
+            ));
+        }
+        if before.get(&c.name_any()) != Some(&shard) {
+            moved += 1;
+            let status = c.status.clone().unwrap_or_default();
+            let probed = status.last_probe_time.is_some_and(|t| t.0 >= since);
+            if status.shard != Some(shard) || !probed {
+                return Err(format!(
+                    "{} not yet taken up by shard {shard}",
+                    c.name_any()
+                ));
+            }
+        }
+    }
+    Ok(moved)
+}
+
+async fn labels(fleet: &Fleet) -> (BTreeMap<String, u32>, BTreeMap<String, u32>) {
+    let clusters = fleet
+        .clusters_api()
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
+    let of = |items: Vec<_>| -> BTreeMap<String, u32> {
+        items
+            .into_iter()
+            .filter_map(|o: shardwise_api::FleetApp| Some((o.name_any(), shard_label(&o)?)))
+            .collect()
+    };
+    let cluster_labels = clusters
+        .items
+        .into_iter()
+        .filter_map(|c| Some((c.name_any(), shard_label(&c)?)))
+        .collect();
+    (cluster_labels, of(apps.items))
+}
+
+struct Handoff {
+    what: &'static str,
+    seconds: f64,
+    clusters_moved: usize,
+    apps_moved: usize,
+    in_flight: usize,
+}
+
+async fn measure(
+    fleet: &Fleet,
+    what: &'static str,
+    live: &[u32],
+    before: (BTreeMap<String, u32>, BTreeMap<String, u32>),
+    t0: Instant,
+    since: jiff::Timestamp,
+) -> Handoff {
+    let clusters_moved = wait_for(&format!("{what}: every cluster owned again"), LONG, || {
+        owned_again(fleet, live, &before.0, since)
+    })
+    .await
+    .unwrap();
+    let seconds = t0.elapsed().as_secs_f64();
+    fleet.wait_settled(live, LONG).await.unwrap();
+    let after = labels(fleet).await;
+    let apps_moved = after
+        .1
+        .iter()
+        .filter(|(name, shard)| before.1.get(*name) != Some(*shard))
+        .count();
+    eprintln!(
+        "handoff: {what}: every cluster owned again after {seconds:.2} s ({clusters_moved} clusters, {apps_moved} apps moved)"
+    );
+    Handoff {
+        what,
+        seconds,
+        clusters_moved,
+        apps_moved,
+        in_flight: 0,
+    }
+}
+
+async fn handoff() -> (Vec<Handoff>, usize) {
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 4,
+        clusters: 40,
+        apps: 2000,
+        rbac: false,
+        fast: false,
+        audit: true,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+    let mut deaths = BTreeMap::new();
+    let mut rows = Vec::new();
+
+    // Graceful scale-down 4 -> 3.
+    let before = labels(&fleet).await;
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    fleet.scale(3).await.unwrap();
+    fleet.stop_replica(3).await.unwrap();
+    rows.push(
+        measure(
+            &fleet,
+            "graceful scale-down (SIGTERM)",
+            &[0, 1, 2],
+            before,
+            t0,
+            since,
+        )
+        .await,
+    );
+    fleet.scale(4).await.unwrap();
+    fleet.spawn_replica(3).unwrap();
+    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+
+    // SIGKILL.
+    let before = labels(&fleet).await;
+    let pid = fleet.replicas[&1].process.pid();
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    fleet.kill_replica(1).unwrap();
+    deaths.insert(pid, now_nanos());
+    let mut row = measure(&fleet, "SIGKILL", &[0, 2, 3], before, t0, since).await;
+    row.in_flight = audit::read(&fleet.audits)
+        .unwrap()
+        .iter()
+        .filter(|i| i.pid == pid && i.end.is_none())
+        .count();
+    rows.push(row);
+    fleet.spawn_replica(1).unwrap();
+    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+
+    // Partition of replica 2 from the control plane.
+    let before = labels(&fleet).await;
+    let scope = FaultScope::identity(format!("{STATEFULSET}-2"));
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    fleet.env.control_plane().faults().partition(scope.clone());
+    let mut row = measure(&fleet, "partition", &[0, 1, 3], before, t0, since).await;
+    let replica = scrape(&fleet.replicas[&2].metrics_url).await.unwrap();
+    row.in_flight = replica.sum("shardwise_reconciles_total", &[("result", "cancelled")]) as usize;
+    rows.push(row);
+    fleet.env.control_plane().faults().heal(&scope);
+    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+
+    let overlaps = audit::overlaps(&audit::read(&fleet.audits).unwrap(), &deaths).len();
+    (rows, overlaps)
+}
+
+// ---------------------------------------------------------------- main
+
+fn main() {
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut failures = Vec::new();
+    runtime.block_on(async {
+        if run("throughput") {
+            let one = throughput(1).await;
+            let two = throughput(2).await;
+            let four = throughput(4).await;
+            let efficiency = |n: f64, rate: f64| rate / (n * one);
+            println!("\n### Reconcile throughput (5,000 apps, 10 ms destination latency)\n");
+            println!("| replicas | apps/s | scaling efficiency |");
+            println!("|---:|---:|---:|");
+            println!("| 1 | {one:.1} | 1.00 |");
+            println!("| 2 | {two:.1} | {:.2} |", efficiency(2.0, two));
+            println!("| 4 | {four:.1} | {:.2} |", efficiency(4.0, four));
+            if efficiency(4.0, four) < 0.8 {
+                failures.push(format!("scaling efficiency at 4 replicas {:.2} < 0.8", efficiency(4.0, four)));
+            }
+        }
+        if run("memory") {
+            let (_, single) = memory(1).await;
+            let (chosen, quarter) = memory(4).await;
+            let ratio = quarter as f64 / single as f64;
+            println!("\n### Peak resident memory (20,000 apps of ~2.5 KB manifests)\n");
+            println!("| replica | owns | peak RSS |");
+            println!("|---|---:|---:|");
+            println!("| the only replica of 1 (also planner) | 20,000 apps | {:.1} MiB |", single as f64 / 1048576.0);
+            println!("| replica {chosen} of 4 (not planner) | ~5,000 apps | {:.1} MiB |", quarter as f64 / 1048576.0);
+            println!("\nratio: **{ratio:.2}x** (target at most 0.4x)");
+            if ratio > 0.4 {
+                failures.push(format!("memory ratio {ratio:.2} > 0.4"));
+            }
+        }
+        if run("handoff") {
+            let (rows, overlaps) = handoff().await;
+            println!("\n### Handoff (4 replicas, 40 clusters, 2,000 apps, default leases: 15 s / 10 s / 2 s)\n");
+            println!("| disruption | every cluster owned again after | clusters moved | apps moved | reconciles in flight at the stop |");
+            println!("|---|---:|---:|---:|---:|");
+            for r in &rows {
+                println!("| {} | {:.2} s | {} | {} | {} |", r.what, r.seconds, r.clusters_moved, r.apps_moved, r.in_flight);
+            }
+            println!("\nduplicated reconciles (overlapping intervals in the merged audit): **{overlaps}**");
+            if overlaps > 0 {
+                failures.push(format!("{overlaps} overlapping reconciles"));
+            }
+            if let Some(r) = rows.iter().find(|r| r.what.starts_with("graceful")) && r.seconds >= 5.0 {
+                failures.push(format!("graceful handoff took {:.1} s >= 5 s", r.seconds));
+            }
+            if let Some(r) = rows.iter().find(|r| r.what == "SIGKILL") && r.seconds >= 20.0 {
+                failures.push(format!("SIGKILL recovery took {:.1} s >= 20 s", r.seconds));
+            }
+        }
+    });
+    for f in &failures {
+        eprintln!("TARGET MISSED: {f}");
+    }
+    if !failures.is_empty() {
+        std::process::exit(1);
+    }
+}
