@@ -11,6 +11,7 @@ pub mod config;
 pub mod destination;
 pub mod http;
 pub mod lease;
+pub mod membership;
 pub mod metrics;
 pub mod owner;
 pub mod planner;
@@ -28,9 +29,9 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::lease::{Holding, LeaseSpecification, until_held, until_lost};
+use crate::membership::{LEASE_KIND_LABEL, LEASE_STATEFULSET_LABEL, ShardLeases};
 use crate::metrics::Telemetry;
 use crate::owner::{Exit, Readiness};
-use crate::planner::{LEASE_KIND_LABEL, LEASE_STATEFULSET_LABEL};
 
 /// SIGTERM or SIGINT cancels `token`.
 fn on_signal(token: CancellationToken) -> anyhow::Result<()> {
@@ -127,8 +128,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         lease_stop.clone(),
     ));
 
+    let shard_leases = ShardLeases::new(client.clone(), &config.namespace, &statefulset);
+    let lease_watch = tokio::spawn(shard_leases.clone().watch());
     let planner = {
         let client = planner_client;
+        let leases = shard_leases.clone();
         let config = config.clone();
         let metrics = metrics.clone();
         let shutdown = shutdown.clone();
@@ -150,6 +154,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     config.clone(),
                     metrics.clone(),
                     recorder.clone(),
+                    leases.clone(),
                     until_lost(leader_rx.clone()),
                     shutdown.clone(),
                 )
@@ -188,6 +193,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     // Work has stopped: give the leases up so that the planner moves our clusters at once.
     let _ = planner.await;
+    lease_watch.abort();
     lease_stop.cancel();
     let _ = tokio::join!(shard_lease, leader_lease);
     http_stop.cancel();

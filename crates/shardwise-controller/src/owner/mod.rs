@@ -352,11 +352,16 @@ pub async fn run(
 
     let mut tasks = JoinSet::new();
     let watch_config = watcher::Config::default().labels(&selector);
-    let cluster_events =
-        reflector::reflector(cluster_writer, watcher(cluster_api, watch_config.clone()))
-            .default_backoff();
-    let app_events =
-        reflector::reflector(app_writer, watcher(app_api, watch_config)).default_backoff();
+    // managedFields are the API server's bookkeeping: a replica never reads them, so they are
+    // dropped before the cache (for apps they are often bigger than the spec).
+    let cluster_events = watcher(cluster_api, watch_config.clone())
+        .modify(|c: &mut FleetCluster| c.metadata.managed_fields = None)
+        .default_backoff();
+    let cluster_events = reflector::reflector(cluster_writer, cluster_events);
+    let app_events = watcher(app_api, watch_config)
+        .modify(|a: &mut FleetApp| a.metadata.managed_fields = None)
+        .default_backoff();
+    let app_events = reflector::reflector(app_writer, app_events);
     {
         let owner = owner.clone();
         tasks.spawn(async move { clusters::watch_events(owner, cluster_events).await });

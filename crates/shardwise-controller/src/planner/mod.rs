@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
@@ -21,7 +20,6 @@ use shardwise_api::keys::{
 };
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::drain::PlannerAction;
-use shardwise_handoff::lease::{LeaseObserver, LeaseRecord};
 use shardwise_handoff::plan::{
     AppView, ClusterView, Membership, ObjectKey, PlanError, PlanMemory, plan,
 };
@@ -30,12 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::membership::ShardLeases;
 use crate::metrics::{MemberLabels, Metrics, MoveLabels, ShardLabels, StrategyLabels};
 use crate::owner::{key_of, record_of};
-
-/// Labels that mark the shard leases of one StatefulSet.
-pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
-pub const LEASE_STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
 
 /// Concurrent label writes to apps.
 const APP_WRITE_CONCURRENCY: usize = 16;
@@ -50,9 +45,7 @@ struct Planner {
     clusters: Store<FleetCluster>,
     apps: Store<FleetApp>,
     statefulsets: Store<StatefulSet>,
-    leases: std::sync::Mutex<LeaseObserver>,
-    /// Lease name -> shard.
-    lease_shards: std::sync::Mutex<BTreeMap<String, u32>>,
+    leases: Arc<ShardLeases>,
     trigger: Notify,
 }
 
@@ -65,20 +58,10 @@ impl Planner {
             .and_then(|s| s.replicas)
             .and_then(|r| u32::try_from(r).ok())
             .unwrap_or(1);
-        let observer = self.leases.lock().unwrap_or_else(|p| p.into_inner());
-        let shards = self.lease_shards.lock().unwrap_or_else(|p| p.into_inner());
-        let alive: BTreeSet<u32> = observer
-            .valid_leases(now)
-            .filter_map(|name| shards.get(name).copied())
-            .collect();
-        Some(Membership { expected, alive })
-    }
-
-    fn next_expiry(&self, now: Instant) -> Option<Instant> {
-        self.leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next_expiry(now)
+        Some(Membership {
+            expected,
+            alive: self.leases.alive(now),
+        })
     }
 
     fn views(&self) -> (Vec<ClusterView>, Vec<AppView>) {
@@ -148,6 +131,7 @@ pub async fn run(
     config: Arc<Config>,
     metrics: Metrics,
     recorder: Recorder,
+    leases: Arc<ShardLeases>,
     lost: impl std::future::Future<Output = ()>,
     shutdown: CancellationToken,
 ) {
@@ -165,8 +149,7 @@ pub async fn run(
         clusters,
         apps,
         statefulsets,
-        leases: std::sync::Mutex::new(LeaseObserver::new()),
-        lease_shards: std::sync::Mutex::new(BTreeMap::new()),
+        leases,
         trigger: Notify::new(),
     });
     planner
@@ -180,7 +163,6 @@ pub async fn run(
     let cluster_api: Api<FleetCluster> = Api::namespaced(client.clone(), &namespace);
     let app_api: Api<FleetApp> = Api::namespaced(client.clone(), &namespace);
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
-    let lease_api: Api<Lease> = Api::namespaced(client.clone(), &namespace);
     {
         let p = planner.clone();
         let stream = reflector::reflector(
@@ -209,13 +191,6 @@ pub async fn run(
         let config = watcher::Config::default().fields(&format!("metadata.name={statefulset}"));
         let stream = reflector::reflector(sts_writer, watcher(sts_api, config)).default_backoff();
         tasks.spawn(async move { trigger_on(stream, &p, "statefulset").await });
-    }
-    {
-        let p = planner.clone();
-        let selector = format!("{LEASE_KIND_LABEL}=shard,{LEASE_STATEFULSET_LABEL}={statefulset}");
-        let stream =
-            watcher(lease_api, watcher::Config::default().labels(&selector)).default_backoff();
-        tasks.spawn(async move { watch_leases(stream, &p).await });
     }
     {
         let p = planner.clone();
@@ -249,100 +224,6 @@ where
     }
 }
 
-/// Feeds lease changes to the observer, with the time this planner saw them. A pass is
-/// triggered when the set of valid leases changes.
-async fn watch_leases<S>(stream: S, planner: &Arc<Planner>)
-where
-    S: futures::Stream<Item = Result<watcher::Event<Lease>, watcher::Error>>,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        let now = Instant::now();
-        let before: BTreeSet<String> = planner
-            .leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .valid_leases(now)
-            .map(str::to_string)
-            .collect();
-        match event {
-            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
-                let name = lease.name_any();
-                if let Some(shard) = lease.labels().get(SHARD_LABEL).and_then(|v| parse_shard(v)) {
-                    planner
-                        .lease_shards
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(name.clone(), shard);
-                }
-                let record = lease_record(&lease);
-                planner
-                    .leases
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .observe(&name, record, now);
-            }
-            // A deleted lease is not a released one: its holder may still be working and about to
-            // recreate it. The last observation simply expires unless a new version appears.
-            Ok(_) => {}
-            Err(e) => {
-                warn!(error = %e, "lease watch failed; retrying");
-                continue;
-            }
-        }
-        let after: BTreeSet<String> = planner
-            .leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .valid_leases(now)
-            .map(str::to_string)
-            .collect();
-        if before != after {
-            planner.trigger.notify_one();
-        }
-    }
-}
-
-/// Reads the leases again when one looks expired: only a lease unchanged in a fresh read is
-/// really expired (the watch may just be late).
-async fn confirm_expiries(planner: &Arc<Planner>) -> Result<(), kube::Error> {
-    let suspicious = planner
-        .leases
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .expired_holders(Instant::now());
-    if suspicious.is_empty() {
-        return Ok(());
-    }
-    let api: Api<Lease> = Api::namespaced(planner.client.clone(), &planner.config.namespace);
-    let selector = format!(
-        "{LEASE_KIND_LABEL}=shard,{LEASE_STATEFULSET_LABEL}={}",
-        planner.config.statefulset_name()
-    );
-    let leases = api
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await?;
-    let now = Instant::now();
-    let mut observer = planner.leases.lock().unwrap_or_else(|p| p.into_inner());
-    for lease in &leases.items {
-        observer.observe(&lease.name_any(), lease_record(lease), now);
-    }
-    Ok(())
-}
-
-fn lease_record(lease: &Lease) -> LeaseRecord {
-    let spec = lease.spec.as_ref();
-    LeaseRecord {
-        holder: spec.and_then(|s| s.holder_identity.clone()),
-        version: lease.resource_version().unwrap_or_default(),
-        duration: Duration::from_secs(
-            spec.and_then(|s| s.lease_duration_seconds)
-                .and_then(|d| u64::try_from(d).ok())
-                .unwrap_or(15),
-        ),
-    }
-}
-
 /// Plans on every trigger (debounced), when a lease may have expired, and periodically.
 async fn plan_loop(planner: &Arc<Planner>) {
     // The stores must hold a complete view before the first pass.
@@ -352,9 +233,8 @@ async fn plan_loop(planner: &Arc<Planner>) {
     if !ready {
         return;
     }
-    // A new planner has not watched the leases yet: it must see them for a full duration
-    // before it can call one expired; the observer handles that. Let the lease list arrive.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every shard lease must have been seen once: an unseen lease would look like a dead shard.
+    planner.leases.wait_synced().await;
     let mut memory: Option<PlanMemory> = None;
     let mut last_periodic = Instant::now();
     let mut pins_reported: BTreeSet<(ObjectKey, u32, u32)> = BTreeSet::new();
@@ -374,11 +254,13 @@ async fn plan_loop(planner: &Arc<Planner>) {
         }
         let now = Instant::now();
         let next_expiry = planner
+            .leases
             .next_expiry(now)
             .map(|at| at + Duration::from_millis(50));
         let periodic_at = last_periodic + planner.config.plan_interval;
         let wake = next_expiry.map_or(periodic_at, |e| e.min(periodic_at));
         tokio::select! {
+            _ = planner.leases.changed.notified() => {}
             _ = planner.trigger.notified() => {
                 // Debounce bursts of events into one pass.
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -396,7 +278,7 @@ async fn pass(
     pins_reported: &mut BTreeSet<(ObjectKey, u32, u32)>,
 ) -> Result<Option<PlanMemory>, kube::Error> {
     let strategy_name = planner.strategy.kind.name().to_string();
-    confirm_expiries(planner).await?;
+    planner.leases.confirm_expiries().await?;
     let now = Instant::now();
     let Some(membership) = planner.membership(now) else {
         warn!(statefulset = %planner.config.statefulset_name(), "StatefulSet not found: not planning");

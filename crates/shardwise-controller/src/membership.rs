@@ -1,0 +1,170 @@
+//! Which shards are alive, as judged from their leases. Every replica watches the shard leases
+//! from the start, not only the planner: a replica that becomes planner then already knows how
+//! long each lease has gone unrenewed, and a dead shard's clusters move one lease duration after
+//! its last renewal rather than one duration after the new planner started watching.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::ListParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use shardwise_api::keys::{SHARD_LABEL, parse_shard};
+use shardwise_handoff::lease::{LeaseObserver, LeaseRecord};
+use tokio::sync::Notify;
+use tracing::warn;
+
+/// Labels that mark the leases of one StatefulSet.
+pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
+pub const LEASE_STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
+
+pub fn lease_record(lease: &Lease) -> LeaseRecord {
+    let spec = lease.spec.as_ref();
+    LeaseRecord {
+        holder: spec.and_then(|s| s.holder_identity.clone()),
+        version: lease.resource_version().unwrap_or_default(),
+        duration: Duration::from_secs(
+            spec.and_then(|s| s.lease_duration_seconds)
+                .and_then(|d| u64::try_from(d).ok())
+                .unwrap_or(15),
+        ),
+    }
+}
+
+/// The shard leases of one StatefulSet, observed continuously.
+pub struct ShardLeases {
+    api: Api<Lease>,
+    selector: String,
+    observer: Mutex<LeaseObserver>,
+    shards: Mutex<BTreeMap<String, u32>>,
+    synced: AtomicBool,
+    /// Notified when the set of valid leases changes, and once the first list is complete.
+    pub changed: Notify,
+}
+
+impl std::fmt::Debug for ShardLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardLeases")
+            .field("selector", &self.selector)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardLeases {
+    pub fn new(client: Client, namespace: &str, statefulset: &str) -> Arc<Self> {
+        Arc::new(Self {
+            api: Api::namespaced(client, namespace),
+            selector: format!("{LEASE_KIND_LABEL}=shard,{LEASE_STATEFULSET_LABEL}={statefulset}"),
+            observer: Mutex::new(LeaseObserver::new()),
+            shards: Mutex::new(BTreeMap::new()),
+            synced: AtomicBool::new(false),
+            changed: Notify::new(),
+        })
+    }
+
+    fn observer(&self) -> MutexGuard<'_, LeaseObserver> {
+        self.observer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, lease: &Lease, now: Instant) {
+        let name = lease.name_any();
+        if let Some(shard) = lease.labels().get(SHARD_LABEL).and_then(|v| parse_shard(v)) {
+            self.shards
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.clone(), shard);
+        }
+        self.observer().observe(&name, lease_record(lease), now);
+    }
+
+    fn valid(&self, now: Instant) -> BTreeSet<String> {
+        self.observer()
+            .valid_leases(now)
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Watches the leases until the task is dropped.
+    pub async fn watch(self: Arc<Self>) {
+        let config = watcher::Config::default().labels(&self.selector);
+        let mut stream = std::pin::pin!(watcher(self.api.clone(), config).default_backoff());
+        while let Some(event) = stream.next().await {
+            let now = Instant::now();
+            let before = self.valid(now);
+            match event {
+                Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                    self.record(&lease, now);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    self.synced.store(true, Ordering::SeqCst);
+                    self.changed.notify_one();
+                }
+                // A deleted lease is not a released one: its holder may still be working and
+                // about to recreate it. The last observation simply expires unless a new
+                // version appears.
+                Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {}
+                Err(e) => {
+                    warn!(error = %e, "lease watch failed; retrying");
+                    continue;
+                }
+            }
+            if before != self.valid(now) {
+                self.changed.notify_one();
+            }
+        }
+    }
+
+    /// Whether the first list of leases has been seen.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// Waits for the first list.
+    pub async fn wait_synced(&self) {
+        while !self.is_synced() {
+            let notified = self.changed.notified();
+            if self.is_synced() {
+                break;
+            }
+            notified.await;
+        }
+        // Keep the notification for whoever plans next.
+        self.changed.notify_one();
+    }
+
+    /// Shards whose lease is valid at `now`.
+    pub fn alive(&self, now: Instant) -> BTreeSet<u32> {
+        let observer = self.observer();
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        observer
+            .valid_leases(now)
+            .filter_map(|name| shards.get(name).copied())
+            .collect()
+    }
+
+    /// When the next valid lease would expire without a renewal.
+    pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        self.observer().next_expiry(now)
+    }
+
+    /// Reads the leases again when one looks expired: only a lease unchanged in a fresh read is
+    /// really expired (the watch may just be late).
+    pub async fn confirm_expiries(&self) -> Result<(), kube::Error> {
+        if self.observer().expired_holders(Instant::now()).is_empty() {
+            return Ok(());
+        }
+        let leases = self
+            .api
+            .list(&ListParams::default().labels(&self.selector))
+            .await?;
+        let now = Instant::now();
+        for lease in &leases.items {
+            self.record(lease, now);
+        }
+        Ok(())
+    }
+}
