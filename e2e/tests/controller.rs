@@ -437,3 +437,83 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
         );
     }
 }
+
+/// A cluster pinned to a shard that is not live is placed by the strategy, with a status
+/// condition and an event saying why; when the shard appears it moves back through a drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_to_a_missing_shard_wait_for_it_and_move_back() {
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 2,
+        clusters: 4,
+        apps: 20,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1], SETTLE).await.unwrap();
+    let clusters = fleet.clusters_api();
+    clusters
+        .patch(
+            "cluster-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"shard": 2}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the unhonoured pin to be reported", SETTLE, || async {
+        let c = clusters.get("cluster-1").await.map_err(|e| e.to_string())?;
+        let conditions = c.status.map(|s| s.conditions).unwrap_or_default();
+        match conditions.iter().find(|c| c.type_ == "PinHonoured") {
+            Some(p) if p.status == "False" && p.reason == "PinnedShardNotLive" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+    .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    wait_for("a PinnedShardNotLive event", SETTLE, || async {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let found = list.items.iter().any(|e| {
+            e.reason.as_deref() == Some("PinnedShardNotLive")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("cluster-1")
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(format!("{} events, none about the pin", list.items.len()))
+        }
+    })
+    .await
+    .unwrap();
+
+    fleet.scale(3).await.unwrap();
+    fleet.spawn_replica(2).unwrap();
+    wait_for(
+        "the pinned cluster to move to its shard",
+        SETTLE,
+        || async {
+            let c = clusters.get("cluster-1").await.map_err(|e| e.to_string())?;
+            let status = c.status.clone().unwrap_or_default();
+            let honoured = status
+                .conditions
+                .iter()
+                .any(|p| p.type_ == "PinHonoured" && p.status == "True");
+            if shard_label(&c) == Some(2) && status.shard == Some(2) && honoured {
+                Ok(())
+            } else {
+                Err(format!(
+                    "label {:?} status shard {:?} honoured {honoured}",
+                    shard_label(&c),
+                    status.shard
+                ))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
+}
