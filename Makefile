@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all build test fmt fmt-check clippy unit bench bench-assign simulate crds clean
+.PHONY: all build test fmt fmt-check clippy unit bench bench-assign bench-fleet simulate crds clean
 
 all: build
 
@@ -29,12 +29,16 @@ unit:
 	$(CARGO) test --workspace
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
-bench: bench-assign
+bench: bench-assign bench-fleet
 
 bench-assign:
 	$(CARGO) bench -p shard-assign --bench assign
 	$(CARGO) build --release -p shardwise-cli
 	python3 scripts/bench_report.py
+
+## Controller fleets on the test API server: throughput scaling, memory per shard, handoff times.
+bench-fleet:
+	$(CARGO) bench -p shardwise-controller --bench fleet
 
 ## Regenerate deploy/crds.yaml from the Rust types (a test fails when it is stale).
 crds:
