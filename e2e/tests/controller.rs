@@ -271,6 +271,30 @@ async fn scaling_moves_work_to_the_shards_that_exist() {
     if let Err(e) = fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await {
         panic!("{e}\n{}", fleet.report());
     }
+    // sticky-balanced keeps converging, a few moves per pass, to an even spread (12 equal
+    // clusters on 4 shards: 3 each).
+    wait_for("an even spread", SETTLE, || async {
+        let list = clusters
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let per_shard: Vec<usize> = (0..4)
+            .map(|s| {
+                list.items
+                    .iter()
+                    .filter(|c| shard_label(*c) == Some(s))
+                    .count()
+            })
+            .collect();
+        if per_shard == [3, 3, 3, 3] {
+            Ok(())
+        } else {
+            Err(format!("{per_shard:?}"))
+        }
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await.unwrap();
 }
 
 /// Bad input gets a clear status and disturbs nothing else.

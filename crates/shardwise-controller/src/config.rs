@@ -65,6 +65,10 @@ pub struct Config {
     /// Re-plan at least this often (load-aware strategies), besides every change.
     #[arg(long, env = "SHARDWISE_PLAN_INTERVAL", default_value = "30s", value_parser = duration)]
     pub plan_interval: Duration,
+    /// Re-plan this often instead while the fleet is above the target balance (sticky-balanced
+    /// converging after a scale-up, a few moves per pass).
+    #[arg(long, env = "SHARDWISE_CONVERGE_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub converge_interval: Duration,
 
     /// Concurrent cluster reconciles.
     #[arg(long, env = "SHARDWISE_CLUSTER_WORKERS", default_value_t = 4, value_parser = positive_u32)]

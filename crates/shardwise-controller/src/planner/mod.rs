@@ -47,6 +47,8 @@ struct Planner {
     statefulsets: Store<StatefulSet>,
     leases: Arc<ShardLeases>,
     trigger: Notify,
+    /// Whether the missing StatefulSet was already reported.
+    missing_statefulset: std::sync::atomic::AtomicBool,
 }
 
 impl Planner {
@@ -151,6 +153,7 @@ pub async fn run(
         statefulsets,
         leases,
         trigger: Notify::new(),
+        missing_statefulset: std::sync::atomic::AtomicBool::new(false),
     });
     planner
         .metrics
@@ -238,9 +241,19 @@ async fn plan_loop(planner: &Arc<Planner>) {
     let mut memory: Option<PlanMemory> = None;
     let mut last_periodic = Instant::now();
     let mut pins_reported: BTreeSet<(ObjectKey, u32, u32)> = BTreeSet::new();
+    // While the fleet is above the strategy's target balance (after a scale-up, say), periodic
+    // passes come every converge interval, each spending at most the move budget.
+    let mut above_target = false;
     loop {
-        let periodic = planner.strategy.kind.is_load_aware()
-            && last_periodic.elapsed() >= planner.config.plan_interval;
+        let interval = if above_target {
+            planner
+                .config
+                .converge_interval
+                .min(planner.config.plan_interval)
+        } else {
+            planner.config.plan_interval
+        };
+        let periodic = planner.strategy.kind.is_load_aware() && last_periodic.elapsed() >= interval;
         if periodic {
             last_periodic = Instant::now();
         }
@@ -248,7 +261,10 @@ async fn plan_loop(planner: &Arc<Planner>) {
         // budget again while the fleet is above its target balance.
         let remembered = if periodic { None } else { memory.as_ref() };
         match pass(planner, remembered, memory.is_none(), &mut pins_reported).await {
-            Ok(Some(m)) => memory = Some(m),
+            Ok(Some((m, above))) => {
+                memory = Some(m);
+                above_target = above;
+            }
             Ok(None) => {}
             Err(e) => warn!(error = %e, "planning pass failed"),
         }
@@ -257,7 +273,15 @@ async fn plan_loop(planner: &Arc<Planner>) {
             .leases
             .next_expiry(now)
             .map(|at| at + Duration::from_millis(50));
-        let periodic_at = last_periodic + planner.config.plan_interval;
+        let periodic_at = last_periodic
+            + if above_target {
+                planner
+                    .config
+                    .converge_interval
+                    .min(planner.config.plan_interval)
+            } else {
+                planner.config.plan_interval
+            };
         let wake = next_expiry.map_or(periodic_at, |e| e.min(periodic_at));
         tokio::select! {
             _ = planner.leases.changed.notified() => {}
@@ -270,20 +294,30 @@ async fn plan_loop(planner: &Arc<Planner>) {
     }
 }
 
-/// One planning pass. Returns the memory for the next pass.
+/// One planning pass. Returns the memory for the next pass, and whether the plan is above the
+/// strategy's target balance.
 async fn pass(
     planner: &Arc<Planner>,
     memory: Option<&PlanMemory>,
     first: bool,
     pins_reported: &mut BTreeSet<(ObjectKey, u32, u32)>,
-) -> Result<Option<PlanMemory>, kube::Error> {
+) -> Result<Option<(PlanMemory, bool)>, kube::Error> {
     let strategy_name = planner.strategy.kind.name().to_string();
     planner.leases.confirm_expiries().await?;
     let now = Instant::now();
     let Some(membership) = planner.membership(now) else {
-        warn!(statefulset = %planner.config.statefulset_name(), "StatefulSet not found: not planning");
+        // Reported once, not at every pass.
+        if !planner
+            .missing_statefulset
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            warn!(statefulset = %planner.config.statefulset_name(), "StatefulSet not found: not planning");
+        }
         return Ok(None);
     };
+    planner
+        .missing_statefulset
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let metrics = &planner.metrics;
     metrics
         .members
@@ -443,7 +477,20 @@ async fn pass(
             .set(load.clusters as i64);
     }
     report_pins(planner, &plan.unhonoured_pins, pins_reported).await;
-    Ok(Some(plan.memory))
+    let loads: Vec<u64> = plan
+        .assignment
+        .shard_loads()
+        .values()
+        .map(|l| l.load)
+        .collect();
+    let total: u64 = loads.iter().sum();
+    let max = loads.iter().copied().max().unwrap_or(0);
+    let above = planner.strategy.kind.uses_previous()
+        && !planner
+            .strategy
+            .target_balance
+            .bounds(max.saturating_mul(loads.len() as u64), total);
+    Ok(Some((plan.memory, above)))
 }
 
 /// An event on each cluster whose pin cannot be honoured, once per situation.
