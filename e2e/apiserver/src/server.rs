@@ -1,0 +1,512 @@
+//! Server configuration, startup and shutdown, and kubeconfig generation.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use base64::Engine as _;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use crate::apply::{Scope, Writer};
+use crate::auth::{Authenticator, Identity};
+use crate::faults::Faults;
+use crate::lifecycle::{self, WriteCtx};
+use crate::registry::GroupResource;
+use crate::store::Store;
+use crate::tls::{self, Tls, TlsError};
+use crate::{object, service};
+
+/// How to run a server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Cluster name in generated kubeconfigs.
+    pub name: String,
+    /// Listen address; port 0 picks a free port.
+    pub bind: SocketAddr,
+    /// Identities and their tokens; the first admin is the kubeconfig's current context.
+    pub identities: Vec<Identity>,
+    /// Enforce RBAC for identities outside `system:masters`.
+    pub enforce_rbac: bool,
+    /// Events kept per resource for watch resumption; older versions get 410 Gone.
+    pub watch_history: usize,
+    /// Interval between BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// Events queued per watcher before it counts as too slow and is closed.
+    pub watch_queue: usize,
+    /// Watch duration when the client sets no `timeoutSeconds`.
+    pub default_watch_timeout: Duration,
+    /// Seed for the error-rate faults.
+    pub fault_seed: u64,
+    /// How long a deleted namespace stays Terminating before its contents and itself go.
+    pub namespace_deletion_delay: Duration,
+    /// Serve HTTPS with a generated CA (in the kubeconfig). kubectl sends tokens only over
+    /// TLS, so plain HTTP is for clients that do not need to authenticate that way.
+    pub tls: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            name: "shardwise-test".into(),
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            identities: vec![Identity::admin("admin")],
+            enforce_rbac: false,
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(5),
+            watch_queue: 4096,
+            default_watch_timeout: Duration::from_secs(1800),
+            fault_seed: 0x5eed,
+            tls: true,
+            namespace_deletion_delay: Duration::from_millis(100),
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn port(mut self, port: u16) -> Self {
+        self.bind.set_port(port);
+        self
+    }
+
+    /// Adds an identity (replacing one with the same name).
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.identities.retain(|i| i.name != identity.name);
+        self.identities.push(identity);
+        self
+    }
+
+    pub fn rbac(mut self, enforce: bool) -> Self {
+        self.enforce_rbac = enforce;
+        self
+    }
+
+    pub fn watch_history(mut self, events: usize) -> Self {
+        self.watch_history = events;
+        self
+    }
+
+    pub fn bookmark_interval(mut self, every: Duration) -> Self {
+        self.bookmark_interval = every;
+        self
+    }
+
+    pub fn watch_queue(mut self, events: usize) -> Self {
+        self.watch_queue = events;
+        self
+    }
+
+    pub fn fault_seed(mut self, seed: u64) -> Self {
+        self.fault_seed = seed;
+        self
+    }
+
+    pub fn tls(mut self, enabled: bool) -> Self {
+        self.tls = enabled;
+        self
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the server runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("the server thread stopped before the server started")]
+    ThreadGone,
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// State shared by every connection.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub store: Store,
+    pub auth: Authenticator,
+    pub faults: Faults,
+    pub enforce_rbac: AtomicBool,
+    pub bookmark_interval: Duration,
+    pub default_watch_timeout: Duration,
+    pub addr: SocketAddr,
+    pub tls: Option<Tls>,
+    pub namespace_deletion_delay: Duration,
+}
+
+/// A running server. Dropping it stops the server.
+#[derive(Debug)]
+pub struct ApiServer {
+    shared: Arc<Shared>,
+    name: String,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ApiServer {
+    /// Starts a server on the current tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<Self, StartError> {
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        let tls = if config.tls {
+            Some(tls::generate()?)
+        } else {
+            None
+        };
+        let auth = Authenticator::default();
+        for identity in &config.identities {
+            auth.add(identity.clone());
+        }
+        let shared = Arc::new(Shared {
+            store: Store::new(config.watch_history, config.watch_queue),
+            auth,
+            faults: Faults::new(tokio::runtime::Handle::current(), config.fault_seed),
+            enforce_rbac: AtomicBool::new(config.enforce_rbac),
+            bookmark_interval: config.bookmark_interval,
+            default_watch_timeout: config.default_watch_timeout,
+            addr,
+            tls,
+            namespace_deletion_delay: config.namespace_deletion_delay,
+        });
+        bootstrap(&shared);
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
+        tracing::info!(%addr, name = %config.name, "test API server listening");
+        Ok(Self {
+            shared,
+            name: config.name,
+            stop: Some(stop),
+            thread: None,
+        })
+    }
+
+    /// Starts a server on its own thread and runtime, so it keeps serving while the caller
+    /// blocks (for example on a subprocess).
+    pub fn start_detached(config: ServerConfig) -> Result<Self, StartError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("apiserver-{}", config.name))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = tx.send(Err(StartError::Runtime(e)));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match Self::start(config).await {
+                        Ok(mut server) => {
+                            let inner_stop = server.stop.take();
+                            let (outer_stop, outer_stopped) = oneshot::channel::<()>();
+                            let _ = tx.send(Ok((
+                                Arc::clone(&server.shared),
+                                server.name.clone(),
+                                outer_stop,
+                            )));
+                            let _ = outer_stopped.await;
+                            drop(inner_stop);
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                        }
+                    }
+                });
+                rt.shutdown_timeout(Duration::from_secs(1));
+            })
+            .map_err(StartError::Runtime)?;
+        let (shared, name, stop) = rx.recv().map_err(|_| StartError::ThreadGone)??;
+        Ok(Self {
+            shared,
+            name,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    pub fn url(&self) -> String {
+        let scheme = if self.shared.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.shared.addr)
+    }
+
+    /// The PEM certificate of the CA that signed the serving certificate (TLS only).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.shared.tls.as_ref().map(|t| t.ca_pem.as_str())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    pub fn identity(&self, name: &str) -> Option<Identity> {
+        self.shared.auth.by_name(name)
+    }
+
+    pub fn identities(&self) -> Vec<Identity> {
+        self.shared.auth.identities()
+    }
+
+    /// Adds (or replaces) an identity while running.
+    pub fn add_identity(&self, identity: Identity) {
+        self.shared.auth.add(identity);
+    }
+
+    pub fn set_rbac(&self, enforce: bool) {
+        self.shared.enforce_rbac.store(enforce, Ordering::Relaxed);
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store.current_rv()
+    }
+
+    /// A kubeconfig with one user and context per identity; the first admin is current.
+    pub fn kubeconfig(&self) -> String {
+        let identities = self.identities();
+        let current = identities
+            .iter()
+            .find(|i| i.is_admin())
+            .or_else(|| identities.first())
+            .map(|i| i.name.clone())
+            .unwrap_or_default();
+        kubeconfig_yaml(
+            &self.name,
+            &self.url(),
+            self.ca_pem(),
+            &identities,
+            &current,
+        )
+    }
+
+    /// A kubeconfig holding only `identity`.
+    pub fn kubeconfig_for(&self, identity: &str) -> Option<String> {
+        let i = self.identity(identity)?;
+        Some(kubeconfig_yaml(
+            &self.name,
+            &self.url(),
+            self.ca_pem(),
+            std::slice::from_ref(&i),
+            identity,
+        ))
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    /// Stops serving: the listener closes and open connections are dropped.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+fn q(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+fn kubeconfig_yaml(
+    cluster: &str,
+    url: &str,
+    ca_pem: Option<&str>,
+    identities: &[Identity],
+    current: &str,
+) -> String {
+    let mut y = String::from("apiVersion: v1\nkind: Config\npreferences: {}\nclusters:\n");
+    y.push_str(&format!(
+        "- name: {}\n  cluster:\n    server: {}\n",
+        q(cluster),
+        q(url)
+    ));
+    if let Some(pem) = ca_pem {
+        let data = base64::engine::general_purpose::STANDARD.encode(pem);
+        y.push_str(&format!("    certificate-authority-data: {}\n", q(&data)));
+    }
+    y.push_str("users:\n");
+    for i in identities {
+        y.push_str(&format!(
+            "- name: {}\n  user:\n    token: {}\n",
+            q(&i.name),
+            q(&i.token)
+        ));
+    }
+    y.push_str("contexts:\n");
+    for i in identities {
+        y.push_str(&format!(
+            "- name: {}\n  context:\n    cluster: {}\n    user: {}\n    namespace: default\n",
+            q(&i.name),
+            q(cluster),
+            q(&i.name)
+        ));
+    }
+    y.push_str(&format!("current-context: {}\n", q(current)));
+    y
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let shared = Arc::clone(&shared);
+                connections.spawn(async move {
+                    let acceptor = shared.tls.as_ref().map(|t| t.acceptor.clone());
+                    let svc = service_fn(move |req| service::handle(Arc::clone(&shared), req));
+                    let served = match acceptor {
+                        Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(tls) => http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await,
+                            Err(e) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                        },
+                        None => http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await,
+                    };
+                    if let Err(e) = served {
+                        tracing::debug!(%peer, error = %e, "connection ended");
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    // Dropping the set aborts every connection still open.
+    connections.abort_all();
+}
+
+/// Objects every cluster starts with.
+fn bootstrap(shared: &Shared) {
+    let now = object::now();
+    let mut st = shared.store.write();
+    let mut create = |group: &str, resource: &str, obj: serde_json::Value| {
+        let Some(def) = st
+            .registry
+            .get(&GroupResource::new(group, resource))
+            .cloned()
+        else {
+            return;
+        };
+        let ctx = WriteCtx {
+            def: &def,
+            version: &def.storage_version,
+            writer: Writer {
+                manager: "shardwise-test-apiserver",
+                api_version: &def.storage_api_version(),
+                scope: Scope::Main {
+                    status_subresource: false,
+                },
+                now: &now,
+            },
+            dry_run: false,
+        };
+        if let Err(e) = lifecycle::create(&mut st, &ctx, obj, None) {
+            tracing::error!(error = %e, "bootstrap object rejected");
+        }
+    };
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        create("", "namespaces", json!({"metadata": {"name": ns}}));
+    }
+    create(
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        json!({"metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+    );
+    create(
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        json!({"metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubeconfig_has_a_context_per_identity() {
+        let ids = vec![
+            Identity::admin("admin").with_token("a"),
+            Identity::service_account("shardwise-0", "sw", "sw").with_token("b"),
+        ];
+        let y = kubeconfig_yaml("c", "https://127.0.0.1:1", Some("PEM"), &ids, "admin");
+        let v: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
+        assert_eq!(v["contexts"].as_array().unwrap().len(), 2);
+        assert_eq!(v["users"][1]["user"]["token"], "b");
+        assert_eq!(v["current-context"], "admin");
+        assert_eq!(
+            v["clusters"][0]["cluster"]["certificate-authority-data"],
+            "UEVN"
+        );
+    }
+}

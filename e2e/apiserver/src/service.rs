@@ -1,0 +1,140 @@
+//! Request entry: fault admission, authentication, and routing to discovery or resources.
+
+use std::sync::Arc;
+
+use http::{HeaderMap, Method, Request, Response, header};
+use hyper::body::Incoming;
+
+use crate::auth::Identity;
+use crate::error::ApiError;
+use crate::faults::Verdict;
+use crate::respond::{self, Body};
+use crate::server::Shared;
+use crate::{admin, discovery, rest};
+
+/// Returned to hyper to drop the connection without an answer (partition fault).
+#[derive(Debug, thiserror::Error)]
+#[error("connection refused by a partition fault")]
+pub struct Refused;
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
+}
+
+fn is_health(path: &str) -> bool {
+    ["/healthz", "/livez", "/readyz"].iter().any(|h| {
+        path == *h
+            || path
+                .strip_prefix(h)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Refused> {
+    let path = req.uri().path().to_string();
+    tracing::debug!(method = %req.method(), uri = %req.uri(), "request");
+    if path == "/_fault" || path.starts_with("/_fault/") {
+        return Ok(admin::handle(&shared, req).await);
+    }
+    let token = bearer(req.headers());
+    let identity = token.as_deref().and_then(|t| shared.auth.authenticate(t));
+    match shared
+        .faults
+        .admit(identity.as_ref().map(|i| i.name.as_str()))
+        .await
+    {
+        Verdict::Refuse => return Err(Refused),
+        Verdict::Fail(e) => return Ok(respond::error(&e)),
+        Verdict::Proceed => {}
+    }
+    if is_health(&path) {
+        return Ok(respond::text(200, "ok"));
+    }
+    let Some(identity) = identity else {
+        if token.is_none() && path == "/version" {
+            return Ok(respond::json(200, &discovery::version()));
+        }
+        return Ok(respond::error(&ApiError::unauthorized()));
+    };
+    Ok(route(&shared, &identity, req).await)
+}
+
+fn decode_segment(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+async fn route(
+    shared: &Arc<Shared>,
+    identity: &Identity,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let segments: Vec<String> = req
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(decode_segment)
+        .collect();
+    let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let is_resource = matches!(parts.as_slice(), ["api", _, _, ..] | ["apis", _, _, _, ..]);
+    if !is_resource && req.method() != Method::GET {
+        return respond::error(&ApiError::method_not_allowed());
+    }
+    let accept = respond::accept(req.headers());
+    let registry = || shared.store.read().registry.clone();
+    match parts.as_slice() {
+        ["version"] => respond::json(200, &discovery::version()),
+        ["api"] => match discovery::aggregated_version(&accept) {
+            Some(v) => respond::json_typed(
+                200,
+                &discovery::aggregated_content_type(v),
+                &discovery::aggregated(&registry(), true, v),
+            ),
+            None => respond::json(200, &discovery::api_versions(&shared.addr.to_string())),
+        },
+        ["apis"] => match discovery::aggregated_version(&accept) {
+            Some(v) => respond::json_typed(
+                200,
+                &discovery::aggregated_content_type(v),
+                &discovery::aggregated(&registry(), false, v),
+            ),
+            None => respond::json(200, &discovery::group_list(&registry())),
+        },
+        ["apis", group] => match discovery::group(&registry(), group) {
+            Some(g) => respond::json(200, &g),
+            None => respond::error(&ApiError::unknown_resource()),
+        },
+        ["api", version] => match discovery::resource_list(&registry(), "", version) {
+            Some(l) => respond::json(200, &l),
+            None => respond::error(&ApiError::unknown_resource()),
+        },
+        ["apis", group, version] => match discovery::resource_list(&registry(), group, version) {
+            Some(l) => respond::json(200, &l),
+            None => respond::error(&ApiError::unknown_resource()),
+        },
+        ["openapi", "v3"] => respond::json(200, &discovery::openapi_index(&registry())),
+        ["openapi", "v3", "api", version] => openapi(shared, "", version),
+        ["openapi", "v3", "apis", group, version] => openapi(shared, group, version),
+        ["api", version, rest @ ..] => rest::handle(shared, identity, req, "", version, rest).await,
+        ["apis", group, version, rest @ ..] => {
+            rest::handle(shared, identity, req, group, version, rest).await
+        }
+        _ => respond::error(&ApiError::unknown_resource()),
+    }
+}
+
+fn openapi(shared: &Shared, group: &str, version: &str) -> Response<Body> {
+    match discovery::openapi_doc(&shared.store.read().registry, group, version) {
+        Some(doc) => respond::json(200, &doc),
+        None => respond::error(&ApiError::unknown_resource()),
+    }
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests of the test API server with real clients: kube-rs and kubectl.
+
+mod apply;
+mod binary;
+mod common;
+mod crud;
+mod faults;
+mod kubectl;
+mod rbac;
+mod watch;

@@ -1,0 +1,387 @@
+//! Test clusters (one API server each) and the environment of a control plane plus
+//! destination clusters.
+
+use std::path::{Path, PathBuf};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use serde_json::Value;
+use shardwise_test_apiserver::{ApiServer, Faults, Identity, ServerConfig};
+
+use crate::HarnessError;
+use crate::process::{Process, ProcessSpec};
+
+/// The field manager the harness applies with.
+pub const FIELD_MANAGER: &str = "shardwise-e2e";
+
+/// One API server, with a kubeconfig file per identity in the environment's directory.
+#[derive(Debug)]
+pub struct Cluster {
+    name: String,
+    server: ApiServer,
+    dir: PathBuf,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> HarnessError + '_ {
+    move |source| HarnessError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Cluster {
+    /// Starts a server named `name` on its own thread (so it keeps serving while a test
+    /// blocks) and writes its kubeconfigs into `dir`.
+    pub fn start(name: &str, mut config: ServerConfig, dir: &Path) -> Result<Self, HarnessError> {
+        config.name = name.to_string();
+        let server = ApiServer::start_detached(config).map_err(|source| HarnessError::Start {
+            name: name.to_string(),
+            source,
+        })?;
+        let cluster = Self {
+            name: name.to_string(),
+            server,
+            dir: dir.to_path_buf(),
+        };
+        cluster.write_kubeconfigs()?;
+        Ok(cluster)
+    }
+
+    fn write_kubeconfigs(&self) -> Result<(), HarnessError> {
+        let all = self.kubeconfig_path_all();
+        std::fs::write(&all, self.server.kubeconfig()).map_err(io_error(&all))?;
+        for identity in self.server.identities() {
+            let path = self.path_for(&identity.name);
+            let yaml = self.kubeconfig(&identity.name)?;
+            std::fs::write(&path, yaml).map_err(io_error(&path))?;
+        }
+        Ok(())
+    }
+
+    fn path_for(&self, identity: &str) -> PathBuf {
+        self.dir
+            .join(format!("{}.{identity}.kubeconfig", self.name))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server URL (`https://127.0.0.1:PORT`).
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    pub fn server(&self) -> &ApiServer {
+        &self.server
+    }
+
+    /// Fault injection for this cluster, per identity ([`FaultScope::Identity`]) or global.
+    ///
+    /// [`FaultScope::Identity`]: shardwise_test_apiserver::FaultScope::Identity
+    pub fn faults(&self) -> &Faults {
+        self.server.faults()
+    }
+
+    /// Adds an identity while running and writes its kubeconfig; returns the file.
+    pub fn add_identity(&self, identity: Identity) -> Result<PathBuf, HarnessError> {
+        let name = identity.name.clone();
+        self.server.add_identity(identity);
+        self.write_kubeconfigs()?;
+        Ok(self.path_for(&name))
+    }
+
+    /// A kubeconfig holding only `identity`, as YAML (e.g. to put in a Secret).
+    pub fn kubeconfig(&self, identity: &str) -> Result<String, HarnessError> {
+        self.server
+            .kubeconfig_for(identity)
+            .ok_or_else(|| HarnessError::UnknownIdentity {
+                cluster: self.name.clone(),
+                identity: identity.to_string(),
+            })
+    }
+
+    /// The kubeconfig file of one identity (its context is current).
+    pub fn kubeconfig_path(&self, identity: &str) -> Result<PathBuf, HarnessError> {
+        self.kubeconfig(identity)?;
+        Ok(self.path_for(identity))
+    }
+
+    /// The kubeconfig file with every identity (the admin is current).
+    pub fn kubeconfig_path_all(&self) -> PathBuf {
+        self.dir.join(format!("{}.kubeconfig", self.name))
+    }
+
+    /// A kube client authenticated as `identity`.
+    pub async fn client(&self, identity: &str) -> Result<kube::Client, HarnessError> {
+        let yaml = self.kubeconfig(identity)?;
+        let kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(|e| HarnessError::Kubeconfig {
+            cluster: self.name.clone(),
+            reason: e.to_string(),
+        })?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| HarnessError::Kubeconfig {
+                    cluster: self.name.clone(),
+                    reason: e.to_string(),
+                })?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Server-side applies every document of a multi-document YAML as `identity`
+    /// (field manager [`FIELD_MANAGER`], forced), in order; `List` documents are expanded.
+    /// Namespaced objects without a namespace go to `default`.
+    pub async fn apply_yaml(
+        &self,
+        identity: &str,
+        yaml: &str,
+    ) -> Result<Vec<DynamicObject>, HarnessError> {
+        let client = self.client(identity).await?;
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(yaml).map_err(|e| HarnessError::Yaml {
+                index: 0,
+                reason: e.to_string(),
+            })?;
+        let mut applied = Vec::new();
+        for (index, doc) in docs.into_iter().enumerate() {
+            let items = match doc {
+                Value::Null => continue,
+                Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => m
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+                other => vec![other],
+            };
+            for item in items {
+                applied.push(apply_one(&client, index, item).await?);
+            }
+        }
+        Ok(applied)
+    }
+
+    /// [`Cluster::apply_yaml`] on the contents of a file.
+    pub async fn apply_file(
+        &self,
+        identity: &str,
+        path: &Path,
+    ) -> Result<Vec<DynamicObject>, HarnessError> {
+        let yaml = std::fs::read_to_string(path).map_err(io_error(path))?;
+        self.apply_yaml(identity, &yaml).await
+    }
+}
+
+async fn apply_one(
+    client: &kube::Client,
+    index: usize,
+    obj: Value,
+) -> Result<DynamicObject, HarnessError> {
+    let field = |pointer: &str| {
+        obj.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (api_version, kind, name) = (
+        field("/apiVersion"),
+        field("/kind"),
+        field("/metadata/name"),
+    );
+    if api_version.is_empty() || kind.is_empty() || name.is_empty() {
+        return Err(HarnessError::Yaml {
+            index,
+            reason: "apiVersion, kind and metadata.name are required".into(),
+        });
+    }
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|source| HarnessError::Discovery {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+            source,
+        })?;
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => {
+            let ns = match field("/metadata/namespace") {
+                ns if ns.is_empty() => "default".to_string(),
+                ns => ns,
+            };
+            Api::namespaced_with(client.clone(), &ns, &resource)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Ok(api.patch(&name, &params, &Patch::Apply(&obj)).await?)
+}
+
+/// Everything one end-to-end test needs: a control plane, destination clusters, a directory
+/// for kubeconfigs and process logs.
+///
+/// The directory is removed on drop unless [`Environment::keep`] was called or
+/// `SHARDWISE_E2E_KEEP=1` is set.
+#[derive(Debug)]
+pub struct Environment {
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+    keep: bool,
+    control_plane: Cluster,
+    destinations: Vec<Cluster>,
+}
+
+type Configure = Box<dyn Fn(&str, ServerConfig) -> ServerConfig + Send>;
+
+/// Builds an [`Environment`].
+pub struct EnvironmentBuilder {
+    destinations: usize,
+    identities: Vec<Identity>,
+    destination_identities: Vec<Identity>,
+    rbac: bool,
+    configure: Option<Configure>,
+}
+
+impl std::fmt::Debug for EnvironmentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvironmentBuilder")
+            .field("destinations", &self.destinations)
+            .field("identities", &self.identities)
+            .field("destination_identities", &self.destination_identities)
+            .field("rbac", &self.rbac)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EnvironmentBuilder {
+    /// How many destination clusters (`dest-0`, `dest-1`, ...) to start.
+    pub fn destinations(mut self, n: usize) -> Self {
+        self.destinations = n;
+        self
+    }
+
+    /// An identity on the control plane (besides `admin`).
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.identities.push(identity);
+        self
+    }
+
+    /// An identity on every destination cluster (besides `admin`).
+    pub fn destination_identity(mut self, identity: Identity) -> Self {
+        self.destination_identities.push(identity);
+        self
+    }
+
+    /// Enforce RBAC on every cluster.
+    pub fn rbac(mut self, enforce: bool) -> Self {
+        self.rbac = enforce;
+        self
+    }
+
+    /// Adjusts each cluster's server configuration; gets the cluster name
+    /// (`control-plane`, `dest-N`).
+    pub fn configure(
+        mut self,
+        f: impl Fn(&str, ServerConfig) -> ServerConfig + Send + 'static,
+    ) -> Self {
+        self.configure = Some(Box::new(f));
+        self
+    }
+
+    pub fn start(self) -> Result<Environment, HarnessError> {
+        let dir = tempfile::Builder::new()
+            .prefix("shardwise-e2e-")
+            .tempdir()
+            .map_err(io_error(&std::env::temp_dir()))?;
+        let path = dir.path().to_path_buf();
+        let config = |name: &str, identities: &[Identity]| {
+            let mut c = ServerConfig::default().rbac(self.rbac);
+            for i in identities {
+                c = c.identity(i.clone());
+            }
+            match &self.configure {
+                Some(f) => f(name, c),
+                None => c,
+            }
+        };
+        let control_plane = Cluster::start(
+            "control-plane",
+            config("control-plane", &self.identities),
+            &path,
+        )?;
+        let destinations = (0..self.destinations)
+            .map(|i| {
+                let name = format!("dest-{i}");
+                Cluster::start(&name, config(&name, &self.destination_identities), &path)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let keep = std::env::var("SHARDWISE_E2E_KEEP").is_ok_and(|v| v == "1" || v == "true");
+        Ok(Environment {
+            dir: Some(dir),
+            path,
+            keep,
+            control_plane,
+            destinations,
+        })
+    }
+}
+
+impl Environment {
+    pub fn builder() -> EnvironmentBuilder {
+        EnvironmentBuilder {
+            destinations: 0,
+            identities: Vec::new(),
+            destination_identities: Vec::new(),
+            rbac: false,
+            configure: None,
+        }
+    }
+
+    pub fn control_plane(&self) -> &Cluster {
+        &self.control_plane
+    }
+
+    pub fn destinations(&self) -> &[Cluster] {
+        &self.destinations
+    }
+
+    pub fn destination(&self, index: usize) -> Option<&Cluster> {
+        self.destinations.get(index)
+    }
+
+    /// The environment's directory (kubeconfigs, logs, files).
+    pub fn dir(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps the directory after the environment is dropped (e.g. on failure).
+    pub fn keep(&mut self) -> &Path {
+        self.keep = true;
+        &self.path
+    }
+
+    /// Writes a file into the environment's directory.
+    pub fn write_file(&self, name: &str, contents: &str) -> Result<PathBuf, HarnessError> {
+        let path = self.path.join(name);
+        std::fs::write(&path, contents).map_err(io_error(&path))?;
+        Ok(path)
+    }
+
+    /// Starts a process whose output goes to `<dir>/<name>.stdout.log` and `.stderr.log`.
+    pub fn spawn(&self, spec: &ProcessSpec) -> Result<Process, HarnessError> {
+        Ok(Process::spawn(spec, &self.path)?)
+    }
+}
+
+impl Drop for Environment {
+    fn drop(&mut self) {
+        if self.keep
+            && let Some(dir) = self.dir.take()
+        {
+            let kept = dir.keep();
+            eprintln!("shardwise-e2e: kept {}", kept.display());
+        }
+    }
+}

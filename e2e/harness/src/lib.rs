@@ -1,0 +1,101 @@
+//! Harness for shardwise's end-to-end tests.
+//!
+//! Starts in-memory Kubernetes API servers ([`shardwise_test_apiserver`]) on loopback — a
+//! control plane and destination clusters — writes a kubeconfig per identity, applies YAML,
+//! launches and kills processes with captured output, scrapes their Prometheus metrics, and
+//! waits for conditions with failure messages that say what was expected and what was seen.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shardwise_e2e::HarnessError> {
+//! use std::time::Duration;
+//! use shardwise_e2e::{Environment, FaultScope, Identity, ProcessSpec, free_port, wait_for};
+//!
+//! let env = Environment::builder()
+//!     .destinations(2)
+//!     .identity(Identity::service_account("shardwise-0", "shardwise", "shardwise"))
+//!     .start()?;
+//! env.control_plane().apply_yaml("admin", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shardwise\n").await?;
+//! let port = free_port()?;
+//! let kubeconfig = env.control_plane().kubeconfig_path("shardwise-0")?;
+//! let mut replica = env.spawn(
+//!     &ProcessSpec::new("shardwise-0", "target/debug/shardwise")
+//!         .env("POD_NAME", "shardwise-0")
+//!         .env("KUBECONFIG", &kubeconfig)
+//!         .arg(format!("--metrics-addr=127.0.0.1:{port}")),
+//! )?;
+//! let url = format!("http://127.0.0.1:{port}/metrics");
+//! wait_for("replica 0 to own shards", Duration::from_secs(30), || async {
+//!     let m = shardwise_e2e::scrape(&url).await.map_err(|e| e.to_string())?;
+//!     match m.get("shardwise_shards_owned", &[]) {
+//!         Some(n) if n > 0.0 => Ok(n),
+//!         other => Err(format!("shardwise_shards_owned = {other:?}")),
+//!     }
+//! })
+//! .await?;
+//! env.control_plane().faults().partition(FaultScope::identity("shardwise-0"));
+//! replica.kill()?;
+//! # Ok(()) }
+//! ```
+
+mod cluster;
+mod metrics;
+mod process;
+mod wait;
+
+pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
+pub use metrics::{Metrics, MetricsError, Sample, scrape};
+pub use process::{Process, ProcessError, ProcessSpec};
+pub use shardwise_test_apiserver::{
+    ActiveFaults, ApiServer, ErrorFault, FaultCounters, FaultScope, FaultStatus, Faults, Identity,
+    ServerConfig,
+};
+pub use wait::{Poll, WaitError, wait_for, wait_with};
+
+/// Everything that can go wrong in the harness.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("cannot start test API server {name}: {source}")]
+    Start {
+        name: String,
+        #[source]
+        source: shardwise_test_apiserver::StartError,
+    },
+    #[error("cluster {cluster} has no identity {identity:?}")]
+    UnknownIdentity { cluster: String, identity: String },
+    #[error("invalid kubeconfig for {cluster}: {reason}")]
+    Kubeconfig { cluster: String, reason: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("YAML document {index}: {reason}")]
+    Yaml { index: usize, reason: String },
+    #[error("cannot resolve {api_version} {kind}: {source}")]
+    Discovery {
+        api_version: String,
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Wait(#[from] WaitError),
+}
+
+/// A free TCP port on 127.0.0.1 (e.g. for a process's metrics endpoint). Another process may
+/// take it before it is used; collisions are unlikely on a test machine.
+pub fn free_port() -> Result<u16, HarnessError> {
+    let io = |source| HarnessError::Io {
+        path: "127.0.0.1:0".into(),
+        source,
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io)?;
+    Ok(listener.local_addr().map_err(io)?.port())
+}
