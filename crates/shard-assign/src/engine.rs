@@ -1,6 +1,6 @@
 //! The part shared by every strategy: checking input, canonical order, pins, load bookkeeping.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::AssignError;
 use crate::model::{
@@ -60,6 +60,38 @@ pub fn assign(
         plan.place(index, lightest);
     }
     Ok(plan.finish(config.kind))
+}
+
+/// Shard positions ordered by load (ties: lowest position, i.e. lowest shard id), kept in step
+/// with the plan as clusters are placed.
+#[derive(Debug)]
+pub(crate) struct LoadOrder {
+    by_load: BTreeSet<(u64, usize)>,
+}
+
+impl LoadOrder {
+    pub(crate) fn of(plan: &Plan<'_>) -> Self {
+        Self {
+            by_load: plan
+                .loads()
+                .iter()
+                .enumerate()
+                .map(|(position, &load)| (load, position))
+                .collect(),
+        }
+    }
+
+    /// The lightest shard: its load and position.
+    pub(crate) fn lightest(&self) -> Option<(u64, usize)> {
+        self.by_load.first().copied()
+    }
+
+    /// Places cluster `index` on `position` and updates the order.
+    pub(crate) fn place(&mut self, plan: &mut Plan<'_>, index: usize, position: usize) {
+        self.by_load.remove(&(plan.loads()[position], position));
+        plan.place(index, position);
+        self.by_load.insert((plan.loads()[position], position));
+    }
 }
 
 /// Assignment in progress. Clusters are addressed by their index in id order, shards by their

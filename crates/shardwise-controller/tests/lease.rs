@@ -44,6 +44,18 @@ fn held(h: &Holder) -> bool {
     h.rx.borrow().is_held()
 }
 
+async fn wait_held(h: &Holder, who: &str, timeout: Duration) {
+    wait_for(&format!("{who} to hold the lease"), timeout, || async {
+        if held(h) {
+            Ok(())
+        } else {
+            Err("not held".to_string())
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_at_a_time_and_release_hands_over_at_once() {
     let env = Environment::builder()
@@ -52,15 +64,7 @@ async fn one_holder_at_a_time_and_release_hands_over_at_once() {
         .start()
         .unwrap();
     let a = holder(&env, "a").await;
-    wait_for("a to hold the lease", Duration::from_secs(5), || async {
-        if held(&a) {
-            Ok(())
-        } else {
-            Err("not held".to_string())
-        }
-    })
-    .await
-    .unwrap();
+    wait_held(&a, "a", Duration::from_secs(5)).await;
     let b = holder(&env, "b").await;
     // b keeps trying but never holds while a renews.
     for _ in 0..10 {
@@ -73,19 +77,7 @@ async fn one_holder_at_a_time_and_release_hands_over_at_once() {
     let a_rx = a.rx.clone();
     a.task.await.unwrap();
     assert!(!a_rx.borrow().is_held());
-    wait_for(
-        "b to take the released lease",
-        Duration::from_secs(2),
-        || async {
-            if held(&b) {
-                Ok(())
-            } else {
-                Err("not held".to_string())
-            }
-        },
-    )
-    .await
-    .unwrap();
+    wait_held(&b, "b", Duration::from_secs(2)).await;
     assert!(
         released.elapsed() < TIMING.duration,
         "b waited for expiry: {:?}",
@@ -101,15 +93,7 @@ async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
         .start()
         .unwrap();
     let a = holder(&env, "a").await;
-    wait_for("a to hold the lease", Duration::from_secs(5), || async {
-        if held(&a) {
-            Ok(())
-        } else {
-            Err("not held".to_string())
-        }
-    })
-    .await
-    .unwrap();
+    wait_held(&a, "a", Duration::from_secs(5)).await;
     let b = holder(&env, "b").await;
     let lost = tokio::spawn(until_lost(a.rx.clone()));
 
@@ -125,19 +109,7 @@ async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
     );
     assert!(!held(&a));
     // b only takes over once the lease has not changed for a whole duration.
-    wait_for(
-        "b to take the expired lease",
-        Duration::from_secs(10),
-        || async {
-            if held(&b) {
-                Ok(())
-            } else {
-                Err("not held".to_string())
-            }
-        },
-    )
-    .await
-    .unwrap();
+    wait_held(&b, "b", Duration::from_secs(10)).await;
     let taken_after = partitioned.elapsed();
     assert!(taken_after > fenced_after, "b held before a fenced");
     assert!(

@@ -14,9 +14,7 @@
 //! that ends at the first shard with room, and a fallback test in `O(log S)` avoids walking a
 //! ring where no shard has room.
 
-use std::collections::BTreeSet;
-
-use crate::engine::Plan;
+use crate::engine::{LoadOrder, Plan};
 use crate::hashing::{key_point, virtual_node_point};
 use crate::strategy::StrategyConfig;
 
@@ -61,16 +59,11 @@ pub(crate) fn cap(plan: &Plan<'_>, config: &StrategyConfig) -> u64 {
 pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
     let cap = cap(plan, config);
     let ring = Ring::build(plan, config.virtual_nodes);
-    let mut by_load: BTreeSet<(u64, usize)> = plan
-        .loads()
-        .iter()
-        .enumerate()
-        .map(|(position, &load)| (load, position))
-        .collect();
+    let mut order = LoadOrder::of(plan);
     for index in plan.unplaced() {
         let cluster = plan.cluster(index);
         let load = cluster.load();
-        let Some(&(lightest_load, lightest)) = by_load.first() else {
+        let Some((lightest_load, lightest)) = order.lightest() else {
             return;
         };
         let target = if lightest_load.saturating_add(load) > cap {
@@ -81,8 +74,6 @@ pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
                 .find(|&position| plan.loads()[position].saturating_add(load) <= cap)
                 .unwrap_or(lightest)
         };
-        by_load.remove(&(plan.loads()[target], target));
-        plan.place(index, target);
-        by_load.insert((plan.loads()[target], target));
+        order.place(plan, index, target);
     }
 }

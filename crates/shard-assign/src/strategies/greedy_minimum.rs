@@ -4,25 +4,16 @@
 //! (minus a vanishing term), the best balance of the stateless strategies. Its weakness is
 //! churn: any change early in the sequence changes most decisions after it.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
-use crate::engine::Plan;
+use crate::engine::{LoadOrder, Plan};
 
 pub(crate) fn place(plan: &mut Plan<'_>) {
     let mut order = plan.unplaced();
     plan.sort_largest_first(&mut order);
-    let mut lightest: BinaryHeap<Reverse<(u64, usize)>> = plan
-        .loads()
-        .iter()
-        .enumerate()
-        .map(|(position, &load)| Reverse((load, position)))
-        .collect();
+    let mut by_load = LoadOrder::of(plan);
     for index in order {
-        let Some(Reverse((_, position))) = lightest.pop() else {
+        let Some((_, position)) = by_load.lightest() else {
             return;
         };
-        plan.place(index, position);
-        lightest.push(Reverse((plan.loads()[position], position)));
+        by_load.place(plan, index, position);
     }
 }

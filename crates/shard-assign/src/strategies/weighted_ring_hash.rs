@@ -19,12 +19,11 @@
 //! Probes keep the ring fixed (no rebuild per cluster): `O(S·V log S·V)` to build, then an
 //! expected handful of `O(log S·V)` lookups per cluster.
 
-use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
 use hashring::HashRing;
 
-use crate::engine::Plan;
+use crate::engine::{LoadOrder, Plan};
 use crate::hashing::{draw, ring_hasher};
 use crate::model::ShardId;
 use crate::strategy::StrategyConfig;
@@ -89,16 +88,11 @@ pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
 
     let total = plan.total_load();
     let shard_count = plan.shard_count() as u64;
-    let mut by_load: BTreeSet<(u64, usize)> = plan
-        .loads()
-        .iter()
-        .enumerate()
-        .map(|(position, &load)| (load, position))
-        .collect();
+    let mut by_load = LoadOrder::of(plan);
     let mut order = plan.unplaced();
     plan.sort_largest_first(&mut order);
     for index in order {
-        let Some(&(lightest_load, lightest)) = by_load.first() else {
+        let Some((lightest_load, lightest)) = by_load.lightest() else {
             return;
         };
         let id = plan.cluster(index).id.as_str();
@@ -119,9 +113,7 @@ pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
                 (coin < chance).then_some(node.position)
             })
             .unwrap_or(lightest);
-        by_load.remove(&(plan.loads()[target], target));
-        plan.place(index, target);
-        by_load.insert((plan.loads()[target], target));
+        by_load.place(plan, index, target);
     }
 }
 

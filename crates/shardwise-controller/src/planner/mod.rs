@@ -227,6 +227,15 @@ where
     }
 }
 
+/// How long between periodic passes: shorter while the fleet is above the target balance.
+fn periodic_interval(config: &Config, above_target: bool) -> Duration {
+    if above_target {
+        config.converge_interval.min(config.plan_interval)
+    } else {
+        config.plan_interval
+    }
+}
+
 /// Plans on every trigger (debounced), when a lease may have expired, and periodically.
 async fn plan_loop(planner: &Arc<Planner>) {
     // The stores must hold a complete view before the first pass.
@@ -245,14 +254,7 @@ async fn plan_loop(planner: &Arc<Planner>) {
     // passes come every converge interval, each spending at most the move budget.
     let mut above_target = false;
     loop {
-        let interval = if above_target {
-            planner
-                .config
-                .converge_interval
-                .min(planner.config.plan_interval)
-        } else {
-            planner.config.plan_interval
-        };
+        let interval = periodic_interval(&planner.config, above_target);
         let periodic = planner.strategy.kind.is_load_aware() && last_periodic.elapsed() >= interval;
         if periodic {
             last_periodic = Instant::now();
@@ -273,15 +275,7 @@ async fn plan_loop(planner: &Arc<Planner>) {
             .leases
             .next_expiry(now)
             .map(|at| at + Duration::from_millis(50));
-        let periodic_at = last_periodic
-            + if above_target {
-                planner
-                    .config
-                    .converge_interval
-                    .min(planner.config.plan_interval)
-            } else {
-                planner.config.plan_interval
-            };
+        let periodic_at = last_periodic + periodic_interval(&planner.config, above_target);
         let wake = next_expiry.map_or(periodic_at, |e| e.min(periodic_at));
         tokio::select! {
             _ = planner.leases.changed.notified() => {}
