@@ -1,6 +1,9 @@
 # Common tasks. `make test` is what CI runs (.ci/run).
 
 CARGO ?= cargo
+PYTHON ?= python3
+DOCKER ?= docker
+IMAGE ?= shardwise:dev
 
 .PHONY: all build test fmt fmt-check clippy unit bench bench-assign bench-fleet simulate crds clean
 
@@ -13,8 +16,9 @@ build:
 simulate:
 	$(CARGO) run --release --quiet -p shardwise-cli --bin shardwise -- simulate
 
-## Everything CI checks: formatting, lints (warnings are errors), every test.
-test: fmt-check clippy unit
+## Everything CI checks: formatting, lints (warnings are errors), the Helm chart, every test
+## (the dashboard's against a real Prometheus), and the release build of the image's binaries.
+test: fmt-check clippy chart unit image-binaries
 
 fmt:
 	$(CARGO) fmt --all
@@ -40,9 +44,40 @@ bench-assign:
 bench-fleet:
 	$(CARGO) bench -p shardwise-controller --bench fleet
 
-## Regenerate deploy/crds.yaml from the Rust types (a test fails when it is stale).
+## Regenerate deploy/crds.yaml (and the chart's copy) from the Rust types (tests fail when stale).
 crds:
 	$(CARGO) run --quiet -p shardwise-cli --bin shardwise -- crds > deploy/crds.yaml
+	cp deploy/crds.yaml charts/shardwise/crds/crds.yaml
+
+.PHONY: chart chart-crds image-binaries image e2e-kind dashboard-picture
+
+## Lint, render and validate the Helm chart with Helm's engine (scripts/requirements.txt).
+chart:
+	CARGO="$(CARGO)" $(PYTHON) scripts/chart.py
+
+## Copy the CRDs into the chart after `make crds` (`make chart` fails while they differ).
+chart-crds:
+	cp deploy/crds.yaml charts/shardwise/crds/crds.yaml
+
+## The Dockerfile's build stage: both binaries, release, with the committed Cargo.lock.
+image-binaries:
+	$(CARGO) build --release --locked -p shardwise-controller -p shardwise-cli
+
+## The container image (needs a Docker engine).
+image:
+	$(DOCKER) build -t $(IMAGE) .
+
+## The chart on a real cluster: kind, the image, the chart, fleets, scaling (docs/operations.md).
+e2e-kind:
+	e2e/kind/run.sh
+
+## docs/dashboard.png from real data: the series of the dashboard test's Prometheus, drawn by
+## scripts/dashboard_picture.py (pip install -r scripts/requirements-picture.txt).
+dashboard-picture:
+	data=$$(mktemp) \
+	&& SHARDWISE_DASHBOARD_DATA=$$data $(CARGO) test -p shardwise-controller --test e2e_dashboard \
+	&& $(PYTHON) scripts/dashboard_picture.py $$data docs/dashboard.png \
+	&& rm -f $$data
 
 clean:
 	$(CARGO) clean

@@ -54,7 +54,8 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
         assert!(owned_clusters > 0, "shard {shard} owns no cluster");
         let label = shard.to_string();
         let metrics_url = &fleet.replicas[&shard].metrics_url;
-        // Each replica's gauges show exactly its own share.
+        // Each replica's gauges show exactly its own share, and it counted a successful
+        // reconcile of each of its apps.
         wait_for(
             "owned gauges to match the labels",
             Duration::from_secs(10),
@@ -62,24 +63,18 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
                 let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;
                 let c = m.get("shardwise_owned_clusters", &[("shard", &label)]);
                 let a = m.get("shardwise_owned_apps", &[("shard", &label)]);
-                if c == Some(owned_clusters as f64) && a == Some(owned_apps as f64) {
+                let ok = m.sum("shardwise_reconciles_total", &[("kind", "app"), ("result", "success")]);
+                if c == Some(owned_clusters as f64) && a == Some(owned_apps as f64) && ok >= owned_apps as f64 {
                     Ok(())
                 } else {
                     Err(format!(
-                        "clusters {c:?} apps {a:?}, labels say {owned_clusters} and {owned_apps}"
+                        "clusters {c:?} apps {a:?} successes {ok}, labels say {owned_clusters} and {owned_apps}"
                     ))
                 }
             },
         )
         .await
         .unwrap();
-        let m = scrape(metrics_url).await.unwrap();
-        assert!(
-            m.sum(
-                "shardwise_reconciles_total",
-                &[("kind", "app"), ("result", "success")]
-            ) >= owned_apps as f64
-        );
     }
     let clusters_api = fleet.clusters_api();
     wait_for(
@@ -182,9 +177,18 @@ async fn apps_follow_their_manifests_prune_and_repair_drift() {
     })
     .await
     .unwrap();
-    let app = apps.get("app-3").await.unwrap();
-    let inventory = app.status.unwrap().applied_resources;
-    assert_eq!(inventory.len(), 2, "{inventory:?}");
+    // The status (with the inventory used for pruning) is written after the objects are applied.
+    wait_for("the inventory to list both objects", SETTLE, || async {
+        let app = apps.get("app-3").await.map_err(|e| e.to_string())?;
+        let inventory = app.status.unwrap_or_default().applied_resources;
+        if inventory.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("{inventory:?}"))
+        }
+    })
+    .await
+    .unwrap();
 
     // Remove the second manifest: it is pruned.
     apps.patch(

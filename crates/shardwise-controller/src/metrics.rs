@@ -10,6 +10,11 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// No labels: a family of one series that can be removed (planner-only metrics must vanish
+/// from replicas that are not the planner).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NoLabels {}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabels {
     pub shard: String,
@@ -73,7 +78,7 @@ pub struct Metrics {
     pub planner_leader: Family<ShardLabels, Gauge>,
     pub planner_runs: Family<StrategyLabels, Counter>,
     pub planner_moves: Family<MoveLabels, Counter>,
-    pub balance: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub members: Family<MemberLabels, Gauge>,
     pub assigned_apps: Family<ShardLabels, Gauge>,
     pub assigned_clusters: Family<ShardLabels, Gauge>,
@@ -96,7 +101,7 @@ impl Metrics {
             planner_leader: Family::default(),
             planner_runs: Family::default(),
             planner_moves: Family::default(),
-            balance: Gauge::default(),
+            balance: Family::default(),
             members: Family::default(),
             assigned_apps: Family::default(),
             assigned_clusters: Family::default(),
@@ -184,7 +189,42 @@ impl Metrics {
             metrics.api_requests.clone(),
         );
         registry.register_collector(Box::new(ProcessCollector));
+        metrics.start_at_zero();
         metrics
+    }
+
+    /// Counters appear at zero from the start: `rate()` and `increase()` cannot see a series
+    /// whose first sample is already 1.
+    fn start_at_zero(&self) {
+        let shard = self.shard.clone();
+        for kind in ["cluster", "app"] {
+            for result in ["success", "error", "skipped", "cancelled"] {
+                self.reconciles
+                    .get_or_create(&ReconcileLabels {
+                        kind,
+                        shard: shard.clone(),
+                        result,
+                    })
+                    .inc_by(0);
+            }
+        }
+        for reason in ["drained", "shutdown"] {
+            self.handoffs
+                .get_or_create(&HandoffLabels {
+                    shard: shard.clone(),
+                    reason,
+                })
+                .inc_by(0);
+        }
+        self.fenced.get_or_create(&self.shard_labels()).inc_by(0);
+    }
+
+    /// Removes the metrics only the planner exports, when this replica stops being it.
+    pub fn clear_planner(&self) {
+        self.balance.clear();
+        self.members.clear();
+        self.assigned_apps.clear();
+        self.assigned_clusters.clear();
     }
 
     pub fn shard_labels(&self) -> ShardLabels {
@@ -200,6 +240,8 @@ impl Metrics {
         }
     }
 
+    /// Counts a reconcile; its duration is recorded only if it ran (a reconcile the gate
+    /// refused, or that a lost lease cancelled, says nothing about reconcile latency).
     pub fn reconciled(&self, kind: &'static str, result: &'static str, seconds: f64) {
         self.reconciles
             .get_or_create(&ReconcileLabels {
@@ -208,9 +250,11 @@ impl Metrics {
                 result,
             })
             .inc();
-        self.reconcile_duration
-            .get_or_create(&self.kind_labels(kind))
-            .observe(seconds);
+        if matches!(result, "success" | "error") {
+            self.reconcile_duration
+                .get_or_create(&self.kind_labels(kind))
+                .observe(seconds);
+        }
     }
 
     pub fn handoff(&self, reason: &'static str) {

@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::membership::ShardLeases;
-use crate::metrics::{MemberLabels, Metrics, MoveLabels, ShardLabels, StrategyLabels};
+use crate::metrics::{MemberLabels, Metrics, MoveLabels, NoLabels, ShardLabels, StrategyLabels};
 use crate::owner::{key_of, record_of};
 
 /// Concurrent label writes to apps.
@@ -211,17 +211,46 @@ pub async fn run(
         .planner_leader
         .get_or_create(&planner.metrics.shard_labels())
         .set(0);
+    planner.metrics.clear_planner();
 }
 
+/// What of an object matters to planning: its spec (generation), labels and annotations.
+/// Status writes by the owners, which are most of the events, change none of it.
+fn planning_fingerprint<K: Resource>(object: &K) -> (Option<i64>, String) {
+    let meta = object.meta();
+    let text = format!("{:?}{:?}", meta.labels, meta.annotations);
+    (meta.generation, text)
+}
+
+/// Triggers a pass when an object appears, goes, or changes in a way that matters to planning.
 async fn trigger_on<K, S>(stream: S, planner: &Arc<Planner>, what: &'static str)
 where
+    K: Resource,
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
 {
+    let mut seen: BTreeMap<ObjectKey, (Option<i64>, String)> = BTreeMap::new();
+    let mut relisted: BTreeSet<ObjectKey> = BTreeSet::new();
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-            Ok(_) => planner.trigger.notify_one(),
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                let key = key_of(&object);
+                relisted.insert(key.clone());
+                let fingerprint = planning_fingerprint(&object);
+                if seen.insert(key, fingerprint.clone()).as_ref() != Some(&fingerprint) {
+                    planner.trigger.notify_one();
+                }
+            }
+            Ok(watcher::Event::Delete(object)) => {
+                seen.remove(&key_of(&object));
+                planner.trigger.notify_one();
+            }
+            Ok(watcher::Event::Init) => relisted.clear(),
+            Ok(watcher::Event::InitDone) => {
+                // Objects deleted while the watch was down are not in the new list.
+                seen.retain(|key, _| relisted.contains(key));
+                planner.trigger.notify_one();
+            }
             Err(e) => warn!(what, error = %e, "planner watch failed; retrying"),
         }
     }
@@ -456,7 +485,11 @@ async fn pass(
         .collect();
     metrics
         .balance
+        .get_or_create(&NoLabels {})
         .set(Balance::of_loads(&app_loads).max_over_mean);
+    // Shards that left the plan must not keep their last values.
+    metrics.assigned_apps.clear();
+    metrics.assigned_clusters.clear();
     for (shard, load) in plan.assignment.shard_loads() {
         let labels = ShardLabels {
             shard: shard.to_string(),

@@ -1,0 +1,102 @@
+{{/*
+Names. The StatefulSet name is also the prefix of the pod names, which the controller parses
+strictly (`<statefulset>-<ordinal>`), and of its leases. At most 52 characters, so that the
+StatefulSet's controller-revision-hash label (name plus 11 characters) stays within 63.
+*/}}
+{{- define "shardwise.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardwise.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "shardwise.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardwise.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "shardwise.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "shardwise.labels" -}}
+helm.sh/chart: {{ include "shardwise.chart" . }}
+{{ include "shardwise.selectorLabels" . }}
+app.kubernetes.io/component: controller
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "shardwise.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "shardwise.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "shardwise.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+A duration of the controller (whole numbers with units ms, s, m, h, as values.schema.json
+requires) in seconds, as a float.
+*/}}
+{{- define "shardwise.seconds" -}}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" (toString .) -1 }}
+{{- $count := regexFind "^[0-9]+" . | float64 }}
+{{- $unit := regexReplaceAll "^[0-9]+" . "" }}
+{{- $total = addf $total (mulf $count (get $units $unit)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+Seconds between SIGTERM and SIGKILL: the value, checked, or shutdownTimeout plus the lease
+release (bounded by renewDeadline / 2 per attempt) plus a margin.
+*/}}
+{{- define "shardwise.terminationGracePeriodSeconds" -}}
+{{- $c := .Values.controller }}
+{{- $shutdown := include "shardwise.seconds" $c.shutdownTimeout | float64 }}
+{{- $release := divf (include "shardwise.seconds" $c.renewDeadline | float64) 2 }}
+{{- $needed := addf $shutdown $release }}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- addf $needed 10 | ceil | int }}
+{{- else if le (float64 .Values.terminationGracePeriodSeconds) $needed }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed controller.shutdownTimeout plus controller.renewDeadline / 2 (%v s): a replica must release its leases before it is killed" .Values.terminationGracePeriodSeconds $needed) }}
+{{- else }}
+{{- .Values.terminationGracePeriodSeconds | int }}
+{{- end }}
+{{- end }}
+
+{{/*
+The controller refuses these lease timings at startup; refuse them at install instead.
+*/}}
+{{- define "shardwise.checkLeaseTiming" -}}
+{{- $c := .Values.controller }}
+{{- $duration := include "shardwise.seconds" $c.leaseDuration | float64 }}
+{{- $deadline := include "shardwise.seconds" $c.renewDeadline | float64 }}
+{{- $retry := include "shardwise.seconds" $c.retryPeriod | float64 }}
+{{- if lt $duration 1.0 }}
+{{- fail "controller.leaseDuration must be at least 1s" }}
+{{- end }}
+{{- if gt (addf $deadline 1) $duration }}
+{{- fail "controller.renewDeadline must be at least 1s shorter than controller.leaseDuration" }}
+{{- end }}
+{{- if ge $retry $deadline }}
+{{- fail "controller.retryPeriod must be shorter than controller.renewDeadline" }}
+{{- end }}
+{{- end }}
