@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test fmt fmt-check clippy unit bench bench-assign bench-fleet simulate crds clean
+.PHONY: all build test fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver simulate crds clean
 
 all: build
 
@@ -33,12 +33,16 @@ unit:
 	$(CARGO) test --workspace
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
-bench: bench-assign bench-fleet
+bench: bench-assign bench-apiserver bench-fleet
 
 bench-assign:
 	$(CARGO) bench -p shard-assign --bench assign
 	$(CARGO) build --release -p shardwise-cli
 	python3 scripts/bench_report.py
+
+## The test API server: LIST of 10,000 objects, writes per second with 10 watchers.
+bench-apiserver:
+	$(CARGO) bench -p shardwise-test-apiserver
 
 ## Controller fleets on the test API server: throughput scaling, memory per shard, handoff times.
 bench-fleet:
