@@ -14,6 +14,12 @@ pub const SHARD_LABEL: &str = "shardwise.io/shard";
 /// an acknowledgement of a drain can never be mistaken for one of a later assignment.
 pub const EPOCH_ANNOTATION: &str = "shardwise.io/epoch";
 
+/// The lease holder identity of the replica a `FleetCluster` is assigned to: written by the
+/// planner with the shard label. A replica works only on clusters that name both its shard and
+/// the identity it holds its lease as, so that a restarted replica never picks up a cluster the
+/// planner is giving away on the strength of its predecessor's released lease.
+pub const HOLDER_ANNOTATION: &str = "shardwise.io/holder";
+
 /// Set by the planner on a `FleetCluster` it wants to move: the shard it will go to. The owner
 /// stops reconciling the cluster and its apps and acknowledges.
 pub const DRAIN_TO_ANNOTATION: &str = "shardwise.io/drain-to";

@@ -8,6 +8,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use shardwise_handoff::drain::Incarnation;
 use shardwise_handoff::lease::{
     LeaseAction, LeaseObserver, LeaseRecord, LeaseTiming, lease_action,
 };
@@ -22,13 +23,25 @@ pub enum Holding {
     /// Held; all work must have stopped by `fence_at` unless a renewal moves it.
     Held {
         fence_at: Instant,
+        /// The token of the identity it is held under. Each time the lease is lost, the
+        /// process takes it again under a new identity: work assigned to the lost term is not
+        /// the new term's.
+        incarnation: Incarnation,
     },
 }
 
 impl Holding {
     /// Held, and the fence not passed.
     pub fn is_held(&self) -> bool {
-        matches!(self, Holding::Held { fence_at } if Instant::now() < *fence_at)
+        matches!(self, Holding::Held { fence_at, .. } if Instant::now() < *fence_at)
+    }
+
+    /// The incarnation it is held under, if held.
+    pub fn incarnation(&self) -> Option<Incarnation> {
+        match self {
+            Holding::Held { incarnation, .. } if self.is_held() => Some(*incarnation),
+            _ => None,
+        }
     }
 }
 
@@ -38,21 +51,27 @@ pub struct LeaseSpecification {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     /// Unique per process: a restarted pod waits for its previous incarnation's lease to expire.
+    /// The lease is held under this identity, then under `<identity>-<n>` after its n-th loss.
     pub identity: String,
     pub timing: LeaseTiming,
 }
 
-/// Resolves once `holding` is no longer held: released, lost, or its fence reached.
-pub async fn until_lost(mut holding: watch::Receiver<Holding>) {
+/// Resolves once `holding` is no longer held under `incarnation`: released, lost, its fence
+/// reached, or (if the loss went unseen) held again under another incarnation.
+pub async fn until_lost(mut holding: watch::Receiver<Holding>, incarnation: Incarnation) {
     loop {
         let current = *holding.borrow_and_update();
         match current {
-            Holding::NotHeld => return,
-            Holding::Held { fence_at } => {
+            Holding::Held {
+                fence_at,
+                incarnation: held_as,
+            } if held_as == incarnation => {
                 tokio::select! {
                     _ = tokio::time::sleep_until(fence_at.into()) => {
                         // The fence may have moved while we slept.
-                        if matches!(*holding.borrow(), Holding::Held { fence_at: f } if f > Instant::now()) {
+                        if matches!(*holding.borrow(), Holding::Held { fence_at: f, incarnation: i }
+                            if f > Instant::now() && i == incarnation)
+                        {
                             continue;
                         }
                         return;
@@ -64,17 +83,18 @@ pub async fn until_lost(mut holding: watch::Receiver<Holding>) {
                     }
                 }
             }
+            _ => return,
         }
     }
 }
 
-/// Resolves once `holding` is held (with its fence ahead).
+/// Resolves once `holding` is held (with its fence ahead), with the incarnation it is held as.
 pub async fn until_held(
     mut holding: watch::Receiver<Holding>,
-) -> Result<(), watch::error::RecvError> {
+) -> Result<Incarnation, watch::error::RecvError> {
     loop {
-        if holding.borrow_and_update().is_held() {
-            return Ok(());
+        if let Some(incarnation) = holding.borrow_and_update().incarnation() {
+            return Ok(incarnation);
         }
         holding.changed().await?;
     }
@@ -101,46 +121,64 @@ fn now_micro() -> MicroTime {
 pub async fn hold(
     client: Client,
     namespace: String,
-    spec: LeaseSpecification,
+    mut spec: LeaseSpecification,
     holding: watch::Sender<Holding>,
     stop: CancellationToken,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
     let mut observer = LeaseObserver::new();
     let attempt_timeout = spec.timing.renew_deadline / 2;
+    let base_identity = spec.identity.clone();
+    let mut losses = 0u64;
+    let mut lost = |spec: &mut LeaseSpecification| {
+        // A new term: the lease is taken again only once the lost term's has expired.
+        losses += 1;
+        spec.identity = format!("{base_identity}-{losses}");
+        holding.send_replace(Holding::NotHeld);
+    };
+    // Past the fence without a renewal, the term is over for every purpose, even if a renewal
+    // lands later: the work of this term has stopped and the lease may look expired to others.
+    let past_fence =
+        |h: Holding| matches!(h, Holding::Held { fence_at, .. } if Instant::now() >= fence_at);
     loop {
+        // (Copy the state out first: a borrow held across `send_replace` would deadlock the
+        // channel.)
+        let before = *holding.borrow();
+        if past_fence(before) {
+            warn!(lease = %spec.name, "could not renew the lease before the renew deadline");
+            lost(&mut spec);
+        }
         let started = Instant::now();
         let attempt = tokio::time::timeout(
             attempt_timeout,
             try_hold(&api, &spec, &mut observer, started),
         );
-        match attempt.await {
-            Ok(Ok(true)) => {
-                let fence_at = spec.timing.fence_at(started);
-                let was_held = holding.borrow().is_held();
-                holding.send_replace(Holding::Held { fence_at });
-                if !was_held {
-                    info!(lease = %spec.name, "lease acquired");
-                }
-            }
-            Ok(Ok(false)) => {
-                let was_held = holding.borrow().is_held();
-                if was_held {
-                    warn!(lease = %spec.name, "lease taken by another holder");
-                }
-                holding.send_replace(Holding::NotHeld);
-            }
-            Ok(Err(e)) => debug!(lease = %spec.name, error = %e, "lease renewal failed"),
-            Err(_) => debug!(lease = %spec.name, "lease renewal timed out"),
-        }
-        // Past the fence without a renewal, the lease is lost for every purpose. (Copy the
-        // state out first: a borrow held across `send_replace` would deadlock the channel.)
+        let result = attempt.await;
         let current = *holding.borrow();
-        if let Holding::Held { fence_at } = current
-            && Instant::now() >= fence_at
-        {
+        if past_fence(current) {
             warn!(lease = %spec.name, "could not renew the lease before the renew deadline");
-            holding.send_replace(Holding::NotHeld);
+            lost(&mut spec);
+        } else {
+            match result {
+                Ok(Ok(true)) => {
+                    let fence_at = spec.timing.fence_at(started);
+                    holding.send_replace(Holding::Held {
+                        fence_at,
+                        incarnation: Incarnation::of_identity(&spec.identity),
+                    });
+                    if !current.is_held() {
+                        info!(lease = %spec.name, identity = %spec.identity, "lease acquired");
+                    }
+                }
+                Ok(Ok(false)) => {
+                    if current.is_held() {
+                        warn!(lease = %spec.name, "lease taken by another holder");
+                        lost(&mut spec);
+                    }
+                }
+                Ok(Err(e)) => debug!(lease = %spec.name, error = %e, "lease renewal failed"),
+                Err(_) => debug!(lease = %spec.name, "lease renewal timed out"),
+            }
         }
         tokio::select! {
             _ = stop.cancelled() => break,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use kube::runtime::events::{Recorder, Reporter};
 use shardwise_api::keys::SHARD_LABEL;
+use shardwise_handoff::drain::OwnerId;
 use shardwise_handoff::identity::shard_from_pod_name;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -145,17 +146,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         );
         tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    held = until_held(leader_rx.clone()) => if held.is_err() { return },
+                let incarnation = tokio::select! {
+                    held = until_held(leader_rx.clone()) => match held {
+                        Ok(incarnation) => incarnation,
+                        Err(_) => return,
+                    },
                     _ = shutdown.cancelled() => return,
-                }
+                };
                 planner::run(
                     client.clone(),
                     config.clone(),
                     metrics.clone(),
                     recorder.clone(),
                     leases.clone(),
-                    until_lost(leader_rx.clone()),
+                    until_lost(leader_rx.clone(), incarnation),
                     shutdown.clone(),
                 )
                 .await;
@@ -168,20 +172,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let labels = metrics.shard_labels();
     loop {
         metrics.lease_held.get_or_create(&labels).set(0);
-        tokio::select! {
-            held = until_held(shard_rx.clone()) => if held.is_err() { break },
+        let incarnation = tokio::select! {
+            held = until_held(shard_rx.clone()) => match held {
+                Ok(incarnation) => incarnation,
+                Err(_) => break,
+            },
             _ = shutdown.cancelled() => break,
-        }
+        };
         metrics.lease_held.get_or_create(&labels).set(1);
         let parts = owner::Parts {
-            shard,
+            me: OwnerId { shard, incarnation },
             client: client.clone(),
             config: config.clone(),
             metrics: metrics.clone(),
             audit: audit.clone(),
             readiness: readiness.clone(),
         };
-        let exit = owner::run(parts, until_lost(shard_rx.clone()), shutdown.clone()).await;
+        let exit = owner::run(
+            parts,
+            until_lost(shard_rx.clone(), incarnation),
+            shutdown.clone(),
+        )
+        .await;
         match exit {
             Exit::Fenced => {
                 metrics.fenced.get_or_create(&labels).inc();

@@ -3,7 +3,7 @@
 //! long each lease has gone unrenewed, and a dead shard's clusters move one lease duration after
 //! its last renewal rather than one duration after the new planner started watching.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -42,7 +42,8 @@ pub struct ShardLeases {
     observer: Mutex<LeaseObserver>,
     shards: Mutex<BTreeMap<String, u32>>,
     synced: AtomicBool,
-    /// Notified when the set of valid leases changes, and once the first list is complete.
+    /// Notified when the valid leases or their holders change, and once the first list is
+    /// complete.
     pub changed: Notify,
 }
 
@@ -81,10 +82,15 @@ impl ShardLeases {
         self.observer().observe(&name, lease_record(lease), now);
     }
 
-    fn valid(&self, now: Instant) -> BTreeSet<String> {
-        self.observer()
+    /// Valid leases with their holders.
+    fn valid(&self, now: Instant) -> BTreeMap<String, String> {
+        let observer = self.observer();
+        observer
             .valid_leases(now)
-            .map(str::to_string)
+            .map(|name| {
+                let holder = observer.holder(name).unwrap_or_default().to_string();
+                (name.to_string(), holder)
+            })
             .collect()
     }
 
@@ -136,13 +142,13 @@ impl ShardLeases {
         self.changed.notify_one();
     }
 
-    /// Shards whose lease is valid at `now`.
-    pub fn alive(&self, now: Instant) -> BTreeSet<u32> {
-        let observer = self.observer();
+    /// Shards whose lease is valid at `now`, with the identity holding it.
+    pub fn alive(&self, now: Instant) -> BTreeMap<u32, String> {
+        let valid = self.valid(now);
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        observer
-            .valid_leases(now)
-            .filter_map(|name| shards.get(name).copied())
+        valid
+            .into_iter()
+            .filter_map(|(name, holder)| shards.get(&name).map(|&shard| (shard, holder)))
             .collect()
     }
 

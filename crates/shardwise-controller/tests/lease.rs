@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use shardwise_controller::lease::{Holding, LeaseSpecification, hold, until_lost};
+use shardwise_controller::lease::{Holding, LeaseSpecification, hold, until_held, until_lost};
 use shardwise_e2e::{Environment, FaultScope, Identity, wait_for};
 use shardwise_handoff::lease::LeaseTiming;
 use tokio::sync::watch;
@@ -95,7 +95,8 @@ async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
     let a = holder(&env, "a").await;
     wait_held(&a, "a", Duration::from_secs(5)).await;
     let b = holder(&env, "b").await;
-    let lost = tokio::spawn(until_lost(a.rx.clone()));
+    let term = a.rx.borrow().incarnation().expect("held");
+    let lost = tokio::spawn(until_lost(a.rx.clone(), term));
 
     env.control_plane()
         .faults()
@@ -125,4 +126,52 @@ async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!held(&a) && held(&b));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_taken_again_under_a_new_incarnation_after_it_expired() {
+    let env = Environment::builder()
+        .identity(Identity::admin("a"))
+        .start()
+        .unwrap();
+    let a = holder(&env, "a").await;
+    let first = until_held(a.rx.clone()).await.unwrap();
+    let lost = tokio::spawn(until_lost(a.rx.clone(), first));
+
+    // Partitioned past the renew deadline: a fences itself.
+    env.control_plane()
+        .faults()
+        .partition(FaultScope::identity("a"));
+    lost.await.unwrap();
+    let fenced = Instant::now();
+    env.control_plane()
+        .faults()
+        .heal(&FaultScope::identity("a"));
+
+    // Nobody else wants the lease, yet a takes it back only as a new incarnation, and only
+    // once the lost term's lease expired: work assigned to the lost term stays unowned until
+    // the planner assigns it again.
+    let second = until_held(a.rx.clone()).await.unwrap();
+    let again_after = fenced.elapsed();
+    assert_ne!(second, first, "the same incarnation came back");
+    assert!(
+        again_after >= TIMING.duration - TIMING.renew_deadline - TIMING.retry_period,
+        "held again {again_after:?} after fencing"
+    );
+    // And it is one identity on the server: the lease names the new one.
+    let client = env.control_plane().client("a").await.unwrap();
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client, "default");
+    let holder = leases
+        .get("shared")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert_eq!(
+        shardwise_handoff::drain::Incarnation::of_identity(&holder),
+        second
+    );
+    assert_eq!(holder, "a-process-1");
 }

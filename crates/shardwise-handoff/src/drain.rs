@@ -5,28 +5,60 @@
 //!
 //! ```text
 //!  planner                         object (label, annotations)                 owner A
-//!  desired B, owner A alive   -->  shard=A epoch=7 drain-to=B
+//!  desired B, owner A alive   -->  shard=A holder=A1 epoch=7 drain-to=B
 //!                                                                  <--  sees drain-to: stops new work,
 //!                                                                       waits for in-flight work,
-//!                                  shard=A epoch=7 drain-to=B drained-epoch=7   (acknowledges)
-//!  sees drained-epoch == epoch -->  shard=B epoch=8                      A: no longer visible
+//!                                  shard=A holder=A1 epoch=7 drain-to=B drained-epoch=7   (acknowledges)
+//!  sees drained-epoch == epoch -->  shard=B holder=B1 epoch=8            A: no longer visible
 //!                                                                       B: sees shard=B, starts
 //! ```
 //!
 //! If A's lease has expired (A fenced itself before it could expire), the planner relabels at
 //! once. Every relabel bumps the epoch, so an acknowledgement always refers to one assignment.
 //!
-//! Safety: the label leaves A only after A acknowledged (having stopped) or after A's lease
-//! expired (A stopped `duration - renew_deadline` earlier); B starts only once the label names B.
-//! Hence no instant at which A and B both work on the cluster.
+//! The holder is the incarnation of the owner: the identity that held shard A's lease when the
+//! planner assigned the cluster. An owner works only on clusters stamped with its own
+//! incarnation. Without it, a replica restarted as A (same shard, new process) could pick up a
+//! cluster that the planner, having just seen A's lease released, is giving to B at that moment.
+//! A restarted replica gets its clusters back through a new assignment (new epoch) stamped with
+//! its new incarnation.
+//!
+//! Safety: the label or holder changes away from (A, A1) only after A1 acknowledged (having
+//! stopped), or after A's lease stopped being A1's: expired (A1 stopped `duration -
+//! renew_deadline` earlier), released (A1 stops before it releases) or taken by another
+//! incarnation (which could only take it expired or released). B1 starts only once the record
+//! names (B, B1). Hence no instant at which two incarnations work on the cluster.
 
 use shard_assign::ShardId;
+use twox_hash::XxHash3_64;
+
+/// One incarnation of a replica: a 64-bit token of its lease holder identity. A replica that
+/// restarts keeps its shard and gets a new incarnation. (The object records the identity
+/// itself; the machines compare tokens, so that records stay small `Copy` values.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Incarnation(pub u64);
+
+impl Incarnation {
+    /// The token of a lease holder identity. Stable across platforms and versions.
+    pub fn of_identity(identity: &str) -> Self {
+        Self(XxHash3_64::oneshot(identity.as_bytes()))
+    }
+}
+
+/// An owner: the shard it serves and which incarnation of that shard it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerId {
+    pub shard: ShardId,
+    pub incarnation: Incarnation,
+}
 
 /// Placement state of a cluster as recorded on its object.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ClusterRecord {
     /// The shard label; `None` when missing or not a valid ordinal.
     pub owner: Option<ShardId>,
+    /// The incarnation of the owner the planner assigned the cluster to.
+    pub holder: Option<Incarnation>,
     /// The epoch annotation (0 when missing).
     pub epoch: u64,
     /// The shard the planner is moving the cluster to.
@@ -41,6 +73,11 @@ impl ClusterRecord {
         self.owner.is_some() && self.drained_epoch == Some(self.epoch)
     }
 
+    /// Whether the owner `me` may work on the cluster under this record (unless draining).
+    pub fn names(&self, me: OwnerId) -> bool {
+        self.owner == Some(me.shard) && self.holder == Some(me.incarnation)
+    }
+
     /// Where the cluster is, or is going: the previous placement to give a sticky strategy.
     pub fn intended_shard(&self) -> Option<ShardId> {
         self.drain_to.or(self.owner)
@@ -52,32 +89,45 @@ impl ClusterRecord {
 pub enum PlannerAction {
     /// Nothing to change.
     Keep,
-    /// Set the owner label to `shard` and the epoch to `epoch`; remove both drain annotations.
-    Assign { shard: ShardId, epoch: u64 },
+    /// Set the owner label to `shard`, the holder to `holder` and the epoch to `epoch`; remove
+    /// both drain annotations.
+    Assign {
+        shard: ShardId,
+        holder: Incarnation,
+        epoch: u64,
+    },
     /// Ask the owner to release the cluster, which will go to `to`.
     RequestDrain { to: ShardId },
     /// Withdraw a drain request the owner has not acknowledged yet.
     CancelDrain,
 }
 
-/// The planner's decision for one cluster: it should end on `desired`; `alive` says whether a
-/// shard's lease is valid.
+/// The planner's decision for one cluster: it should end on `desired`; `holder_of` gives the
+/// incarnation holding a shard's lease, `None` when the lease is not valid.
 pub fn planner_action(
     record: &ClusterRecord,
     desired: ShardId,
-    alive: impl Fn(ShardId) -> bool,
+    holder_of: impl Fn(ShardId) -> Option<Incarnation>,
 ) -> PlannerAction {
-    let reassign = PlannerAction::Assign {
-        shard: desired,
-        epoch: record.epoch + 1,
+    let reassign = || match holder_of(desired) {
+        Some(holder) => PlannerAction::Assign {
+            shard: desired,
+            holder,
+            epoch: record.epoch + 1,
+        },
+        // Nobody could work on it there: leave it as it is until the shard is alive.
+        None => PlannerAction::Keep,
     };
     let Some(owner) = record.owner else {
         // Never labelled (or garbage): no replica works on it, so it can be given at once.
-        return reassign;
+        return reassign();
     };
-    if record.released() || !alive(owner) {
-        // The owner stopped: by acknowledgement, or by fencing before its lease expired.
-        return reassign;
+    let current = holder_of(owner);
+    if record.released() || current.is_none() || current != record.holder {
+        // The assigned incarnation stopped: by acknowledgement, or by fencing before its lease
+        // expired, or before it released its lease to a successor (or it was never stamped,
+        // and then nobody works on the cluster).
+        return reassign();
     }
     if owner == desired {
         return if record.drain_to.is_some() {
@@ -153,9 +203,10 @@ impl OwnerMachine {
     }
 
     /// The owner `me` observed the cluster object as `record` (or it vanished from its view:
-    /// `None`, e.g. relabelled elsewhere or deleted).
-    pub fn observe(&mut self, me: ShardId, record: Option<&ClusterRecord>) -> Option<OwnerEffect> {
-        let Some(record) = record.filter(|r| r.owner == Some(me)) else {
+    /// `None`, e.g. relabelled elsewhere or deleted). A record for another incarnation of the
+    /// same shard is not `me`'s.
+    pub fn observe(&mut self, me: OwnerId, record: Option<&ClusterRecord>) -> Option<OwnerEffect> {
+        let Some(record) = record.filter(|r| r.names(me)) else {
             let had = self.state.take().is_some();
             self.ack_pending = false;
             return had.then_some(OwnerEffect::Forget);

@@ -1,14 +1,14 @@
 //! The planner's pass: from what it observes (clusters with their placement records, apps, the
 //! shards that exist) to what it must write (cluster actions and app labels).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use shard_assign::{
     AssignError, Assignment, Cluster, PreviousPlacement, ShardId, ShardSet, StrategyConfig, assign,
     fnv1a_32,
 };
 
-use crate::drain::{ClusterRecord, PlannerAction, planner_action};
+use crate::drain::{ClusterRecord, Incarnation, PlannerAction, planner_action};
 
 /// Namespace and name of an object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,22 +58,28 @@ pub struct AppView {
 pub struct Membership {
     /// The StatefulSet's `spec.replicas`: shards `0..expected` are expected.
     pub expected: u32,
-    /// Shards whose lease is valid.
-    pub alive: BTreeSet<ShardId>,
+    /// Shards whose lease is valid, with the identity holding it.
+    pub alive: BTreeMap<ShardId, String>,
 }
 
 impl Membership {
     /// Shards that may be given work: expected and alive.
     pub fn live(&self) -> ShardSet {
         self.alive
-            .iter()
+            .keys()
             .copied()
             .filter(|&s| s < self.expected)
             .collect()
     }
 
-    pub fn is_alive(&self, shard: ShardId) -> bool {
-        self.alive.contains(&shard)
+    /// The identity holding the lease of `shard`, if the lease is valid.
+    pub fn identity(&self, shard: ShardId) -> Option<&str> {
+        self.alive.get(&shard).map(String::as_str)
+    }
+
+    /// The incarnation holding the lease of `shard`, if the lease is valid.
+    pub fn holder(&self, shard: ShardId) -> Option<Incarnation> {
+        self.identity(shard).map(Incarnation::of_identity)
     }
 }
 
@@ -207,7 +213,7 @@ pub fn plan(
         {
             unhonoured_pins.push((c.key.clone(), pin, desired));
         }
-        let action = planner_action(&c.record, desired, |s| membership.is_alive(s));
+        let action = planner_action(&c.record, desired, |s| membership.holder(s));
         match action {
             PlannerAction::Assign { shard, .. } => {
                 owner_after.insert(&c.key, (shard, true));
@@ -257,12 +263,28 @@ pub fn plan(
     })
 }
 
+/// Identities and records of replicas for tests: shard `s` runs as `fleet-s_first`.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
-    use shard_assign::StrategyKind;
 
-    fn cluster(name: &str, owner: Option<ShardId>) -> ClusterView {
+    pub fn identity(shard: ShardId) -> String {
+        format!("fleet-{shard}_first")
+    }
+
+    pub fn holder(shard: ShardId) -> Incarnation {
+        Incarnation::of_identity(&identity(shard))
+    }
+
+    pub fn members(expected: u32, alive: &[ShardId]) -> Membership {
+        Membership {
+            expected,
+            alive: alive.iter().map(|&s| (s, identity(s))).collect(),
+        }
+    }
+
+    /// Assigned to `owner` (stamped with its incarnation) at epoch 1.
+    pub fn cluster(name: &str, owner: Option<ShardId>) -> ClusterView {
         ClusterView {
             key: ObjectKey::new("fleet", name),
             uid: format!("uid-{name}"),
@@ -270,11 +292,19 @@ mod tests {
             weight: None,
             record: ClusterRecord {
                 owner,
+                holder: owner.map(holder),
                 epoch: 1,
                 ..Default::default()
             },
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{cluster, holder, identity, members};
+    use super::*;
+    use shard_assign::StrategyKind;
 
     fn app(name: &str, cluster: &str, shard: Option<ShardId>) -> AppView {
         AppView {
@@ -282,13 +312,6 @@ mod tests {
             uid: format!("uid-{name}"),
             cluster: ObjectKey::new("fleet", cluster),
             shard,
-        }
-    }
-
-    fn members(expected: u32, alive: &[ShardId]) -> Membership {
-        Membership {
-            expected,
-            alive: alive.iter().copied().collect(),
         }
     }
 
@@ -317,11 +340,19 @@ mod tests {
             vec![
                 (
                     ObjectKey::new("fleet", "a"),
-                    PlannerAction::Assign { shard: 0, epoch: 2 }
+                    PlannerAction::Assign {
+                        shard: 0,
+                        holder: holder(0),
+                        epoch: 2
+                    }
                 ),
                 (
                     ObjectKey::new("fleet", "b"),
-                    PlannerAction::Assign { shard: 1, epoch: 2 }
+                    PlannerAction::Assign {
+                        shard: 1,
+                        holder: holder(1),
+                        epoch: 2
+                    }
                 ),
             ]
         );
@@ -367,7 +398,11 @@ mod tests {
             p.cluster_actions,
             vec![(
                 ObjectKey::new("fleet", "b"),
-                PlannerAction::Assign { shard: 0, epoch: 2 }
+                PlannerAction::Assign {
+                    shard: 0,
+                    holder: holder(0),
+                    epoch: 2
+                }
             )]
         );
         assert_eq!(
@@ -378,6 +413,31 @@ mod tests {
                 after: Some(ObjectKey::new("fleet", "b")),
             }]
         );
+    }
+
+    #[test]
+    fn a_restarted_owner_gets_its_clusters_back_under_its_new_incarnation() {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let clusters = [cluster("a", Some(0)), cluster("b", Some(1))];
+        let apps = [app("x", "a", Some(0)), app("z", "b", Some(1))];
+        // Shard 1 restarted: its lease is valid again, held by a new process.
+        let mut membership = members(2, &[0, 1]);
+        membership.alive.insert(1, "fleet-1_second".into());
+        let p = plan(&config, &clusters, &apps, &membership, None).unwrap();
+        assert_eq!(
+            p.cluster_actions,
+            vec![(
+                ObjectKey::new("fleet", "b"),
+                PlannerAction::Assign {
+                    shard: 1,
+                    holder: Incarnation::of_identity("fleet-1_second"),
+                    epoch: 2
+                }
+            )]
+        );
+        // Same shard: the apps keep their label.
+        assert!(p.app_labels.is_empty());
+        assert_eq!(membership.identity(0), Some(identity(0).as_str()));
     }
 
     #[test]
@@ -434,28 +494,16 @@ mod tests {
 
 #[cfg(test)]
 mod memory_tests {
+    use super::fixtures::{cluster, members};
     use super::*;
     use shard_assign::StrategyKind;
-
-    fn cluster(name: &str, owner: ShardId) -> ClusterView {
-        ClusterView {
-            key: ObjectKey::new("fleet", name),
-            uid: format!("uid-{name}"),
-            pin: None,
-            weight: None,
-            record: ClusterRecord {
-                owner: Some(owner),
-                epoch: 1,
-                ..Default::default()
-            },
-        }
-    }
 
     #[test]
     fn with_memory_an_unchanged_fleet_is_left_alone_and_without_it_keeps_converging() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
         // Everything on shard 0 of two: far from balanced.
-        let clusters: Vec<ClusterView> = (0..6).map(|i| cluster(&format!("c{i}"), 0)).collect();
+        let clusters: Vec<ClusterView> =
+            (0..6).map(|i| cluster(&format!("c{i}"), Some(0))).collect();
         let apps: Vec<AppView> = (0..6)
             .flat_map(|i| {
                 (0..=i).map(move |j| AppView {
@@ -466,10 +514,7 @@ mod memory_tests {
                 })
             })
             .collect();
-        let members = Membership {
-            expected: 2,
-            alive: [0, 1].into_iter().collect(),
-        };
+        let members = members(2, &[0, 1]);
         let remembered = PlanMemory {
             loads: clusters
                 .iter()

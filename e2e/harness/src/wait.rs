@@ -84,6 +84,7 @@ where
 {
     let deadline = Instant::now() + poll.timeout;
     let mut attempts = 0;
+    let mut last_answer: Option<String> = None;
     loop {
         attempts += 1;
         // A check that hangs (e.g. on a paused server) must not outlive the deadline.
@@ -91,8 +92,18 @@ where
         let seen =
             match tokio::time::timeout(remaining.max(Duration::from_millis(1)), check()).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(seen)) => seen,
-                Err(_) => "the check itself did not finish before the deadline".to_string(),
+                Ok(Err(seen)) => {
+                    last_answer = Some(seen.clone());
+                    seen
+                }
+                // Usually the deadline cut the last check short: report what the check said
+                // before, which is what the caller needs to understand the failure.
+                Err(_) => match &last_answer {
+                    Some(previous) => {
+                        format!("{previous} (the last check did not finish before the deadline)")
+                    }
+                    None => "the check itself did not finish before the deadline".to_string(),
+                },
             };
         if Instant::now() >= deadline {
             return Err(WaitError {

@@ -1,6 +1,6 @@
 //! Apps on the owner side: apply their manifests to the destination, prune, report status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,19 +33,12 @@ pub(super) async fn watch_events(
     events: impl futures::Stream<Item = Result<watcher::Event<FleetApp>, watcher::Error>>,
 ) {
     let mut generations: BTreeMap<ObjectKey, Option<i64>> = BTreeMap::new();
+    let mut listed: BTreeSet<ObjectKey> = BTreeSet::new();
     for_each_event(events, "apps", |event| match event {
-        watcher::Event::Apply(app) | watcher::Event::InitApply(app) => {
-            let key = key_of(&app);
-            let generation = app.metadata.generation;
-            match generations.insert(key.clone(), generation) {
-                Some(seen) if seen == generation => {}
-                seen => {
-                    if seen.is_none() {
-                        owner.recount(cluster_of(&app));
-                    }
-                    owner.app_queue.add(key);
-                }
-            }
+        watcher::Event::Apply(app) => queue_if_changed(&owner, &mut generations, &app),
+        watcher::Event::InitApply(app) => {
+            listed.insert(key_of(&app));
+            queue_if_changed(&owner, &mut generations, &app);
         }
         watcher::Event::Delete(app) => {
             let key = key_of(&app);
@@ -53,9 +46,45 @@ pub(super) async fn watch_events(
             owner.app_queue.forget(&key);
             owner.recount(cluster_of(&app));
         }
-        watcher::Event::Init | watcher::Event::InitDone => {}
+        watcher::Event::Init => listed.clear(),
+        watcher::Event::InitDone => {
+            // Apps that left while the watch was down are not in the new list: forget them, so
+            // that they count as new if they come back.
+            generations.retain(|key, _| {
+                let kept = listed.contains(key);
+                if !kept {
+                    owner.app_queue.forget(key);
+                }
+                kept
+            });
+            // The cache has caught up with the list: apps a worker missed go round again.
+            for key in owner.missing_apps.take() {
+                if owner.app(&key).is_some() {
+                    owner.app_queue.add(key);
+                }
+            }
+        }
     })
     .await;
+}
+
+/// Queues the app unless only its status changed since the last event.
+fn queue_if_changed(
+    owner: &Owner,
+    generations: &mut BTreeMap<ObjectKey, Option<i64>>,
+    app: &FleetApp,
+) {
+    let key = key_of(app);
+    let generation = app.metadata.generation;
+    match generations.insert(key.clone(), generation) {
+        Some(seen) if seen == generation => {}
+        seen => {
+            if seen.is_none() {
+                owner.recount(cluster_of(app));
+            }
+            owner.app_queue.add(key);
+        }
+    }
 }
 
 fn cluster_of(app: &FleetApp) -> ObjectKey {
@@ -114,7 +143,7 @@ pub(super) async fn worker(owner: Arc<Owner>) {
 
 /// One reconcile: `Ok(None)` when it was not this shard's to do.
 async fn run_one(owner: &Arc<Owner>, key: &ObjectKey) -> Result<Option<Outcome>, kube::Error> {
-    let Some(app) = owner.app(key) else {
+    let Some(app) = owner.missing_apps.lookup(key, |k| owner.app(k)) else {
         return Ok(None);
     };
     let cluster_key = cluster_of(&app);

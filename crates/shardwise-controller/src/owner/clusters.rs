@@ -50,6 +50,12 @@ pub(super) async fn watch_events(
                 generations.remove(&key);
                 owner.observe(&key, None, false);
             }
+            // The cache has caught up with the list: clusters a worker missed go round again.
+            for key in owner.missing_clusters.take() {
+                if owner.cluster(&key).is_some() {
+                    owner.cluster_queue.add(key);
+                }
+            }
         }
     })
     .await;
@@ -230,7 +236,7 @@ pub(super) fn describe(e: &kube::Error) -> String {
 }
 
 async fn reconcile(owner: &Arc<Owner>, key: &ObjectKey) -> Result<(), kube::Error> {
-    let Some(cluster) = owner.cluster(key) else {
+    let Some(cluster) = owner.missing_clusters.lookup(key, |k| owner.cluster(k)) else {
         return Ok(());
     };
     let probe = probe(owner, key, &cluster).await?;

@@ -7,7 +7,7 @@ mod apps;
 mod clusters;
 pub mod queue;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -17,10 +17,11 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use shardwise_api::keys::{
-    DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, SHARD_LABEL, parse_shard,
+    DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
+    parse_shard,
 };
 use shardwise_api::{FleetApp, FleetCluster};
-use shardwise_handoff::drain::{ClusterRecord, OwnerEffect, OwnerMachine};
+use shardwise_handoff::drain::{ClusterRecord, Incarnation, OwnerEffect, OwnerId, OwnerMachine};
 use shardwise_handoff::plan::ObjectKey;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +44,7 @@ pub fn record_of(cluster: &FleetCluster) -> ClusterRecord {
             .labels()
             .get(SHARD_LABEL)
             .and_then(|v| parse_shard(v)),
+        holder: annotation(HOLDER_ANNOTATION).map(Incarnation::of_identity),
         epoch: annotation(EPOCH_ANNOTATION)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
@@ -68,6 +70,9 @@ struct Slot {
 /// Everything the workers share.
 pub struct Owner {
     pub shard: u32,
+    /// This shard and the incarnation its lease is held as: only clusters assigned to both are
+    /// this owner's.
+    pub me: OwnerId,
     pub client: Client,
     pub config: Arc<Config>,
     pub metrics: Metrics,
@@ -77,8 +82,39 @@ pub struct Owner {
     slots: Mutex<BTreeMap<ObjectKey, Slot>>,
     cluster_queue: WorkQueue<ObjectKey>,
     app_queue: WorkQueue<ObjectKey>,
+    /// Clusters and apps that workers looked for before the cache had them.
+    missing_clusters: Misses,
+    missing_apps: Misses,
     /// Cancelled when the lease is lost: every in-flight reconcile is abandoned at once.
     cancel: CancellationToken,
+}
+
+/// Keys a worker took from its queue while the cache did not have the object. The reflector
+/// shows a (re)list to the cache only at its end, so a key queued from a listed object can
+/// reach a worker before its object does; the end of the list queues these keys again.
+#[derive(Debug, Default)]
+struct Misses(Mutex<BTreeSet<ObjectKey>>);
+
+impl Misses {
+    /// `lookup(key)`, noting the key when it finds nothing. The lock spans the lookup, so a
+    /// note cannot fall between the cache catching up and [`take`](Self::take).
+    fn lookup<T>(
+        &self,
+        key: &ObjectKey,
+        lookup: impl FnOnce(&ObjectKey) -> Option<T>,
+    ) -> Option<T> {
+        let mut missing = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let found = lookup(key);
+        if found.is_none() {
+            missing.insert(key.clone());
+        }
+        found
+    }
+
+    /// The keys noted so far; called once the cache has caught up.
+    fn take(&self) -> BTreeSet<ObjectKey> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 impl std::fmt::Debug for Owner {
@@ -171,7 +207,7 @@ impl Owner {
             let mut slots = self.slots();
             let slot = slots.entry(key.clone()).or_default();
             let was_active = slot.machine.may_start();
-            let effect = slot.machine.observe(self.shard, record.as_ref());
+            let effect = slot.machine.observe(self.me, record.as_ref());
             let active = slot.machine.may_start();
             if slot.machine.state().is_none() {
                 slots.remove(key);
@@ -301,7 +337,7 @@ pub enum Exit {
 /// What the owner side is built from.
 #[derive(Clone)]
 pub struct Parts {
-    pub shard: u32,
+    pub me: OwnerId,
     pub client: Client,
     pub config: Arc<Config>,
     pub metrics: Metrics,
@@ -312,7 +348,7 @@ pub struct Parts {
 impl std::fmt::Debug for Parts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Parts")
-            .field("shard", &self.shard)
+            .field("me", &self.me)
             .finish_non_exhaustive()
     }
 }
@@ -324,13 +360,14 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Exit {
     let Parts {
-        shard,
+        me,
         client,
         config,
         metrics,
         audit,
         readiness,
     } = parts;
+    let shard = me.shard;
     let selector = format!("{SHARD_LABEL}={shard}");
     let cluster_api: Api<FleetCluster> = Api::namespaced(client.clone(), &config.namespace);
     let app_api: Api<FleetApp> = Api::namespaced(client.clone(), &config.namespace);
@@ -338,6 +375,7 @@ pub async fn run(
     let (app_reader, app_writer) = reflector::store();
     let owner = Arc::new(Owner {
         shard,
+        me,
         client,
         config: config.clone(),
         metrics,
@@ -347,6 +385,8 @@ pub async fn run(
         slots: Mutex::new(BTreeMap::new()),
         cluster_queue: WorkQueue::new(),
         app_queue: WorkQueue::new(),
+        missing_clusters: Misses::default(),
+        missing_apps: Misses::default(),
         cancel: CancellationToken::new(),
     });
 
@@ -484,3 +524,23 @@ fn status_patch<T: serde::Serialize>(status: &T, fields: &[&str]) -> serde_json:
 /// The lease was lost while a reconcile was running.
 #[derive(Debug)]
 struct Cancelled;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("shardwise", name)
+    }
+
+    #[test]
+    fn misses_note_only_what_the_cache_did_not_have() {
+        let misses = Misses::default();
+        assert_eq!(misses.lookup(&key("a"), |_| None::<u32>), None);
+        assert_eq!(misses.lookup(&key("b"), |_| Some(7)), Some(7));
+        assert_eq!(misses.lookup(&key("a"), |_| None::<u32>), None);
+        assert_eq!(misses.take(), BTreeSet::from([key("a")]));
+        // Taken once: the next list end has nothing to queue again.
+        assert!(misses.take().is_empty());
+    }
+}

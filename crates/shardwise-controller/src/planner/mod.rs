@@ -16,7 +16,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use shard_assign::{Balance, StrategyConfig};
 use shardwise_api::keys::{
-    DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, SHARD_LABEL, parse_shard,
+    DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
+    parse_shard,
 };
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::drain::PlannerAction;
@@ -103,12 +104,19 @@ impl Planner {
     }
 }
 
-fn cluster_patch(action: PlannerAction, resource_version: Option<String>) -> Option<Value> {
+/// The patch of a cluster action. `membership` is the one the action was decided on: it names
+/// the identity behind an assignment's holder.
+fn cluster_patch(
+    action: PlannerAction,
+    membership: &Membership,
+    resource_version: Option<String>,
+) -> Option<Value> {
     let metadata = match action {
         PlannerAction::Keep => return None,
-        PlannerAction::Assign { shard, epoch } => json!({
+        PlannerAction::Assign { shard, epoch, .. } => json!({
             "labels": {SHARD_LABEL: shard.to_string()},
             "annotations": {
+                HOLDER_ANNOTATION: membership.identity(shard),
                 EPOCH_ANNOTATION: epoch.to_string(),
                 DRAIN_TO_ANNOTATION: null,
                 DRAINED_ANNOTATION: null,
@@ -398,7 +406,8 @@ async fn pass(
     let mut written: BTreeSet<ObjectKey> = BTreeSet::new();
     let mut cluster_moves = 0u64;
     for (key, action) in &plan.cluster_actions {
-        let Some(patch) = cluster_patch(*action, versions.get(key).cloned().flatten()) else {
+        let Some(patch) = cluster_patch(*action, &membership, versions.get(key).cloned().flatten())
+        else {
             continue;
         };
         let api: Api<FleetCluster> = Api::namespaced(planner.client.clone(), &key.namespace);

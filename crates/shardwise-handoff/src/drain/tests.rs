@@ -1,26 +1,38 @@
-//! Exhaustive tests of both machines, and a randomized model of planner, owners, watch delays
-//! and fencing that checks the safety property itself.
+//! Exhaustive tests of both machines, and a randomized model of planner, owners, restarts,
+//! watch delays, stale planner views and fencing that checks the safety property itself.
 
 use super::*;
 
 const SHARDS: [ShardId; 3] = [0, 1, 2];
 
+/// Incarnations used in exhaustive tests: two per shard (a replica and its restart).
+fn incarnation(shard: ShardId, generation: u64) -> Incarnation {
+    Incarnation(u64::from(shard) * 10 + generation)
+}
+
 fn records() -> Vec<ClusterRecord> {
     let mut all = Vec::new();
     for owner in [None, Some(0), Some(1), Some(2)] {
-        for epoch in [0u64, 3] {
-            for drain_to in [None, Some(0), Some(1), Some(2)] {
-                let mut drained = vec![None, Some(epoch)];
-                if epoch > 0 {
-                    drained.push(Some(epoch - 1));
-                }
-                for drained_epoch in drained {
-                    all.push(ClusterRecord {
-                        owner,
-                        epoch,
-                        drain_to,
-                        drained_epoch,
-                    });
+        let holders: Vec<Option<Incarnation>> = match owner {
+            None => vec![None],
+            Some(o) => vec![None, Some(incarnation(o, 1)), Some(incarnation(o, 2))],
+        };
+        for holder in holders {
+            for epoch in [0u64, 3] {
+                for drain_to in [None, Some(0), Some(1), Some(2)] {
+                    let mut drained = vec![None, Some(epoch)];
+                    if epoch > 0 {
+                        drained.push(Some(epoch - 1));
+                    }
+                    for drained_epoch in drained {
+                        all.push(ClusterRecord {
+                            owner,
+                            holder,
+                            epoch,
+                            drain_to,
+                            drained_epoch,
+                        });
+                    }
                 }
             }
         }
@@ -28,34 +40,64 @@ fn records() -> Vec<ClusterRecord> {
     all
 }
 
-fn alive_sets() -> Vec<Vec<ShardId>> {
-    (0u8..8)
-        .map(|mask| {
-            SHARDS
-                .iter()
-                .copied()
-                .filter(|s| mask & (1 << s) != 0)
-                .collect()
-        })
-        .collect()
+/// Every view of the shard leases: each shard dead, or held by one of its two incarnations.
+fn lease_views() -> Vec<Vec<Option<Incarnation>>> {
+    let mut views = vec![Vec::new()];
+    for shard in SHARDS {
+        views = views
+            .into_iter()
+            .flat_map(|v| {
+                [
+                    None,
+                    Some(incarnation(shard, 1)),
+                    Some(incarnation(shard, 2)),
+                ]
+                .into_iter()
+                .map(move |h| {
+                    let mut longer = v.clone();
+                    longer.push(h);
+                    longer
+                })
+            })
+            .collect();
+    }
+    views
 }
 
 #[test]
 fn planner_never_takes_a_cluster_from_a_live_owner_that_has_not_released_it() {
     for record in records() {
         for desired in SHARDS {
-            for alive in alive_sets() {
-                let action = planner_action(&record, desired, |s| alive.contains(&s));
-                let live_holder = record
-                    .owner
-                    .is_some_and(|o| alive.contains(&o) && !record.released());
-                if let PlannerAction::Assign { shard, epoch } = action {
+            for leases in lease_views() {
+                let holder_of = |s: ShardId| leases[s as usize];
+                let action = planner_action(&record, desired, holder_of);
+                // The incarnation the record names still holds its lease and may be working.
+                let live_holder = record.owner.is_some_and(|o| {
+                    record.holder.is_some() && holder_of(o) == record.holder && !record.released()
+                });
+                if let PlannerAction::Assign {
+                    shard,
+                    holder,
+                    epoch,
+                } = action
+                {
                     assert!(
                         !live_holder,
-                        "{record:?} desired {desired} alive {alive:?}: {action:?}"
+                        "{record:?} desired {desired} leases {leases:?}: {action:?}"
                     );
                     assert_eq!(shard, desired);
+                    assert_eq!(
+                        Some(holder),
+                        holder_of(desired),
+                        "stamped with the lease holder"
+                    );
                     assert_eq!(epoch, record.epoch + 1, "every relabel bumps the epoch");
+                }
+                if holder_of(desired).is_none() {
+                    assert!(
+                        !matches!(action, PlannerAction::Assign { .. }),
+                        "never assigned to a dead shard"
+                    );
                 }
             }
         }
@@ -64,32 +106,30 @@ fn planner_never_takes_a_cluster_from_a_live_owner_that_has_not_released_it() {
 
 #[test]
 fn planner_decisions_table() {
-    let all = |_| true;
-    let rec = |owner, drain_to, drained_epoch| ClusterRecord {
+    let all = |s: ShardId| Some(incarnation(s, 1));
+    let rec = |owner: Option<ShardId>, drain_to, drained_epoch| ClusterRecord {
         owner,
+        holder: owner.map(|o| incarnation(o, 1)),
         epoch: 4,
         drain_to,
         drained_epoch,
     };
     use PlannerAction::*;
+    let assign = |shard| Assign {
+        shard,
+        holder: incarnation(shard, 1),
+        epoch: 5,
+    };
     let cases = [
-        (rec(None, None, None), 1, Assign { shard: 1, epoch: 5 }),
+        (rec(None, None, None), 1, assign(1)),
         (rec(Some(0), None, None), 0, Keep),
         (rec(Some(0), None, None), 1, RequestDrain { to: 1 }),
         (rec(Some(0), Some(1), None), 1, Keep),
         (rec(Some(0), Some(2), None), 1, RequestDrain { to: 1 }),
         (rec(Some(0), Some(1), None), 0, CancelDrain),
-        (
-            rec(Some(0), Some(1), Some(4)),
-            1,
-            Assign { shard: 1, epoch: 5 },
-        ),
+        (rec(Some(0), Some(1), Some(4)), 1, assign(1)),
         // Released, and the planner changed its mind back: the owner gets it back, new epoch.
-        (
-            rec(Some(0), Some(1), Some(4)),
-            0,
-            Assign { shard: 0, epoch: 5 },
-        ),
+        (rec(Some(0), Some(1), Some(4)), 0, assign(0)),
         // An old acknowledgement does not count.
         (rec(Some(0), Some(1), Some(3)), 1, Keep),
     ];
@@ -102,8 +142,26 @@ fn planner_decisions_table() {
     }
     // A dead owner's cluster moves at once.
     assert_eq!(
-        planner_action(&rec(Some(0), Some(1), None), 1, |s| s != 0),
-        Assign { shard: 1, epoch: 5 }
+        planner_action(&rec(Some(0), Some(1), None), 1, |s| (s != 0)
+            .then(|| incarnation(s, 1))),
+        assign(1)
+    );
+    // A restarted owner (same shard, new incarnation) gets its cluster back under a new
+    // epoch; the old incarnation has stopped, as it no longer holds the lease.
+    let restarted = |s: ShardId| Some(incarnation(s, if s == 0 { 2 } else { 1 }));
+    assert_eq!(
+        planner_action(&rec(Some(0), None, None), 0, restarted),
+        Assign {
+            shard: 0,
+            holder: incarnation(0, 2),
+            epoch: 5
+        }
+    );
+    // Nothing is given to a shard whose lease is not valid.
+    assert_eq!(
+        planner_action(&rec(None, None, None), 1, |s| (s != 1)
+            .then(|| incarnation(s, 1))),
+        Keep
     );
 }
 
@@ -111,9 +169,14 @@ fn planner_decisions_table() {
 fn apply(record: &mut ClusterRecord, action: PlannerAction) {
     match action {
         PlannerAction::Keep => {}
-        PlannerAction::Assign { shard, epoch } => {
+        PlannerAction::Assign {
+            shard,
+            holder,
+            epoch,
+        } => {
             *record = ClusterRecord {
                 owner: Some(shard),
+                holder: Some(holder),
                 epoch,
                 drain_to: None,
                 drained_epoch: None,
@@ -132,12 +195,16 @@ fn planner_and_a_cooperative_owner_converge_on_every_desired_shard() {
             let mut owners: Vec<OwnerMachine> =
                 SHARDS.iter().map(|_| OwnerMachine::new()).collect();
             for _ in 0..10 {
-                let action = planner_action(&record, desired, |_| true);
+                let action = planner_action(&record, desired, |s| Some(incarnation(s, 1)));
                 apply(&mut record, action);
                 for shard in SHARDS {
                     let machine = &mut owners[shard as usize];
+                    let me = OwnerId {
+                        shard,
+                        incarnation: incarnation(shard, 1),
+                    };
                     if let Some(OwnerEffect::WriteAck { epoch }) =
-                        machine.observe(shard, Some(&record))
+                        machine.observe(me, Some(&record))
                         && record.owner == Some(shard)
                         && record.epoch == epoch
                     {
@@ -172,17 +239,31 @@ enum Event {
 /// Every sequence of up to four events over a representative alphabet.
 #[test]
 fn owner_machine_invariants_hold_for_every_event_sequence() {
-    let me = 1;
+    let me = OwnerId {
+        shard: 1,
+        incarnation: incarnation(1, 1),
+    };
+    // Every record of epoch 3 that names me; records of the same epoch for my shard's other
+    // incarnation, for an unstamped record and for another shard; a later assignment to me.
     let mut alphabet: Vec<Event> = records()
         .into_iter()
-        .filter(|r| r.epoch == 3 && matches!(r.owner, Some(1) | Some(2)))
+        .filter(|r| r.epoch == 3 && r.names(me))
         .map(|r| Event::Observe(Some(r)))
         .collect();
-    alphabet.push(Event::Observe(Some(ClusterRecord {
-        owner: Some(1),
-        epoch: 5,
-        ..Default::default()
-    })));
+    for (owner, holder) in [
+        (Some(1), Some(incarnation(1, 2))),
+        (Some(1), None),
+        (Some(2), Some(incarnation(2, 1))),
+        (Some(1), Some(incarnation(1, 1))),
+    ] {
+        let epoch = if holder == Some(me.incarnation) { 5 } else { 3 };
+        alphabet.push(Event::Observe(Some(ClusterRecord {
+            owner,
+            holder,
+            epoch,
+            ..Default::default()
+        })));
+    }
     alphabet.extend([
         Event::Observe(None),
         Event::Begin,
@@ -211,7 +292,7 @@ fn owner_machine_invariants_hold_for_every_event_sequence() {
                 Event::Observe(record) => {
                     // The machine ignores views older than one it has seen; so does the check.
                     let stale = matches!((record, last), (Some(r), Some(l))
-                        if r.owner == Some(me) && l.owner == Some(me) && r.epoch < l.epoch);
+                        if r.names(me) && l.names(me) && r.epoch < l.epoch);
                     if !stale {
                         last = record;
                     }
@@ -221,7 +302,7 @@ fn owner_machine_invariants_hold_for_every_event_sequence() {
                     let admitted = m.begin();
                     if admitted {
                         let r = last.expect("work only starts on an observed cluster");
-                        assert_eq!(r.owner, Some(me), "{sequence:?}");
+                        assert!(r.names(me), "{sequence:?}");
                         assert!(r.drain_to.is_none() && !r.released(), "{sequence:?}");
                         assert!(
                             acked.is_none_or(|a| r.epoch > a),
@@ -265,140 +346,260 @@ fn owner_machine_invariants_hold_for_every_event_sequence() {
 }
 
 mod model {
-    //! Planner, two owners with delayed watches, reconciles, acknowledgements and fencing, in
-    //! random interleavings. Checked: never do both owners have work in flight at once.
+    //! Planner, two shards whose replicas fence, stop gracefully and restart as new
+    //! incarnations, delayed watches, acknowledgements, and a planner that decides on its own
+    //! (possibly old) view of the leases and writes later, with the version of the record it
+    //! decided on as precondition. Checked: never do two replicas have work in flight at once.
 
     use super::*;
     use proptest::prelude::*;
 
     #[derive(Clone, Debug)]
-    struct Owner {
+    struct Replica {
+        shard: ShardId,
+        incarnation: Incarnation,
         machine: OwnerMachine,
         /// Versions of the record not yet delivered by the watch, in order.
         inbox: Vec<ClusterRecord>,
-        /// Lease state as the owner itself knows it: fenced owners do nothing.
-        fenced: bool,
-        /// As the planner sees it: expires only after the owner has fenced.
-        alive_for_planner: bool,
+        /// Not running after fencing or stopping, until restarted as a new incarnation.
+        running: bool,
         pending_ack: Option<u64>,
+    }
+
+    impl Replica {
+        fn me(&self) -> OwnerId {
+            OwnerId {
+                shard: self.shard,
+                incarnation: self.incarnation,
+            }
+        }
     }
 
     #[derive(Clone, Copy, Debug)]
     enum Step {
-        Plan(ShardId),
+        Decide(ShardId),
+        Write,
+        PlannerSees(usize),
         Deliver(usize),
         Begin(usize),
         End(usize),
         WriteAck(usize),
         Fence(usize),
         Expire(usize),
-        Recover(usize),
+        Stop(usize),
+        Restart(usize),
+    }
+
+    /// The whole system: the record on the API server, the leases, the planner and replicas.
+    #[derive(Clone, Debug)]
+    struct World {
+        record: ClusterRecord,
+        replicas: Vec<Replica>,
+        /// The lease of each shard on the server: the incarnation holding it, if valid.
+        leases: Vec<Option<Incarnation>>,
+        /// The planner's view of the leases, refreshed only when it looks again.
+        seen: Vec<Option<Incarnation>>,
+        /// A decision taken, not yet written: the record it was based on, and the action.
+        pending: Option<(ClusterRecord, PlannerAction)>,
+    }
+
+    impl World {
+        fn new() -> Self {
+            let replicas: Vec<Replica> = (0..2u32)
+                .map(|shard| Replica {
+                    shard,
+                    incarnation: Incarnation(u64::from(shard) * 1000),
+                    machine: OwnerMachine::new(),
+                    inbox: Vec::new(),
+                    running: true,
+                    pending_ack: None,
+                })
+                .collect();
+            Self {
+                record: ClusterRecord::default(),
+                leases: replicas.iter().map(|r| Some(r.incarnation)).collect(),
+                replicas,
+                seen: vec![None, None],
+                pending: None,
+            }
+        }
+
+        fn publish(&mut self) {
+            for r in &mut self.replicas {
+                r.inbox.push(self.record);
+            }
+        }
+
+        /// Replicas with work in flight.
+        fn working(&self) -> usize {
+            self.replicas
+                .iter()
+                .filter(|r| r.machine.in_flight() > 0)
+                .count()
+        }
+
+        fn step(&mut self, step: Step) {
+            let World {
+                record,
+                replicas,
+                leases,
+                seen,
+                pending,
+            } = self;
+            match step {
+                Step::Decide(desired) => {
+                    let action = planner_action(record, desired, |s| seen[s as usize]);
+                    *pending = Some((*record, action));
+                }
+                Step::Write => {
+                    // The write carries the version decided on: it fails if the record
+                    // changed since.
+                    if let Some((base, action)) = pending.take()
+                        && base == *record
+                        && action != PlannerAction::Keep
+                    {
+                        apply(record, action);
+                        self.publish();
+                    }
+                }
+                Step::PlannerSees(i) => seen[i] = leases[i],
+                Step::Deliver(i) => {
+                    let r = &mut replicas[i];
+                    if !r.inbox.is_empty() && r.running {
+                        let view = r.inbox.remove(0);
+                        let me = r.me();
+                        if let Some(OwnerEffect::WriteAck { epoch }) =
+                            r.machine.observe(me, Some(&view))
+                        {
+                            r.pending_ack = Some(epoch);
+                        }
+                    }
+                }
+                Step::Begin(i) => {
+                    if replicas[i].running {
+                        replicas[i].machine.begin();
+                    }
+                }
+                Step::End(i) => {
+                    let r = &mut replicas[i];
+                    if r.machine.in_flight() > 0
+                        && let Some(OwnerEffect::WriteAck { epoch }) = r.machine.end()
+                    {
+                        r.pending_ack = Some(epoch);
+                    }
+                }
+                Step::WriteAck(i) => {
+                    if let Some(epoch) = replicas[i].pending_ack.take() {
+                        // Only an acknowledgement of the current assignment counts.
+                        if record.owner == Some(i as u32) && record.epoch == epoch {
+                            record.drained_epoch = Some(epoch);
+                            replicas[i].machine.ack_written(epoch);
+                            self.publish();
+                        } else {
+                            replicas[i].machine.ack_failed();
+                        }
+                    }
+                }
+                Step::Fence(i) => {
+                    // Renew deadline passed: all work is cancelled and state dropped. The
+                    // lease stays valid on the server until it expires.
+                    let r = &mut replicas[i];
+                    r.running = false;
+                    r.machine = OwnerMachine::new();
+                    r.pending_ack = None;
+                }
+                Step::Expire(i) => {
+                    // A lease can only expire after its holder fenced.
+                    if !replicas[i].running {
+                        leases[i] = None;
+                    }
+                }
+                Step::Stop(i) => {
+                    // Graceful: work stops, then the lease is released.
+                    let r = &mut replicas[i];
+                    r.running = false;
+                    r.machine = OwnerMachine::new();
+                    r.pending_ack = None;
+                    leases[i] = None;
+                }
+                Step::Restart(i) => {
+                    // A new process for the shard: it takes the lease once free and starts
+                    // from a fresh list.
+                    let r = &mut replicas[i];
+                    if !r.running && leases[i].is_none() {
+                        r.incarnation = Incarnation(r.incarnation.0 + 1);
+                        r.running = true;
+                        r.machine = OwnerMachine::new();
+                        r.pending_ack = None;
+                        r.inbox = vec![*record];
+                        leases[i] = Some(r.incarnation);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The interleaving the end-to-end rolling restart found: shard 0 stops, the planner sees
+    /// its lease released and decides to give its cluster to shard 1; meanwhile shard 0
+    /// restarts, lists the cluster still labelled 0, and would start on it just before the
+    /// planner's write lands.
+    #[test]
+    fn a_restarted_replica_does_not_work_on_a_cluster_being_given_away() {
+        use Step::*;
+        let mut world = World::new();
+        let steps = [
+            PlannerSees(0),
+            PlannerSees(1),
+            Decide(0),
+            Write,
+            Deliver(0),
+            Begin(0),
+            End(0),
+            Stop(0),
+            PlannerSees(0),
+            Decide(1),
+            Restart(0),
+            Deliver(0),
+            Begin(0),
+            Write,
+            Deliver(1),
+            Deliver(1),
+            Begin(1),
+        ];
+        for step in steps {
+            world.step(step);
+            assert!(world.working() <= 1, "after {step:?}: {world:?}");
+        }
+        assert_eq!(world.replicas[1].machine.in_flight(), 1, "shard 1 got it");
+        assert_eq!(world.replicas[0].machine.in_flight(), 0);
     }
 
     fn step() -> impl Strategy<Value = Step> {
         let who = 0usize..2;
         prop_oneof![
-            (0u32..2).prop_map(Step::Plan),
-            who.clone().prop_map(Step::Deliver),
-            who.clone().prop_map(Step::Begin),
-            who.clone().prop_map(Step::End),
-            who.clone().prop_map(Step::WriteAck),
-            who.clone().prop_map(Step::Fence),
-            who.clone().prop_map(Step::Expire),
-            who.prop_map(Step::Recover),
+            2 => (0u32..2).prop_map(Step::Decide),
+            2 => Just(Step::Write),
+            2 => who.clone().prop_map(Step::PlannerSees),
+            4 => who.clone().prop_map(Step::Deliver),
+            3 => who.clone().prop_map(Step::Begin),
+            2 => who.clone().prop_map(Step::End),
+            2 => who.clone().prop_map(Step::WriteAck),
+            1 => who.clone().prop_map(Step::Fence),
+            1 => who.clone().prop_map(Step::Expire),
+            1 => who.clone().prop_map(Step::Stop),
+            2 => who.prop_map(Step::Restart),
         ]
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
         #[test]
-        fn no_two_owners_ever_work_at_once(steps in prop::collection::vec(step(), 1..80)) {
-            let mut record = ClusterRecord::default();
-            let mut owners: Vec<Owner> = (0..2)
-                .map(|_| Owner {
-                    machine: OwnerMachine::new(),
-                    inbox: Vec::new(),
-                    fenced: false,
-                    alive_for_planner: true,
-                    pending_ack: None,
-                })
-                .collect();
-            let publish = |record: ClusterRecord, owners: &mut Vec<Owner>| {
-                for o in owners.iter_mut() {
-                    o.inbox.push(record);
-                }
-            };
+        fn no_two_replicas_ever_work_at_once(steps in prop::collection::vec(step(), 1..100)) {
+            let mut world = World::new();
             for step in steps {
-                match step {
-                    Step::Plan(desired) => {
-                        let alive = |s: ShardId| owners[s as usize].alive_for_planner;
-                        let action = planner_action(&record, desired, alive);
-                        if action != PlannerAction::Keep {
-                            apply(&mut record, action);
-                            publish(record, &mut owners);
-                        }
-                    }
-                    Step::Deliver(i) => {
-                        let o = &mut owners[i];
-                        if !o.inbox.is_empty() && !o.fenced {
-                            let seen = o.inbox.remove(0);
-                            if let Some(OwnerEffect::WriteAck { epoch }) = o.machine.observe(i as u32, Some(&seen)) {
-                                o.pending_ack = Some(epoch);
-                            }
-                        }
-                    }
-                    Step::Begin(i) => {
-                        if !owners[i].fenced {
-                            owners[i].machine.begin();
-                        }
-                    }
-                    Step::End(i) => {
-                        let o = &mut owners[i];
-                        if o.machine.in_flight() > 0
-                            && let Some(OwnerEffect::WriteAck { epoch }) = o.machine.end()
-                        {
-                            o.pending_ack = Some(epoch);
-                        }
-                    }
-                    Step::WriteAck(i) => {
-                        if let Some(epoch) = owners[i].pending_ack.take() {
-                            // The patch carries the observed resourceVersion: it only lands on
-                            // the assignment it acknowledges.
-                            if record.owner == Some(i as u32) && record.epoch == epoch {
-                                record.drained_epoch = Some(epoch);
-                                owners[i].machine.ack_written(epoch);
-                                publish(record, &mut owners);
-                            } else {
-                                owners[i].machine.ack_failed();
-                            }
-                        }
-                    }
-                    Step::Fence(i) => {
-                        // Renew deadline passed: all work is cancelled and state dropped.
-                        let o = &mut owners[i];
-                        o.fenced = true;
-                        o.machine = OwnerMachine::new();
-                        o.pending_ack = None;
-                    }
-                    Step::Expire(i) => {
-                        // The planner may only see the lease expire after the owner fenced.
-                        if owners[i].fenced {
-                            owners[i].alive_for_planner = false;
-                        }
-                    }
-                    Step::Recover(i) => {
-                        // The owner holds its lease again and restarts from a fresh list.
-                        let o = &mut owners[i];
-                        if o.fenced {
-                            o.fenced = false;
-                            o.alive_for_planner = true;
-                            o.inbox = vec![record];
-                        }
-                    }
-                }
-                let working = owners.iter().filter(|o| o.machine.in_flight() > 0).count();
-                prop_assert!(working <= 1, "two owners working: {owners:?} record {record:?}");
+                world.step(step);
+                prop_assert!(world.working() <= 1, "two replicas working after {step:?}: {world:?}");
             }
         }
     }
