@@ -117,6 +117,8 @@ fn now_micro() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
+const FENCE_PASSED: &str = "could not renew the lease before the renew deadline";
+
 /// Acquires and renews the lease until `stop` is cancelled, then releases it if held.
 pub async fn hold(
     client: Client,
@@ -130,7 +132,8 @@ pub async fn hold(
     let attempt_timeout = spec.timing.renew_deadline / 2;
     let base_identity = spec.identity.clone();
     let mut losses = 0u64;
-    let mut lost = |spec: &mut LeaseSpecification| {
+    let mut lost = |spec: &mut LeaseSpecification, why: &str| {
+        warn!(lease = %spec.name, "{why}");
         // A new term: the lease is taken again only once the lost term's has expired.
         losses += 1;
         spec.identity = format!("{base_identity}-{losses}");
@@ -145,8 +148,7 @@ pub async fn hold(
         // channel.)
         let before = *holding.borrow();
         if past_fence(before) {
-            warn!(lease = %spec.name, "could not renew the lease before the renew deadline");
-            lost(&mut spec);
+            lost(&mut spec, FENCE_PASSED);
         }
         let started = Instant::now();
         let attempt = tokio::time::timeout(
@@ -156,8 +158,7 @@ pub async fn hold(
         let result = attempt.await;
         let current = *holding.borrow();
         if past_fence(current) {
-            warn!(lease = %spec.name, "could not renew the lease before the renew deadline");
-            lost(&mut spec);
+            lost(&mut spec, FENCE_PASSED);
         } else {
             match result {
                 Ok(Ok(true)) => {
@@ -172,8 +173,7 @@ pub async fn hold(
                 }
                 Ok(Ok(false)) => {
                     if current.is_held() {
-                        warn!(lease = %spec.name, "lease taken by another holder");
-                        lost(&mut spec);
+                        lost(&mut spec, "lease taken by another holder");
                     }
                 }
                 Ok(Err(e)) => debug!(lease = %spec.name, error = %e, "lease renewal failed"),

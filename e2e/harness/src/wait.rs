@@ -84,32 +84,35 @@ where
 {
     let deadline = Instant::now() + poll.timeout;
     let mut attempts = 0;
+    // What the last check that finished said.
     let mut last_answer: Option<String> = None;
     loop {
         attempts += 1;
         // A check that hangs (e.g. on a paused server) must not outlive the deadline.
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let seen =
+        let finished =
             match tokio::time::timeout(remaining.max(Duration::from_millis(1)), check()).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(seen)) => {
-                    last_answer = Some(seen.clone());
-                    seen
+                    last_answer = Some(seen);
+                    true
                 }
-                // Usually the deadline cut the last check short: report what the check said
-                // before, which is what the caller needs to understand the failure.
-                Err(_) => match &last_answer {
-                    Some(previous) => {
-                        format!("{previous} (the last check did not finish before the deadline)")
-                    }
-                    None => "the check itself did not finish before the deadline".to_string(),
-                },
+                Err(_) => false,
             };
         if Instant::now() >= deadline {
+            // Usually the deadline cut the last check short: report what the check said
+            // before, which is what the caller needs to understand the failure.
+            let last_seen = match (last_answer, finished) {
+                (Some(seen), true) => seen,
+                (Some(seen), false) => {
+                    format!("{seen} (the last check did not finish before the deadline)")
+                }
+                (None, _) => "the check itself did not finish before the deadline".to_string(),
+            };
             return Err(WaitError {
                 expected: expected.to_string(),
                 timeout: poll.timeout,
-                last_seen: seen,
+                last_seen,
                 attempts,
             });
         }

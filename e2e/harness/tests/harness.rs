@@ -6,8 +6,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams};
 use shardwise_e2e::{
-    Environment, FaultScope, HarnessError, Identity, Metrics, MetricsError, ProcessSpec, scrape,
-    wait_for,
+    Environment, FaultScope, HarnessError, Identity, Metrics, MetricsError, Poll, ProcessSpec,
+    scrape, wait_for, wait_with,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -318,6 +318,34 @@ async fn waits_say_what_was_expected_and_seen() {
     assert!(hung.last_seen.contains("did not finish"), "{hung}");
     env.control_plane().faults().resume();
     cms.list(&ListParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wait_cut_short_reports_what_the_check_said_before() {
+    // The first check answers at once; the next ones outlast the deadline.
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    let err = wait_with(
+        "apps synced",
+        Poll {
+            timeout: Duration::from_millis(300),
+            interval: Duration::from_millis(10),
+        },
+        || {
+            let call = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if call > 0 {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                Err::<(), _>("3 of 20 apps not synced".to_string())
+            }
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.last_seen,
+        "3 of 20 apps not synced (the last check did not finish before the deadline)"
+    );
 }
 
 #[tokio::test]

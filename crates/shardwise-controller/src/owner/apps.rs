@@ -58,11 +58,9 @@ pub(super) async fn watch_events(
                 kept
             });
             // The cache has caught up with the list: apps a worker missed go round again.
-            for key in owner.missing_apps.take() {
-                if owner.app(&key).is_some() {
-                    owner.app_queue.add(key);
-                }
-            }
+            owner
+                .missing_apps
+                .requeue_found(|k| owner.app(k).is_some(), &owner.app_queue);
         }
     })
     .await;
@@ -302,7 +300,7 @@ async fn write_status(
         sync_phase: Some(phase),
         message: message.clone(),
         applied_resources: applied.unwrap_or(previous.applied_resources.clone()),
-        shard: Some(owner.shard),
+        shard: Some(owner.me.shard),
         last_sync_time: if synced {
             Some(Time(jiff::Timestamp::now()))
         } else {

@@ -51,11 +51,9 @@ pub(super) async fn watch_events(
                 owner.observe(&key, None, false);
             }
             // The cache has caught up with the list: clusters a worker missed go round again.
-            for key in owner.missing_clusters.take() {
-                if owner.cluster(&key).is_some() {
-                    owner.cluster_queue.add(key);
-                }
-            }
+            owner
+                .missing_clusters
+                .requeue_found(|k| owner.cluster(k).is_some(), &owner.cluster_queue);
         }
     })
     .await;
@@ -258,13 +256,13 @@ async fn reconcile(owner: &Arc<Owner>, key: &ObjectKey) -> Result<(), kube::Erro
         generation,
     )];
     if let Some(pin) = cluster.spec.shard {
-        let honoured = pin == owner.shard;
+        let honoured = pin == owner.me.shard;
         let message = if honoured {
             format!("pinned to shard {pin}")
         } else {
             format!(
                 "pinned to shard {pin}, which is not live; shard {} owns it until shard {pin} returns",
-                owner.shard
+                owner.me.shard
             )
         };
         let reason = if honoured {
@@ -285,7 +283,7 @@ async fn reconcile(owner: &Arc<Owner>, key: &ObjectKey) -> Result<(), kube::Erro
         phase: Some(probe.phase),
         server_version: probe.version,
         message: probe.message,
-        shard: Some(owner.shard),
+        shard: Some(owner.me.shard),
         app_count: Some(owner.apps_of(key).len() as u64),
         last_probe_time: Some(Time(jiff::Timestamp::now())),
         observed_generation: generation,

@@ -69,7 +69,6 @@ struct Slot {
 
 /// Everything the workers share.
 pub struct Owner {
-    pub shard: u32,
     /// This shard and the incarnation its lease is held as: only clusters assigned to both are
     /// this owner's.
     pub me: OwnerId,
@@ -115,12 +114,21 @@ impl Misses {
     fn take(&self) -> BTreeSet<ObjectKey> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
+
+    /// Once the cache has caught up: queues again the noted keys it now has.
+    fn requeue_found(&self, found: impl Fn(&ObjectKey) -> bool, queue: &WorkQueue<ObjectKey>) {
+        for key in self.take() {
+            if found(&key) {
+                queue.add(key);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Owner")
-            .field("shard", &self.shard)
+            .field("me", &self.me)
             .finish_non_exhaustive()
     }
 }
@@ -374,7 +382,6 @@ pub async fn run(
     let (cluster_reader, cluster_writer) = reflector::store();
     let (app_reader, app_writer) = reflector::store();
     let owner = Arc::new(Owner {
-        shard,
         me,
         client,
         config: config.clone(),
@@ -426,7 +433,7 @@ pub async fn run(
                 && owner.apps.wait_until_ready().await.is_ok();
             if synced {
                 readiness.set(true);
-                info!(shard = owner.shard, "caches synced; ready");
+                info!(shard = owner.me.shard, "caches synced; ready");
             }
             loop {
                 owner.update_gauges();
@@ -541,6 +548,20 @@ mod tests {
         assert_eq!(misses.lookup(&key("a"), |_| None::<u32>), None);
         assert_eq!(misses.take(), BTreeSet::from([key("a")]));
         // Taken once: the next list end has nothing to queue again.
+        assert!(misses.take().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_end_of_a_list_queues_again_only_what_the_cache_now_has() {
+        let misses = Misses::default();
+        for name in ["listed", "gone"] {
+            assert_eq!(misses.lookup(&key(name), |_| None::<()>), None);
+        }
+        let queue = WorkQueue::new();
+        misses.requeue_found(|k| k.name == "listed", &queue);
+        assert_eq!(queue.depth(), 1);
+        assert_eq!(queue.next().await, Some(key("listed")));
+        // Both notes are used up, found or not.
         assert!(misses.take().is_empty());
     }
 }
