@@ -2,8 +2,9 @@
 //! files of all replicas can be merged and checked for overlaps.
 //!
 //! A start line is written (and flushed) before the reconcile touches anything and an end line
-//! after it stopped, so a killed process leaves an open interval that a checker must treat as
-//! lasting until the process died.
+//! when its [`Interval`] is dropped: after the reconcile finished, or when it was abandoned
+//! (its task aborted at fencing or shutdown), which is when its work stopped. A killed process
+//! leaves an open interval that a checker must treat as lasting until the process died.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -41,9 +42,10 @@ pub struct Audit {
     inner: Arc<Mutex<Inner>>,
 }
 
-/// An open interval; [`Audit::end`] closes it.
+/// An open interval; dropping it closes it.
 #[derive(Debug)]
 pub struct Interval {
+    audit: Audit,
     id: u64,
     cluster: String,
     kind: &'static str,
@@ -105,21 +107,19 @@ impl Audit {
         };
         self.write("start", id, cluster, kind, key);
         Interval {
+            audit: self.clone(),
             id,
             cluster: cluster.to_string(),
             kind,
             key: key.to_string(),
         }
     }
+}
 
-    pub fn end(&self, interval: Interval) {
-        self.write(
-            "end",
-            interval.id,
-            &interval.cluster,
-            interval.kind,
-            &interval.key,
-        );
+impl Drop for Interval {
+    fn drop(&mut self) {
+        self.audit
+            .write("end", self.id, &self.cluster, self.kind, &self.key);
     }
 }
 
@@ -134,8 +134,8 @@ mod tests {
         let audit = Audit::open(3, Some(&path)).unwrap();
         let a = audit.start("fleet/c1", "app", "fleet/x");
         let b = audit.start("fleet/c2", "cluster", "fleet/c2");
-        audit.end(a);
-        audit.end(b);
+        drop(a);
+        drop(b);
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text
             .lines()
@@ -150,6 +150,33 @@ mod tests {
         assert!(lines[2]["t"].as_u64().unwrap() >= lines[0]["t"].as_u64().unwrap());
         // Without a file nothing is written and nothing fails.
         let silent = Audit::open(0, None).unwrap();
-        silent.end(silent.start("a/b", "app", "a/c"));
+        drop(silent.start("a/b", "app", "a/c"));
+    }
+
+    /// A reconcile abandoned mid-way (its task aborted, as at fencing) still ends its interval,
+    /// at the moment it was abandoned.
+    #[tokio::test]
+    async fn an_abandoned_reconcile_ends_its_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let audit = Audit::open(1, Some(&path)).unwrap();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn({
+            let audit = audit.clone();
+            async move {
+                let _interval = audit.start("fleet/c1", "app", "fleet/x");
+                let _ = started_tx.send(());
+                std::future::pending::<()>().await;
+            }
+        });
+        started_rx.await.unwrap();
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        let text = std::fs::read_to_string(&path).unwrap();
+        let events: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"].to_string())
+            .collect();
+        assert_eq!(events, [r#""start""#, r#""end""#]);
     }
 }

@@ -511,7 +511,9 @@ async fn gated<T>(
         r = work => Ok(r),
         _ = owner.cancel.cancelled() => Err(Cancelled),
     };
-    owner.audit.end(interval);
+    // The interval ends when dropped: here, or wherever the reconcile is abandoned (a worker
+    // aborted at fencing drops it mid-way).
+    drop(interval);
     owner.end(cluster);
     Some(result)
 }
