@@ -141,19 +141,7 @@ impl Chaos {
     }
 
     async fn planner(&self) -> u32 {
-        wait_for("a planner", SETTLE, || async {
-            for (&ordinal, replica) in &self.fleet.replicas {
-                let m = scrape(&replica.metrics_url)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if m.sum("shardwise_planner_leader", &[]) == 1.0 {
-                    return Ok(ordinal);
-                }
-            }
-            Err("no replica reports planner_leader = 1".into())
-        })
-        .await
-        .unwrap()
+        self.fleet.planner(SETTLE).await.unwrap()
     }
 
     fn intervals(&self) -> Vec<audit::Interval> {

@@ -256,3 +256,43 @@ fn sticky_balanced_swaps_when_a_move_would_overshoot() {
     .unwrap();
     assert_eq!(a.shard_of("x"), Some(0));
 }
+
+#[test]
+fn one_outsized_cluster_never_freezes_the_balance_of_the_others() {
+    // "huge" (20 apps of weight 1000) alone on shard 0 outweighs the rest of the fleet a hundred
+    // times: no move can lower shard 0, so the target (1.03 x mean) is out of reach. Shard 3 is
+    // new. Shard 0 is set aside and the others are balanced against their own mean (180 / 3):
+    // 100 / 80 / 0 becomes 60 / 60 / 60 in three moves, the whole budget.
+    let mut huge = Cluster::new("huge", 20);
+    huge.weight = Some(1000);
+    let mut clusters = vec![huge];
+    let mut previous =
+        shard_assign::PreviousPlacement::new().with_live_shards(ShardSet::contiguous(3));
+    previous.insert("huge", 0, Some(20_000));
+    for i in 0..9 {
+        let id = format!("small-{i}");
+        previous.insert(id.as_str(), if i < 5 { 1 } else { 2 }, Some(20));
+        clusters.push(Cluster::new(id, 20));
+    }
+    let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+    let a = assign(
+        &config,
+        &clusters,
+        &ShardSet::contiguous(4),
+        Some(&previous),
+    )
+    .unwrap();
+    let loads: Vec<u64> = a.shard_loads().values().map(|l| l.load).collect();
+    assert_eq!(loads, vec![20_000, 60, 60, 60]);
+    assert_eq!(a.shard_of("huge"), Some(0));
+
+    // Fed its own output with unchanged inputs, nothing moves.
+    let again = assign(
+        &config,
+        &clusters,
+        &ShardSet::contiguous(4),
+        Some(&a.to_previous()),
+    )
+    .unwrap();
+    assert_eq!(AssignmentDiff::between(&a, &again).clusters_moved(), 0);
+}

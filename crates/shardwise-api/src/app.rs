@@ -135,6 +135,7 @@ pub struct FleetAppStatus {
     pub applied_resources: Vec<ResourceRef>,
     /// Shard that wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 4_294_967_295u32))]
     pub shard: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,

@@ -58,11 +58,31 @@ pub struct FleetClusterSpec {
     /// Pin the cluster to this shard. While the shard is not live the strategy places the
     /// cluster; it returns when the shard does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 4_294_967_295u32))]
     pub shard: Option<u32>,
-    /// Cost of each app of this cluster relative to others (a whole number, default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    /// Cost of each app of this cluster relative to others: a whole number from 1 to 1000
+    /// (default 1).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_weight"
+    )]
+    #[schemars(range(min = 1, max = 1000))]
     pub weight: Option<u32>,
+}
+
+/// The largest `spec.weight`. The schema says the same, so the API server refuses a larger one;
+/// decoding refuses it too, for objects stored before the schema said so.
+pub const MAX_WEIGHT: u32 = 1000;
+
+fn bounded_weight<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let weight = Option::<u32>::deserialize(d)?;
+    match weight {
+        Some(w) if !(1..=MAX_WEIGHT).contains(&w) => Err(serde::de::Error::custom(format!(
+            "spec.weight {w} is out of range: it must be a whole number from 1 to {MAX_WEIGHT}"
+        ))),
+        w => Ok(w),
+    }
 }
 
 /// Credentials of a destination cluster. Exactly one of `secretRef` and `inCluster`.
@@ -116,8 +136,10 @@ impl SecretCredentials {
 pub enum ClusterPhase {
     /// The last probe reached the API server.
     Connected,
-    /// The last probe failed (network, TLS, authentication, timeout).
+    /// The last probe failed (network, TLS, timeout).
     Unreachable,
+    /// The API server answered but refused the credentials (401 or 403).
+    Unauthorized,
     /// The spec cannot work as written (bad URL, missing Secret or key); fix it.
     Invalid,
 }
@@ -136,6 +158,7 @@ pub struct FleetClusterStatus {
     pub message: Option<String>,
     /// Shard that wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 4_294_967_295u32))]
     pub shard: Option<u32>,
     /// Apps that target this cluster, as counted by its owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,4 +170,47 @@ pub struct FleetClusterStatus {
     /// `Ready` (probe result) and `PinHonoured` (false while a pin names a shard that is not live).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+
+    use super::*;
+
+    fn spec_with_weight(weight: serde_json::Value) -> Result<FleetClusterSpec, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({"server": "https://x", "weight": weight}))
+    }
+
+    #[test]
+    fn weights_outside_the_schema_do_not_decode() {
+        assert_eq!(spec_with_weight(1.into()).unwrap().weight, Some(1));
+        assert_eq!(
+            spec_with_weight(MAX_WEIGHT.into()).unwrap().weight,
+            Some(MAX_WEIGHT)
+        );
+        for bad in [
+            0u64,
+            u64::from(MAX_WEIGHT) + 1,
+            4_294_967_295,
+            4_294_967_296,
+        ] {
+            let err = spec_with_weight(bad.into()).unwrap_err().to_string();
+            assert!(
+                err.contains("out of range") || err.contains("u32"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(spec_with_weight((-1).into()).is_err());
+    }
+
+    #[test]
+    fn the_schema_bounds_every_number_as_the_types_do() {
+        let crd = serde_json::to_value(FleetCluster::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        assert_eq!(spec["weight"]["minimum"], 1.0);
+        assert_eq!(spec["weight"]["maximum"], f64::from(MAX_WEIGHT));
+        assert_eq!(spec["shard"]["minimum"], 0.0);
+        assert_eq!(spec["shard"]["maximum"], f64::from(u32::MAX));
+    }
 }

@@ -11,6 +11,7 @@
 mod app;
 mod cluster;
 pub mod keys;
+pub mod lenient;
 
 use kube::CustomResourceExt;
 use serde::Serialize;
@@ -21,7 +22,7 @@ pub use app::{
 };
 pub use cluster::{
     ClusterCredentials, ClusterPhase, FleetCluster, FleetClusterSpec, FleetClusterStatus,
-    SecretCredentials,
+    MAX_WEIGHT, SecretCredentials,
 };
 
 /// Every CRD of shardwise, as a multi-document YAML stream (what `shardwise crds` prints and

@@ -245,12 +245,16 @@ pub fn destination_config(
                     secret: reference.name.clone(),
                     key: reference.token_key().to_string(),
                 })?;
+            // A token travels in an HTTP header: printable ASCII, no spaces. Anything else
+            // could not be sent, and a client would go on without it.
             let token = std::str::from_utf8(token)
                 .map(|t| t.trim().to_string())
-                .map_err(|_| ClusterConfigError::BadKey {
+                .ok()
+                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+                .ok_or_else(|| ClusterConfigError::BadKey {
                     secret: reference.name.clone(),
                     key: reference.token_key().to_string(),
-                    what: "UTF-8 text",
+                    what: "bearer token (printable ASCII without spaces)",
                 })?;
             let mut config = Config::new(uri);
             config.auth_info.token = Some(SecretString::from(token));
@@ -346,6 +350,21 @@ mod tests {
                 spec("https://x"),
                 Some(secret(&[("token", b"t"), ("ca.crt", b"garbage")])),
                 "not valid PEM",
+            ),
+            (
+                spec("https://x"),
+                Some(secret(&[("token", "jeton-à-accent".as_bytes())])),
+                "key \"token\" of Secret \"creds\" is not valid bearer token",
+            ),
+            (
+                spec("https://x"),
+                Some(secret(&[("token", b"two words")])),
+                "is not valid bearer token",
+            ),
+            (
+                spec("https://x"),
+                Some(secret(&[("token", b" \n")])),
+                "is not valid bearer token",
             ),
             (
                 FleetClusterSpec {

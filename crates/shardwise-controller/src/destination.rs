@@ -164,19 +164,82 @@ impl std::fmt::Debug for Destination {
 pub enum ApplyError {
     #[error("{kind} {api_version} is not served by the destination cluster")]
     UnknownKind { api_version: String, kind: String },
+    #[error("{0} is declared twice (after defaulting its namespace)")]
+    Duplicate(String),
     #[error("{target}: {message}")]
     Api { target: String, message: String },
+    #[error(
+        "{object} is managed by FleetApp {other}: two apps cannot manage one object, so this \
+         one leaves it alone"
+    )]
+    Conflict {
+        object: String,
+        /// `namespace/name` of the app that manages it.
+        other: String,
+        /// Its UID.
+        other_uid: String,
+    },
+    #[error("{target}: {}", rejection(*.code))]
+    CredentialsRejected { target: String, code: u16 },
     #[error("the destination cluster is unreachable: {0}")]
     Unreachable(String),
 }
 
+impl ApplyError {
+    /// Whether it may pass by itself (retry with backoff) rather than need a change of spec.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Unreachable(_) | Self::CredentialsRejected { .. }
+        )
+    }
+}
+
+/// A 401 or 403 in plain words.
+pub fn rejection(code: u16) -> String {
+    match code {
+        401 => "credentials rejected (401): the destination does not accept the token".into(),
+        _ => format!("credentials rejected ({code}): the destination does not allow this"),
+    }
+}
+
+/// The status code of an API answer that refused the credentials.
+pub fn rejected(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(status) if matches!(status.code, 401 | 403) => Some(status.code),
+        _ => None,
+    }
+}
+
 fn api_error(target: String, e: kube::Error) -> ApplyError {
+    if let Some(code) = rejected(&e) {
+        return ApplyError::CredentialsRejected { target, code };
+    }
     match e {
         kube::Error::Api(status) => ApplyError::Api {
             target,
             message: status.message.clone(),
         },
         other => ApplyError::Unreachable(other.to_string()),
+    }
+}
+
+/// Where one manifest goes: its API resource and namespace (none for cluster-scoped kinds).
+#[derive(Debug)]
+struct Target<'m> {
+    manifest: &'m Manifest,
+    resource: ApiResource,
+    namespace: Option<String>,
+}
+
+impl Target<'_> {
+    fn reference(&self) -> ResourceRef {
+        ResourceRef {
+            api_version: self.manifest.api_version.clone(),
+            kind: self.manifest.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.manifest.name.clone(),
+        }
     }
 }
 
@@ -218,8 +281,50 @@ impl Destination {
                 api_version: manifest.api_version.clone(),
                 kind: manifest.kind.clone(),
             }),
-            Err(e) => Err(ApplyError::Unreachable(e.to_string())),
+            Err(e) => Err(api_error(
+                format!("discovery of {} {}", manifest.kind, manifest.api_version),
+                e,
+            )),
         }
+    }
+
+    /// Resolves where every manifest goes before anything is written, and refuses an app that
+    /// declares one object twice once namespaces are defaulted (`namespace: team` and no
+    /// namespace into destination `team` are the same object): each resync would write it twice,
+    /// and only one of the two could ever be what is live.
+    async fn resolve<'m>(
+        &self,
+        manifests: &'m [Manifest],
+        namespace: &str,
+    ) -> Result<Vec<Target<'m>>, ApplyError> {
+        let mut targets = Vec::with_capacity(manifests.len());
+        let mut seen = BTreeSet::new();
+        for manifest in manifests {
+            let (resource, namespaced) = self.resource(manifest).await?;
+            let target_ns = namespaced.then(|| {
+                manifest
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.to_string())
+            });
+            // One object whatever version it is declared at: group, kind, namespace, name.
+            let identity = (
+                resource.group.clone(),
+                manifest.kind.clone(),
+                target_ns.clone(),
+                manifest.name.clone(),
+            );
+            let target = Target {
+                manifest,
+                resource,
+                namespace: target_ns,
+            };
+            if !seen.insert(identity) {
+                return Err(ApplyError::Duplicate(target.reference().to_string()));
+            }
+            targets.push(target);
+        }
+        Ok(targets)
     }
 
     /// Creates the namespace if this client has not seen it yet.
@@ -243,41 +348,77 @@ impl Destination {
         Ok(())
     }
 
+    /// The app, other than `app_uid`, that manages the live object of `target`, if any.
+    async fn managed_by_other(
+        &self,
+        target: &Target<'_>,
+        app_uid: &str,
+    ) -> Result<Option<(String, String)>, ApplyError> {
+        let api: Api<DynamicObject> = match &target.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &target.resource),
+            None => Api::all_with(self.client.clone(), &target.resource),
+        };
+        let reference = target.reference().to_string();
+        let Some(live) = api
+            .get_opt(&target.manifest.name)
+            .await
+            .map_err(|e| api_error(reference, e))?
+        else {
+            return Ok(None);
+        };
+        let label = |key: &str| live.metadata.labels.as_ref()?.get(key).cloned();
+        let annotation = |key: &str| live.metadata.annotations.as_ref()?.get(key).cloned();
+        Ok(label(APP_UID_LABEL)
+            .filter(|uid| uid != app_uid)
+            .map(|uid| (annotation(APP_ANNOTATION).unwrap_or_default(), uid)))
+    }
+
     /// Server-side applies every manifest; returns the inventory of what was applied.
+    ///
+    /// An object that is neither in `previous` (what this app applied before) nor free is
+    /// another app's: the whole app is refused with [`ApplyError::Conflict`] before anything is
+    /// written, unless that app is `adopt_from` (the caller found it gone). Only objects new to
+    /// the app cost a read, so a steady resync costs nothing extra.
     pub async fn apply_all(
         &self,
         manifests: &[Manifest],
         namespace: &str,
-        app_uid: &str,
-        app: &str,
+        (app_uid, app): (&str, &str),
+        previous: &[ResourceRef],
+        adopt_from: Option<&str>,
     ) -> Result<Vec<ResourceRef>, ApplyError> {
-        let mut inventory = Vec::with_capacity(manifests.len());
-        for manifest in manifests {
-            let (resource, namespaced) = self.resource(manifest).await?;
-            let target_ns = namespaced.then(|| {
-                manifest
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| namespace.to_string())
-            });
-            let api: Api<DynamicObject> = match &target_ns {
+        let targets = self.resolve(manifests, namespace).await?;
+        let known: BTreeSet<&ResourceRef> = previous.iter().collect();
+        for target in &targets {
+            if known.contains(&target.reference()) {
+                continue;
+            }
+            if let Some((other, other_uid)) = self.managed_by_other(target, app_uid).await?
+                && adopt_from != Some(other_uid.as_str())
+            {
+                return Err(ApplyError::Conflict {
+                    object: target.reference().to_string(),
+                    other,
+                    other_uid,
+                });
+            }
+        }
+        let mut inventory = Vec::with_capacity(targets.len());
+        for target in &targets {
+            let manifest = target.manifest;
+            let api: Api<DynamicObject> = match &target.namespace {
                 Some(ns) => {
                     self.ensure_namespace(ns).await?;
-                    Api::namespaced_with(self.client.clone(), ns, &resource)
+                    Api::namespaced_with(self.client.clone(), ns, &target.resource)
                 }
-                None => Api::all_with(self.client.clone(), &resource),
+                None => Api::all_with(self.client.clone(), &target.resource),
             };
-            let body = stamp(manifest, target_ns.as_deref(), app_uid, app);
+            let body = stamp(manifest, target.namespace.as_deref(), app_uid, app);
             let params = PatchParams::apply(FIELD_MANAGER).force();
             api.patch(&manifest.name, &params, &Patch::Apply(&body))
                 .await
                 .map_err(|e| api_error(format!("{} {}", manifest.kind, manifest.name), e))?;
-            inventory.push(ResourceRef {
-                api_version: manifest.api_version.clone(),
-                kind: manifest.kind.clone(),
-                namespace: target_ns,
-                name: manifest.name.clone(),
-            });
+            inventory.push(target.reference());
         }
         inventory.sort();
         Ok(inventory)

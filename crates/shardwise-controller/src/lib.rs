@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod clients;
 pub mod config;
+pub mod decode;
 pub mod destination;
 pub mod http;
 pub mod lease;

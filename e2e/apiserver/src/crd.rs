@@ -111,6 +111,13 @@ pub fn validate(crd: &Value, old: Option<&Value>, registry: &Registry) -> Vec<Fi
                 ));
             }
             seen.push(vname);
+            if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+                bad_patterns(
+                    schema,
+                    &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                    &mut errs,
+                );
+            }
         }
     }
     if !group.is_empty()
@@ -125,6 +132,35 @@ pub fn validate(crd: &Value, old: Option<&Value>, registry: &Registry) -> Vec<Fi
         ));
     }
     errs
+}
+
+/// Every `pattern` of a schema must compile, as the real server checks when a CRD is written.
+fn bad_patterns(schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    match schema {
+        Value::Object(m) => {
+            for (k, child) in m {
+                let child_path = format!("{path}.{k}");
+                if k == "pattern"
+                    && let Some(pattern) = child.as_str()
+                    && let Err(e) = regex::Regex::new(pattern)
+                {
+                    errs.push(FieldError::invalid(
+                        child_path,
+                        pattern,
+                        format!("must be a valid regular expression, but isn't: {e}"),
+                    ));
+                } else {
+                    bad_patterns(child, &child_path, errs);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                bad_patterns(item, &format!("{path}[{i}]"), errs);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn condition(kind: &str, reason: &str, message: &str, now: &str, old: Option<&Value>) -> Value {
@@ -315,84 +351,52 @@ fn child_path(path: &str, key: &str) -> String {
     }
 }
 
-/// Prunes unknown fields, applies defaults and checks types, enums and required fields of a
-/// custom resource against its version's `openAPIV3Schema`.
-pub fn apply_schema(obj: &mut Value, schema: &Value) -> Vec<FieldError> {
+/// Prunes unknown fields, applies defaults and checks a custom resource against its version's
+/// `openAPIV3Schema`: types, `enum`, `required`, numeric bounds, string lengths and patterns,
+/// and the sizes of lists and maps. On an update, `old` is the stored object: a value that did
+/// not change is not checked again (the real server's validation ratcheting, GA in 1.33), so an
+/// object stored under an older, looser schema can still be written as long as the write does
+/// not touch its offending fields.
+pub fn apply_schema(obj: &mut Value, schema: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    walk(obj, schema, "", true, true, &mut errs);
+    walk(obj, schema, old, "", true, true, &mut errs);
     errs
 }
 
 /// Only prunes unknown fields (for apply configurations, whose defaults nobody owns).
 pub fn prune(obj: &mut Value, schema: &Value) {
-    walk(obj, schema, "", true, false, &mut Vec::new());
+    walk(obj, schema, None, "", true, false, &mut Vec::new());
 }
 
 fn walk(
     v: &mut Value,
     schema: &Value,
+    old: Option<&Value>,
     path: &str,
     root: bool,
     defaults: bool,
     errs: &mut Vec<FieldError>,
 ) {
-    if flag(schema, "x-kubernetes-int-or-string") {
-        if !(v.is_string() || v.is_i64() || v.is_u64()) {
-            errs.push(FieldError::invalid(
-                path,
-                type_name(v),
-                format!(
-                    "{path} in body must be of type int-or-string: {:?}",
-                    type_name(v)
-                ),
-            ));
-        }
-        return;
+    // Ratcheting: an unchanged value passes as it is (unknown fields are still pruned below).
+    let unchanged = old.is_some_and(|o| o == v);
+    let mut found = Vec::new();
+    let descend = check_value(v, schema, path, &mut found);
+    if !unchanged {
+        errs.extend(found);
     }
-    if v.is_null() {
-        if !flag(schema, "nullable") && schema.get("type").is_some() {
-            errs.push(FieldError::invalid(
-                path,
-                "null",
-                format!(
-                    "{path} in body must be of type {}: \"null\"",
-                    s(schema, "/type")
-                ),
-            ));
-        }
+    if !descend {
         return;
-    }
-    if let Some(expected) = schema.get("type").and_then(Value::as_str)
-        && !type_ok(expected, v)
-    {
-        errs.push(FieldError::invalid(
-            path,
-            type_name(v),
-            format!(
-                "{path} in body must be of type {expected}: {:?}",
-                type_name(v)
-            ),
-        ));
-        return;
-    }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
-        && !allowed.contains(v)
-    {
-        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
-        errs.push(FieldError::not_supported(
-            path,
-            v.clone(),
-            format!("supported values: {}", list.join(", ")),
-        ));
     }
     match v {
-        Value::Object(m) => walk_object(m, schema, path, root, defaults, errs),
+        Value::Object(m) => walk_object(m, schema, old, path, root, defaults, errs),
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
+                let old_items = old.and_then(Value::as_array);
                 for (i, item) in items.iter_mut().enumerate() {
                     walk(
                         item,
                         item_schema,
+                        old_items.and_then(|o| o.get(i)),
                         &format!("{path}[{i}]"),
                         false,
                         defaults,
@@ -405,9 +409,202 @@ fn walk(
     }
 }
 
+/// The checks of one value against its schema node; false when its children cannot be
+/// checked (wrong type, null, int-or-string).
+fn check_value(v: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) -> bool {
+    if flag(schema, "x-kubernetes-int-or-string") {
+        if !(v.is_string() || v.is_i64() || v.is_u64()) {
+            errs.push(FieldError::invalid(
+                path,
+                type_name(v),
+                format!(
+                    "{path} in body must be of type int-or-string: {:?}",
+                    type_name(v)
+                ),
+            ));
+        }
+        return false;
+    }
+    if v.is_null() {
+        if !flag(schema, "nullable") && schema.get("type").is_some() {
+            errs.push(FieldError::invalid(
+                path,
+                "null",
+                format!(
+                    "{path} in body must be of type {}: \"null\"",
+                    s(schema, "/type")
+                ),
+            ));
+        }
+        return false;
+    }
+    if let Some(expected) = schema.get("type").and_then(Value::as_str)
+        && !type_ok(expected, v)
+    {
+        errs.push(FieldError::invalid(
+            path,
+            type_name(v),
+            format!(
+                "{path} in body must be of type {expected}: {:?}",
+                type_name(v)
+            ),
+        ));
+        return false;
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(v)
+    {
+        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        errs.push(FieldError::not_supported(
+            path,
+            v.clone(),
+            format!("supported values: {}", list.join(", ")),
+        ));
+    }
+    match v {
+        Value::Number(n) => check_number(n, v, schema, path, errs),
+        Value::String(text) => check_string(text, schema, path, errs),
+        Value::Array(items) => {
+            if let Some(max) = limit(schema, "maxItems")
+                && items.len() > max
+            {
+                errs.push(FieldError::too_many(path, items.len(), max));
+            }
+            if let Some(min) = limit(schema, "minItems")
+                && items.len() < min
+            {
+                errs.push(FieldError::invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should have at least {min} items"),
+                ));
+            }
+        }
+        Value::Object(m) => {
+            if let Some(max) = limit(schema, "maxProperties")
+                && m.len() > max
+            {
+                errs.push(FieldError::too_many(path, m.len(), max));
+            }
+            if let Some(min) = limit(schema, "minProperties")
+                && m.len() < min
+            {
+                errs.push(FieldError::invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should have at least {min} properties"),
+                ));
+            }
+        }
+        _ => {}
+    }
+    true
+}
+
+/// A non-negative whole number of the schema (`maxLength`, `minItems`...).
+fn limit(schema: &Value, name: &str) -> Option<usize> {
+    schema
+        .get(name)
+        .and_then(|l| l.as_u64().or_else(|| l.as_f64().map(|f| f as u64)))
+        .and_then(|l| usize::try_from(l).ok())
+}
+
+/// A bound as the real server prints it: `10`, not `10.0`.
+fn render_bound(bound: f64) -> String {
+    if bound.fract() == 0.0 && bound.abs() < 1e18 {
+        format!("{}", bound as i64)
+    } else {
+        bound.to_string()
+    }
+}
+
+fn check_number(
+    n: &serde_json::Number,
+    v: &Value,
+    schema: &Value,
+    path: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    // Exact comparison for integers, so that 2^53 + 1 is not rounded into range.
+    let compare = |bound: &Value| -> Option<std::cmp::Ordering> {
+        match (n.as_i64(), n.as_u64(), bound.as_i64()) {
+            (Some(x), _, Some(b)) => Some(x.cmp(&b)),
+            (None, Some(_), Some(_)) => Some(std::cmp::Ordering::Greater),
+            _ => n.as_f64()?.partial_cmp(&bound.as_f64()?),
+        }
+    };
+    let exclusive = |name: &str| flag(schema, name);
+    if let Some(max) = schema.get("maximum")
+        && let Some(order) = compare(max)
+    {
+        let strict = exclusive("exclusiveMaximum");
+        if order.is_gt() || (strict && order.is_eq()) {
+            let bound = render_bound(max.as_f64().unwrap_or_default());
+            let relation = if strict {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
+            errs.push(FieldError::invalid(
+                path,
+                v.clone(),
+                format!("{path} in body should be {relation} {bound}"),
+            ));
+        }
+    }
+    if let Some(min) = schema.get("minimum")
+        && let Some(order) = compare(min)
+    {
+        let strict = exclusive("exclusiveMinimum");
+        if order.is_lt() || (strict && order.is_eq()) {
+            let bound = render_bound(min.as_f64().unwrap_or_default());
+            let relation = if strict {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
+            errs.push(FieldError::invalid(
+                path,
+                v.clone(),
+                format!("{path} in body should be {relation} {bound}"),
+            ));
+        }
+    }
+}
+
+fn check_string(text: &str, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    if let Some(max) = limit(schema, "maxLength")
+        && text.len() > max
+    {
+        errs.push(FieldError::too_long(path, max));
+    }
+    if let Some(min) = limit(schema, "minLength")
+        && text.chars().count() < min
+    {
+        errs.push(FieldError::invalid(
+            path,
+            text,
+            format!("{path} in body should be at least {min} chars long"),
+        ));
+    }
+    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+        // A pattern that does not compile was refused when the CRD was written; should one
+        // get here anyway, it matches nothing, as a broken schema should not pass data.
+        let matches = regex::Regex::new(pattern).is_ok_and(|re| re.is_match(text));
+        if !matches {
+            errs.push(FieldError::invalid(
+                path,
+                text,
+                format!("{path} in body should match '{pattern}'"),
+            ));
+        }
+    }
+}
+
 fn walk_object(
     m: &mut Map<String, Value>,
     schema: &Value,
+    old: Option<&Value>,
     path: &str,
     root: bool,
     defaults: bool,
@@ -450,7 +647,16 @@ fn walk_object(
         match sub_schema {
             Some(ps) => {
                 if let Some(child) = m.get_mut(&k) {
-                    walk(child, ps, &child_path(path, &k), false, defaults, errs);
+                    let old_child = old.and_then(|o| o.get(&k));
+                    walk(
+                        child,
+                        ps,
+                        old_child,
+                        &child_path(path, &k),
+                        false,
+                        defaults,
+                        errs,
+                    );
                 }
             }
             None => {
@@ -517,20 +723,97 @@ mod tests {
         let schema = def.version("v1").unwrap().schema.clone().unwrap();
         let mut obj = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
             "spec": {"size": 3, "unknown": 1, "free": {"anything": [1]}}, "extra": true});
-        assert!(apply_schema(&mut obj, &schema).is_empty());
+        assert!(apply_schema(&mut obj, &schema, None).is_empty());
         assert_eq!(
             obj["spec"],
             json!({"size": 3, "mode": "a", "free": {"anything": [1]}})
         );
         assert!(obj.get("extra").is_none());
         let mut bad = json!({"spec": {"size": "big", "mode": "c"}});
-        let errs = apply_schema(&mut bad, &schema);
+        let errs = apply_schema(&mut bad, &schema, None);
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert_eq!(errs[0].field, "spec.mode");
         let mut missing = json!({"spec": {}});
-        assert_eq!(apply_schema(&mut missing, &schema)[0].field, "spec.size");
+        assert_eq!(
+            apply_schema(&mut missing, &schema, None)[0].field,
+            "spec.size"
+        );
         let mut config = json!({"spec": {"size": 1, "junk": 2}});
         prune(&mut config, &schema);
         assert_eq!(config, json!({"spec": {"size": 1}}));
+    }
+
+    fn bounded() -> Value {
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "weight": {"type": "integer", "minimum": 1.0, "maximum": 1000},
+            "ratio": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1, "exclusiveMaximum": true},
+            "name": {"type": "string", "minLength": 2, "maxLength": 5, "pattern": "^[a-z]+$"},
+            "tags": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "string"}},
+            "labels": {"type": "object", "maxProperties": 1, "minProperties": 1, "additionalProperties": {"type": "string"}}}}}})
+    }
+
+    fn messages(obj: &mut Value, old: Option<&Value>) -> Vec<String> {
+        apply_schema(obj, &bounded(), old)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn bounds_lengths_patterns_and_sizes_are_enforced_with_the_real_messages() {
+        let mut good = json!({"spec": {"weight": 1000, "ratio": 0.5, "name": "ab", "tags": ["x"], "labels": {"a": "b"}}});
+        assert!(messages(&mut good, None).is_empty());
+        let mut bad = json!({"spec": {"weight": 4294967296u64, "ratio": 1, "name": "ABCDEF", "tags": ["x", "y", "z"], "labels": {}}});
+        let got = messages(&mut bad, None);
+        for expected in [
+            "spec.weight: Invalid value: 4294967296: spec.weight in body should be less than or equal to 1000",
+            "spec.ratio: Invalid value: 1: spec.ratio in body should be less than 1",
+            "spec.name: Too long: may not be more than 5 bytes",
+            "spec.name: Invalid value: \"ABCDEF\": spec.name in body should match '^[a-z]+$'",
+            "spec.tags: Too many: 3: must have at most 2 items",
+            "spec.labels: Invalid value: {}: spec.labels in body should have at least 1 properties",
+        ] {
+            assert!(
+                got.iter().any(|m| m == expected),
+                "{expected} not in {got:#?}"
+            );
+        }
+        let mut low = json!({"spec": {"weight": -1, "ratio": 0, "name": "a", "tags": []}});
+        let got = messages(&mut low, None);
+        for expected in [
+            "spec.weight: Invalid value: -1: spec.weight in body should be greater than or equal to 1",
+            "spec.ratio: Invalid value: 0: spec.ratio in body should be greater than 0",
+            "spec.name: Invalid value: \"a\": spec.name in body should be at least 2 chars long",
+            "spec.tags: Invalid value: []: spec.tags in body should have at least 1 items",
+        ] {
+            assert!(
+                got.iter().any(|m| m == expected),
+                "{expected} not in {got:#?}"
+            );
+        }
+        // 2^63 and beyond are compared exactly, never rounded into range.
+        let mut huge = json!({"spec": {"weight": u64::MAX}});
+        assert_eq!(messages(&mut huge, None).len(), 1);
+    }
+
+    #[test]
+    fn unchanged_values_are_not_checked_again() {
+        let stored = json!({"spec": {"weight": 5000, "name": "ok"}});
+        let mut untouched = json!({"spec": {"weight": 5000, "name": "fine"}});
+        assert!(messages(&mut untouched, Some(&stored)).is_empty());
+        let mut changed = json!({"spec": {"weight": 5001, "name": "ok"}});
+        assert_eq!(messages(&mut changed, Some(&stored)).len(), 1);
+        assert_eq!(messages(&mut stored.clone(), None).len(), 1);
+    }
+
+    #[test]
+    fn a_crd_with_a_broken_pattern_is_refused() {
+        let reg = Registry::with_builtins();
+        let mut bad = crd();
+        bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["size"]["pattern"] = json!("([unclosed");
+        let errs = validate(&bad, None, &reg);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].field.ends_with(".size.pattern"), "{errs:?}");
     }
 }

@@ -20,6 +20,10 @@ pub enum FieldErrorKind {
     Forbidden,
     NotSupported(Value),
     Duplicate(Value),
+    /// A string longer than the schema's `maxLength` (in bytes).
+    TooLong(usize),
+    /// A list or map with more entries than `maxItems` / `maxProperties`: (actual, limit).
+    TooMany(usize, usize),
 }
 
 impl FieldError {
@@ -71,6 +75,22 @@ impl FieldError {
         }
     }
 
+    pub fn too_long(field: impl Into<String>, limit: usize) -> Self {
+        Self {
+            field: field.into(),
+            kind: FieldErrorKind::TooLong(limit),
+            detail: String::new(),
+        }
+    }
+
+    pub fn too_many(field: impl Into<String>, actual: usize, limit: usize) -> Self {
+        Self {
+            field: field.into(),
+            kind: FieldErrorKind::TooMany(actual, limit),
+            detail: String::new(),
+        }
+    }
+
     fn reason(&self) -> &'static str {
         match self.kind {
             FieldErrorKind::Invalid(_) => "FieldValueInvalid",
@@ -78,6 +98,8 @@ impl FieldError {
             FieldErrorKind::Forbidden => "FieldValueForbidden",
             FieldErrorKind::NotSupported(_) => "FieldValueNotSupported",
             FieldErrorKind::Duplicate(_) => "FieldValueDuplicate",
+            FieldErrorKind::TooLong(_) => "FieldValueTooLong",
+            FieldErrorKind::TooMany(..) => "FieldValueTooMany",
         }
     }
 
@@ -102,6 +124,12 @@ impl FieldError {
             FieldErrorKind::Duplicate(v) => {
                 with_detail(format!("Duplicate value: {}", render_value(v)))
             }
+            FieldErrorKind::TooLong(limit) => {
+                with_detail(format!("Too long: may not be more than {limit} bytes"))
+            }
+            FieldErrorKind::TooMany(actual, limit) => with_detail(format!(
+                "Too many: {actual}: must have at most {limit} items"
+            )),
         }
     }
 }

@@ -57,13 +57,13 @@ impl WriteCtx<'_> {
         ApiError::invalid(&self.def.gr.group, &self.def.kind, name, errs)
     }
 
-    fn schema_errors(&self, obj: &mut Value) -> Vec<FieldError> {
+    fn schema_errors(&self, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
         match self
             .def
             .version(self.version)
             .and_then(|v| v.schema.as_ref())
         {
-            Some(schema) if self.def.custom => crd::apply_schema(obj, schema),
+            Some(schema) if self.def.custom => crd::apply_schema(obj, schema, old),
             _ => Vec::new(),
         }
     }
@@ -177,7 +177,7 @@ pub fn create(
         }
     }
     let mut errs = kinds::prepare(st, def, None, &mut obj, now)?;
-    errs.extend(ctx.schema_errors(&mut obj));
+    errs.extend(ctx.schema_errors(&mut obj, None));
     errs.extend(validation::object_meta(
         def.name_rule,
         obj.get("metadata").unwrap_or(&Value::Null),
@@ -316,7 +316,7 @@ pub fn update(
         &mut obj,
         ctx.writer.now,
     )?);
-    errs.extend(ctx.schema_errors(&mut obj));
+    errs.extend(ctx.schema_errors(&mut obj, Some(old_v)));
     errs.extend(validation::object_meta(
         def.name_rule,
         obj.get("metadata").unwrap_or(&Value::Null),

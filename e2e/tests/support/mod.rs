@@ -440,6 +440,37 @@ impl Fleet {
         Ok(total)
     }
 
+    /// The ordinal of the replica that plans (reports `shardwise_planner_leader` 1).
+    pub async fn planner(&self, timeout: Duration) -> Result<u32> {
+        let ordinal = wait_for("a planner", timeout, || async {
+            for (&ordinal, replica) in &self.replicas {
+                let m = scrape(&replica.metrics_url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if m.sum("shardwise_planner_leader", &[]) == 1.0 {
+                    return Ok(ordinal);
+                }
+            }
+            Err("no replica reports planner_leader = 1".into())
+        })
+        .await?;
+        Ok(ordinal)
+    }
+
+    /// Reasons of the Events about object `name` in the fleet's namespace.
+    pub async fn event_reasons(&self, name: &str) -> Result<Vec<String>> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.admin.clone(), NAMESPACE);
+        Ok(events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter_map(|e| e.reason)
+            .collect())
+    }
+
     /// Logs of every replica, for failure messages.
     pub fn report(&self) -> String {
         self.replicas

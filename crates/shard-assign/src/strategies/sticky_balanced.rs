@@ -18,6 +18,12 @@
 //!    then to fewer apps moved, then to cluster id order. A step must lower the maximum, or
 //!    keep it and lower the sum of squares (two shards tied for heaviest). A cluster moves at
 //!    most once per run, so the steps end.
+//! 5. When no step can lower the heaviest shard (one cluster on it outweighs everything a move
+//!    could gain, or what it holds is pinned), the target is out of reach for that shard: it is
+//!    set aside, and the steps go on among the other shards, judged against *their* mean. So
+//!    when the target balance cannot be reached, the strategy minimizes the largest load first,
+//!    then the next largest, and so on: one outsized cluster costs the balance of its own shard
+//!    only, never that of the rest of the fleet.
 //!
 //! Without a previous assignment, steps 2 and 4 have nothing to work with and the result is
 //! exactly `greedy-minimum`. Fed its own output with unchanged inputs, step 4 does not run and
@@ -90,15 +96,21 @@ struct Step {
     back: Option<usize>,
 }
 
-/// The three heaviest shards, to know the maximum over the shards a step does not touch.
+/// The three heaviest shards still in play, to know the maximum over the shards a step does not
+/// touch.
 #[derive(Debug)]
 struct Heaviest {
     top: Vec<(u64, usize)>,
 }
 
 impl Heaviest {
-    fn of(loads: &[u64]) -> Self {
-        let mut top: Vec<(u64, usize)> = loads.iter().copied().zip(0..).collect();
+    fn of(loads: &[u64], set_aside: &[bool]) -> Self {
+        let mut top: Vec<(u64, usize)> = loads
+            .iter()
+            .copied()
+            .zip(0..)
+            .filter(|&(_, p)| !set_aside[p])
+            .collect();
         top.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         top.truncate(3);
         Self { top }
@@ -125,19 +137,29 @@ fn improve(plan: &mut Plan<'_>, config: &StrategyConfig, stayed: &[bool]) {
     if shard_count < 2 {
         return;
     }
-    let total = plan.total_load();
     let mut budget = config.max_extra_moves;
     let mut moved = vec![false; plan.len()];
-    // Each step moves at least one cluster that never moved before, so this ends.
-    for _ in 0..plan.len() {
-        let heaviest = Heaviest::of(plan.loads());
-        let (max, _) = heaviest.first();
-        let scaled_max = max.saturating_mul(shard_count as u64);
+    // Shards whose load no step can lower (rule 5).
+    let mut set_aside = vec![false; shard_count];
+    // Each round moves a cluster that never moved before or sets a shard aside, so this ends.
+    for _ in 0..plan.len() + shard_count {
+        let in_play = set_aside.iter().filter(|&&out| !out).count();
+        if in_play < 2 {
+            return;
+        }
+        let heaviest = Heaviest::of(plan.loads(), &set_aside);
+        let (max, from) = heaviest.first();
+        let total: u64 = (0..shard_count)
+            .filter(|&p| !set_aside[p])
+            .map(|p| plan.loads()[p])
+            .sum();
+        let scaled_max = max.saturating_mul(in_play as u64);
         if config.target_balance.bounds(scaled_max, total) {
             return;
         }
-        let Some(step) = best_step(plan, &heaviest, &moved, stayed, budget) else {
-            return;
+        let Some(step) = best_step(plan, &heaviest, &moved, stayed, &set_aside, budget) else {
+            set_aside[from] = true;
+            continue;
         };
         let from = plan.shard_of(step.out).unwrap_or(step.to);
         plan.place(step.out, step.to);
@@ -155,6 +177,7 @@ fn best_step(
     heaviest: &Heaviest,
     moved: &[bool],
     stayed: &[bool],
+    set_aside: &[bool],
     budget: u32,
 ) -> Option<Step> {
     let loads = plan.loads();
@@ -188,7 +211,7 @@ fn best_step(
     };
 
     let lightest = (0..loads.len())
-        .filter(|&p| p != from)
+        .filter(|&p| p != from && !set_aside[p])
         .min_by_key(|&p| (loads[p], p))?;
     let mut best: Option<Step> = None;
     let mut consider = |step: Step| {
@@ -214,7 +237,7 @@ fn best_step(
             });
         }
         for (to, list) in members.iter().enumerate() {
-            if to == from || loads[to] >= max {
+            if to == from || set_aside[to] || loads[to] >= max {
                 continue;
             }
             // The exchange `delta = out_load - back_load` is best near half the gap.

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
+use shardwise_api::lenient::Lenient;
 use shardwise_api::{FleetApp, FleetAppStatus, FleetCluster, SyncPhase};
 use shardwise_handoff::plan::ObjectKey;
 use tracing::{debug, warn};
@@ -168,14 +169,23 @@ async fn missing_cluster(
     app: &FleetApp,
     cluster_key: &ObjectKey,
 ) -> Result<Option<Outcome>, kube::Error> {
-    let clusters: Api<FleetCluster> = Api::namespaced(owner.client.clone(), &cluster_key.namespace);
-    if clusters.get_opt(&cluster_key.name).await?.is_some() {
-        return Ok(None);
-    }
-    let message = format!(
-        "FleetCluster {:?} does not exist in namespace {:?}",
-        cluster_key.name, cluster_key.namespace
-    );
+    let clusters: Api<Lenient<FleetCluster>> =
+        Api::namespaced(owner.client.clone(), &cluster_key.namespace);
+    let message = match clusters
+        .get_opt(&cluster_key.name)
+        .await?
+        .map(Lenient::decoded)
+    {
+        Some(Ok(_)) => return Ok(None),
+        Some(Err(bad)) => format!(
+            "FleetCluster {:?} is invalid: it cannot be read: {}",
+            cluster_key.name, bad.reason
+        ),
+        None => format!(
+            "FleetCluster {:?} does not exist in namespace {:?}",
+            cluster_key.name, cluster_key.namespace
+        ),
+    };
     write_status(owner, app, SyncPhase::Failed, Some(message.clone()), None).await?;
     Ok(Some(Outcome::Invalid(message)))
 }
@@ -252,23 +262,55 @@ async fn sync(
     let uid = app.uid().unwrap_or_default();
     let app_name = format!("{}/{}", cluster_key.namespace, app.name_any());
     let namespace = &app.spec.destination.namespace;
-    let applied = match destination
-        .apply_all(&manifests, namespace, &uid, &app_name)
-        .await
-    {
-        Ok(inventory) => inventory,
-        Err(e) => {
-            let retry = matches!(e, ApplyError::Unreachable(_));
-            return fail(owner, app, e.to_string(), retry).await;
+    let apply = |adopt_from: Option<String>| {
+        let destination = destination.clone();
+        let manifests = &manifests;
+        let (uid, app_name, previous) = (&uid, &app_name, &status.applied_resources);
+        async move {
+            destination
+                .apply_all(
+                    manifests,
+                    namespace,
+                    (uid, app_name),
+                    previous,
+                    adopt_from.as_deref(),
+                )
+                .await
         }
+    };
+    let mut result = apply(None).await;
+    // The object carries the mark of another app: take it over only if that app is gone.
+    if let Err(ApplyError::Conflict {
+        other, other_uid, ..
+    }) = &result
+        && !app_exists(owner, other, other_uid).await?
+    {
+        result = apply(Some(other_uid.clone())).await;
+    }
+    let applied = match result {
+        Ok(inventory) => inventory,
+        Err(e) => return fail(owner, app, e.to_string(), e.is_transient()).await,
     };
     let leftovers = stale(&status.applied_resources, &applied);
     if let Err(e) = destination.prune(&leftovers, &uid).await {
-        let retry = matches!(e, ApplyError::Unreachable(_));
-        return fail(owner, app, format!("pruning failed: {e}"), retry).await;
+        let message = format!("pruning failed: {e}");
+        return fail(owner, app, message, e.is_transient()).await;
     }
     write_status(owner, app, SyncPhase::Synced, None, Some(applied)).await?;
     Ok(Outcome::Synced)
+}
+
+/// Whether the FleetApp `namespace/name` with this UID still exists (a deleted app leaves its
+/// mark on objects it applied in a cluster it could no longer reach).
+async fn app_exists(owner: &Arc<Owner>, app: &str, uid: &str) -> Result<bool, kube::Error> {
+    let Some((namespace, name)) = app.split_once('/') else {
+        return Ok(false);
+    };
+    let apps: Api<Lenient<FleetApp>> = Api::namespaced(owner.client.clone(), namespace);
+    Ok(apps
+        .get_opt(name)
+        .await?
+        .is_some_and(|a| a.meta().uid.as_deref() == Some(uid)))
 }
 
 async fn fail(

@@ -13,9 +13,9 @@ use shardwise_api::{ClusterPhase, FleetCluster, FleetClusterStatus};
 use shardwise_handoff::plan::ObjectKey;
 use tracing::{debug, warn};
 
-use super::{Owner, for_each_event, gated, key_of};
+use super::{Owner, for_each_event, gated, key_of, record_of};
 use crate::clients::{build_client, destination_config};
-use crate::destination::Destination;
+use crate::destination::{Destination, rejected, rejection};
 
 /// Applies cluster watch events to the owner machines.
 pub(super) async fn watch_events(
@@ -36,6 +36,13 @@ pub(super) async fn watch_events(
             let key = key_of(&cluster);
             generations.remove(&key);
             owner.observe(&key, None, false);
+            // Still labelled with this shard: deleted, not moved away. Its apps report it now,
+            // not at their next resync.
+            if record_of(&cluster).owner == Some(owner.me.shard) {
+                for app in owner.apps_of(&key) {
+                    owner.app_queue.add(key_of(app.as_ref()));
+                }
+            }
         }
         watcher::Event::Init => listed.clear(),
         watcher::Event::InitDone => {
@@ -84,7 +91,7 @@ pub(super) async fn worker(owner: Arc<Owner>) {
     }
 }
 
-pub(super) fn condition(
+pub(crate) fn condition(
     type_: &str,
     ok: bool,
     reason: &str,
@@ -197,16 +204,28 @@ async fn probe(
             });
         }
     };
-    let version = tokio::time::timeout(
-        owner.config.cluster_timeout,
-        destination.client.apiserver_version(),
-    )
+    // `/version` answers anyone; `/api` needs the credentials to be accepted.
+    let client = &destination.client;
+    let version = tokio::time::timeout(owner.config.cluster_timeout, async {
+        let info = client.apiserver_version().await?;
+        client.list_core_api_versions().await?;
+        Ok::<_, kube::Error>(info)
+    })
     .await;
     Ok(match version {
         Ok(Ok(info)) => Probe {
             phase: ClusterPhase::Connected,
             version: Some(info.git_version),
             message: None,
+        },
+        Ok(Err(e)) if rejected(&e).is_some() => Probe {
+            phase: ClusterPhase::Unauthorized,
+            version: None,
+            message: Some(format!(
+                "probe of {}: {}",
+                cluster.spec.server,
+                rejection(rejected(&e).unwrap_or(401))
+            )),
         },
         Ok(Err(e)) => Probe {
             phase: ClusterPhase::Unreachable,
@@ -246,6 +265,7 @@ async fn reconcile(owner: &Arc<Owner>, key: &ObjectKey) -> Result<(), kube::Erro
         match probe.phase {
             ClusterPhase::Connected => "Connected",
             ClusterPhase::Unreachable => "Unreachable",
+            ClusterPhase::Unauthorized => "CredentialsRejected",
             ClusterPhase::Invalid => "InvalidSpec",
         },
         probe

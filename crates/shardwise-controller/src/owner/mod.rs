@@ -5,6 +5,8 @@
 
 mod apps;
 mod clusters;
+
+pub(crate) use clusters::condition;
 pub mod queue;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +22,7 @@ use shardwise_api::keys::{
     DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
     parse_shard,
 };
+use shardwise_api::lenient::{Lenient, Undecodable};
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::drain::{ClusterRecord, Incarnation, OwnerEffect, OwnerId, OwnerMachine};
 use shardwise_handoff::plan::ObjectKey;
@@ -29,6 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::audit::Audit;
 use crate::config::Config;
+use crate::decode::decode_each;
 use crate::destination::Destination;
 use crate::metrics::Metrics;
 use queue::WorkQueue;
@@ -377,8 +381,9 @@ pub async fn run(
     } = parts;
     let shard = me.shard;
     let selector = format!("{SHARD_LABEL}={shard}");
-    let cluster_api: Api<FleetCluster> = Api::namespaced(client.clone(), &config.namespace);
-    let app_api: Api<FleetApp> = Api::namespaced(client.clone(), &config.namespace);
+    let cluster_api: Api<Lenient<FleetCluster>> =
+        Api::namespaced(client.clone(), &config.namespace);
+    let app_api: Api<Lenient<FleetApp>> = Api::namespaced(client.clone(), &config.namespace);
     let (cluster_reader, cluster_writer) = reflector::store();
     let (app_reader, app_writer) = reflector::store();
     let owner = Arc::new(Owner {
@@ -401,13 +406,27 @@ pub async fn run(
     let watch_config = watcher::Config::default().labels(&selector);
     // managedFields are the API server's bookkeeping: a replica never reads them, so they are
     // dropped before the cache (for apps they are often bigger than the spec).
-    let cluster_events = watcher(cluster_api, watch_config.clone())
-        .modify(|c: &mut FleetCluster| c.metadata.managed_fields = None)
-        .default_backoff();
+    // Objects that cannot be read are left alone here; the planner reports them.
+    let unreadable = |what: &'static str| {
+        move |bad: &Undecodable| {
+            warn!(what, name = ?bad.metadata.name, reason = %bad.reason, "cannot read object; ignoring it");
+        }
+    };
+    let cluster_events = decode_each(
+        watcher(cluster_api, watch_config.clone()),
+        owner.clusters.clone(),
+        unreadable("cluster"),
+    )
+    .modify(|c: &mut FleetCluster| c.metadata.managed_fields = None)
+    .default_backoff();
     let cluster_events = reflector::reflector(cluster_writer, cluster_events);
-    let app_events = watcher(app_api, watch_config)
-        .modify(|a: &mut FleetApp| a.metadata.managed_fields = None)
-        .default_backoff();
+    let app_events = decode_each(
+        watcher(app_api, watch_config),
+        owner.apps.clone(),
+        unreadable("app"),
+    )
+    .modify(|a: &mut FleetApp| a.metadata.managed_fields = None)
+    .default_backoff();
     let app_events = reflector::reflector(app_writer, app_events);
     {
         let owner = owner.clone();

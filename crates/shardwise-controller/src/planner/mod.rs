@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -19,6 +20,7 @@ use shardwise_api::keys::{
     DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
     parse_shard,
 };
+use shardwise_api::lenient::{Lenient, Undecodable};
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::drain::PlannerAction;
 use shardwise_handoff::plan::{
@@ -29,9 +31,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::decode::decode_each;
 use crate::membership::ShardLeases;
 use crate::metrics::{MemberLabels, Metrics, MoveLabels, NoLabels, ShardLabels, StrategyLabels};
-use crate::owner::{key_of, record_of};
+use crate::owner::{condition, key_of, record_of};
 
 /// Concurrent label writes to apps.
 const APP_WRITE_CONCURRENCY: usize = 16;
@@ -171,29 +174,41 @@ pub async fn run(
     info!("planner started");
 
     let mut tasks = tokio::task::JoinSet::new();
-    let cluster_api: Api<FleetCluster> = Api::namespaced(client.clone(), &namespace);
-    let app_api: Api<FleetApp> = Api::namespaced(client.clone(), &namespace);
+    let cluster_api: Api<Lenient<FleetCluster>> = Api::namespaced(client.clone(), &namespace);
+    let app_api: Api<Lenient<FleetApp>> = Api::namespaced(client.clone(), &namespace);
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
+    // Objects that cannot be read are left out of planning and reported on, one at a time.
+    let (unreadable, unreadable_queue) = tokio::sync::mpsc::unbounded_channel();
     {
         let p = planner.clone();
-        let stream = reflector::reflector(
-            cluster_writer,
+        let unreadable = unreadable.clone();
+        let stream = decode_each(
             watcher(cluster_api, watcher::Config::default()),
-        )
-        .default_backoff();
+            planner.clusters.clone(),
+            move |bad| {
+                let _ = unreadable.send((Unreadable::Cluster, bad.clone()));
+            },
+        );
+        let stream = reflector::reflector(cluster_writer, stream).default_backoff();
         tasks.spawn(async move { trigger_on(stream, &p, "clusters").await });
     }
     {
         let p = planner.clone();
         // The planner needs only where each app goes: manifests and status stay out of memory.
-        let stream = watcher(app_api, watcher::Config::default())
-            .modify(|app: &mut FleetApp| {
-                app.spec.source = Default::default();
-                app.status = None;
-                app.metadata.managed_fields = None;
-                app.metadata.annotations = None;
-            })
-            .default_backoff();
+        let stream = decode_each(
+            watcher(app_api, watcher::Config::default()),
+            planner.apps.clone(),
+            move |bad| {
+                let _ = unreadable.send((Unreadable::App, bad.clone()));
+            },
+        )
+        .modify(|app: &mut FleetApp| {
+            app.spec.source = Default::default();
+            app.status = None;
+            app.metadata.managed_fields = None;
+            app.metadata.annotations = None;
+        })
+        .default_backoff();
         let stream = reflector::reflector(app_writer, stream);
         tasks.spawn(async move { trigger_on(stream, &p, "apps").await });
     }
@@ -206,6 +221,10 @@ pub async fn run(
     {
         let p = planner.clone();
         tasks.spawn(async move { plan_loop(&p).await });
+    }
+    {
+        let p = planner.clone();
+        tasks.spawn(async move { report_unreadable(&p, unreadable_queue).await });
     }
 
     tokio::select! {
@@ -561,4 +580,82 @@ async fn report_pins(
         }
     }
     *reported = current;
+}
+
+/// The kinds of object the planner reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Unreadable {
+    Cluster,
+    App,
+}
+
+/// The status that says an object cannot be read: `phase` or `syncPhase`, a message, and the
+/// kind's condition, all naming the field at fault.
+fn unreadable_status(kind: Unreadable, reason: &str) -> Value {
+    let message = format!("cannot be read, so shardwise ignores it until it is fixed: {reason}");
+    let generation = None;
+    match kind {
+        Unreadable::Cluster => json!({
+            "phase": "Invalid",
+            "message": message,
+            "conditions": [condition("Ready", false, "InvalidSpec", message.clone(), &[], generation)],
+        }),
+        Unreadable::App => json!({
+            "syncPhase": "Failed",
+            "message": message,
+            "conditions": [condition("Synced", false, "InvalidSpec", message.clone(), &[], generation)],
+        }),
+    }
+}
+
+/// Gives every object that cannot be read a status and a Warning event saying why, once per
+/// generation and reason (the status write itself must not cause another report).
+async fn report_unreadable(
+    planner: &Arc<Planner>,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<(Unreadable, Undecodable)>,
+) {
+    let mut reported: BTreeSet<(Unreadable, String, Option<i64>, String)> = BTreeSet::new();
+    while let Some((kind, bad)) = queue.recv().await {
+        let uid = bad.metadata.uid.clone().unwrap_or_default();
+        let seen = (kind, uid, bad.metadata.generation, bad.reason.clone());
+        if !reported.insert(seen) {
+            continue;
+        }
+        let (Some(name), Some(namespace)) = (&bad.metadata.name, &bad.metadata.namespace) else {
+            continue;
+        };
+        let resource = match kind {
+            Unreadable::Cluster => ApiResource::erase::<FleetCluster>(&()),
+            Unreadable::App => ApiResource::erase::<FleetApp>(&()),
+        };
+        warn!(kind = %resource.kind, %namespace, %name, reason = %bad.reason, "object cannot be read: left out of planning");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(planner.client.clone(), namespace, &resource);
+        let patch = json!({"status": unreadable_status(kind, &bad.reason)});
+        if let Err(e) = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            warn!(%namespace, %name, error = %e, "could not report an unreadable object");
+        }
+        let reference = ObjectReference {
+            api_version: Some(resource.api_version.clone()),
+            kind: Some(resource.kind.clone()),
+            name: Some(name.clone()),
+            namespace: Some(namespace.clone()),
+            uid: bad.metadata.uid.clone(),
+            resource_version: bad.metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InvalidSpec".into(),
+            note: Some(format!("cannot be read: {}", bad.reason)),
+            action: "Read".into(),
+            secondary: None,
+        };
+        if let Err(e) = planner.recorder.publish(&event, &reference).await {
+            debug!(%namespace, %name, error = %e, "could not publish event");
+        }
+    }
 }

@@ -1,0 +1,491 @@
+//! One bad or hostile object must never break the fleet: end-to-end tests with real controller
+//! processes on the test API servers. Each test reproduces a way a careless or hostile user hurt
+//! the fleet, and checks that the damage stays with the object at fault.
+
+// Test code: a step that fails fails the test, helpers included.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use shardwise_api::lenient::Lenient;
+use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_e2e::wait_for;
+use support::{Fleet, FleetOptions, NAMESPACE, app_manifests, shard_label};
+
+const SETTLE: Duration = Duration::from_secs(120);
+
+/// Tests share the machine: one fleet at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn repo_file(path: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// shardwise's CRDs as an older release might have had them: the spec of each kind unchecked.
+fn loose_crds() -> String {
+    let text = std::fs::read_to_string(repo_file("deploy/crds.yaml")).unwrap();
+    let mut crds: Vec<Value> = serde_saphyr::from_str_multiple(&text).unwrap();
+    crds.retain(|c| !c.is_null());
+    for crd in &mut crds {
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] =
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    }
+    crds.iter()
+        .map(|c| format!("---\n{}\n", serde_json::to_string(c).unwrap()))
+        .collect()
+}
+
+/// Creates a FleetCluster or FleetApp from JSON as written, bypassing the Rust types (which
+/// could not hold what a careless user can send).
+async fn create_raw<K: kube::Resource<DynamicType = ()>>(
+    fleet: &Fleet,
+    name: &str,
+    spec: Value,
+) -> Result<DynamicObject, kube::Error> {
+    let resource = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(fleet.admin.clone(), NAMESPACE, &resource);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": resource.api_version, "kind": resource.kind,
+        "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await
+}
+
+/// Waits until the status of the FleetCluster or FleetApp `name` has `field` equal to `value`
+/// and a message containing `text`. Read untyped: the object may be one the types cannot hold.
+async fn wait_status<K: kube::Resource<DynamicType = ()>>(
+    fleet: &Fleet,
+    name: &str,
+    (field, value): (&str, &str),
+    text: &str,
+) {
+    let resource = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(fleet.admin.clone(), NAMESPACE, &resource);
+    let expected = format!(
+        "{} {name}: {field} {value}, message with {text:?}",
+        resource.kind
+    );
+    wait_for(&expected, SETTLE, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        let status = object.data.get("status").cloned().unwrap_or_default();
+        let got = status[field].as_str().unwrap_or_default();
+        let message = status["message"].as_str().unwrap_or_default();
+        if got == value && message.contains(text) {
+            Ok(())
+        } else {
+            Err(format!("{got}: {message}"))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.report()));
+}
+
+async fn wait_event(fleet: &Fleet, name: &str, reason: &str) {
+    wait_for(
+        &format!("a {reason} event about {name}"),
+        SETTLE,
+        || async {
+            let reasons = fleet.event_reasons(name).await.map_err(|e| e.to_string())?;
+            if reasons.iter().any(|r| r == reason) {
+                Ok(())
+            } else {
+                Err(format!("events: {reasons:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The API server refuses numbers the controller's types cannot hold. Objects stored before the
+/// schema said so (or that otherwise cannot be read) get a status and an Event, and planning
+/// carries on for everything else, through a change of planner and a scale-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_the_controller_cannot_read_stop_nothing() {
+    let _serial = SERIAL.lock().await;
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 3,
+        clusters: 10,
+        apps: 100,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
+    let server = fleet.env.destinations()[0].url();
+    let credentials = json!({"secretRef": {"name": "dest-0-credentials"}});
+
+    // Today's schema: the API server refuses what the types cannot hold.
+    for (weight, bound) in [
+        (json!(4294967296u64), "less than or equal to 1000"),
+        (json!(-1), "greater than or equal to 1"),
+    ] {
+        let refused = create_raw::<FleetCluster>(
+            &fleet,
+            "refused",
+            json!({"server": server, "credentials": credentials, "weight": weight}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&refused, kube::Error::Api(s) if s.code == 422 && s.message.contains(bound)),
+            "{refused}"
+        );
+    }
+
+    // Under an older, looser schema the same objects were stored; the schema then tightened.
+    let cp = fleet.env.control_plane();
+    cp.apply_yaml("admin", &loose_crds()).await.unwrap();
+    create_raw::<FleetCluster>(
+        &fleet,
+        "oversized",
+        json!({"server": server, "credentials": credentials, "weight": 4294967296u64}),
+    )
+    .await
+    .unwrap();
+    create_raw::<FleetApp>(
+        &fleet,
+        "unreadable",
+        json!({"destination": {"cluster": 7, "namespace": "team-0"}, "source": {}}),
+    )
+    .await
+    .unwrap();
+    create_raw::<FleetApp>(
+        &fleet,
+        "on-oversized",
+        json!({"destination": {"cluster": "oversized", "namespace": "team-0"},
+               "source": {"manifests": app_manifests(9000, 1)}}),
+    )
+    .await
+    .unwrap();
+    cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
+        .await
+        .unwrap();
+
+    // A new planner lists everything from scratch.
+    let planner = fleet.planner(SETTLE).await.unwrap();
+    fleet.stop_replica(planner).await.unwrap();
+    fleet.spawn_replica(planner).unwrap();
+
+    // Each object that cannot be read says why, naming the field.
+    wait_status::<FleetCluster>(
+        &fleet,
+        "oversized",
+        ("phase", "Invalid"),
+        "spec.weight: invalid value: integer `4294967296`, expected u32",
+    )
+    .await;
+    wait_event(&fleet, "oversized", "InvalidSpec").await;
+    wait_status::<FleetApp>(
+        &fleet,
+        "unreadable",
+        ("syncPhase", "Failed"),
+        "spec.destination.cluster",
+    )
+    .await;
+    wait_event(&fleet, "unreadable", "InvalidSpec").await;
+    wait_status::<FleetApp>(
+        &fleet,
+        "on-oversized",
+        ("syncPhase", "Failed"),
+        "FleetCluster \"oversized\" is invalid",
+    )
+    .await;
+
+    // Meanwhile the fleet goes on: a new cluster with apps is placed and synced, and a new
+    // shard gets its share.
+    fleet.create_clusters(10..11).await.unwrap();
+    let apps = fleet.apps_api();
+    for i in 0..5 {
+        let app: FleetApp = serde_json::from_value(json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+            "metadata": {"name": format!("late-{i}"), "namespace": NAMESPACE},
+            "spec": {"destination": {"cluster": "cluster-10", "namespace": "team-1"},
+                     "source": {"manifests": app_manifests(10_000 + i, 1)}},
+        }))
+        .unwrap();
+        apps.create(&PostParams::default(), &app).await.unwrap();
+    }
+    for i in 0..5 {
+        wait_status::<FleetApp>(&fleet, &format!("late-{i}"), ("syncPhase", "Synced"), "").await;
+    }
+    fleet.scale(4).await.unwrap();
+    fleet.spawn_replica(3).unwrap();
+    // Listed leniently: the typed list would fail on "oversized", as the controller's did.
+    let clusters: Api<Lenient<FleetCluster>> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    wait_for("shard 3 to own clusters", SETTLE, || async {
+        let list = clusters
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let owned = list
+            .items
+            .into_iter()
+            .filter_map(|c| c.decoded().ok())
+            .filter(|c| shard_label(c) == Some(3))
+            .count();
+        if owned > 0 {
+            Ok(())
+        } else {
+            Err("shard 3 owns nothing".to_string())
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.report()));
+}
+
+/// One cluster whose load dwarfs the rest of the fleet cannot be balanced, but it must not
+/// freeze the balancing of the others: after a scale-up the new shard gets its share of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_outsized_cluster_never_freezes_rebalancing() {
+    let _serial = SERIAL.lock().await;
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 3,
+        clusters: 10,
+        apps: 200,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    let clusters = fleet.clusters_api();
+    // 20 apps of weight 1000 (the most the schema allows): 20,000 against 180 for the rest.
+    clusters
+        .patch(
+            "cluster-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"weight": 1000}})),
+        )
+        .await
+        .unwrap();
+    fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
+    fleet.scale(4).await.unwrap();
+    fleet.spawn_replica(3).unwrap();
+    // The shards other than the outsized cluster's are balanced among themselves.
+    let started = std::time::Instant::now();
+    wait_for("the other shards to be balanced", SETTLE, || async {
+        let list = clusters
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut apps_per_shard = [0u64; 4];
+        let mut outsized = None;
+        for c in &list.items {
+            let Some(shard) = shard_label(c) else {
+                return Err(format!("{} is not placed", c.name_any()));
+            };
+            if c.name_any() == "cluster-0" {
+                outsized = Some(shard);
+            } else {
+                apps_per_shard[shard as usize] += 20;
+            }
+        }
+        let outsized = outsized.ok_or("cluster-0 is missing")?;
+        let others: Vec<u64> = (0..4)
+            .filter(|&s| s != outsized as usize)
+            .map(|s| apps_per_shard[s])
+            .collect();
+        let mean = others.iter().sum::<u64>() as f64 / others.len() as f64;
+        let max = others.iter().copied().max().unwrap_or(0) as f64;
+        if apps_per_shard[outsized as usize] == 0 && max / mean <= 1.15 {
+            Ok(())
+        } else {
+            Err(format!(
+                "cluster-0 on {outsized}, other apps per shard {apps_per_shard:?}"
+            ))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.report()));
+    eprintln!(
+        "balanced around the outsized cluster in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await.unwrap();
+}
+
+/// Mistakes in apps and clusters get a status that names them in plain words, and hurt no other
+/// app: an object declared twice, an object two apps claim, a token that cannot be sent, a
+/// token the destination refuses, a cluster deleted under its apps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistakes_are_reported_plainly_and_stay_with_their_object() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 3,
+        clusters: 10,
+        apps: 100,
+        // A long resync: what must happen within seconds cannot wait for it.
+        args: vec!["--resync-interval=3m".into()],
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
+    let apps = fleet.apps_api();
+    let app = |name: &str, cluster: &str, namespace: &str, manifests: &str| -> FleetApp {
+        serde_json::from_value(json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"destination": {"cluster": cluster, "namespace": namespace},
+                     "source": {"manifests": manifests}},
+        }))
+        .unwrap()
+    };
+    let config_map = |name: &str, namespace: Option<&str>, value: &str| {
+        let namespace = namespace.map_or(String::new(), |n| format!("\n  namespace: {n}"));
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}{namespace}\ndata:\n  value: {value}\n"
+        )
+    };
+
+    // The same object twice once its namespace is defaulted: refused, nothing written.
+    let twice = format!(
+        "{}---\n{}",
+        config_map("twice", Some("dupns"), "a"),
+        config_map("twice", None, "b")
+    );
+    apps.create(
+        &PostParams::default(),
+        &app("dup", "cluster-0", "dupns", &twice),
+    )
+    .await
+    .unwrap();
+    wait_status::<FleetApp>(
+        &fleet,
+        "dup",
+        ("syncPhase", "Failed"),
+        "ConfigMap dupns/twice is declared twice",
+    )
+    .await;
+
+    // Two apps, one object: the first keeps it, the second says who has it.
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "first",
+            "cluster-1",
+            "shared",
+            &config_map("shared", None, "first"),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_status::<FleetApp>(&fleet, "first", ("syncPhase", "Synced"), "").await;
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "second",
+            "cluster-1",
+            "shared",
+            &config_map("shared", None, "second"),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_status::<FleetApp>(
+        &fleet,
+        "second",
+        ("syncPhase", "Failed"),
+        "ConfigMap shared/shared is managed by FleetApp shardwise/first",
+    )
+    .await;
+    let destination = fleet.env.destinations()[1].client("admin").await.unwrap();
+    let live: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(destination, "shared");
+    let value = live.get("shared").await.unwrap().data.unwrap_or_default();
+    assert_eq!(value.get("value").map(String::as_str), Some("first"));
+    wait_status::<FleetApp>(&fleet, "first", ("syncPhase", "Synced"), "").await;
+
+    // Tokens: one that cannot travel in a header, one the destination refuses.
+    let server = fleet.env.destinations()[0].url();
+    let ca = fleet.env.destinations()[0]
+        .server()
+        .ca_pem()
+        .unwrap_or_default()
+        .to_string();
+    let cp = fleet.env.control_plane();
+    for (secret, token) in [("accented", "jeton-à-accent"), ("stale", "not-the-token")] {
+        let body = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret, "namespace": NAMESPACE},
+            "stringData": {"token": token, "ca.crt": ca},
+        });
+        cp.apply_yaml("admin", &body.to_string()).await.unwrap();
+        create_raw::<FleetCluster>(
+            &fleet,
+            secret,
+            json!({"server": server, "credentials": {"secretRef": {"name": secret}}}),
+        )
+        .await
+        .unwrap();
+    }
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "refused",
+            "stale",
+            "team-0",
+            &config_map("refused", None, "x"),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_status::<FleetCluster>(
+        &fleet,
+        "accented",
+        ("phase", "Invalid"),
+        "key \"token\" of Secret \"accented\" is not valid bearer token",
+    )
+    .await;
+    wait_status::<FleetCluster>(
+        &fleet,
+        "stale",
+        ("phase", "Unauthorized"),
+        "credentials rejected (401)",
+    )
+    .await;
+    wait_status::<FleetApp>(
+        &fleet,
+        "refused",
+        ("syncPhase", "Failed"),
+        "credentials rejected (401)",
+    )
+    .await;
+
+    // A deleted cluster's apps say so within seconds, not at their next resync.
+    let orphans: Vec<String> = (0..100)
+        .filter(|i| i % 10 == 3)
+        .map(|i| format!("app-{i}"))
+        .collect();
+    fleet
+        .clusters_api()
+        .delete("cluster-3", &Default::default())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    for name in &orphans {
+        wait_status::<FleetApp>(
+            &fleet,
+            name,
+            ("syncPhase", "Failed"),
+            "FleetCluster \"cluster-3\" does not exist",
+        )
+        .await;
+    }
+    let took = started.elapsed();
+    eprintln!(
+        "apps of a deleted cluster failed after {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    // And none of it disturbed the other apps.
+    for i in (0..100).filter(|i| i % 10 != 3) {
+        wait_status::<FleetApp>(&fleet, &format!("app-{i}"), ("syncPhase", "Synced"), "").await;
+    }
+}
