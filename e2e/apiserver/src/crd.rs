@@ -533,40 +533,36 @@ fn check_number(
             _ => n.as_f64()?.partial_cmp(&bound.as_f64()?),
         }
     };
-    let exclusive = |name: &str| flag(schema, name);
-    if let Some(max) = schema.get("maximum")
-        && let Some(order) = compare(max)
-    {
-        let strict = exclusive("exclusiveMaximum");
-        if order.is_gt() || (strict && order.is_eq()) {
-            let bound = render_bound(max.as_f64().unwrap_or_default());
-            let relation = if strict {
-                "less than"
-            } else {
-                "less than or equal to"
-            };
+    // (bound, its exclusive flag, the side a value may not pass it on, the words for the rule)
+    let bounds = [
+        (
+            "maximum",
+            "exclusiveMaximum",
+            std::cmp::Ordering::Greater,
+            "less than",
+        ),
+        (
+            "minimum",
+            "exclusiveMinimum",
+            std::cmp::Ordering::Less,
+            "greater than",
+        ),
+    ];
+    for (name, exclusive, beyond, relation) in bounds {
+        let Some(bound) = schema.get(name) else {
+            continue;
+        };
+        let Some(order) = compare(bound) else {
+            continue;
+        };
+        let strict = flag(schema, exclusive);
+        if order == beyond || (strict && order.is_eq()) {
+            let or_equal = if strict { "" } else { " or equal to" };
+            let bound = render_bound(bound.as_f64().unwrap_or_default());
             errs.push(FieldError::invalid(
                 path,
                 v.clone(),
-                format!("{path} in body should be {relation} {bound}"),
-            ));
-        }
-    }
-    if let Some(min) = schema.get("minimum")
-        && let Some(order) = compare(min)
-    {
-        let strict = exclusive("exclusiveMinimum");
-        if order.is_lt() || (strict && order.is_eq()) {
-            let bound = render_bound(min.as_f64().unwrap_or_default());
-            let relation = if strict {
-                "greater than"
-            } else {
-                "greater than or equal to"
-            };
-            errs.push(FieldError::invalid(
-                path,
-                v.clone(),
-                format!("{path} in body should be {relation} {bound}"),
+                format!("{path} in body should be {relation}{or_equal} {bound}"),
             ));
         }
     }
