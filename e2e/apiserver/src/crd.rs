@@ -464,41 +464,38 @@ fn check_value(v: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>
     match v {
         Value::Number(n) => check_number(n, v, schema, path, errs),
         Value::String(text) => check_string(text, schema, path, errs),
-        Value::Array(items) => {
-            if let Some(max) = limit(schema, "maxItems")
-                && items.len() > max
-            {
-                errs.push(FieldError::too_many(path, items.len(), max));
-            }
-            if let Some(min) = limit(schema, "minItems")
-                && items.len() < min
-            {
-                errs.push(FieldError::invalid(
-                    path,
-                    v.clone(),
-                    format!("{path} in body should have at least {min} items"),
-                ));
-            }
-        }
+        Value::Array(items) => check_size(items.len(), v, schema, path, ("Items", "items"), errs),
         Value::Object(m) => {
-            if let Some(max) = limit(schema, "maxProperties")
-                && m.len() > max
-            {
-                errs.push(FieldError::too_many(path, m.len(), max));
-            }
-            if let Some(min) = limit(schema, "minProperties")
-                && m.len() < min
-            {
-                errs.push(FieldError::invalid(
-                    path,
-                    v.clone(),
-                    format!("{path} in body should have at least {min} properties"),
-                ));
-            }
+            check_size(m.len(), v, schema, path, ("Properties", "properties"), errs)
         }
         _ => {}
     }
     true
+}
+
+/// `max<Unit>` and `min<Unit>` of a list (`Items`) or a map (`Properties`) of `len` entries.
+fn check_size(
+    len: usize,
+    v: &Value,
+    schema: &Value,
+    path: &str,
+    (unit, noun): (&str, &str),
+    errs: &mut Vec<FieldError>,
+) {
+    if let Some(max) = limit(schema, &format!("max{unit}"))
+        && len > max
+    {
+        errs.push(FieldError::too_many(path, len, max));
+    }
+    if let Some(min) = limit(schema, &format!("min{unit}"))
+        && len < min
+    {
+        errs.push(FieldError::invalid(
+            path,
+            v.clone(),
+            format!("{path} in body should have at least {min} {noun}"),
+        ));
+    }
 }
 
 /// A non-negative whole number of the schema (`maxLength`, `minItems`...).
