@@ -54,6 +54,7 @@ EVERYTHING = {
     "extraEnv": [{"name": "RUST_BACKTRACE", "value": "1"}],
     "terminationGracePeriodSeconds": 90,
     "serviceAccount": {"annotations": {"example.com/role": "fleet"}},
+    "rbac": {"create": True, "clusterSecrets": ["prod-eu-1", "prod-us-1"]},
     "podAnnotations": {"example.com/team": "platform"},
     "podLabels": {"team": "platform"},
     "priorityClassName": "system-cluster-critical",
@@ -93,6 +94,7 @@ INVALID = [
     ({"terminationGracePeriodSeconds": 24}, "terminationGracePeriodSeconds (24) must exceed"),
     ({"autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": None}}, "autoscaling.enabled needs"),
     ({"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}, "not both"),
+    ({"rbac": {"clusterSecrets": [""]}}, "clusterSecrets"),
 ]
 
 
@@ -276,6 +278,16 @@ def check_release(
                 {"kind": "ServiceAccount", "name": pod["spec"]["serviceAccountName"], "namespace": namespace}
             ],
             f"{where}: RoleBinding subject",
+        )
+        # Secrets: get only, and only those named when names are given.
+        secret_rules = [r for r in one(objects, "Role")["rules"] if "secrets" in r["resources"]]
+        names = values["rbac"].get("clusterSecrets") or []
+        f.check(
+            len(secret_rules) == 1
+            and secret_rules[0]["resources"] == ["secrets"]
+            and secret_rules[0]["verbs"] == ["get"]
+            and secret_rules[0].get("resourceNames", []) == names,
+            f"{where}: the Role's rule on Secrets is not get on {names or 'all'}: {secret_rules}",
         )
 
     hpa = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]

@@ -145,9 +145,13 @@ apiVersion: v1
 kind: Secret
 metadata:
   name: destination-token
+  labels:
+    shardwise.io/secret-type: cluster
   annotations:
     kubernetes.io/service-account.name: destination
 type: kubernetes.io/service-account-token
+stringData:
+  server: https://kubernetes.default.svc
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

@@ -413,8 +413,12 @@ async fn mistakes_are_reported_plainly_and_stay_with_their_object() {
     for (secret, token) in [("accented", "jeton-à-accent"), ("stale", "not-the-token")] {
         let body = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": secret, "namespace": NAMESPACE},
-            "stringData": {"token": token, "ca.crt": ca},
+            "metadata": {
+                "name": secret,
+                "namespace": NAMESPACE,
+                "labels": {"shardwise.io/secret-type": "cluster"},
+            },
+            "stringData": {"server": server, "token": token, "ca.crt": ca},
         });
         cp.apply_yaml("admin", &body.to_string()).await.unwrap();
         create_raw::<FleetCluster>(
@@ -486,6 +490,326 @@ async fn mistakes_are_reported_plainly_and_stay_with_their_object() {
     assert!(took < Duration::from_secs(30), "took {took:?}");
     // And none of it disturbed the other apps.
     for i in (0..100).filter(|i| i % 10 != 3) {
+        wait_status::<FleetApp>(&fleet, &format!("app-{i}"), ("syncPhase", "Synced"), "").await;
+    }
+}
+
+/// A server that records every connection it gets and answers nothing: where an attacker
+/// would like credentials to be sent.
+async fn listening_attacker() -> (
+    u16,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut socket, peer)) = listener.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut bytes = vec![0u8; 4096];
+                let n = tokio::time::timeout(Duration::from_secs(2), socket.read(&mut bytes))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(0);
+                record
+                    .lock()
+                    .unwrap()
+                    .push(format!("{peer}: {}", String::from_utf8_lossy(&bytes[..n])));
+            });
+        }
+    });
+    (port, seen, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_go_only_where_their_secret_says() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 2,
+        clusters: 4,
+        apps: 40,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1], SETTLE).await.unwrap();
+    let (port, seen, attacker) = listening_attacker().await;
+    let cp = fleet.env.control_plane();
+    // Another team's Secret: not cluster credentials, so the controller must use none of it.
+    cp.apply_yaml(
+        "admin",
+        &json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "team-b-database", "namespace": NAMESPACE},
+            "stringData": {"password": "hunter2", "server": format!("https://127.0.0.1:{port}")},
+        })
+        .to_string(),
+    )
+    .await
+    .unwrap();
+    // Real cluster credentials, but marked for plain http (an admin's mistake).
+    cp.apply_yaml(
+        "admin",
+        &json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "plain", "namespace": NAMESPACE,
+                         "labels": {"shardwise.io/secret-type": "cluster"}},
+            "stringData": {"token": "plain-token", "server": format!("http://127.0.0.1:{port}")},
+        })
+        .to_string(),
+    )
+    .await
+    .unwrap();
+    let other_team = json!({"name": "team-b-database", "tokenKey": "password"});
+    let probes = [
+        (
+            "probe-http",
+            json!({"server": format!("http://127.0.0.1:{port}"), "credentials": {"secretRef": other_team}}),
+            "is plain http: credentials are only sent over https".to_string(),
+        ),
+        (
+            "probe-https",
+            json!({"server": format!("https://127.0.0.1:{port}"), "credentials": {"secretRef": other_team}}),
+            "Secret \"team-b-database\" is not cluster credentials".to_string(),
+        ),
+        (
+            "probe-stolen",
+            json!({"server": format!("https://127.0.0.1:{port}"),
+                   "credentials": {"secretRef": {"name": "dest-0-credentials"}}}),
+            format!(
+                "Secret \"dest-0-credentials\" holds credentials for {:?}, not for spec.server \"https://127.0.0.1:{port}\"",
+                fleet.env.destinations()[0].url()
+            ),
+        ),
+        (
+            "probe-plain",
+            json!({"server": format!("http://127.0.0.1:{port}"),
+                   "credentials": {"secretRef": {"name": "plain"}}}),
+            "is plain http".to_string(),
+        ),
+    ];
+    for (name, spec, _) in &probes {
+        create_raw::<FleetCluster>(&fleet, name, spec.clone())
+            .await
+            .unwrap();
+    }
+    for (name, _, message) in &probes {
+        wait_status::<FleetCluster>(&fleet, name, ("phase", "Invalid"), message).await;
+        let cluster = fleet.clusters_api().get(name).await.unwrap();
+        let ready = cluster
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "InvalidSpec")
+        );
+    }
+    // Let every probe run a few more times: the attacker still gets nothing at all.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    attacker.abort();
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.is_empty(),
+        "the attacker's server was contacted:\n{}",
+        seen.join("\n")
+    );
+    // Nothing of it disturbed the fleet.
+    fleet.check_settled(&[0, 1]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_stay_in_their_namespace_unless_an_admin_policy_says_otherwise() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 2,
+        clusters: 2,
+        apps: 20,
+        // A long resync: a new policy must take effect through its watch, not a resync.
+        args: vec!["--resync-interval=3m".into()],
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1], SETTLE).await.unwrap();
+    let config_map = |name: &str, namespace: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\ndata:\n  v: x\n"
+        )
+    };
+    let cluster_admin = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: take-over\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: User, name: mallory, apiGroup: rbac.authorization.k8s.io}]\n";
+    let cluster_role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: agent-reader\nrules: [{apiGroups: [\"\"], resources: [pods], verbs: [get]}]\n";
+    let network_policy = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: open\n  namespace: monitoring\nspec: {podSelector: {}}\n";
+    let app = |policy: Option<&str>, manifests: String| {
+        let mut spec = json!({
+            "destination": {"cluster": "cluster-0", "namespace": "team-0"},
+            "source": {"manifests": manifests},
+        });
+        if let Some(p) = policy {
+            spec["policy"] = json!(p);
+        }
+        spec
+    };
+    let cases = [
+        (
+            "escape-ns",
+            app(
+                None,
+                format!(
+                    "{}---\n{}",
+                    config_map("fine", "team-0"),
+                    config_map("escape", "kube-system")
+                ),
+            ),
+            "ConfigMap kube-system/escape is outside the destination namespace \"team-0\": an app without a FleetPolicy writes only there",
+        ),
+        (
+            "escape-crb",
+            app(None, cluster_admin.to_string()),
+            "ClusterRoleBinding.rbac.authorization.k8s.io take-over is cluster-scoped: an app without a FleetPolicy writes only namespaced objects",
+        ),
+        (
+            "sneaky",
+            app(Some("platform"), cluster_role.to_string()),
+            "FleetPolicy \"platform\" does not list this app in spec.apps",
+        ),
+        (
+            "platform-wide",
+            app(Some("platform"), cluster_admin.to_string()),
+            "ClusterRoleBinding.rbac.authorization.k8s.io take-over is cluster-scoped and FleetPolicy \"platform\" allows no ClusterRoleBinding.rbac.authorization.k8s.io in spec.clusterResources",
+        ),
+        (
+            "platform-netpol",
+            app(Some("platform"), network_policy.to_string()),
+            "NetworkPolicy.networking.k8s.io monitoring/open: FleetPolicy \"platform\" denies NetworkPolicy.networking.k8s.io in spec.namespaceResourcesDenied",
+        ),
+        (
+            "platform-system",
+            app(Some("platform"), config_map("escape", "kube-system")),
+            "ConfigMap kube-system/escape: FleetPolicy \"platform\" allows no destination namespace \"kube-system\" on FleetCluster \"cluster-0\"",
+        ),
+    ];
+    // The platform policy, written by an admin.
+    let policy = json!({
+        "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetPolicy",
+        "metadata": {"name": "platform", "namespace": NAMESPACE},
+        "spec": {
+            "apps": ["platform-*"],
+            "destinations": [{"cluster": "*", "namespace": "monitoring"}],
+            "clusterResources": [{"group": "rbac.authorization.k8s.io", "kind": "ClusterRole"}],
+            "namespaceResourcesDenied": [{"group": "networking.k8s.io", "kind": "NetworkPolicy"}],
+        },
+    });
+    // Without a policy: nothing outside the destination namespace.
+    let (confined, granted) = cases.split_at(2);
+    for (name, spec, _) in confined {
+        create_raw::<FleetApp>(&fleet, name, spec.clone())
+            .await
+            .unwrap();
+    }
+    for (name, _, message) in confined {
+        wait_status::<FleetApp>(&fleet, name, ("syncPhase", "Failed"), message).await;
+    }
+    let cp = fleet.env.control_plane();
+    cp.apply_yaml("admin", &policy.to_string()).await.unwrap();
+    for (name, spec, _) in granted {
+        create_raw::<FleetApp>(&fleet, name, spec.clone())
+            .await
+            .unwrap();
+    }
+    // Granted by the policy: a ClusterRole and a ConfigMap in monitoring.
+    create_raw::<FleetApp>(
+        &fleet,
+        "platform-agent",
+        app(
+            Some("platform"),
+            format!("{cluster_role}---\n{}", config_map("agent", "monitoring")),
+        ),
+    )
+    .await
+    .unwrap();
+    // A policy that does not exist yet: the app fails, then syncs as soon as it appears.
+    create_raw::<FleetApp>(
+        &fleet,
+        "later-agent",
+        app(Some("later"), config_map("later", "monitoring")),
+    )
+    .await
+    .unwrap();
+    for (name, _, message) in granted {
+        wait_status::<FleetApp>(&fleet, name, ("syncPhase", "Failed"), message).await;
+    }
+    wait_status::<FleetApp>(&fleet, "platform-agent", ("syncPhase", "Synced"), "").await;
+    wait_status::<FleetApp>(
+        &fleet,
+        "later-agent",
+        ("syncPhase", "Failed"),
+        "FleetPolicy \"later\" does not exist",
+    )
+    .await;
+    let mut later = policy.clone();
+    later["metadata"]["name"] = json!("later");
+    later["spec"]["apps"] = json!(["later-*"]);
+    cp.apply_yaml("admin", &later.to_string()).await.unwrap();
+    let created = std::time::Instant::now();
+    wait_status::<FleetApp>(&fleet, "later-agent", ("syncPhase", "Synced"), "").await;
+    assert!(
+        created.elapsed() < Duration::from_secs(60),
+        "a new policy took {:?} to apply",
+        created.elapsed()
+    );
+
+    // From the destination's side: what was refused was never written, not even in part.
+    let destination = fleet.env.destinations()[0].client("admin").await.unwrap();
+    let config_maps = |ns: &str| -> Api<k8s_openapi::api::core::v1::ConfigMap> {
+        Api::namespaced(destination.clone(), ns)
+    };
+    assert!(
+        config_maps("kube-system")
+            .get_opt("escape")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        config_maps("team-0")
+            .get_opt("fine")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
+        Api::all(destination.clone());
+    assert!(bindings.get_opt("take-over").await.unwrap().is_none());
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(destination.clone(), "monitoring");
+    assert!(policies.get_opt("open").await.unwrap().is_none());
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(destination.clone());
+    assert!(roles.get_opt("agent-reader").await.unwrap().is_some());
+    assert!(
+        config_maps("monitoring")
+            .get_opt("agent")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        config_maps("monitoring")
+            .get_opt("later")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // And the fleet's own apps never noticed.
+    for i in 0..20 {
         wait_status::<FleetApp>(&fleet, &format!("app-{i}"), ("syncPhase", "Synced"), "").await;
     }
 }

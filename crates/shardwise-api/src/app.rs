@@ -49,6 +49,11 @@ use serde::{Deserialize, Serialize};
 pub struct FleetAppSpec {
     pub destination: Destination,
     pub source: AppSource,
+    /// A FleetPolicy (in this namespace) that lists this app and grants it more than its
+    /// destination namespace. Without one, the app writes only namespaced objects, only into
+    /// `destination.namespace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 /// Where the manifests go.

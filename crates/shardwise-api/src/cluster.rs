@@ -50,7 +50,8 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FleetClusterSpec {
-    /// URL of the cluster's API server, e.g. `https://10.0.0.1:6443`.
+    /// URL of the cluster's API server, e.g. `https://10.0.0.1:6443`. With `secretRef`, it must
+    /// be `https` and equal the `server` key of the Secret.
     pub server: String,
     /// How to authenticate: a Secret, or the controller's own service account.
     #[serde(default)]
@@ -89,7 +90,9 @@ fn bounded_weight<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>,
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterCredentials {
-    /// A Secret in the FleetCluster's namespace with a bearer token and, optionally, a CA bundle.
+    /// A Secret in the FleetCluster's namespace, labelled `shardwise.io/secret-type: cluster`,
+    /// with the server its credentials are for (`server`), a bearer token and, optionally, a CA
+    /// bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretCredentials>,
     /// Use the controller's own service account (the cluster it runs in).

@@ -38,6 +38,16 @@ pub const APP_ANNOTATION: &str = "shardwise.io/app";
 /// `app.kubernetes.io/managed-by` value on applied objects.
 pub const MANAGED_BY: &str = "shardwise";
 
+/// Label that marks a Secret as the credentials of a destination cluster; its value must be
+/// [`CLUSTER_SECRET_TYPE`]. The controller uses no other Secret, whatever a FleetCluster names.
+pub const CLUSTER_SECRET_LABEL: &str = "shardwise.io/secret-type";
+
+/// Value of [`CLUSTER_SECRET_LABEL`] on cluster credentials.
+pub const CLUSTER_SECRET_TYPE: &str = "cluster";
+
+/// Key of a cluster Secret that holds the only API server URL its credentials may be sent to.
+pub const CLUSTER_SECRET_SERVER_KEY: &str = "server";
+
 /// Field manager of every server-side apply shardwise makes.
 pub const FIELD_MANAGER: &str = "shardwise";
 

@@ -3,6 +3,8 @@
 //! - [`FleetCluster`] (`fleetclusters.shardwise.io`, short name `fcl`): a destination cluster.
 //! - [`FleetApp`] (`fleetapps.shardwise.io`, short name `fapp`): manifests kept applied in one
 //!   namespace of one destination cluster.
+//! - [`FleetPolicy`] (`fleetpolicies.shardwise.io`, short name `fpol`): what a platform admin
+//!   lets named apps write beyond their destination namespace.
 //!
 //! The plural names differ from Argo CD's `applications.argoproj.io` and Cluster API's
 //! `clusters.cluster.x-k8s.io`, so `kubectl get` stays unambiguous when they are installed side
@@ -12,6 +14,7 @@ mod app;
 mod cluster;
 pub mod keys;
 pub mod lenient;
+mod policy;
 
 use kube::CustomResourceExt;
 use serde::Serialize;
@@ -24,11 +27,12 @@ pub use cluster::{
     ClusterCredentials, ClusterPhase, FleetCluster, FleetClusterSpec, FleetClusterStatus,
     MAX_WEIGHT, SecretCredentials,
 };
+pub use policy::{FleetPolicy, FleetPolicySpec, GroupKind, PolicyDestination, matches};
 
 /// Every CRD of shardwise, as a multi-document YAML stream (what `shardwise crds` prints and
 /// `deploy/crds.yaml` holds).
 pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
-    let crds = [FleetCluster::crd(), FleetApp::crd()];
+    let crds = [FleetCluster::crd(), FleetApp::crd(), FleetPolicy::crd()];
     let mut out = String::new();
     for crd in &crds {
         out.push_str("---\n");

@@ -1,7 +1,7 @@
 //! The CRD YAML kept in the repository must be exactly what the types generate.
 
 use kube::CustomResourceExt;
-use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_api::{FleetApp, FleetCluster, FleetPolicy};
 
 #[test]
 fn deploy_crds_match_the_types() {
@@ -52,7 +52,8 @@ fn the_yaml_parses_back_into_the_same_crds() {
     let yaml = shardwise_api::crds_yaml().unwrap();
     let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&yaml).unwrap();
     let docs: Vec<&serde_json::Value> = docs.iter().filter(|d| !d.is_null()).collect();
-    assert_eq!(docs.len(), 2);
+    assert_eq!(docs.len(), 3);
     assert_eq!(docs[0], &serde_json::to_value(FleetCluster::crd()).unwrap());
     assert_eq!(docs[1], &serde_json::to_value(FleetApp::crd()).unwrap());
+    assert_eq!(docs[2], &serde_json::to_value(FleetPolicy::crd()).unwrap());
 }

@@ -13,6 +13,7 @@ use kube::client::ClientBuilder;
 use kube::{Client, Config};
 use secrecy::SecretString;
 use shardwise_api::FleetClusterSpec;
+use shardwise_api::keys::{CLUSTER_SECRET_LABEL, CLUSTER_SECRET_SERVER_KEY, CLUSTER_SECRET_TYPE};
 use thiserror::Error;
 use tower::{Layer, Service};
 
@@ -205,6 +206,22 @@ pub enum ClusterConfigError {
     NoCredentials,
     #[error("Secret {0:?} not found")]
     SecretMissing(String),
+    #[error(
+        "Secret {0:?} is not cluster credentials: only a Secret labelled {CLUSTER_SECRET_LABEL}={CLUSTER_SECRET_TYPE} is used"
+    )]
+    NotClusterSecret(String),
+    #[error(
+        "Secret {0:?} names no server (key {CLUSTER_SECRET_SERVER_KEY:?}): credentials are only sent to the server their Secret names"
+    )]
+    ServerUnbound(String),
+    #[error("Secret {secret:?} holds credentials for {bound:?}, not for spec.server {server:?}")]
+    ServerMismatch {
+        secret: String,
+        bound: String,
+        server: String,
+    },
+    #[error("spec.server {0:?} is plain http: credentials are only sent over https")]
+    PlainHttp(String),
     #[error("Secret {secret:?} has no key {key:?}")]
     KeyMissing { secret: String, key: String },
     #[error("key {key:?} of Secret {secret:?} is not valid {what}")]
@@ -229,17 +246,38 @@ pub fn destination_config(
             Config::incluster().map_err(|e| ClusterConfigError::InCluster(e.to_string()))?
         }
         (Some(reference), None | Some(false)) => {
-            let uri: http::Uri = spec
-                .server
-                .parse()
-                .map_err(|_| ClusterConfigError::BadServer(spec.server.clone()))?;
-            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-                return Err(ClusterConfigError::BadServer(spec.server.clone()));
+            let uri = parse_server(&spec.server)?;
+            if uri.scheme_str() != Some("https") {
+                return Err(ClusterConfigError::PlainHttp(spec.server.clone()));
             }
             let secret =
                 secret.ok_or_else(|| ClusterConfigError::SecretMissing(reference.name.clone()))?;
+            // Nothing of a Secret is read before it is known to be cluster credentials, and
+            // they go only to the server the Secret names: a FleetCluster's author chooses
+            // neither.
+            let marked = secret
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(CLUSTER_SECRET_LABEL))
+                .is_some_and(|v| v == CLUSTER_SECRET_TYPE);
+            if !marked {
+                return Err(ClusterConfigError::NotClusterSecret(reference.name.clone()));
+            }
             let data = secret.data.as_ref();
             let key = |name: &str| data.and_then(|d| d.get(name)).map(|b| b.0.as_slice());
+            let bound = key(CLUSTER_SECRET_SERVER_KEY)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .map(str::trim)
+                .filter(|b| !b.is_empty())
+                .ok_or_else(|| ClusterConfigError::ServerUnbound(reference.name.clone()))?;
+            if !same_server(&uri, bound) {
+                return Err(ClusterConfigError::ServerMismatch {
+                    secret: reference.name.clone(),
+                    bound: bound.to_string(),
+                    server: spec.server.clone(),
+                });
+            }
             let token =
                 key(reference.token_key()).ok_or_else(|| ClusterConfigError::KeyMissing {
                     secret: reference.name.clone(),
@@ -280,6 +318,40 @@ pub fn destination_config(
     Ok(config)
 }
 
+fn parse_server(server: &str) -> Result<http::Uri, ClusterConfigError> {
+    let uri: http::Uri = server
+        .parse()
+        .map_err(|_| ClusterConfigError::BadServer(server.to_string()))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return Err(ClusterConfigError::BadServer(server.to_string()));
+    }
+    Ok(uri)
+}
+
+/// The same endpoint: scheme, host (any case), port (defaulted) and path (without a trailing
+/// slash) all equal.
+fn same_server(server: &http::Uri, bound: &str) -> bool {
+    let Ok(bound) = bound.parse::<http::Uri>() else {
+        return false;
+    };
+    let port = |u: &http::Uri| {
+        u.port_u16().or_else(|| match u.scheme_str() {
+            Some("https") => Some(443),
+            Some("http") => Some(80),
+            _ => None,
+        })
+    };
+    let path = |u: &http::Uri| u.path().trim_end_matches('/').to_string();
+    server.scheme_str() == bound.scheme_str()
+        && server
+            .host()
+            .zip(bound.host())
+            .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
+        && port(server) == port(&bound)
+        && path(server) == path(&bound)
+        && bound.query().is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -305,7 +377,30 @@ mod tests {
         }
     }
 
+    /// A cluster Secret (labelled) for `https://x` with these entries besides `server`.
     fn secret(entries: &[(&str, &[u8])]) -> Secret {
+        bound_secret("https://x", entries)
+    }
+
+    fn bound_secret(server: &str, entries: &[(&str, &[u8])]) -> Secret {
+        let mut secret = marked(unmarked_secret(entries));
+        secret
+            .data
+            .get_or_insert_default()
+            .insert("server".into(), ByteString(server.as_bytes().to_vec()));
+        secret
+    }
+
+    /// The cluster label, and nothing else of a cluster Secret.
+    fn marked(mut secret: Secret) -> Secret {
+        secret.metadata.labels = Some(BTreeMap::from([(
+            CLUSTER_SECRET_LABEL.to_string(),
+            CLUSTER_SECRET_TYPE.to_string(),
+        )]));
+        secret
+    }
+
+    fn unmarked_secret(entries: &[(&str, &[u8])]) -> Secret {
         let data: BTreeMap<String, ByteString> = entries
             .iter()
             .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
@@ -318,7 +413,7 @@ mod tests {
 
     #[test]
     fn a_token_secret_gives_a_config_without_leaking_the_token() {
-        let s = secret(&[("token", b"s3cr3t-token\n")]);
+        let s = bound_secret("https://10.0.0.1:6443/", &[("token", b"s3cr3t-token\n")]);
         let config = destination_config(
             &spec("https://10.0.0.1:6443"),
             Some(&s),
@@ -328,6 +423,73 @@ mod tests {
         assert_eq!(config.cluster_url.to_string(), "https://10.0.0.1:6443/");
         assert!(config.auth_info.token.is_some());
         assert!(!format!("{config:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn credentials_go_only_over_https_to_the_server_their_secret_names() {
+        let token: &[(&str, &[u8])] = &[("token", b"t")];
+        let accepted = [
+            ("https://api.example.com", "https://API.example.com:443/"),
+            ("https://10.0.0.1:6443/k8s/", "https://10.0.0.1:6443/k8s"),
+        ];
+        for (server, bound) in accepted {
+            let s = bound_secret(bound, token);
+            assert!(
+                destination_config(&spec(server), Some(&s), Duration::from_secs(1)).is_ok(),
+                "{server} with a Secret for {bound}"
+            );
+        }
+        let refused = [
+            (
+                "https://attacker:8080",
+                bound_secret("https://10.0.0.1:6443", token),
+                "holds credentials for \"https://10.0.0.1:6443\", not for spec.server \"https://attacker:8080\"",
+            ),
+            (
+                "https://10.0.0.1:6444",
+                bound_secret("https://10.0.0.1:6443", token),
+                "not for spec.server",
+            ),
+            (
+                "https://10.0.0.1:6443/other",
+                bound_secret("https://10.0.0.1:6443", token),
+                "not for spec.server",
+            ),
+            (
+                "http://attacker:8080",
+                bound_secret("http://attacker:8080", token),
+                "is plain http: credentials are only sent over https",
+            ),
+            (
+                "https://x",
+                unmarked_secret(&[("password", b"hunter2"), ("server", b"https://x")]),
+                "Secret \"creds\" is not cluster credentials: only a Secret labelled shardwise.io/secret-type=cluster is used",
+            ),
+            (
+                "https://x",
+                {
+                    let mut s = secret(token);
+                    s.metadata.labels = Some(BTreeMap::from([(
+                        CLUSTER_SECRET_LABEL.to_string(),
+                        "opaque".to_string(),
+                    )]));
+                    s
+                },
+                "is not cluster credentials",
+            ),
+            (
+                "https://x",
+                marked(unmarked_secret(token)),
+                "names no server (key \"server\")",
+            ),
+        ];
+        for (server, secret, expected) in refused {
+            let err = destination_config(&spec(server), Some(&secret), Duration::from_secs(1))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{server}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
     }
 
     #[test]

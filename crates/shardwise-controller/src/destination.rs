@@ -12,6 +12,8 @@ use shardwise_api::ResourceRef;
 use shardwise_api::keys::{APP_ANNOTATION, APP_UID_LABEL, FIELD_MANAGER, MANAGED_BY};
 use thiserror::Error;
 
+use crate::tenancy::{Admission, Object, Refusal};
+
 /// A manifest that cannot be applied as written.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ManifestError {
@@ -183,6 +185,8 @@ pub enum ApplyError {
     CredentialsRejected { target: String, code: u16 },
     #[error("the destination cluster is unreachable: {0}")]
     Unreachable(String),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
 }
 
 impl ApplyError {
@@ -291,11 +295,13 @@ impl Destination {
     /// Resolves where every manifest goes before anything is written, and refuses an app that
     /// declares one object twice once namespaces are defaulted (`namespace: team` and no
     /// namespace into destination `team` are the same object): each resync would write it twice,
-    /// and only one of the two could ever be what is live.
+    /// and only one of the two could ever be what is live. Every object must be one the app may
+    /// write ([`Admission`]), or the app is refused.
     async fn resolve<'m>(
         &self,
         manifests: &'m [Manifest],
         namespace: &str,
+        admission: &Admission<'_>,
     ) -> Result<Vec<Target<'m>>, ApplyError> {
         let mut targets = Vec::with_capacity(manifests.len());
         let mut seen = BTreeSet::new();
@@ -314,6 +320,12 @@ impl Destination {
                 target_ns.clone(),
                 manifest.name.clone(),
             );
+            admission.check(&Object {
+                group: &resource.group,
+                kind: &manifest.kind,
+                namespace: target_ns.as_deref(),
+                name: &manifest.name,
+            })?;
             let target = Target {
                 manifest,
                 resource,
@@ -378,16 +390,19 @@ impl Destination {
     /// An object that is neither in `previous` (what this app applied before) nor free is
     /// another app's: the whole app is refused with [`ApplyError::Conflict`] before anything is
     /// written, unless that app is `adopt_from` (the caller found it gone). Only objects new to
-    /// the app cost a read, so a steady resync costs nothing extra.
+    /// the app cost a read, so a steady resync costs nothing extra. An object outside what
+    /// `admission` allows refuses the app before anything is written; a namespace is created
+    /// only for objects admitted into it.
     pub async fn apply_all(
         &self,
         manifests: &[Manifest],
         namespace: &str,
+        admission: &Admission<'_>,
         (app_uid, app): (&str, &str),
         previous: &[ResourceRef],
         adopt_from: Option<&str>,
     ) -> Result<Vec<ResourceRef>, ApplyError> {
-        let targets = self.resolve(manifests, namespace).await?;
+        let targets = self.resolve(manifests, namespace, admission).await?;
         let known: BTreeSet<&ResourceRef> = previous.iter().collect();
         for target in &targets {
             if known.contains(&target.reference()) {

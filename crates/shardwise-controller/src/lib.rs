@@ -16,6 +16,7 @@ pub mod membership;
 pub mod metrics;
 pub mod owner;
 pub mod planner;
+pub mod tenancy;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

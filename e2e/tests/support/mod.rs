@@ -206,8 +206,12 @@ impl Fleet {
             let secret = json!({
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {"name": format!("dest-{index}-credentials"), "namespace": NAMESPACE},
-                "stringData": {"token": token, "ca.crt": ca},
+                "metadata": {
+                    "name": format!("dest-{index}-credentials"),
+                    "namespace": NAMESPACE,
+                    "labels": {"shardwise.io/secret-type": "cluster"},
+                },
+                "stringData": {"server": destination.url(), "token": token, "ca.crt": ca},
             });
             self.env
                 .control_plane()

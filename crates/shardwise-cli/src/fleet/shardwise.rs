@@ -114,6 +114,7 @@ mod tests {
                     namespace: "default".into(),
                 },
                 source: AppSource::default(),
+                policy: None,
             },
         )
     }

@@ -10,13 +10,14 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use shardwise_api::lenient::Lenient;
-use shardwise_api::{FleetApp, FleetAppStatus, FleetCluster, SyncPhase};
+use shardwise_api::{FleetApp, FleetAppStatus, FleetCluster, FleetPolicy, SyncPhase};
 use shardwise_handoff::plan::ObjectKey;
 use tracing::{debug, warn};
 
 use super::clusters::{condition, destination_for};
 use super::{Owner, for_each_event, gated, key_of, status_patch};
 use crate::destination::{ApplyError, parse_manifests, stale};
+use crate::tenancy::Admission;
 
 const APP_STATUS_FIELDS: &[&str] = &[
     "syncPhase",
@@ -62,6 +63,43 @@ pub(super) async fn watch_events(
             owner
                 .missing_apps
                 .requeue_found(|k| owner.app(k).is_some(), &owner.app_queue);
+        }
+    })
+    .await;
+}
+
+/// Follows the FleetPolicies: when one appears, changes or goes, the apps of this shard that
+/// name it are synced again under the new rules.
+pub(super) async fn watch_policies(
+    owner: Arc<Owner>,
+    events: impl futures::Stream<Item = Result<watcher::Event<FleetPolicy>, watcher::Error>>,
+) {
+    let mut generations: BTreeMap<ObjectKey, Option<i64>> = BTreeMap::new();
+    let mut listed: BTreeSet<ObjectKey> = BTreeSet::new();
+    for_each_event(events, "policies", |event| match event {
+        watcher::Event::Apply(policy) | watcher::Event::InitApply(policy) => {
+            let key = key_of(&policy);
+            listed.insert(key.clone());
+            let generation = policy.metadata.generation;
+            if generations.insert(key.clone(), generation) != Some(generation) {
+                owner.queue_users_of(&key);
+            }
+        }
+        watcher::Event::Delete(policy) => {
+            let key = key_of(&policy);
+            generations.remove(&key);
+            owner.queue_users_of(&key);
+        }
+        watcher::Event::Init => listed.clear(),
+        watcher::Event::InitDone => {
+            // Policies deleted while the watch was down are not in the new list.
+            generations.retain(|key, _| {
+                let kept = listed.contains(key);
+                if !kept {
+                    owner.queue_users_of(key);
+                }
+                kept
+            });
         }
     })
     .await;
@@ -259,18 +297,39 @@ async fn sync(
             }
         },
     };
+    let policy = match &app.spec.policy {
+        None => None,
+        Some(name) => match owner.policy(&cluster_key.namespace, name).await {
+            Some(policy) => Some((name.as_str(), policy)),
+            None => {
+                // Synced again when the policy appears (see `watch_policies`).
+                let message = format!("FleetPolicy {name:?} does not exist");
+                return fail(owner, app, message, false).await;
+            }
+        },
+    };
+    let namespace = &app.spec.destination.namespace;
+    let admission = match Admission::new(
+        &app.name_any(),
+        &cluster_key.name,
+        namespace,
+        policy.as_ref().map(|(name, p)| (*name, &p.spec)),
+    ) {
+        Ok(admission) => admission,
+        Err(refusal) => return fail(owner, app, refusal.to_string(), false).await,
+    };
     let uid = app.uid().unwrap_or_default();
     let app_name = format!("{}/{}", cluster_key.namespace, app.name_any());
-    let namespace = &app.spec.destination.namespace;
     let apply = |adopt_from: Option<String>| {
         let destination = destination.clone();
-        let manifests = &manifests;
+        let (manifests, admission) = (&manifests, &admission);
         let (uid, app_name, previous) = (&uid, &app_name, &status.applied_resources);
         async move {
             destination
                 .apply_all(
                     manifests,
                     namespace,
+                    admission,
                     (uid, app_name),
                     previous,
                     adopt_from.as_deref(),

@@ -23,7 +23,7 @@ use shardwise_api::keys::{
     parse_shard,
 };
 use shardwise_api::lenient::{Lenient, Undecodable};
-use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_api::{FleetApp, FleetCluster, FleetPolicy};
 use shardwise_handoff::drain::{ClusterRecord, Incarnation, OwnerEffect, OwnerId, OwnerMachine};
 use shardwise_handoff::plan::ObjectKey;
 use tokio::task::JoinSet;
@@ -82,6 +82,8 @@ pub struct Owner {
     pub audit: Audit,
     clusters: Store<FleetCluster>,
     apps: Store<FleetApp>,
+    /// Every FleetPolicy of the namespace (they are few, and any app may name one).
+    policies: Store<FleetPolicy>,
     slots: Mutex<BTreeMap<ObjectKey, Slot>>,
     cluster_queue: WorkQueue<ObjectKey>,
     app_queue: WorkQueue<ObjectKey>,
@@ -158,6 +160,23 @@ impl Owner {
     fn app(&self, key: &ObjectKey) -> Option<Arc<FleetApp>> {
         self.apps
             .get(&ObjectRef::new(&key.name).within(&key.namespace))
+    }
+
+    /// The FleetPolicy `name` in `namespace`, once the policies are listed.
+    async fn policy(&self, namespace: &str, name: &str) -> Option<Arc<FleetPolicy>> {
+        self.policies.wait_until_ready().await.ok()?;
+        self.policies.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Queues again the apps of this shard that name the policy `key`.
+    fn queue_users_of(&self, key: &ObjectKey) {
+        let users = self.apps.state_filter(|a| {
+            a.namespace().as_deref() == Some(key.namespace.as_str())
+                && a.spec.policy.as_deref() == Some(key.name.as_str())
+        });
+        for app in users {
+            self.app_queue.add(key_of(app.as_ref()));
+        }
     }
 
     /// Apps of this shard that target `cluster`.
@@ -384,8 +403,10 @@ pub async fn run(
     let cluster_api: Api<Lenient<FleetCluster>> =
         Api::namespaced(client.clone(), &config.namespace);
     let app_api: Api<Lenient<FleetApp>> = Api::namespaced(client.clone(), &config.namespace);
+    let policy_api: Api<Lenient<FleetPolicy>> = Api::namespaced(client.clone(), &config.namespace);
     let (cluster_reader, cluster_writer) = reflector::store();
     let (app_reader, app_writer) = reflector::store();
+    let (policy_reader, policy_writer) = reflector::store();
     let owner = Arc::new(Owner {
         me,
         client,
@@ -394,6 +415,7 @@ pub async fn run(
         audit,
         clusters: cluster_reader,
         apps: app_reader,
+        policies: policy_reader,
         slots: Mutex::new(BTreeMap::new()),
         cluster_queue: WorkQueue::new(),
         app_queue: WorkQueue::new(),
@@ -428,6 +450,14 @@ pub async fn run(
     .modify(|a: &mut FleetApp| a.metadata.managed_fields = None)
     .default_backoff();
     let app_events = reflector::reflector(app_writer, app_events);
+    let policy_events = decode_each(
+        watcher(policy_api, watcher::Config::default()),
+        owner.policies.clone(),
+        unreadable("policy"),
+    )
+    .modify(|p: &mut FleetPolicy| p.metadata.managed_fields = None)
+    .default_backoff();
+    let policy_events = reflector::reflector(policy_writer, policy_events);
     {
         let owner = owner.clone();
         tasks.spawn(async move { clusters::watch_events(owner, cluster_events).await });
@@ -435,6 +465,10 @@ pub async fn run(
     {
         let owner = owner.clone();
         tasks.spawn(async move { apps::watch_events(owner, app_events).await });
+    }
+    {
+        let owner = owner.clone();
+        tasks.spawn(async move { apps::watch_policies(owner, policy_events).await });
     }
     for _ in 0..config.cluster_workers {
         let owner = owner.clone();
@@ -449,7 +483,8 @@ pub async fn run(
         let readiness = readiness.clone();
         tasks.spawn(async move {
             let synced = owner.clusters.wait_until_ready().await.is_ok()
-                && owner.apps.wait_until_ready().await.is_ok();
+                && owner.apps.wait_until_ready().await.is_ok()
+                && owner.policies.wait_until_ready().await.is_ok();
             if synced {
                 readiness.set(true);
                 info!(shard = owner.me.shard, "caches synced; ready");
