@@ -61,7 +61,10 @@ pub fn prepare(
             }
             errs.extend(found);
         }
-        Special::Plain | Special::SelfSubjectAccessReview => {}
+        Special::Plain
+        | Special::SelfSubjectAccessReview
+        | Special::SubjectAccessReview
+        | Special::TokenReview => {}
     }
     Ok(errs)
 }

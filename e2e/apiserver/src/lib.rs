@@ -35,6 +35,7 @@ mod rbac;
 mod registry;
 mod respond;
 mod rest;
+mod reviews;
 mod selectors;
 mod server;
 mod service;
@@ -43,6 +44,7 @@ mod table;
 mod tls;
 mod validation;
 mod watch;
+mod writes;
 
 pub use auth::Identity;
 pub use faults::{
@@ -50,3 +52,4 @@ pub use faults::{
     ScopedErrors, ScopedLatency, ScopedPeriod,
 };
 pub use server::{ApiServer, ServerConfig, StartError};
+pub use writes::{WriteLog, WriteRecord};

@@ -67,21 +67,58 @@ fn rule_allows(rule: &Value, a: &Attributes<'_>) -> bool {
     verb_ok && group_ok && resource_ok && names_ok
 }
 
-fn subject_matches(subject: &Value, binding_namespace: &str, a: &Attributes<'_>) -> bool {
+/// A request for a non-resource URL (`/metrics`, `/healthz`, discovery), as a
+/// SubjectAccessReview's `nonResourceAttributes` asks.
+#[derive(Clone, Copy, Debug)]
+pub struct PathAttributes<'a> {
+    pub user: &'a str,
+    pub groups: &'a [String],
+    pub verb: &'a str,
+    pub path: &'a str,
+}
+
+fn subject_matches(
+    subject: &Value,
+    binding_namespace: &str,
+    user: &str,
+    groups: &[String],
+) -> bool {
     let name = subject.get("name").and_then(Value::as_str).unwrap_or("");
     match subject.get("kind").and_then(Value::as_str) {
-        Some("User") => name == a.user,
-        Some("Group") => a.groups.iter().any(|g| g == name),
+        Some("User") => name == user,
+        Some("Group") => groups.iter().any(|g| g == name),
         Some("ServiceAccount") => {
             let ns = subject
                 .get("namespace")
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
                 .unwrap_or(binding_namespace);
-            a.user == format!("system:serviceaccount:{ns}:{name}")
+            user == format!("system:serviceaccount:{ns}:{name}")
         }
         _ => false,
     }
+}
+
+/// `nonResourceURLs` as the real authorizer matches them: `*`, the exact path, or a prefix
+/// ending in `*`.
+fn path_rule_allows(rule: &Value, a: &PathAttributes<'_>) -> bool {
+    strings(rule, "verbs").any(|v| v == "*" || v == a.verb)
+        && strings(rule, "nonResourceURLs").any(|u| match u.strip_suffix('*') {
+            Some(prefix) => a.path.starts_with(prefix),
+            None => u == a.path,
+        })
+}
+
+fn bound(binding: &Value, user: &str, groups: &[String]) -> bool {
+    let ns = crate::object::namespace(binding);
+    binding
+        .get("subjects")
+        .and_then(Value::as_array)
+        .is_some_and(|subjects| {
+            subjects
+                .iter()
+                .any(|s| subject_matches(s, ns, user, groups))
+        })
 }
 
 fn role_rules<'a>(state: &'a State, binding: &Value, binding_namespace: &str) -> Option<&'a Value> {
@@ -101,11 +138,7 @@ fn role_rules<'a>(state: &'a State, binding: &Value, binding_namespace: &str) ->
 
 fn binding_allows(state: &State, binding: &Value, a: &Attributes<'_>) -> bool {
     let ns = crate::object::namespace(binding);
-    let bound = binding
-        .get("subjects")
-        .and_then(Value::as_array)
-        .is_some_and(|subjects| subjects.iter().any(|s| subject_matches(s, ns, a)));
-    bound
+    bound(binding, a.user, a.groups)
         && role_rules(state, binding, ns)
             .and_then(Value::as_array)
             .is_some_and(|rules| rules.iter().any(|r| rule_allows(r, a)))
@@ -129,6 +162,17 @@ pub fn allows(state: &State, a: &Attributes<'_>) -> bool {
         .objects(&rb)
         .filter(|b| crate::object::namespace(&b.value) == a.namespace)
         .any(|b| binding_allows(state, &b.value, a))
+}
+
+/// Whether RBAC grants a non-resource request: only ClusterRoles bound cluster-wide can.
+pub fn allows_path(state: &State, a: &PathAttributes<'_>) -> bool {
+    let crb = GroupResource::new("rbac.authorization.k8s.io", "clusterrolebindings");
+    state.objects(&crb).any(|b| {
+        bound(&b.value, a.user, a.groups)
+            && role_rules(state, &b.value, "")
+                .and_then(Value::as_array)
+                .is_some_and(|rules| rules.iter().any(|r| path_rule_allows(r, a)))
+    })
 }
 
 #[cfg(test)]
@@ -196,6 +240,8 @@ mod tests {
     fn subjects() {
         let g = vec!["system:serviceaccounts:sw".to_string()];
         let a = attrs(&g, "get", "x", "", "");
+        let subject_matches =
+            |s: &Value, ns: &str, a: &Attributes<'_>| subject_matches(s, ns, a.user, a.groups);
         assert!(subject_matches(
             &json!({"kind": "ServiceAccount", "name": "ctl"}),
             "sw",
@@ -215,6 +261,28 @@ mod tests {
             &json!({"kind": "User", "name": "system:serviceaccount:sw:ctl"}),
             "",
             &a
+        ));
+    }
+
+    #[test]
+    fn non_resource_urls_match_exactly_or_by_prefix() {
+        let a = |verb: &'static str, path: &'static str| PathAttributes {
+            user: "u",
+            groups: &[],
+            verb,
+            path,
+        };
+        let rule = json!({"nonResourceURLs": ["/metrics", "/debug/*"], "verbs": ["get"]});
+        assert!(path_rule_allows(&rule, &a("get", "/metrics")));
+        assert!(path_rule_allows(&rule, &a("get", "/debug/pprof/heap")));
+        assert!(!path_rule_allows(&rule, &a("get", "/metrics/extra")));
+        assert!(!path_rule_allows(&rule, &a("post", "/metrics")));
+        assert!(!path_rule_allows(&rule, &a("get", "/healthz")));
+        let resource_rule = json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]});
+        assert!(!path_rule_allows(&resource_rule, &a("get", "/metrics")));
+        assert!(path_rule_allows(
+            &json!({"nonResourceURLs": ["*"], "verbs": ["*"]}),
+            &a("get", "/anything")
         ));
     }
 

@@ -67,6 +67,18 @@ pub enum Special {
     Deployment,
     Crd,
     SelfSubjectAccessReview,
+    SubjectAccessReview,
+    TokenReview,
+}
+
+impl Special {
+    /// Review resources: only `create`, answered without storing anything.
+    pub fn is_review(self) -> bool {
+        matches!(
+            self,
+            Special::SelfSubjectAccessReview | Special::SubjectAccessReview | Special::TokenReview
+        )
+    }
 }
 
 /// An additional printer column of a CRD version.
@@ -279,7 +291,7 @@ impl Builtin {
             name_rule: self.name_rule,
             field_labels: self.field_labels.iter().map(ToString::to_string).collect(),
             special: self.special,
-            create_only: self.special == Special::SelfSubjectAccessReview,
+            create_only: self.special.is_review(),
             initial_status: self.status,
             custom: false,
         }
@@ -405,6 +417,12 @@ fn builtins() -> Vec<ResourceDef> {
         Builtin::new("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview")
             .cluster()
             .special(Special::SelfSubjectAccessReview),
+        Builtin::new("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview")
+            .cluster()
+            .special(Special::SubjectAccessReview),
+        Builtin::new("authentication.k8s.io", "v1", "tokenreviews", "TokenReview")
+            .cluster()
+            .special(Special::TokenReview),
     ]
     .into_iter()
     .map(Builtin::build)

@@ -20,7 +20,7 @@ use crate::respond::{self, Body, Query};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::Shared;
 use crate::store::{Filter, Key, ListOptions, StoreError, Stored};
-use crate::{object, protobuf, table, watch};
+use crate::{object, protobuf, reviews, table, watch};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sub {
@@ -609,8 +609,9 @@ fn write_error(e: StoreError) -> ApiError {
 fn create(r: &Req<'_>, bytes: &[u8]) -> Result<Response<Body>, ApiError> {
     let mut obj = decode_body(r, bytes)?;
     check_body(r, &mut obj, false)?;
-    if r.def.special == Special::SelfSubjectAccessReview {
-        return Ok(respond::json(201, &access_review(r, obj)));
+    if r.def.special.is_review() {
+        let answered = reviews::answer(r.shared, r.identity, r.def.special, obj)?;
+        return Ok(respond::json(201, &answered));
     }
     let dry_run = r.query.dry_run()?;
     let manager = r.manager();
@@ -629,54 +630,6 @@ fn create(r: &Req<'_>, bytes: &[u8]) -> Result<Response<Body>, ApiError> {
     };
     let outcome = lifecycle::create(&mut r.shared.store.write(), &ctx, obj, None)?;
     Ok(respond::json_bytes(201, r.present_outcome(&outcome)))
-}
-
-fn access_review(r: &Req<'_>, mut review: Value) -> Value {
-    let s = |f: &str| {
-        review
-            .pointer(&format!("/spec/resourceAttributes/{f}"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (verb, group, resource, subresource, namespace, name) = (
-        s("verb"),
-        s("group"),
-        s("resource"),
-        s("subresource"),
-        s("namespace"),
-        s("name"),
-    );
-    let allowed = if review.pointer("/spec/resourceAttributes").is_none() {
-        // Non-resource URLs (discovery, health) are open to every authenticated user.
-        true
-    } else if !r
-        .shared
-        .enforce_rbac
-        .load(std::sync::atomic::Ordering::Relaxed)
-        || r.identity.is_admin()
-    {
-        true
-    } else {
-        let groups = r.identity.effective_groups();
-        rbac::allows(
-            &r.shared.store.read(),
-            &Attributes {
-                user: &r.identity.user,
-                groups: &groups,
-                verb: &verb,
-                group: &group,
-                resource: &resource,
-                subresource: &subresource,
-                namespace: &namespace,
-                name: &name,
-            },
-        )
-    };
-    let root = object::ensure_object(&mut review);
-    root.insert("status".into(), json!({"allowed": allowed}));
-    object::meta_mut(&mut review).insert("creationTimestamp".into(), Value::Null);
-    review
 }
 
 fn update(r: &Req<'_>, bytes: &[u8]) -> Result<Response<Body>, ApiError> {

@@ -22,6 +22,7 @@ use crate::lifecycle::{self, WriteCtx};
 use crate::registry::GroupResource;
 use crate::store::Store;
 use crate::tls::{self, Tls, TlsError};
+use crate::writes::WriteLog;
 use crate::{object, service};
 
 /// How to run a server.
@@ -149,6 +150,7 @@ pub(crate) struct Shared {
     pub addr: SocketAddr,
     pub tls: Option<Tls>,
     pub namespace_deletion_delay: Duration,
+    pub writes: WriteLog,
 }
 
 /// A running server. Dropping it stops the server.
@@ -192,6 +194,7 @@ impl ApiServer {
             addr,
             tls,
             namespace_deletion_delay: config.namespace_deletion_delay,
+            writes: WriteLog::default(),
         });
         bootstrap(&shared);
         let (stop, stopped) = oneshot::channel();
@@ -277,6 +280,11 @@ impl ApiServer {
 
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
+    }
+
+    /// Every write request answered so far: by whom, when, with what result.
+    pub fn writes(&self) -> &WriteLog {
+        &self.shared.writes
     }
 
     pub fn identity(&self, name: &str) -> Option<Identity> {

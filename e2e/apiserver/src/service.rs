@@ -10,6 +10,7 @@ use crate::error::ApiError;
 use crate::faults::Verdict;
 use crate::respond::{self, Body};
 use crate::server::Shared;
+use crate::writes::WriteRecord;
 use crate::{admin, discovery, rest};
 
 /// Returned to hyper to drop the connection without an answer (partition fault).
@@ -63,7 +64,32 @@ pub(crate) async fn handle(
         }
         return Ok(respond::error(&ApiError::unauthorized()));
     };
-    Ok(route(&shared, &identity, req).await)
+    let write = matches!(
+        *req.method(),
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+    .then(|| {
+        (
+            std::time::SystemTime::now(),
+            req.method().to_string(),
+            req.headers()
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        )
+    });
+    let response = route(&shared, &identity, req).await;
+    if let Some((at, method, user_agent)) = write {
+        shared.writes.push(WriteRecord {
+            at,
+            identity: identity.name.clone(),
+            user_agent,
+            method,
+            path,
+            code: response.status().as_u16(),
+        });
+    }
+    Ok(response)
 }
 
 fn decode_segment(s: &str) -> String {

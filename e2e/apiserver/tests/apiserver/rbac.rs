@@ -1,5 +1,6 @@
 //! RBAC: 403 for what is not granted, access through Role/ClusterRole bindings of
-//! ServiceAccount, Group and User subjects, resourceNames, subresources, access reviews.
+//! ServiceAccount, Group and User subjects, resourceNames, subresources, access and token
+//! reviews.
 
 use std::time::Duration;
 
@@ -246,4 +247,160 @@ async fn rbac_forbids_until_granted() {
     )
     .await
     .unwrap();
+}
+
+/// Delegated authentication and authorization, as a secure metrics endpoint uses them: who a
+/// token is, and whether that user may read a non-resource path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_and_subject_access_reviews_answer_for_other_users() {
+    use k8s_openapi::api::authentication::v1::TokenReview;
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let config = with_robot()
+        .identity(shardwise_test_apiserver::Identity::service_account(
+            "scraper",
+            "monitoring",
+            "prometheus",
+        ))
+        .rbac(true);
+    let server = start_with(config).await;
+    let admin = admin(&server).await;
+    let robot = client_as(&server, "robot").await;
+    let scraper_token = server.identity("scraper").unwrap().token;
+    let token_review = |token: &str| -> TokenReview { from(json!({"spec": {"token": token}})) };
+    let access = |user: &str, path: &str| -> SubjectAccessReview {
+        from(
+            json!({"spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated"],
+            "nonResourceAttributes": {"path": path, "verb": "get"}}}),
+        )
+    };
+
+    // Asking needs RBAC, as system:auth-delegator grants it.
+    let tokens: Api<TokenReview> = Api::all(robot.clone());
+    let denied = status(
+        tokens
+            .create(&PostParams::default(), &token_review(&scraper_token))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(denied.code, 403, "{}", denied.message);
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &from(json!({"metadata": {"name": "delegator"},
+            "rules": [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                      {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]})))
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &from(json!({"metadata": {"name": "robot-delegates"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "delegator"},
+            "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}]})))
+        .await
+        .unwrap();
+
+    let known = tokens
+        .create(&PostParams::default(), &token_review(&scraper_token))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(known.authenticated, Some(true));
+    let user = known.user.unwrap();
+    assert_eq!(
+        user.username.as_deref(),
+        Some("system:serviceaccount:monitoring:prometheus")
+    );
+    let groups = user.groups.unwrap();
+    for g in [
+        "system:serviceaccounts",
+        "system:serviceaccounts:monitoring",
+        "system:authenticated",
+    ] {
+        assert!(groups.iter().any(|x| x == g), "{g} missing from {groups:?}");
+    }
+    let unknown = tokens
+        .create(&PostParams::default(), &token_review("made-up"))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(unknown.authenticated, Some(false));
+    assert!(unknown.user.and_then(|u| u.username).is_none());
+    let empty = status(
+        tokens
+            .create(&PostParams::default(), &token_review(""))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (empty.code, empty.message.as_str()),
+        (400, "token is required for TokenReview in authentication")
+    );
+
+    let reviews: Api<SubjectAccessReview> = Api::all(robot.clone());
+    let prometheus = "system:serviceaccount:monitoring:prometheus";
+    let allowed = |review: SubjectAccessReview| review.status.unwrap().allowed;
+    let ask = |user: &'static str, path: &'static str| {
+        let reviews = reviews.clone();
+        async move {
+            allowed(
+                reviews
+                    .create(&PostParams::default(), &access(user, path))
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert!(!ask(prometheus, "/metrics").await, "nothing granted yet");
+    assert!(ask(prometheus, "/version").await, "discovery is open");
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &from(json!({"metadata": {"name": "metrics-reader"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]})),
+        )
+        .await
+        .unwrap();
+    // A RoleBinding cannot grant non-resource URLs; only a ClusterRoleBinding can.
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &from(json!({"metadata": {"name": "monitoring"}})),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), "monitoring")
+        .create(&PostParams::default(), &from(json!({"metadata": {"name": "scrape"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]})))
+        .await
+        .unwrap();
+    assert!(!ask(prometheus, "/metrics").await);
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &from(json!({"metadata": {"name": "scrape"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]})))
+        .await
+        .unwrap();
+    assert!(ask(prometheus, "/metrics").await);
+    assert!(!ask(prometheus, "/metrics/extra").await);
+    assert!(!ask("system:serviceaccount:team:robot", "/metrics").await);
+
+    let invalid = status(
+        reviews
+            .create(
+                &PostParams::default(),
+                &from(
+                    json!({"spec": {"nonResourceAttributes": {"path": "/metrics", "verb": "get"}}}),
+                ),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(invalid.code, 422);
+    assert!(
+        invalid
+            .message
+            .contains("at least one of user or group must be specified"),
+        "{}",
+        invalid.message
+    );
 }
