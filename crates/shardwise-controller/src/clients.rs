@@ -17,6 +17,7 @@ use shardwise_api::keys::{CLUSTER_SECRET_LABEL, CLUSTER_SECRET_SERVER_KEY, CLUST
 use thiserror::Error;
 use tower::{Layer, Service};
 
+use crate::lease::Fence;
 use crate::metrics::{Metrics, RequestLabels};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -182,18 +183,118 @@ fn method_verb(method: &http::Method) -> &'static str {
     }
 }
 
-/// A client with the given limits and request counting.
+/// A client with the given limit and request counting.
 pub fn build_client(
     config: Config,
     target: &'static str,
-    qps: u32,
-    burst: u32,
+    limit: &RateLimitLayer,
     metrics: &Metrics,
 ) -> Result<Client, kube::Error> {
     Ok(ClientBuilder::try_from(config)?
-        .with_layer(&RateLimitLayer::new(qps, burst))
+        .with_layer(limit)
         .with_layer(&CountLayer::new(target, metrics.clone()))
         .build())
+}
+/// Stops requests at the [`Fence`], as the innermost layer: below the rate limiter, the
+/// authentication and everything else that may wait, right above the connection pool, so that
+/// nothing sent through it leaves after the fence has closed.
+#[derive(Clone, Debug)]
+pub struct FenceLayer {
+    fence: Fence,
+}
+
+impl FenceLayer {
+    pub fn new(fence: Fence) -> Self {
+        Self { fence }
+    }
+}
+
+impl<S> Layer<S> for FenceLayer {
+    type Service = FenceGate<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FenceGate {
+            inner,
+            fence: self.fence.clone(),
+        }
+    }
+}
+
+/// A service (requests) or connector (new connections) behind a [`Fence`].
+#[derive(Clone, Debug)]
+pub struct FenceGate<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S, R> Service<R> for FenceGate<S>
+where
+    S: Service<R>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<S::Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        if let Err(fenced) = self.fence.check() {
+            return Box::pin(std::future::ready(Err(fenced.into())));
+        }
+        let future = self.inner.call(request);
+        let fence = self.fence.clone();
+        Box::pin(async move {
+            let response = future.await.map_err(Into::into)?;
+            // For a connector: a connection that took long to establish (or a process frozen
+            // meanwhile) is checked again just before the request goes out on it.
+            fence.check()?;
+            Ok(response)
+        })
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A client of one owner term whose every request passes `fence` last, just before it is
+/// written to a connection, and whose every new connection passes it again once established;
+/// with a limit and request counting as [`build_client`].
+pub fn build_fenced_client(
+    config: Config,
+    fence: Fence,
+    target: &'static str,
+    limit: &RateLimitLayer,
+    metrics: &Metrics,
+) -> Result<Client, kube::Error> {
+    use kube::client::ConfigExt;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let connector = FenceLayer::new(fence.clone()).layer(connector);
+    let pool = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, kube::client::Body>(connector);
+    // No retry layer: a retried request would leave after the fence was checked. Failed
+    // reconciles are retried, through the fence, by the owner's queue.
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(FenceLayer::new(fence))
+        .service(pool);
+    Ok(
+        ClientBuilder::new(service, config.default_namespace.clone())
+            .with_layer(limit)
+            .with_layer(&CountLayer::new(target, metrics.clone()))
+            .build(),
+    )
 }
 
 /// Why a FleetCluster's spec cannot give a client. Messages name objects and keys, never
@@ -490,6 +591,67 @@ mod tests {
             assert!(err.contains(expected), "{server}: {err}");
             assert!(!err.contains("hunter2"), "{err}");
         }
+    }
+
+    fn held(incarnation: u64, for_: Duration) -> crate::lease::Holding {
+        crate::lease::Holding::Held {
+            fence_at: std::time::Instant::now() + for_,
+            incarnation: shardwise_handoff::drain::Incarnation(incarnation),
+        }
+    }
+
+    #[tokio::test]
+    async fn nothing_passes_the_fence_of_a_term_that_is_over() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tower::ServiceExt;
+        let (tx, rx) = tokio::sync::watch::channel(held(7, Duration::from_secs(60)));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counter = sent.clone();
+        let inner = tower::service_fn(move |_: u32| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok::<_, BoxError>("sent"))
+        });
+        let fence = Fence::new(rx, shardwise_handoff::drain::Incarnation(7));
+        let gate = FenceLayer::new(fence).layer(inner);
+        assert_eq!(gate.clone().oneshot(1).await.unwrap(), "sent");
+        // The fence reached on the monotonic clock, though the lease task never said so.
+        tx.send_replace(held(7, Duration::ZERO));
+        let err = gate.clone().oneshot(2).await.unwrap_err();
+        assert!(err.to_string().starts_with("fenced:"), "{err}");
+        // Held again, but by a later term: not this one's to use.
+        tx.send_replace(held(8, Duration::from_secs(60)));
+        assert!(gate.clone().oneshot(3).await.is_err());
+        tx.send_replace(crate::lease::Holding::NotHeld);
+        assert!(gate.clone().oneshot(4).await.is_err());
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "refused requests reached the inner service"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_established_after_the_fence_is_not_used() {
+        use tower::ServiceExt;
+        let (tx, rx) = tokio::sync::watch::channel(held(7, Duration::from_secs(60)));
+        let (connected_tx, connected_rx) = tokio::sync::watch::channel(false);
+        let (called_tx, mut called_rx) = tokio::sync::watch::channel(false);
+        let connector = tower::service_fn(move |_: u32| {
+            let mut connected = connected_rx.clone();
+            called_tx.send_replace(true);
+            async move {
+                let _ = connected.wait_for(|c| *c).await;
+                Ok::<_, BoxError>("connection")
+            }
+        });
+        let fence = Fence::new(rx, shardwise_handoff::drain::Incarnation(7));
+        let connecting = tokio::spawn(FenceLayer::new(fence).layer(connector).oneshot(1));
+        called_rx.wait_for(|c| *c).await.unwrap();
+        // The term ends while the handshake is under way (a frozen process, a slow server).
+        tx.send_replace(crate::lease::Holding::NotHeld);
+        connected_tx.send_replace(true);
+        let err = connecting.await.unwrap().unwrap_err();
+        assert!(err.to_string().starts_with("fenced:"), "{err}");
     }
 
     #[test]

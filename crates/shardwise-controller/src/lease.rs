@@ -45,6 +45,46 @@ impl Holding {
     }
 }
 
+/// The gate in front of every request a term sends to a destination: open while the lease is
+/// held under the term's incarnation and its fence, on the monotonic clock, is ahead. A
+/// process frozen (SIGSTOP, a GC or VM pause) with requests in flight finds it shut when it
+/// resumes past its fence, before the lease task has even run again.
+#[derive(Clone, Debug)]
+pub struct Fence {
+    holding: watch::Receiver<Holding>,
+    incarnation: Incarnation,
+}
+
+/// A request stopped at the [`Fence`].
+#[derive(Clone, Copy, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("fenced: the shard lease is no longer held by this term, so nothing more is sent")]
+pub struct Fenced;
+
+impl Fence {
+    pub fn new(holding: watch::Receiver<Holding>, incarnation: Incarnation) -> Self {
+        Self {
+            holding,
+            incarnation,
+        }
+    }
+
+    /// The term this fence guards.
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// `Ok` while a request may still be sent.
+    pub fn check(&self) -> Result<(), Fenced> {
+        match *self.holding.borrow() {
+            Holding::Held {
+                fence_at,
+                incarnation,
+            } if incarnation == self.incarnation && Instant::now() < fence_at => Ok(()),
+            _ => Err(Fenced),
+        }
+    }
+}
+
 /// A lease to hold.
 #[derive(Clone, Debug)]
 pub struct LeaseSpecification {

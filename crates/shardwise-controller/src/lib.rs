@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::Config;
-use crate::lease::{Holding, LeaseSpecification, until_held, until_lost};
+use crate::lease::{Fence, Holding, LeaseSpecification, until_held, until_lost};
 use crate::membership::{LEASE_KIND_LABEL, LEASE_STATEFULSET_LABEL, ShardLeases};
 use crate::metrics::Telemetry;
 use crate::owner::{Exit, Readiness};
@@ -65,18 +65,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let kube_config = kube::Config::infer()
         .await
         .context("cannot configure the Kubernetes client")?;
+    // Leases and the owners share one limit; each owner term gets a client of its own behind
+    // its fence, so that nothing of a term reaches the control plane after it either.
+    let control_limit = clients::RateLimitLayer::new(config.kube_qps, config.kube_burst);
     let client = clients::build_client(
         kube_config.clone(),
         "control-plane",
-        config.kube_qps,
-        config.kube_burst,
-        &metrics,
-    )?;
-    let planner_client = clients::build_client(
-        kube_config,
-        "control-plane",
-        config.planner_qps,
-        config.planner_burst,
+        &control_limit,
         &metrics,
     )?;
     let audit = audit::Audit::open(shard, config.audit_file.as_deref())
@@ -134,18 +129,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let shard_leases = ShardLeases::new(client.clone(), &config.namespace, &statefulset);
     let lease_watch = tokio::spawn(shard_leases.clone().watch());
     let planner = {
-        let client = planner_client;
         let leases = shard_leases.clone();
         let config = config.clone();
         let metrics = metrics.clone();
         let shutdown = shutdown.clone();
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "shardwise-controller".into(),
-                instance: Some(config.pod_name.clone()),
-            },
-        );
+        let kube_config = kube_config.clone();
+        let limit = clients::RateLimitLayer::new(config.planner_qps, config.planner_burst);
         tokio::spawn(async move {
             loop {
                 let incarnation = tokio::select! {
@@ -155,11 +144,36 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     },
                     _ = shutdown.cancelled() => return,
                 };
-                planner::run(
+                // Each planner term writes through its own fence: a planner frozen past its
+                // lease cannot relabel anything once it runs again.
+                let client = match clients::build_fenced_client(
+                    kube_config.clone(),
+                    Fence::new(leader_rx.clone(), incarnation),
+                    "control-plane",
+                    &limit,
+                    &metrics,
+                ) {
+                    Ok(client) => client,
+                    Err(e) => {
+                        // The owners' clients are built alike and fail alike: stop the replica
+                        // rather than run on without a planner.
+                        tracing::error!(error = %e, "cannot build the planner's client; stopping");
+                        shutdown.cancel();
+                        return;
+                    }
+                };
+                let recorder = Recorder::new(
                     client.clone(),
+                    Reporter {
+                        controller: "shardwise-controller".into(),
+                        instance: Some(config.pod_name.clone()),
+                    },
+                );
+                planner::run(
+                    client,
                     config.clone(),
                     metrics.clone(),
-                    recorder.clone(),
+                    recorder,
                     leases.clone(),
                     until_lost(leader_rx.clone(), incarnation),
                     shutdown.clone(),
@@ -182,9 +196,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             _ = shutdown.cancelled() => break,
         };
         metrics.lease_held.get_or_create(&labels).set(1);
+        let fence = Fence::new(shard_rx.clone(), incarnation);
+        let owner_client = clients::build_fenced_client(
+            kube_config.clone(),
+            fence.clone(),
+            "control-plane",
+            &control_limit,
+            &metrics,
+        )?;
         let parts = owner::Parts {
             me: OwnerId { shard, incarnation },
-            client: client.clone(),
+            fence,
+            client: owner_client,
             config: config.clone(),
             metrics: metrics.clone(),
             audit: audit.clone(),

@@ -47,7 +47,7 @@ pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use process::{Process, ProcessError, ProcessSpec};
 pub use shardwise_test_apiserver::{
     ActiveFaults, ApiServer, ErrorFault, FaultCounters, FaultScope, FaultStatus, Faults, Identity,
-    ServerConfig,
+    ServerConfig, WriteRecord,
 };
 pub use wait::{Poll, WaitError, wait_for, wait_with};
 

@@ -198,6 +198,17 @@ impl Process {
         self.signal(Signal::SIGTERM)
     }
 
+    /// Sends SIGSTOP: the process freezes where it is, as in a long GC pause, CPU throttling or
+    /// a VM live migration.
+    pub fn pause(&mut self) -> Result<(), ProcessError> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Sends SIGCONT: a paused process carries on from where it was.
+    pub fn resume(&mut self) -> Result<(), ProcessError> {
+        self.signal(Signal::SIGCONT)
+    }
+
     /// Sends SIGKILL (a crash).
     pub fn kill(&mut self) -> Result<(), ProcessError> {
         if self.try_status()?.is_some() {

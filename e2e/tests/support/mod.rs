@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod audit;
+pub mod fencing;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -263,6 +264,31 @@ impl Fleet {
                         },
                     }))?;
                     api.create(&PostParams::default(), &app).await?;
+                    Ok(())
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
+    /// New manifests (`app_manifests(i, generation)`) for apps `app-i`, 32 patches at a time.
+    pub async fn update_apps(&self, range: std::ops::Range<u32>, generation: u32) -> Result<()> {
+        use futures::StreamExt;
+        let api = self.apps_api();
+        let results: Vec<Result<()>> = futures::stream::iter(range)
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    let patch =
+                        json!({"spec": {"source": {"manifests": app_manifests(i, generation)}}});
+                    api.patch(
+                        &format!("app-{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await?;
                     Ok(())
                 }
             })

@@ -10,11 +10,12 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use shardwise_api::{ClusterPhase, FleetCluster, FleetClusterStatus};
+use shardwise_handoff::drain::OwnerId;
 use shardwise_handoff::plan::ObjectKey;
 use tracing::{debug, warn};
 
 use super::{Owner, for_each_event, gated, key_of, record_of};
-use crate::clients::{build_client, destination_config};
+use crate::clients::{RateLimitLayer, build_fenced_client, destination_config};
 use crate::destination::{Destination, rejected, rejection};
 
 /// Applies cluster watch events to the owner machines.
@@ -165,12 +166,17 @@ pub(super) async fn destination_for(
     }
     let built = destination_config(&cluster.spec, secret.as_ref(), owner.config.cluster_timeout)
         .map_err(|e| e.to_string())
-        .and_then(|config| {
-            build_client(
+        .and_then(|mut config| {
+            // The term in every request's User-Agent: a destination's audit log shows which
+            // owner wrote what.
+            config
+                .headers
+                .push((http::header::USER_AGENT, user_agent(&owner.me)));
+            build_fenced_client(
                 config,
+                owner.fence.clone(),
                 "destination",
-                owner.config.cluster_qps,
-                owner.config.cluster_burst,
+                &RateLimitLayer::new(owner.config.cluster_qps, owner.config.cluster_burst),
                 &owner.metrics,
             )
             .map_err(|e| format!("cannot build a client: {e}"))
@@ -186,6 +192,19 @@ pub(super) async fn destination_for(
             Ok(Err(message))
         }
     }
+}
+
+/// `shardwise-controller/<version> (shard <n>; term <incarnation>)`.
+pub fn user_agent(me: &OwnerId) -> http::HeaderValue {
+    let text = format!(
+        "shardwise-controller/{} (shard {}; term {:016x})",
+        env!("CARGO_PKG_VERSION"),
+        me.shard,
+        me.incarnation.0
+    );
+    // Only ASCII digits, letters and punctuation: always a valid header value.
+    http::HeaderValue::from_str(&text)
+        .unwrap_or(http::HeaderValue::from_static("shardwise-controller"))
 }
 
 /// Probes the cluster's `/version` through its destination client.

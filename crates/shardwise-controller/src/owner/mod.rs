@@ -34,6 +34,7 @@ use crate::audit::Audit;
 use crate::config::Config;
 use crate::decode::decode_each;
 use crate::destination::Destination;
+use crate::lease::Fence;
 use crate::metrics::Metrics;
 use queue::WorkQueue;
 
@@ -76,6 +77,8 @@ pub struct Owner {
     /// This shard and the incarnation its lease is held as: only clusters assigned to both are
     /// this owner's.
     pub me: OwnerId,
+    /// The gate every destination request of this term passes.
+    pub fence: Fence,
     pub client: Client,
     pub config: Arc<Config>,
     pub metrics: Metrics,
@@ -369,6 +372,8 @@ pub enum Exit {
 #[derive(Clone)]
 pub struct Parts {
     pub me: OwnerId,
+    /// The gate every destination request of this term passes.
+    pub fence: Fence,
     pub client: Client,
     pub config: Arc<Config>,
     pub metrics: Metrics,
@@ -392,6 +397,7 @@ pub async fn run(
 ) -> Exit {
     let Parts {
         me,
+        fence,
         client,
         config,
         metrics,
@@ -409,6 +415,7 @@ pub async fn run(
     let (policy_reader, policy_writer) = reflector::store();
     let owner = Arc::new(Owner {
         me,
+        fence,
         client,
         config: config.clone(),
         metrics,
