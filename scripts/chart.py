@@ -69,7 +69,15 @@ EVERYTHING = {
         }
     ],
     "autoscaling": {"enabled": True, "targetMemoryUtilizationPercentage": 80},
-    "metrics": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+    "metrics": {
+        "certSecret": "shardwise-metrics-tls",
+        "readers": [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}],
+        "podMonitor": {
+            "enabled": True,
+            "labels": {"release": "kube-prometheus-stack"},
+            "bearerTokenSecret": {"name": "shardwise-scraper", "key": "token"},
+        },
+    },
     "dashboards": {
         "enabled": True,
         "annotations": {"grafana_folder": "Shardwise"},
@@ -95,6 +103,8 @@ INVALID = [
     ({"autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": None}}, "autoscaling.enabled needs"),
     ({"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}, "not both"),
     ({"rbac": {"clusterSecrets": [""]}}, "clusterSecrets"),
+    ({"metrics": {"podMonitor": {"enabled": True}}}, "bearerTokenSecret"),
+    ({"metrics": {"readers": [{"name": "prometheus"}]}}, "kind"),
 ]
 
 
@@ -188,6 +198,13 @@ def check_release(
                 o["metadata"]["namespace"] == values["dashboards"]["namespace"],
                 f"{where}: dashboard namespace",
             )
+        elif o["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            # Cluster-scoped, so named after the release and its namespace: two releases of the
+            # same name in different namespaces do not collide.
+            f.check(
+                "namespace" not in o["metadata"] and f"-{namespace}-" in o["metadata"]["name"],
+                f"{where}: {o['kind']} {o['metadata']['name']} is not cluster-scoped and named for {namespace}",
+            )
         else:
             f.check(o["metadata"].get("namespace") == namespace, f"{where}: {o['kind']} not in {namespace}")
     f.check(len(name) <= 52, f"{where}: StatefulSet name {name!r} longer than 52 characters")
@@ -216,7 +233,13 @@ def check_release(
     # Every flag of the controller comes from a value (its SHARDWISE_* variable), except the
     # audit file when off; nothing is set that the controller does not read.
     chart_env = {k for k in env if k.startswith("SHARDWISE_") or k.startswith("POD_")}
-    expected = set(flags) - ({"SHARDWISE_AUDIT_FILE"} if not c["auditFile"] else set())
+    secure = values["metrics"]["secure"]
+    cert_dir = secure and values["metrics"]["certSecret"]
+    expected = (
+        set(flags)
+        - ({"SHARDWISE_AUDIT_FILE"} if not c["auditFile"] else set())
+        - ({"SHARDWISE_METRICS_CERT_DIR"} if not cert_dir else set())
+    )
     f.check(
         chart_env == expected,
         f"{where}: controller variables differ: chart only {sorted(chart_env - expected)}, "
@@ -235,6 +258,48 @@ def check_release(
         env.get("SHARDWISE_HEALTH_ADDR") == f"{c['listenAddress']}:{c['healthPort']}",
         f"{where}: health address",
     )
+    # Secure metrics: the flag, the certificate mounted where the controller reads it, the
+    # reviews granted, a reader role, and monitors that scrape over https with a token.
+    f.check(env.get("SHARDWISE_METRICS_SECURE") == str(secure).lower(), f"{where}: metrics secure flag")
+    if cert_dir:
+        mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        f.check(
+            mounts.get("metrics-tls", {}).get("mountPath") == env.get("SHARDWISE_METRICS_CERT_DIR")
+            and volumes.get("metrics-tls", {}).get("secret", {}).get("secretName") == cert_dir,
+            f"{where}: metrics certificate Secret not mounted at SHARDWISE_METRICS_CERT_DIR",
+        )
+    cluster_roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    if values["rbac"]["create"]:
+        auth_rules = [r for o in cluster_roles.values() for r in o["rules"] if "resources" in r]
+        f.check(
+            sorted(r for rule in auth_rules for r in rule["resources"])
+            == (["subjectaccessreviews", "tokenreviews"] if secure else []),
+            f"{where}: review rules {auth_rules}",
+        )
+        readers = [o for o in cluster_roles.values() if o["metadata"]["name"].endswith("-metrics-reader")]
+        f.check(
+            len(readers) == int(secure)
+            and all(o["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}] for o in readers),
+            f"{where}: metrics-reader ClusterRole",
+        )
+        bound = [
+            o["subjects"]
+            for o in objects
+            if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"].endswith("-metrics-reader")
+        ]
+        f.check(
+            bound == ([values["metrics"]["readers"]] if secure and values["metrics"]["readers"] else []),
+            f"{where}: metrics readers bound {bound}",
+        )
+    for monitor in (o for o in objects if o["kind"] in ("ServiceMonitor", "PodMonitor")):
+        endpoint = (monitor["spec"].get("endpoints") or monitor["spec"].get("podMetricsEndpoints"))[0]
+        token = endpoint.get("bearerTokenFile") or endpoint.get("authorization", {}).get("credentials")
+        f.check(
+            (endpoint.get("scheme") == "https" and bool(token)) if secure else "scheme" not in endpoint,
+            f"{where}: {monitor['kind']} scrapes {endpoint.get('scheme', 'http')} with token {token!r}",
+        )
+
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = container.get(probe, {}).get("httpGet", {})
         f.check(
@@ -362,8 +427,12 @@ def check_rbac(f: Failures, objects: list[dict[str, Any]]) -> None:
     def essence(documents: Any) -> str:
         kept = []
         for o in sorted(
-            (d for d in documents if d and d["kind"] in ("ServiceAccount", "Role", "RoleBinding")),
-            key=lambda d: d["kind"],
+            (
+                d
+                for d in documents
+                if d and d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+            ),
+            key=lambda d: (d["kind"], d["metadata"]["name"]),
         ):
             o = dict(o, metadata={k: v for k, v in o["metadata"].items() if k in ("name", "namespace")})
             kept.append(o)
@@ -457,7 +526,7 @@ def main() -> int:
                     "serviceAccount": {"create": False, "name": "fleet"},
                     "rbac": {"create": False},
                     "podDisruptionBudget": {"enabled": False},
-                    "metrics": {"serviceMonitor": {"enabled": True, "interval": "15s"}},
+                    "metrics": {"secure": False, "serviceMonitor": {"enabled": True, "interval": "15s"}},
                 },
             ),
         ]
@@ -493,7 +562,7 @@ def main() -> int:
     before = len(f.items)
     default_objects = rendered["release 'shardwise'"]
     check_rbac(f, default_objects)
-    report("rbac: ServiceAccount, Role and RoleBinding of release 'shardwise' are deploy/rbac.yaml", before)
+    report("rbac: the ServiceAccount, roles and bindings of release 'shardwise' are deploy/rbac.yaml", before)
 
     before = len(f.items)
     f.check(

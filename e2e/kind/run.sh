@@ -3,11 +3,12 @@
 # image and loads it into the cluster, installs the chart, creates a fleet whose destination is
 # the kind cluster itself (through a token with just the rights the apps need), and checks that:
 # every cluster is Connected and every app Synced, each by a shard of its own; no request of the
-# controller was refused (least-privilege RBAC); a pin moves its cluster; `kubectl scale
+# controller was refused (least-privilege RBAC; read from the metrics over https with a scraper
+# token, which an anonymous request does not get); a pin moves its cluster; `kubectl scale
 # statefulset` down and up moves the work to the shards that exist; a rolling restart hands every
 # shard over and back. The cluster is deleted at the end, also on failure.
 #
-# Needs: a Docker engine, docker, kind (0.20 or later), kubectl, helm (3.8 or later).
+# Needs: a Docker engine, docker, kind (0.20 or later), kubectl, helm (3.10 or later), curl.
 # Settings (environment): KIND_CLUSTER (shardwise-e2e), IMAGE (shardwise:e2e), KIND_NODE_IMAGE
 # (a kindest/node image, for another Kubernetes version), KEEP_CLUSTER=1 to keep the cluster.
 set -euo pipefail
@@ -22,7 +23,7 @@ CLUSTERS=8
 APPS_PER_CLUSTER=3
 TIMEOUT=300
 
-for tool in docker kind kubectl helm; do
+for tool in docker kind kubectl helm curl; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "e2e-kind: $tool is required (docs/operations.md, 'Testing on kind')" >&2
         exit 2
@@ -107,11 +108,31 @@ token_issued() { [[ -n $(k get secret "$1" -o jsonpath='{.data.token}') ]] || { 
 
 has_shard() { [[ " $(owning_shards) " == *" $1 "* ]] || { echo "shards owning clusters: $(owning_shards)"; return 1; }; }
 
-# No request of any replica refused by RBAC, from each replica's /metrics (through the API server).
+# GET /metrics of pod $1 over a port-forward with bearer token $2 (empty: none); prints the body
+# and fails on any answer but 200. The metrics are secure: https, a self-signed certificate.
+scrape() {
+    local pod=$1 token=$2 forward status
+    k port-forward "$pod" 18080:8080 >/dev/null 2>&1 &
+    forward=$!
+    sleep 2
+    status=0
+    curl -sfk ${token:+-H "Authorization: Bearer $token"} https://127.0.0.1:18080/metrics || status=$?
+    kill "$forward" 2>/dev/null || true
+    wait "$forward" 2>/dev/null || true
+    return "$status"
+}
+
+# No request of any replica refused by RBAC, from each replica's /metrics, read as the scraper
+# account bound to the metrics-reader role; without a token the metrics are refused.
 no_forbidden() {
-    local pod metrics
+    local pod metrics token
+    token=$(k create token scraper --duration=10m)
     for pod in $(k get pods -l "app.kubernetes.io/instance=$RELEASE" -o name); do
-        metrics=$(kubectl get --raw "/api/v1/namespaces/$NAMESPACE/pods/${pod#pod/}:8080/proxy/metrics")
+        if scrape "$pod" "" >/dev/null; then
+            echo "$pod served its metrics without a token"
+            return 1
+        fi
+        metrics=$(scrape "$pod" "$token")
         if grep -E '^shardwise_api_requests_total\{.*code="403"' <<<"$metrics"; then
             return 1
         fi
@@ -131,8 +152,11 @@ helm install "$RELEASE" charts/shardwise --namespace "$NAMESPACE" --create-names
     --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
     --set controller.resyncInterval=20s --set controller.probeInterval=20s \
     --set controller.planInterval=10s --set controller.logFormat=text \
+    --set-json "metrics.readers=[{\"kind\":\"ServiceAccount\",\"name\":\"scraper\",\"namespace\":\"$NAMESPACE\"}]" \
     --wait --timeout "${TIMEOUT}s"
 k get statefulset,pods,leases
+
+k create serviceaccount scraper
 
 step "destination: the kind cluster itself, through a token of its own"
 k apply -f - <<YAML

@@ -1,6 +1,7 @@
 //! The Grafana dashboard (`charts/shardwise/dashboards/shardwise.json`) against real data: a
 //! fleet of 4 replicas, scraped by a real Prometheus (Debian's `prometheus` package, or the
-//! binary named by `$PROMETHEUS`) with the `namespace` and `pod` labels a PodMonitor gives.
+//! binary named by `$PROMETHEUS`) with the `namespace` and `pod` labels a PodMonitor gives, over
+//! https with a token bound to the metrics-reader role, as the chart sets secure metrics up.
 //! The fleet goes through what the dashboard is for: a scale-up (handoffs), a partitioned
 //! replica (a fence) and invalid apps (errors). Then every panel's query runs against
 //! Prometheus's HTTP API, with the template variables substituted as Grafana would, and must be
@@ -19,9 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_e2e::{
-    FaultScope, Poll, Process, ProcessSpec, free_port, scrape, wait_for, wait_with,
-};
+use shardwise_e2e::{FaultScope, Poll, Process, ProcessSpec, free_port, wait_for, wait_with};
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, shard_label};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -93,9 +92,18 @@ impl Prometheus {
         std::fs::create_dir_all(&dir).unwrap();
         let targets = dir.join("targets.json");
         std::fs::write(&targets, "[]").unwrap();
+        // Secure metrics, scraped as the chart's ServiceMonitor has Prometheus do it: https,
+        // the serving certificate's CA, and a token bound to the metrics-reader role.
+        let access = fleet
+            .metrics_access
+            .as_ref()
+            .expect("the dashboard fleet serves secure metrics");
         let config = format!(
             "global:\n  scrape_interval: {SCRAPE_INTERVAL}\n  scrape_timeout: {SCRAPE_INTERVAL}\n\
-             scrape_configs:\n  - job_name: shardwise\n    file_sd_configs:\n      - files: [{}]\n        refresh_interval: 1s\n",
+             scrape_configs:\n  - job_name: shardwise\n    scheme: https\n    tls_config:\n      ca_file: {}\n    \
+             authorization:\n      credentials: {}\n    file_sd_configs:\n      - files: [{}]\n        refresh_interval: 1s\n",
+            access.certificates.join("ca.crt").display(),
+            access.token,
             targets.display()
         );
         let config_path = dir.join("prometheus.yml");
@@ -137,7 +145,7 @@ impl Prometheus {
             .map(|(ordinal, replica)| {
                 let target = replica
                     .metrics_url
-                    .trim_start_matches("http://")
+                    .trim_start_matches("https://")
                     .trim_end_matches("/metrics");
                 json!({
                     "targets": [target],
@@ -180,6 +188,28 @@ impl Prometheus {
     }
 
     /// The result of an instant query: the label sets of its series.
+    /// Ok once every target's last scrape succeeded; else the targets' errors.
+    async fn all_up(&self, targets: usize) -> Result<(), String> {
+        let data = self.get("/api/v1/targets").await?;
+        let active = data["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let down: Vec<String> = active
+            .iter()
+            .filter(|t| t["health"] != "up")
+            .map(|t| format!("{} {}: {}", t["scrapeUrl"], t["health"], t["lastError"]))
+            .collect();
+        if active.len() == targets && down.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {targets} targets, down: {down:?}",
+                active.len()
+            ))
+        }
+    }
+
     async fn query(&self, expr: &str) -> Result<Vec<BTreeMap<String, String>>, String> {
         let data = self
             .get(&format!("/api/v1/query?query={}", encode(expr)))
@@ -407,6 +437,7 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
         clusters: 12,
         apps: 120,
         args: LEASE_FLAGS.map(String::from).to_vec(),
+        secure_metrics: true,
         ..FleetOptions::default()
     })
     .await
@@ -444,15 +475,20 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
     .await
     .unwrap();
     fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await.unwrap();
+    // Over https, with the token of an account bound to the metrics-reader role.
+    wait_for("Prometheus to scrape every replica", SETTLE, || {
+        prometheus.all_up(4)
+    })
+    .await
+    .unwrap();
     tokio::time::sleep(pace).await;
 
     // Partition replica 1 from the control plane until it fences itself, then heal it.
     let faults = fleet.env.control_plane().faults();
     let scope = FaultScope::identity(format!("{STATEFULSET}-1"));
     faults.partition(scope.clone());
-    let url = fleet.replicas[&1].metrics_url.clone();
     wait_for("replica 1 to fence itself", SETTLE, || async {
-        let m = scrape(&url).await.map_err(|e| e.to_string())?;
+        let m = fleet.scrape(1).await.map_err(|e| e.to_string())?;
         match m.sum("shardwise_fenced_total", &[]) {
             n if n >= 1.0 => Ok(()),
             n => Err(format!("fenced {n} times")),

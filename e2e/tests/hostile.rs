@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use shardwise_api::lenient::Lenient;
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_e2e::wait_for;
-use support::{Fleet, FleetOptions, NAMESPACE, app_manifests, shard_label};
+use support::{Fleet, FleetOptions, NAMESPACE, app_manifests, get, shard_label};
 
 const SETTLE: Duration = Duration::from_secs(120);
 
@@ -812,4 +812,72 @@ async fn apps_stay_in_their_namespace_unless_an_admin_policy_says_otherwise() {
     for i in 0..20 {
         wait_status::<FleetApp>(&fleet, &format!("app-{i}"), ("syncPhase", "Synced"), "").await;
     }
+}
+
+/// Secure by default: a replica's metrics go over HTTPS only to a bearer token the control
+/// plane accepts for a user allowed to read /metrics; its probes stay plain HTTP for the kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_only_to_authorized_scrapers() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 1,
+        clusters: 2,
+        apps: 10,
+        secure_metrics: true,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    let access = fleet.metrics_access.clone().unwrap();
+    let cp = fleet.env.control_plane();
+    cp.add_identity(shardwise_e2e::Identity::service_account(
+        "intruder",
+        "monitoring",
+        "intruder",
+    ))
+    .unwrap();
+    let token = |name: &str| cp.server().identity(name).unwrap().token;
+    let ca = access.ca.clone();
+    let replica = &fleet.replicas[&0];
+    let metrics = replica.metrics_url.trim_end_matches("/metrics");
+    let ready = replica.ready_url.trim_end_matches("/readyz");
+
+    let (code, body) = wait_for("the replica to listen", SETTLE, || async {
+        match get(metrics, Some(&ca), Some(&access.token), "/metrics").await {
+            (0, error) => Err(error),
+            answer => Ok(answer),
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("shardwise_lease_held"), "{body}");
+    // The same request again is answered from the cache of reviews.
+    assert_eq!(
+        get(metrics, Some(&ca), Some(&access.token), "/metrics")
+            .await
+            .0,
+        200
+    );
+
+    let (code, body) = get(metrics, Some(&ca), None, "/metrics").await;
+    assert_eq!(code, 401, "no token: {body}");
+    let (code, body) = get(metrics, Some(&ca), Some("made-up"), "/metrics").await;
+    assert_eq!(code, 401, "a token the control plane does not know: {body}");
+    let (code, body) = get(metrics, Some(&ca), Some(&token("intruder")), "/metrics").await;
+    assert_eq!(code, 403, "an identity without the reader role: {body}");
+    assert!(
+        body.contains("system:serviceaccount:monitoring:intruder") && body.contains("/metrics"),
+        "{body}"
+    );
+    // Nothing in the clear on the metrics port.
+    let plain = metrics.replace("https://", "http://");
+    let (code, body) = get(&plain, None, Some(&access.token), "/metrics").await;
+    assert_ne!(code, 200, "metrics served over plain HTTP: {body}");
+
+    // The probes need no token: the kubelet has none.
+    let (code, body) = get(ready, None, None, "/healthz").await;
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let (code, body) = get(ready, None, None, "/metrics").await;
+    assert_eq!(code, 404, "metrics on the probes' port: {body}");
 }

@@ -121,9 +121,22 @@ pub struct Config {
     /// Address of `/metrics`.
     #[arg(long, env = "SHARDWISE_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
-    /// Address of `/healthz` and `/readyz`.
+    /// Address of `/healthz` and `/readyz` (plain HTTP, for the kubelet).
     #[arg(long, env = "SHARDWISE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
+    /// Serve `/metrics` over HTTPS, and only to requests whose bearer token the API server
+    /// accepts (TokenReview) for a user allowed to `get` the path `/metrics`
+    /// (SubjectAccessReview). `false`: plain HTTP, open to anyone who reaches the port.
+    #[arg(long, env = "SHARDWISE_METRICS_SECURE", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_secure: bool,
+    /// Directory with `tls.crt` and `tls.key` for secure metrics (a mounted kubernetes.io/tls
+    /// Secret), re-read when they change. Unset: a self-signed certificate made at startup.
+    #[arg(long, env = "SHARDWISE_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Reviews per second the metrics endpoint may ask of the API server, on a client of its
+    /// own: scrapes with made-up tokens cannot slow down lease renewals.
+    #[arg(long, env = "SHARDWISE_METRICS_REVIEW_QPS", default_value_t = 5, value_parser = positive_u32)]
+    pub metrics_review_qps: u32,
     #[arg(long, env = "SHARDWISE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Log filter (tracing-subscriber syntax).
@@ -153,6 +166,20 @@ impl Config {
         }
     }
 
+    /// Settings that only make sense together.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.metrics_secure && self.metrics_addr == self.health_addr {
+            return Err(format!(
+                "--metrics-addr and --health-addr are both {}: secure metrics need a port of their own, since the kubelet probes over plain HTTP",
+                self.metrics_addr
+            ));
+        }
+        if !self.metrics_secure && self.metrics_cert_dir.is_some() {
+            return Err("--metrics-cert-dir is set but --metrics-secure is false: the certificate would not be used".to_string());
+        }
+        Ok(())
+    }
+
     /// The StatefulSet's name: the flag, or the pod name without `-<ordinal>`.
     pub fn statefulset_name(&self) -> String {
         self.statefulset.clone().unwrap_or_else(|| {
@@ -160,5 +187,50 @@ impl Config {
                 .rsplit_once('-')
                 .map_or_else(|| self.pod_name.clone(), |(prefix, _)| prefix.to_string())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Config {
+        let base = [
+            "shardwise-controller",
+            "--namespace=fleet",
+            "--pod-name=shardwise-0",
+        ];
+        Config::try_parse_from(base.iter().chain(extra)).unwrap()
+    }
+
+    #[test]
+    fn metrics_are_secure_unless_turned_off() {
+        assert!(parse(&[]).metrics_secure);
+        assert!(parse(&["--metrics-secure"]).metrics_secure);
+        assert!(!parse(&["--metrics-secure=false"]).metrics_secure);
+        assert!(parse(&[]).validate().is_ok());
+    }
+
+    #[test]
+    fn settings_that_cannot_work_together_are_refused() {
+        let shared = parse(&["--metrics-addr=0.0.0.0:9000", "--health-addr=0.0.0.0:9000"]);
+        let e = shared.validate().unwrap_err();
+        assert!(
+            e.contains("0.0.0.0:9000") && e.contains("plain HTTP"),
+            "{e}"
+        );
+        let open = parse(&[
+            "--metrics-secure=false",
+            "--metrics-addr=0.0.0.0:9000",
+            "--health-addr=0.0.0.0:9000",
+        ]);
+        assert!(open.validate().is_ok());
+        let unused = parse(&["--metrics-secure=false", "--metrics-cert-dir=/certs"]);
+        assert!(
+            unused
+                .validate()
+                .unwrap_err()
+                .contains("--metrics-cert-dir")
+        );
     }
 }

@@ -31,6 +31,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::Config;
+use crate::http::MetricsAccess;
+use crate::http::auth::{CacheTimes, Gate, KubeReviewer};
+use crate::http::tls::CertSource;
 use crate::lease::{Fence, Holding, LeaseSpecification, until_held, until_lost};
 use crate::membership::{LEASE_KIND_LABEL, LEASE_STATEFULSET_LABEL, ShardLeases};
 use crate::metrics::Telemetry;
@@ -56,6 +59,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let shard = shard_from_pod_name(&config.pod_name, config.statefulset.as_deref())?;
     config.lease_timing().validate()?;
     config.strategy_config().validate()?;
+    config.validate().map_err(anyhow::Error::msg)?;
     let config = Arc::new(config);
     let statefulset = config.statefulset_name();
     info!(shard, %statefulset, strategy = %config.strategy, "starting");
@@ -80,10 +84,53 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     on_signal(shutdown.clone())?;
 
+    let metrics_access = if config.metrics_secure {
+        let source = match &config.metrics_cert_dir {
+            Some(dir) => CertSource::Directory(dir.clone()),
+            // The names a scraper may use: the pod's stable DNS name under the StatefulSet's
+            // governing Service, and loopback for a port-forward.
+            None => CertSource::SelfSigned(vec![
+                format!("{}.{statefulset}.{}.svc", config.pod_name, config.namespace),
+                config.pod_name.clone(),
+                "localhost".to_string(),
+                "127.0.0.1".to_string(),
+            ]),
+        };
+        let tls =
+            http::tls::acceptor(&source).context("cannot set up TLS for the metrics endpoint")?;
+        // A scrape waits for its reviews: they must fail fast when the API server is away.
+        let mut review_config = kube_config.clone();
+        review_config.connect_timeout = Some(std::time::Duration::from_secs(5));
+        review_config.read_timeout = Some(std::time::Duration::from_secs(5));
+        let review_client = clients::build_client(
+            review_config,
+            "control-plane",
+            &clients::RateLimitLayer::new(config.metrics_review_qps, config.metrics_review_qps * 2),
+            &metrics,
+        )?;
+        info!(
+            certificate = if config.metrics_cert_dir.is_some() {
+                "from a directory"
+            } else {
+                "self-signed"
+            },
+            "metrics over https, for authorized scrapers only"
+        );
+        MetricsAccess::Secure {
+            tls,
+            gate: Arc::new(Gate::new(
+                KubeReviewer::new(review_client),
+                CacheTimes::default(),
+            )),
+        }
+    } else {
+        MetricsAccess::Open
+    };
     let http_stop = CancellationToken::new();
     let http = tokio::spawn(http::serve(
         config.metrics_addr,
         config.health_addr,
+        metrics_access,
         telemetry.clone(),
         readiness.clone(),
         http_stop.clone(),

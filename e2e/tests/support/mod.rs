@@ -53,6 +53,10 @@ pub struct FleetOptions {
     /// Apps of a realistic size (a Deployment, a Service and a ConfigMap) instead of one small
     /// ConfigMap.
     pub realistic_apps: bool,
+    /// Metrics over HTTPS for authorized scrapers, as the chart sets them up: a certificate
+    /// signed by a CA of the fleet's, and a `scraper` identity bound to deploy/rbac.yaml's
+    /// reader role. Off, plain HTTP on the probes' port.
+    pub secure_metrics: bool,
 }
 
 impl Default for FleetOptions {
@@ -68,6 +72,7 @@ impl Default for FleetOptions {
             fast: true,
             destination_latency: None,
             realistic_apps: false,
+            secure_metrics: false,
         }
     }
 }
@@ -89,6 +94,64 @@ pub struct Fleet {
     pub audits: Vec<PathBuf>,
     /// When the first replica was started.
     pub started: std::time::Instant,
+    /// With secure metrics: how to scrape them.
+    pub metrics_access: Option<MetricsAccess>,
+}
+
+/// What an authorized scraper of secure metrics has.
+#[derive(Clone, Debug)]
+pub struct MetricsAccess {
+    /// `tls.crt`, `tls.key` and `ca.crt`, as a cert-manager Secret lays them out.
+    pub certificates: PathBuf,
+    /// The CA of the serving certificates, DER.
+    pub ca: Vec<u8>,
+    /// A bearer token of the control plane allowed to read `/metrics`.
+    pub token: String,
+}
+
+/// The identity on the control plane that may read every replica's metrics.
+pub const SCRAPER_IDENTITY: &str = "scraper";
+
+/// A CA and a serving certificate for 127.0.0.1 signed by it, written as `tls.crt`, `tls.key`
+/// and `ca.crt` into `dir`; returns the CA as DER.
+pub fn write_serving_certificate(dir: &std::path::Path) -> Result<Vec<u8>> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    std::fs::create_dir_all(dir)?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &ca)?;
+    std::fs::write(dir.join("tls.crt"), cert.pem())?;
+    std::fs::write(dir.join("tls.key"), key.serialize_pem())?;
+    std::fs::write(dir.join("ca.crt"), ca.pem())?;
+    Ok(ca.der().to_vec())
+}
+
+/// `GET path` of `url` trusting `ca` and sending `token`: the status and the body (or the
+/// error, with status 0, when no answer came).
+pub async fn get(url: &str, ca: Option<&[u8]>, token: Option<&str>, path: &str) -> (u16, String) {
+    let uri = match url.parse() {
+        Ok(uri) => uri,
+        Err(e) => return (0, format!("{url}: {e}")),
+    };
+    let mut config = kube::Config::new(uri);
+    config.root_cert = ca.map(|der| vec![der.to_vec()]);
+    config.auth_info.token = token.map(|t| secrecy::SecretString::from(t.to_string()));
+    config.default_retry = false;
+    let client = match Client::try_from(config) {
+        Ok(client) => client,
+        Err(e) => return (0, e.to_string()),
+    };
+    let request = match http::Request::get(path).body(Vec::new()) {
+        Ok(request) => request,
+        Err(e) => return (0, e.to_string()),
+    };
+    match client.request_text(request).await {
+        Ok(body) => (200, body),
+        Err(kube::Error::Api(status)) => (status.code, status.message),
+        Err(other) => (0, other.to_string()),
+    }
 }
 
 /// Flags that make a test fleet react in seconds rather than minutes.
@@ -159,6 +222,40 @@ impl Fleet {
             .await?;
         cp.apply_yaml("admin", &statefulset_yaml(options.replicas))
             .await?;
+        let metrics_access = if options.secure_metrics {
+            let certificates = env.dir().join("metrics-tls");
+            let ca = write_serving_certificate(&certificates)?;
+            cp.add_identity(Identity::service_account(
+                SCRAPER_IDENTITY,
+                "monitoring",
+                "prometheus",
+            ))?;
+            // deploy/rbac.yaml's reader role, bound to Prometheus as an operator would.
+            cp.apply_yaml(
+                "admin",
+                &json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": "prometheus-reads-shardwise"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "shardwise-shardwise-metrics-reader"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+                })
+                .to_string(),
+            )
+            .await?;
+            let token = cp
+                .server()
+                .identity(SCRAPER_IDENTITY)
+                .ok_or("scraper identity missing")?
+                .token;
+            Some(MetricsAccess {
+                certificates,
+                ca,
+                token,
+            })
+        } else {
+            None
+        };
         let mut fleet = Self {
             env,
             options: options.clone(),
@@ -166,6 +263,7 @@ impl Fleet {
             replicas: BTreeMap::new(),
             audits: Vec::new(),
             started: std::time::Instant::now(),
+            metrics_access,
         };
         fleet.create_destination_secrets().await?;
         fleet.create_clusters(0..options.clusters).await?;
@@ -302,6 +400,11 @@ impl Fleet {
     pub fn spawn_replica(&mut self, ordinal: u32) -> Result<()> {
         let name = format!("{STATEFULSET}-{ordinal}");
         let port = free_port()?;
+        let health_port = if self.metrics_access.is_some() {
+            free_port()?
+        } else {
+            port
+        };
         let kubeconfig = self.env.control_plane().kubeconfig_path(&name)?;
         let audit = self.options.audit.then(|| {
             self.env
@@ -313,7 +416,14 @@ impl Fleet {
             .env("POD_NAMESPACE", NAMESPACE)
             .env("KUBECONFIG", &kubeconfig)
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
-            .arg(format!("--health-addr=127.0.0.1:{port}"))
+            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            .args(match &self.metrics_access {
+                Some(access) => vec![format!(
+                    "--metrics-cert-dir={}",
+                    access.certificates.display()
+                )],
+                None => vec!["--metrics-secure=false".to_string()],
+            })
             .args(if self.options.fast {
                 fast_flags()
             } else {
@@ -329,8 +439,11 @@ impl Fleet {
             ordinal,
             Replica {
                 process,
-                metrics_url: format!("http://127.0.0.1:{port}/metrics"),
-                ready_url: format!("http://127.0.0.1:{port}/readyz"),
+                metrics_url: match self.metrics_access {
+                    Some(_) => format!("https://127.0.0.1:{port}/metrics"),
+                    None => format!("http://127.0.0.1:{port}/metrics"),
+                },
+                ready_url: format!("http://127.0.0.1:{health_port}/readyz"),
                 audit,
             },
         );
@@ -461,11 +574,28 @@ impl Fleet {
         Ok(api.get_opt(&format!("app-{index}")).await?)
     }
 
+    /// The metrics of replica `ordinal`, as an authorized scraper reads them when they are
+    /// secure.
+    pub async fn scrape(&self, ordinal: u32) -> Result<shardwise_e2e::Metrics> {
+        let replica = self
+            .replicas
+            .get(&ordinal)
+            .ok_or_else(|| format!("no replica {ordinal}"))?;
+        let Some(access) = &self.metrics_access else {
+            return Ok(scrape(&replica.metrics_url).await?);
+        };
+        let base = replica.metrics_url.trim_end_matches("/metrics");
+        match get(base, Some(&access.ca), Some(&access.token), "/metrics").await {
+            (200, body) => Ok(shardwise_e2e::Metrics::parse(&body)?),
+            (code, body) => Err(format!("{} answered {code}: {body}", replica.metrics_url).into()),
+        }
+    }
+
     /// Sum of a metric over every replica.
     pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
         let mut total = 0.0;
-        for replica in self.replicas.values() {
-            total += scrape(&replica.metrics_url).await?.sum(name, labels);
+        for &ordinal in self.replicas.keys() {
+            total += self.scrape(ordinal).await?.sum(name, labels);
         }
         Ok(total)
     }
@@ -473,10 +603,8 @@ impl Fleet {
     /// The ordinal of the replica that plans (reports `shardwise_planner_leader` 1).
     pub async fn planner(&self, timeout: Duration) -> Result<u32> {
         let ordinal = wait_for("a planner", timeout, || async {
-            for (&ordinal, replica) in &self.replicas {
-                let m = scrape(&replica.metrics_url)
-                    .await
-                    .map_err(|e| e.to_string())?;
+            for &ordinal in self.replicas.keys() {
+                let m = self.scrape(ordinal).await.map_err(|e| e.to_string())?;
                 if m.sum("shardwise_planner_leader", &[]) == 1.0 {
                     return Ok(ordinal);
                 }
