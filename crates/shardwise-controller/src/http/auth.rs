@@ -177,7 +177,11 @@ impl<K: Eq + Hash, V: Clone> Expiring<K, V> {
         }
     }
 
-    fn get(&self, key: &K, now: Instant) -> Option<V> {
+    fn get<Q>(&self, key: &Q, now: Instant) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
         match self.entries.get(key) {
             Some((until, value)) if now < *until => Some(value.clone()),
             _ => None,
@@ -185,7 +189,11 @@ impl<K: Eq + Hash, V: Clone> Expiring<K, V> {
     }
 
     /// The value even if it expired, up to `stale` ago.
-    fn get_stale(&self, key: &K, now: Instant) -> Option<V> {
+    fn get_stale<Q>(&self, key: &Q, now: Instant) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
         match self.entries.get(key) {
             Some((until, value)) if now < *until + self.stale => Some(value.clone()),
             _ => None,
@@ -237,55 +245,34 @@ impl<R: Reviewer> Gate<R> {
         let Some(token) = bearer_token(authorization) else {
             return Verdict::Unauthenticated("a bearer token is required");
         };
-        let cached = lock(&self.tokens).get(&token.to_string(), Instant::now());
-        let user = match cached {
-            Some(user) => user,
-            None => match self.reviewer.authenticate(token).await {
-                Ok(user) => {
-                    let now = Instant::now();
-                    lock(&self.tokens).put(
-                        token.to_string(),
-                        user.clone(),
-                        now + self.times.token,
-                        now,
-                    );
-                    user
-                }
-                Err(e) => match lock(&self.tokens).get_stale(&token.to_string(), Instant::now()) {
-                    Some(Some(user)) => {
-                        warn!(error = %e, user = %user.username, "API server unreachable: a metrics token accepted earlier stands in");
-                        Some(user)
-                    }
-                    _ => return Verdict::Unavailable(e),
-                },
-            },
-        };
-        let Some(user) = user else {
-            return Verdict::Unauthenticated("the API server does not accept this token");
+        let times = self.times;
+        let user = match reviewed(
+            &self.tokens,
+            token,
+            |_| times.token,
+            Option::is_some,
+            self.reviewer.authenticate(token),
+        )
+        .await
+        {
+            Ok(Some(user)) => user,
+            Ok(None) => {
+                return Verdict::Unauthenticated("the API server does not accept this token");
+            }
+            Err(e) => return Verdict::Unavailable(e),
         };
         let key = (user, verb.to_string(), path.to_string());
-        let cached = lock(&self.decisions).get(&key, Instant::now());
-        let allowed = match cached {
-            Some(allowed) => allowed,
-            None => match self.reviewer.authorize(&key.0, verb, path).await {
-                Ok(allowed) => {
-                    let now = Instant::now();
-                    let ttl = if allowed {
-                        self.times.allowed
-                    } else {
-                        self.times.denied
-                    };
-                    lock(&self.decisions).put(key.clone(), allowed, now + ttl, now);
-                    allowed
-                }
-                Err(e) => match lock(&self.decisions).get_stale(&key, Instant::now()) {
-                    Some(true) => {
-                        warn!(error = %e, user = %key.0.username, "API server unreachable: a metrics grant made earlier stands in");
-                        true
-                    }
-                    _ => return Verdict::Unavailable(e),
-                },
-            },
+        let allowed = match reviewed(
+            &self.decisions,
+            &key,
+            |&allowed| if allowed { times.allowed } else { times.denied },
+            |&allowed| allowed,
+            self.reviewer.authorize(&key.0, verb, path),
+        )
+        .await
+        {
+            Ok(allowed) => allowed,
+            Err(e) => return Verdict::Unavailable(e),
         };
         let name = key.0.username;
         if allowed {
@@ -294,6 +281,43 @@ impl<R: Reviewer> Gate<R> {
             Verdict::Forbidden(format!(
                 "forbidden: User {name:?} cannot {verb} path {path:?}"
             ))
+        }
+    }
+}
+
+/// The answer cached for `key` while it is fresh; else `review`'s, cached for `ttl` of it. When
+/// the review fails, an expired answer that `grants` still stands in within the grace.
+async fn reviewed<K, Q, V>(
+    cache: &Mutex<Expiring<K, V>>,
+    key: &Q,
+    ttl: impl Fn(&V) -> Duration,
+    grants: impl Fn(&V) -> bool,
+    review: impl Future<Output = Result<V, ReviewError>>,
+) -> Result<V, ReviewError>
+where
+    K: Eq + Hash + std::borrow::Borrow<Q>,
+    Q: Eq + Hash + ToOwned<Owned = K> + ?Sized,
+    V: Clone,
+{
+    let fresh = lock(cache).get(key, Instant::now());
+    if let Some(answer) = fresh {
+        return Ok(answer);
+    }
+    match review.await {
+        Ok(answer) => {
+            let now = Instant::now();
+            lock(cache).put(key.to_owned(), answer.clone(), now + ttl(&answer), now);
+            Ok(answer)
+        }
+        Err(e) => {
+            let stale = lock(cache).get_stale(key, Instant::now());
+            match stale {
+                Some(answer) if grants(&answer) => {
+                    warn!(error = %e, "API server unreachable: a metrics grant given earlier stands in");
+                    Ok(answer)
+                }
+                _ => Err(e),
+            }
         }
     }
 }
