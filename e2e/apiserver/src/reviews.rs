@@ -43,48 +43,38 @@ pub(crate) fn answer(
 ) -> Result<Value, ApiError> {
     let status = match special {
         Special::TokenReview => token_review(shared, &review)?,
-        Special::SubjectAccessReview => {
+        Special::SubjectAccessReview | Special::SelfSubjectAccessReview => {
             let spec = review.get("spec").cloned().unwrap_or(Value::Null);
-            let user = spec.get("user").and_then(Value::as_str).unwrap_or("");
-            let groups: Vec<String> = spec
-                .get("groups")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect();
             let mut errors = attribute_errors(&spec);
-            if user.is_empty() && groups.is_empty() {
-                errors.push(FieldError::invalid(
-                    "spec.user",
-                    user,
-                    "at least one of user or group must be specified",
-                ));
-            }
-            if !errors.is_empty() {
-                return Err(ApiError::invalid(
-                    "authorization.k8s.io",
-                    "SubjectAccessReview",
-                    "",
-                    errors,
-                ));
-            }
-            access_status(shared, user, &groups, &spec)
-        }
-        Special::SelfSubjectAccessReview => {
-            let spec = review.get("spec").cloned().unwrap_or(Value::Null);
-            let errors = attribute_errors(&spec);
-            if !errors.is_empty() {
-                return Err(ApiError::invalid(
-                    "authorization.k8s.io",
+            let (user, groups, kind) = if special == Special::SubjectAccessReview {
+                let user = spec.get("user").and_then(Value::as_str).unwrap_or("");
+                let groups: Vec<String> = spec
+                    .get("groups")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect();
+                if user.is_empty() && groups.is_empty() {
+                    errors.push(FieldError::invalid(
+                        "spec.user",
+                        user,
+                        "at least one of user or group must be specified",
+                    ));
+                }
+                (user.to_string(), groups, "SubjectAccessReview")
+            } else {
+                (
+                    requester.user.clone(),
+                    requester.effective_groups(),
                     "SelfSubjectAccessReview",
-                    "",
-                    errors,
-                ));
+                )
+            };
+            if !errors.is_empty() {
+                return Err(ApiError::invalid("authorization.k8s.io", kind, "", errors));
             }
-            let groups = requester.effective_groups();
-            access_status(shared, &requester.user, &groups, &spec)
+            access_status(shared, &user, &groups, &spec)
         }
         _ => return Err(ApiError::internal("not a review resource")),
     };
