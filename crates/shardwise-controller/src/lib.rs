@@ -105,7 +105,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let review_client = clients::build_client(
             review_config,
             "control-plane",
-            &clients::RateLimitLayer::new(config.metrics_review_qps, config.metrics_review_qps * 2),
+            &clients::RateLimitLayer::new(
+                config.metrics_review_qps,
+                config.metrics_review_qps.saturating_mul(2),
+            ),
             &metrics,
         )?;
         info!(
