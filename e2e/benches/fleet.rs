@@ -19,23 +19,17 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::api::ListParams;
 use shardwise_api::SyncPhase;
-use shardwise_api::keys::DRAIN_TO_ANNOTATION;
 use shardwise_e2e::{FaultScope, scrape, wait_for};
-use support::{Fleet, FleetOptions, STATEFULSET, audit, shard_label};
+use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
+use shardwise_runtime::audit;
+use support::{Fleet, FleetOptions, STATEFULSET, shard_label};
 
 const LONG: Duration = Duration::from_secs(1200);
-
-fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
-}
 
 /// Apps Synced at their current generation.
 async fn synced(fleet: &Fleet) -> usize {
@@ -286,9 +280,9 @@ async fn handoff() -> (Vec<Handoff>, usize) {
     let pid = fleet.replicas[&1].process.pid();
     let (t0, since) = (Instant::now(), jiff::Timestamp::now());
     fleet.kill_replica(1).unwrap();
-    deaths.insert(pid, now_nanos());
+    deaths.insert(pid, audit::now_nanos());
     let mut row = measure(&fleet, "SIGKILL", &[0, 2, 3], before, t0, since).await;
-    row.in_flight = audit::read(&fleet.audits)
+    row.in_flight = audit::read(&fleet.audits, "cluster")
         .unwrap()
         .iter()
         .filter(|i| i.pid == pid && i.end.is_none())
@@ -309,7 +303,7 @@ async fn handoff() -> (Vec<Handoff>, usize) {
     fleet.env.control_plane().faults().heal(&scope);
     fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
 
-    let overlaps = audit::overlaps(&audit::read(&fleet.audits).unwrap(), &deaths).len();
+    let overlaps = audit::overlaps(&audit::read(&fleet.audits, "cluster").unwrap(), &deaths).len();
     (rows, overlaps)
 }
 

@@ -11,11 +11,12 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use shardwise_e2e::{ErrorFault, FaultScope, scrape, wait_for};
+use shardwise_runtime::audit;
+use support::fencing;
 use support::{Fleet, FleetOptions, STATEFULSET};
-use support::{audit, fencing};
 
 /// Tests share the machine: one scenario at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -32,17 +33,10 @@ const LEASE_FLAGS: [&str; 4] = [
 ];
 const LEASE_DURATION: Duration = Duration::from_secs(6);
 
-fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
-}
-
 struct Chaos {
     fleet: Fleet,
     /// pid -> when the test killed it.
-    deaths: BTreeMap<u32, u128>,
+    deaths: BTreeMap<u32, u64>,
     name: &'static str,
 }
 
@@ -85,7 +79,7 @@ impl Chaos {
     fn kill(&mut self, ordinal: u32) {
         let pid = self.fleet.replicas[&ordinal].process.pid();
         self.fleet.kill_replica(ordinal).unwrap();
-        self.deaths.insert(pid, now_nanos());
+        self.deaths.insert(pid, audit::now_nanos());
     }
 
     async fn wait_lease(&self, ordinal: u32) {
@@ -145,7 +139,7 @@ impl Chaos {
     }
 
     fn intervals(&self) -> Vec<audit::Interval> {
-        audit::read(&self.fleet.audits).unwrap()
+        audit::read(&self.fleet.audits, "cluster").unwrap()
     }
 
     /// The safety check over everything recorded so far.
@@ -211,13 +205,13 @@ async fn partitioned_replica_fences_itself_and_rejoins() {
     let faults = c.fleet.env.control_plane().faults();
     let scope = FaultScope::identity(format!("{STATEFULSET}-2"));
     let pid = c.fleet.replicas[&2].process.pid();
-    let partitioned_at = now_nanos();
+    let partitioned_at = audit::now_nanos();
     faults.partition(scope.clone());
     c.settle("replica 2 partitioned", &[0, 1, 3]).await;
     // Longer than the lease, then heal.
     tokio::time::sleep(LEASE_DURATION).await;
     // The partitioned replica stopped all work before its lease could expire.
-    let expiry = partitioned_at + LEASE_DURATION.as_nanos();
+    let expiry = partitioned_at + LEASE_DURATION.as_secs() * 1_000_000_000;
     for interval in c.intervals().iter().filter(|i| i.pid == pid) {
         if interval.start >= partitioned_at || interval.end.is_none_or(|e| e > partitioned_at) {
             let end = interval
@@ -367,7 +361,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     )
     .await
     .unwrap();
-    let frozen_at = now_nanos();
+    let frozen_at = audit::now_nanos();
     c.fleet
         .replicas
         .get_mut(&frozen)
@@ -378,7 +372,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     let live: Vec<u32> = (0..3).filter(|&o| o != frozen).collect();
     c.settle("planner frozen", &live).await;
     tokio::time::sleep(LEASE_DURATION).await;
-    let resumed_at = now_nanos();
+    let resumed_at = audit::now_nanos();
     c.fleet
         .replicas
         .get_mut(&frozen)
@@ -426,7 +420,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     // else is free of overlaps.
     let intervals = c.intervals();
     let overlaps = audit::overlaps(&intervals, &c.deaths);
-    let gate = 2_000_000_000u128;
+    let gate = 2_000_000_000u64;
     let stragglers: Vec<_> = overlaps
         .iter()
         .flat_map(|o| [&o.first, &o.second])

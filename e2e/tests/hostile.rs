@@ -12,9 +12,9 @@ use std::time::Duration;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use shardwise_api::lenient::Lenient;
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_e2e::wait_for;
+use shardwise_runtime::lenient::Lenient;
 use support::{Fleet, FleetOptions, NAMESPACE, app_manifests, get, shard_label};
 
 const SETTLE: Duration = Duration::from_secs(120);
@@ -220,7 +220,8 @@ async fn objects_the_controller_cannot_read_stop_nothing() {
     fleet.scale(4).await.unwrap();
     fleet.spawn_replica(3).unwrap();
     // Listed leniently: the typed list would fail on "oversized", as the controller's did.
-    let clusters: Api<Lenient<FleetCluster>> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    let clusters: Api<Lenient<FleetCluster>> =
+        Api::namespaced_with(fleet.admin.clone(), NAMESPACE, &());
     wait_for("shard 3 to own clusters", SETTLE, || async {
         let list = clusters
             .list(&ListParams::default())

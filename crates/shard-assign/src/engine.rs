@@ -1,11 +1,9 @@
-//! The part shared by every strategy: checking input, canonical order, pins, load bookkeeping.
+//! The entry point: checks input, puts clusters in canonical order, places pins, and hands the
+//! rest to the chosen strategy.
 
-use std::collections::{BTreeMap, BTreeSet};
-
+use crate::draft::Draft;
 use crate::error::AssignError;
-use crate::model::{
-    Assignment, Cluster, Placement, PreviousPlacement, ShardId, ShardLoad, ShardSet, Warning,
-};
+use crate::model::{Assignment, Cluster, PreviousPlacement, ShardSet};
 use crate::strategies;
 use crate::strategy::{StrategyConfig, StrategyKind};
 
@@ -33,209 +31,31 @@ pub fn assign(
         return Err(AssignError::ZeroWeight(c.id.clone()));
     }
 
-    let mut plan = Plan::new(ordered, shards.as_slice());
-    for index in 0..plan.len() {
-        if let Some(pin) = plan.cluster(index).pin
-            && let Some(position) = plan.position_of(pin)
+    let mut draft = Draft::new(ordered, shards.as_slice());
+    for index in 0..draft.len() {
+        if let Some(pin) = draft.cluster(index).pin
+            && let Some(position) = draft.position_of(pin)
         {
-            plan.place(index, position);
-            plan.pinned[index] = true;
+            draft.place(index, position);
+            draft.pin(index);
         }
     }
     match config.kind {
-        StrategyKind::LegacyModulo => strategies::legacy_modulo::place(&mut plan),
-        StrategyKind::RoundRobin => strategies::round_robin::place(&mut plan),
-        StrategyKind::GreedyMinimum => strategies::greedy_minimum::place(&mut plan),
-        StrategyKind::WeightedRingHash => strategies::weighted_ring_hash::place(&mut plan, config),
-        StrategyKind::BoundedLoad => strategies::bounded_load::place(&mut plan, config),
+        StrategyKind::LegacyModulo => strategies::legacy_modulo::place(&mut draft),
+        StrategyKind::RoundRobin => strategies::round_robin::place(&mut draft),
+        StrategyKind::GreedyMinimum => strategies::greedy_minimum::place(&mut draft),
+        StrategyKind::WeightedRingHash => strategies::weighted_ring_hash::place(&mut draft, config),
+        StrategyKind::BoundedLoad => strategies::bounded_load::place(&mut draft, config),
         StrategyKind::StickyBalanced => {
-            strategies::sticky_balanced::place(&mut plan, config, previous)
+            strategies::sticky_balanced::place(&mut draft, config, previous)
         }
     }
     // A strategy that left a cluster out is a bug; debug builds fail on it, release builds still
     // give the cluster an owner rather than leave it unreconciled.
-    for index in plan.unplaced() {
+    for index in draft.unplaced() {
         debug_assert!(false, "{} left a cluster unplaced", config.kind);
-        let lightest = plan.lightest_shard();
-        plan.place(index, lightest);
+        let lightest = draft.lightest_shard();
+        draft.place(index, lightest);
     }
-    Ok(plan.finish(config.kind))
-}
-
-/// Shard positions ordered by load (ties: lowest position, i.e. lowest shard id), kept in step
-/// with the plan as clusters are placed.
-#[derive(Debug)]
-pub(crate) struct LoadOrder {
-    by_load: BTreeSet<(u64, usize)>,
-}
-
-impl LoadOrder {
-    pub(crate) fn of(plan: &Plan<'_>) -> Self {
-        Self {
-            by_load: plan
-                .loads()
-                .iter()
-                .enumerate()
-                .map(|(position, &load)| (load, position))
-                .collect(),
-        }
-    }
-
-    /// The lightest shard: its load and position.
-    pub(crate) fn lightest(&self) -> Option<(u64, usize)> {
-        self.by_load.first().copied()
-    }
-
-    /// Places cluster `index` on `position` and updates the order.
-    pub(crate) fn place(&mut self, plan: &mut Plan<'_>, index: usize, position: usize) {
-        self.by_load.remove(&(plan.loads()[position], position));
-        plan.place(index, position);
-        self.by_load.insert((plan.loads()[position], position));
-    }
-}
-
-/// Assignment in progress. Clusters are addressed by their index in id order, shards by their
-/// position in the sorted live set.
-#[derive(Debug)]
-pub(crate) struct Plan<'a> {
-    clusters: Vec<&'a Cluster>,
-    shards: &'a [ShardId],
-    shard_of: Vec<Option<usize>>,
-    pinned: Vec<bool>,
-    loads: Vec<u64>,
-    total_load: u64,
-}
-
-impl<'a> Plan<'a> {
-    fn new(clusters: Vec<&'a Cluster>, shards: &'a [ShardId]) -> Self {
-        let total_load = clusters
-            .iter()
-            .fold(0u64, |sum, c| sum.saturating_add(c.load()));
-        Self {
-            shard_of: vec![None; clusters.len()],
-            pinned: vec![false; clusters.len()],
-            loads: vec![0; shards.len()],
-            clusters,
-            shards,
-            total_load,
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.clusters.len()
-    }
-
-    pub(crate) fn cluster(&self, index: usize) -> &'a Cluster {
-        self.clusters[index]
-    }
-
-    pub(crate) fn shard_count(&self) -> usize {
-        self.shards.len()
-    }
-
-    pub(crate) fn shard_ids(&self) -> &[ShardId] {
-        self.shards
-    }
-
-    pub(crate) fn shard_id(&self, position: usize) -> ShardId {
-        self.shards[position]
-    }
-
-    pub(crate) fn position_of(&self, shard: ShardId) -> Option<usize> {
-        self.shards.binary_search(&shard).ok()
-    }
-
-    /// Sum of every cluster's load, placed or not.
-    pub(crate) fn total_load(&self) -> u64 {
-        self.total_load
-    }
-
-    pub(crate) fn loads(&self) -> &[u64] {
-        &self.loads
-    }
-
-    pub(crate) fn shard_of(&self, index: usize) -> Option<usize> {
-        self.shard_of[index]
-    }
-
-    pub(crate) fn is_pinned(&self, index: usize) -> bool {
-        self.pinned[index]
-    }
-
-    /// Indices of the clusters not placed yet, in id order.
-    pub(crate) fn unplaced(&self) -> Vec<usize> {
-        (0..self.len())
-            .filter(|&i| self.shard_of[i].is_none())
-            .collect()
-    }
-
-    /// Sorts cluster indices heaviest first, ties by id: the order of largest-first bin packing.
-    pub(crate) fn sort_largest_first(&self, indices: &mut [usize]) {
-        indices.sort_unstable_by(|&a, &b| {
-            self.clusters[b]
-                .load()
-                .cmp(&self.clusters[a].load())
-                .then(a.cmp(&b))
-        });
-    }
-
-    pub(crate) fn place(&mut self, index: usize, position: usize) {
-        if let Some(old) = self.shard_of[index] {
-            self.loads[old] -= self.clusters[index].load();
-        }
-        self.shard_of[index] = Some(position);
-        self.loads[position] = self.loads[position].saturating_add(self.clusters[index].load());
-    }
-
-    /// The lightest shard position, ties to the lowest shard id.
-    pub(crate) fn lightest_shard(&self) -> usize {
-        (0..self.loads.len())
-            .min_by_key(|&p| (self.loads[p], p))
-            .unwrap_or(0)
-    }
-
-    fn finish(self, strategy: StrategyKind) -> Assignment {
-        let mut shards: BTreeMap<ShardId, ShardLoad> = self
-            .shards
-            .iter()
-            .map(|&s| (s, ShardLoad::default()))
-            .collect();
-        // Clusters are in id order, so collecting into the map is a linear bulk build.
-        let mut placements = Vec::with_capacity(self.clusters.len());
-        let mut warnings = Vec::new();
-        for (index, cluster) in self.clusters.iter().enumerate() {
-            let position = self.shard_of[index].unwrap_or(0);
-            let shard = self.shards[position];
-            if let Some(pin) = cluster.pin
-                && !self.pinned[index]
-            {
-                warnings.push(Warning::PinNotLive {
-                    cluster: cluster.id.clone(),
-                    pin,
-                    placed_on: shard,
-                });
-            }
-            let load = cluster.load();
-            if let Some(entry) = shards.get_mut(&shard) {
-                entry.clusters += 1;
-                entry.apps = entry.apps.saturating_add(cluster.apps);
-                entry.load = entry.load.saturating_add(load);
-            }
-            placements.push((
-                cluster.id.clone(),
-                Placement {
-                    shard,
-                    apps: cluster.apps,
-                    load,
-                    pinned: self.pinned[index],
-                },
-            ));
-        }
-        Assignment {
-            strategy,
-            placements: placements.into_iter().collect(),
-            shards,
-            warnings,
-        }
-    }
+    Ok(draft.finish(config.kind))
 }

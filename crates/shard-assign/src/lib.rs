@@ -23,6 +23,7 @@
 //! shard that is not live by the strategy (with a [`Warning`]), and ignores input order.
 
 mod diff;
+mod draft;
 mod engine;
 mod error;
 mod hashing;

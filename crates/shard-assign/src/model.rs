@@ -60,10 +60,6 @@ impl PreviousPlacement {
     pub fn is_empty(&self) -> bool {
         self.clusters.is_empty()
     }
-
-    pub fn cluster_ids(&self) -> impl Iterator<Item = &str> {
-        self.clusters.keys().map(String::as_str)
-    }
 }
 
 impl FromIterator<(String, ShardId)> for PreviousPlacement {

@@ -8,12 +8,11 @@
 //!
 //! The plural names differ from Argo CD's `applications.argoproj.io` and Cluster API's
 //! `clusters.cluster.x-k8s.io`, so `kubectl get` stays unambiguous when they are installed side
-//! by side. [`keys`] holds the labels and annotations of the sharding protocol.
+//! by side. [`keys`] holds the labels and annotations of what shardwise applies.
 
 mod app;
 mod cluster;
 pub mod keys;
-pub mod lenient;
 mod policy;
 
 use kube::CustomResourceExt;

@@ -208,6 +208,34 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
         strategies.push(strategy_plan(config, &by_id, &current, &at_from, &at_to));
     }
 
+    let clusters = cluster_rows(fleet, &current);
+    let placement = current_placement(fleet, &current, &from_shards, request.current);
+
+    Ok(PlanReport {
+        source: request.source,
+        server: request.server,
+        namespace: request.namespace,
+        replicas: Replicas {
+            from: request.replicas,
+            to: request.to,
+            origin: request.replicas_origin,
+        },
+        fleet: FleetTotals {
+            clusters: fleet.clusters.len(),
+            apps: fleet.clusters.iter().map(|c| c.apps).sum(),
+            load: fleet.clusters.iter().map(Cluster::load).sum(),
+            unmatched_apps: fleet.unmatched_apps,
+            weighted: fleet.clusters.iter().any(|c| c.weight.unwrap_or(1) > 1),
+        },
+        current: placement,
+        notes: fleet.notes.clone(),
+        clusters,
+        strategies,
+    })
+}
+
+/// One row per cluster, by name, with its shard now.
+fn cluster_rows(fleet: &LiveFleet, current: &Assignment) -> Vec<ClusterRow> {
     let mut clusters: Vec<ClusterRow> = fleet
         .clusters
         .iter()
@@ -222,6 +250,17 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
         })
         .collect();
     clusters.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+    clusters
+}
+
+/// The placement now (recorded or computed): loads per shard, what is unplaced, and pins that
+/// explain why a cluster is elsewhere.
+fn current_placement(
+    fleet: &LiveFleet,
+    current: &Assignment,
+    from_shards: &ShardSet,
+    how: Current,
+) -> CurrentPlacement {
     let unplaced = fleet
         .clusters
         .iter()
@@ -260,41 +299,20 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
         .filter(|s| s.live)
         .map(|s| s.load)
         .collect();
-
-    Ok(PlanReport {
-        source: request.source,
-        server: request.server,
-        namespace: request.namespace,
-        replicas: Replicas {
-            from: request.replicas,
-            to: request.to,
-            origin: request.replicas_origin,
+    CurrentPlacement {
+        placement: match how {
+            Current::Recorded => "labels",
+            Current::Computed(_) => "computed",
         },
-        fleet: FleetTotals {
-            clusters: fleet.clusters.len(),
-            apps: fleet.clusters.iter().map(|c| c.apps).sum(),
-            load: fleet.clusters.iter().map(Cluster::load).sum(),
-            unmatched_apps: fleet.unmatched_apps,
-            weighted: fleet.clusters.iter().any(|c| c.weight.unwrap_or(1) > 1),
+        strategy: match how {
+            Current::Recorded => None,
+            Current::Computed(config) => Some(config.kind),
         },
-        current: CurrentPlacement {
-            placement: match request.current {
-                Current::Recorded => "labels",
-                Current::Computed(_) => "computed",
-            },
-            strategy: match request.current {
-                Current::Recorded => None,
-                Current::Computed(config) => Some(config.kind),
-            },
-            balance: Balance::of_loads(&live_loads),
-            shards: current_shards,
-            unplaced,
-            warnings: current_warnings,
-        },
-        notes: fleet.notes.clone(),
-        clusters,
-        strategies,
-    })
+        balance: Balance::of_loads(&live_loads),
+        shards: current_shards,
+        unplaced,
+        warnings: current_warnings,
+    }
 }
 
 /// The recorded placement as an [`Assignment`], so that `AssignmentDiff` can compare it with a

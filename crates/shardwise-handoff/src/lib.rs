@@ -2,11 +2,13 @@
 //! types, so that every rule can be tested exhaustively.
 //!
 //! - [`identity`]: a replica's shard is its StatefulSet pod ordinal, parsed strictly.
+//! - [`keys`]: the labels and annotations the protocol is written in.
 //! - [`lease`]: lease timing, fencing and expiry as observed on local clocks.
 //! - [`drain`]: the planner's per-cluster decision and the owner's state machine of a handoff.
 //! - [`plan`]: from the observed fleet and membership to the labels the planner must write.
 
 pub mod drain;
 pub mod identity;
+pub mod keys;
 pub mod lease;
 pub mod plan;

@@ -26,9 +26,14 @@ impl ObjectKey {
     }
 }
 
+/// `namespace/name`, or `name` for a cluster-scoped object.
 impl std::fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
     }
 }
 
@@ -230,6 +235,23 @@ pub fn plan(
     }
     cluster_actions.sort_by(|a, b| a.0.cmp(&b.0));
 
+    let app_labels = app_labels(apps, &owner_after, &live);
+    Ok(Plan {
+        assignment,
+        cluster_actions,
+        app_labels,
+        unhonoured_pins,
+        memory,
+    })
+}
+
+/// The label changes of apps: each follows its cluster's owner once that cluster's write lands
+/// (`owner_after`: the owner each cluster has after this pass, and whether it changes).
+fn app_labels(
+    apps: &[AppView],
+    owner_after: &BTreeMap<&ObjectKey, (ShardId, bool)>,
+    live: &ShardSet,
+) -> Vec<AppLabel> {
     let mut app_labels = Vec::new();
     for app in apps {
         let (shard, after) = match owner_after.get(&app.cluster) {
@@ -254,13 +276,7 @@ pub fn plan(
         }
     }
     app_labels.sort_by(|a, b| a.app.cmp(&b.app));
-    Ok(Plan {
-        assignment,
-        cluster_actions,
-        app_labels,
-        unhonoured_pins,
-        memory,
-    })
+    app_labels
 }
 
 /// Identities and records of replicas for tests: shard `s` runs as `fleet-s_first`.

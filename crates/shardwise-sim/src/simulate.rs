@@ -34,7 +34,7 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    /// The reference experiment of the brief: 100 clusters, 10,000 apps at random, 10 shards
+    /// The reference experiment (docs/simulator.md): 100 clusters, 10,000 apps at random, 10 shards
     /// scaled to 9, 100 seeds, every strategy with default parameters.
     pub fn reference() -> Self {
         Self {

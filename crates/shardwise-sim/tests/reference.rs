@@ -1,5 +1,6 @@
-//! The simulator on the reference experiment and the churn scenario: the trade-offs the brief
-//! describes, and the targets of `sticky-balanced`, checked over 100 seeds.
+//! The simulator on the reference experiment and the churn scenario: the trade-offs between
+//! balance and moves that docs/simulator.md reports, and the targets of `sticky-balanced`,
+//! checked over 100 seeds.
 
 use shard_assign::StrategyKind;
 use shardwise_sim::{Report, Scenario, Simulation, StrategyReport};

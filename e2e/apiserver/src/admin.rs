@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::faults::{ErrorFault, FaultScope};
 use crate::respond::{self, Body, Query};
-use crate::server::Shared;
+use crate::shared::Shared;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

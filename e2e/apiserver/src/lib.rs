@@ -39,6 +39,7 @@ mod reviews;
 mod selectors;
 mod server;
 mod service;
+mod shared;
 mod store;
 mod table;
 mod tls;

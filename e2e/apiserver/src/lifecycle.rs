@@ -9,8 +9,9 @@ use serde_json::{Map, Value};
 
 use crate::apply::{self, Entry, Scope, Writer};
 use crate::error::{ApiError, FieldError};
+use crate::object::Key;
 use crate::registry::{GroupResource, ResourceDef, Special};
-use crate::store::{Key, State, Stored};
+use crate::store::{State, Stored};
 use crate::{crd, kinds, object, validation};
 
 /// The result of a write: a stored object, or one that was computed but not persisted

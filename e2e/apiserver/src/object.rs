@@ -2,7 +2,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::store::Key;
+/// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
+pub type Key = (String, String);
 
 /// Makes `v` an object (replacing anything else) and returns its map.
 pub fn ensure_object(v: &mut Value) -> &mut Map<String, Value> {

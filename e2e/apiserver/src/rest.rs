@@ -13,13 +13,14 @@ use crate::apply::{self, Scope, Writer};
 use crate::auth::Identity;
 use crate::error::{ApiError, FieldError};
 use crate::lifecycle::{self, DeleteOptions, Outcome, Propagation, WriteCtx};
+use crate::object::Key;
 use crate::patch::{self, PatchError, PatchKind};
 use crate::rbac::{self, Attributes};
 use crate::registry::{GroupResource, ResourceDef, Special, VersionDef};
 use crate::respond::{self, Body, Query};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::Shared;
-use crate::store::{Filter, Key, ListOptions, StoreError, Stored};
+use crate::shared::Shared;
+use crate::store::{Filter, ListOptions, StoreError, Stored};
 use crate::{object, protobuf, reviews, table, watch};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use crate::error::{ApiError, FieldError};
 use crate::object;
 use crate::rbac::{self, Attributes, PathAttributes};
 use crate::registry::Special;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// The paths the default bootstrap policy (`system:discovery`, `system:public-info-viewer`)
 /// opens to every authenticated user; RBAC decides every other non-resource path.

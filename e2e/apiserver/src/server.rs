@@ -20,8 +20,9 @@ use crate::auth::{Authenticator, Identity};
 use crate::faults::Faults;
 use crate::lifecycle::{self, WriteCtx};
 use crate::registry::GroupResource;
+use crate::shared::Shared;
 use crate::store::Store;
-use crate::tls::{self, Tls, TlsError};
+use crate::tls::{self, TlsError};
 use crate::writes::WriteLog;
 use crate::{object, service};
 
@@ -136,21 +137,6 @@ pub enum StartError {
     ThreadGone,
     #[error(transparent)]
     Tls(#[from] TlsError),
-}
-
-/// State shared by every connection.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub store: Store,
-    pub auth: Authenticator,
-    pub faults: Faults,
-    pub enforce_rbac: AtomicBool,
-    pub bookmark_interval: Duration,
-    pub default_watch_timeout: Duration,
-    pub addr: SocketAddr,
-    pub tls: Option<Tls>,
-    pub namespace_deletion_delay: Duration,
-    pub writes: WriteLog,
 }
 
 /// A running server. Dropping it stops the server.

@@ -9,7 +9,7 @@ use crate::auth::Identity;
 use crate::error::ApiError;
 use crate::faults::Verdict;
 use crate::respond::{self, Body};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::writes::WriteRecord;
 use crate::{admin, discovery, rest};
 

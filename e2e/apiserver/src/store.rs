@@ -11,12 +11,9 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::object;
+use crate::object::{self, Key};
 use crate::registry::{GroupResource, Registry};
 use crate::selectors::{FieldSelector, LabelSelector};
-
-/// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
-pub type Key = (String, String);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

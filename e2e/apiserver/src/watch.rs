@@ -13,7 +13,7 @@ use crate::error::{ApiError, FieldError};
 use crate::faults::WatchSignal;
 use crate::registry::{ResourceDef, VersionDef};
 use crate::respond::{self, Body, Query};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::store::{Delivery, Filter, Registration, StoreError, WatchStart};
 use crate::{object, table};
 

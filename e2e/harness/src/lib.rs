@@ -18,17 +18,20 @@
 //! let port = free_port()?;
 //! let kubeconfig = env.control_plane().kubeconfig_path("shardwise-0")?;
 //! let mut replica = env.spawn(
-//!     &ProcessSpec::new("shardwise-0", "target/debug/shardwise")
+//!     &ProcessSpec::new("shardwise-0", "target/debug/shardwise-controller")
 //!         .env("POD_NAME", "shardwise-0")
+//!         .env("POD_NAMESPACE", "shardwise")
 //!         .env("KUBECONFIG", &kubeconfig)
-//!         .arg(format!("--metrics-addr=127.0.0.1:{port}")),
+//!         .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+//!         .arg(format!("--health-addr=127.0.0.1:{port}"))
+//!         .arg("--metrics-secure=false"),
 //! )?;
 //! let url = format!("http://127.0.0.1:{port}/metrics");
-//! wait_for("replica 0 to own shards", Duration::from_secs(30), || async {
+//! wait_for("replica 0 to hold its shard lease", Duration::from_secs(30), || async {
 //!     let m = shardwise_e2e::scrape(&url).await.map_err(|e| e.to_string())?;
-//!     match m.get("shardwise_shards_owned", &[]) {
-//!         Some(n) if n > 0.0 => Ok(n),
-//!         other => Err(format!("shardwise_shards_owned = {other:?}")),
+//!     match m.get("shardwise_lease_held", &[("shard", "0")]) {
+//!         Some(held) if held == 1.0 => Ok(held),
+//!         other => Err(format!("shardwise_lease_held = {other:?}")),
 //!     }
 //! })
 //! .await?;

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use kube_runtime::{WatchStreamExt, watcher};
 use shardwise_e2e::WriteRecord;
 use shardwise_handoff::drain::Incarnation;
 

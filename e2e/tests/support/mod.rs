@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-pub mod audit;
 pub mod fencing;
 
 use std::collections::BTreeMap;
@@ -16,9 +15,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use shardwise_api::keys::SHARD_LABEL;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, scrape, wait_for};
+use shardwise_handoff::keys::SHARD_LABEL;
 
 pub const NAMESPACE: &str = "shardwise";
 pub const STATEFULSET: &str = "shardwise";
@@ -508,7 +507,7 @@ impl Fleet {
                 ));
             }
             if c.annotations()
-                .contains_key(shardwise_api::keys::DRAIN_TO_ANNOTATION)
+                .contains_key(shardwise_handoff::keys::DRAIN_TO_ANNOTATION)
             {
                 return Err(format!("cluster {} is still draining", c.name_any()));
             }

@@ -14,7 +14,7 @@
 //! that ends at the first shard with room, and a fallback test in `O(log S)` avoids walking a
 //! ring where no shard has room.
 
-use crate::engine::{LoadOrder, Plan};
+use crate::draft::{Draft, LoadOrder};
 use crate::hashing::{key_point, virtual_node_point};
 use crate::strategy::StrategyConfig;
 
@@ -25,10 +25,10 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    pub(crate) fn build(plan: &Plan<'_>, virtual_nodes: u32) -> Self {
-        let mut points = Vec::with_capacity(plan.shard_count() * virtual_nodes as usize);
-        for position in 0..plan.shard_count() {
-            let shard = plan.shard_id(position);
+    pub(crate) fn build(draft: &Draft<'_>, virtual_nodes: u32) -> Self {
+        let mut points = Vec::with_capacity(draft.shard_count() * virtual_nodes as usize);
+        for position in 0..draft.shard_count() {
+            let shard = draft.shard_id(position);
             for vnode in 0..virtual_nodes {
                 points.push((virtual_node_point(shard, vnode), position));
             }
@@ -49,19 +49,19 @@ impl Ring {
     }
 }
 
-/// The cap `ceil(c * total_load / shards)` of the current plan.
-pub(crate) fn cap(plan: &Plan<'_>, config: &StrategyConfig) -> u64 {
+/// The cap `ceil(c * total_load / shards)` of the current draft.
+pub(crate) fn cap(draft: &Draft<'_>, config: &StrategyConfig) -> u64 {
     config
         .load_factor
-        .mul_div_ceil(plan.total_load(), plan.shard_count() as u64)
+        .mul_div_ceil(draft.total_load(), draft.shard_count() as u64)
 }
 
-pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
-    let cap = cap(plan, config);
-    let ring = Ring::build(plan, config.virtual_nodes);
-    let mut order = LoadOrder::of(plan);
-    for index in plan.unplaced() {
-        let cluster = plan.cluster(index);
+pub(crate) fn place(draft: &mut Draft<'_>, config: &StrategyConfig) {
+    let cap = cap(draft, config);
+    let ring = Ring::build(draft, config.virtual_nodes);
+    let mut order = LoadOrder::of(draft);
+    for index in draft.unplaced() {
+        let cluster = draft.cluster(index);
         let load = cluster.load();
         let Some((lightest_load, lightest)) = order.lightest() else {
             return;
@@ -71,9 +71,9 @@ pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
         } else {
             // The lightest shard has room, so the walk ends at the latest on its points.
             ring.walk(key_point(&cluster.id))
-                .find(|&position| plan.loads()[position].saturating_add(load) <= cap)
+                .find(|&position| draft.loads()[position].saturating_add(load) <= cap)
                 .unwrap_or(lightest)
         };
-        order.place(plan, index, target);
+        order.place(draft, index, target);
     }
 }

@@ -4,16 +4,16 @@
 //! (minus a vanishing term), the best balance of the stateless strategies. Its weakness is
 //! churn: any change early in the sequence changes most decisions after it.
 
-use crate::engine::{LoadOrder, Plan};
+use crate::draft::{Draft, LoadOrder};
 
-pub(crate) fn place(plan: &mut Plan<'_>) {
-    let mut order = plan.unplaced();
-    plan.sort_largest_first(&mut order);
-    let mut by_load = LoadOrder::of(plan);
+pub(crate) fn place(draft: &mut Draft<'_>) {
+    let mut order = draft.unplaced();
+    draft.sort_largest_first(&mut order);
+    let mut by_load = LoadOrder::of(draft);
     for index in order {
         let Some((_, position)) = by_load.lightest() else {
             return;
         };
-        by_load.place(plan, index, position);
+        by_load.place(draft, index, position);
     }
 }

@@ -3,11 +3,11 @@
 //! Pinned clusters keep their rank in the sequence, as in Argo CD, so pinning one cluster does
 //! not shift every cluster after it.
 
-use crate::engine::Plan;
+use crate::draft::Draft;
 
-pub(crate) fn place(plan: &mut Plan<'_>) {
-    let shard_count = plan.shard_count();
-    for index in plan.unplaced() {
-        plan.place(index, index % shard_count);
+pub(crate) fn place(draft: &mut Draft<'_>) {
+    let shard_count = draft.shard_count();
+    for index in draft.unplaced() {
+        draft.place(index, index % shard_count);
     }
 }

@@ -29,53 +29,53 @@
 //! exactly `greedy-minimum`. Fed its own output with unchanged inputs, step 4 does not run and
 //! nothing moves.
 
-use crate::engine::Plan;
+use crate::draft::Draft;
 use crate::model::PreviousPlacement;
 use crate::strategies::greedy_minimum;
 use crate::strategy::StrategyConfig;
 
 pub(crate) fn place(
-    plan: &mut Plan<'_>,
+    draft: &mut Draft<'_>,
     config: &StrategyConfig,
     previous: Option<&PreviousPlacement>,
 ) {
     let Some(previous) = previous else {
-        greedy_minimum::place(plan);
+        greedy_minimum::place(draft);
         return;
     };
-    let mut stayed = vec![false; plan.len()];
-    for index in plan.unplaced() {
-        if let Some(recorded) = previous.get(&plan.cluster(index).id)
-            && let Some(position) = plan.position_of(recorded.shard)
+    let mut stayed = vec![false; draft.len()];
+    for index in draft.unplaced() {
+        if let Some(recorded) = previous.get(&draft.cluster(index).id)
+            && let Some(position) = draft.position_of(recorded.shard)
         {
-            plan.place(index, position);
+            draft.place(index, position);
             stayed[index] = true;
         }
     }
-    let changed = inputs_changed(plan, previous);
-    greedy_minimum::place(plan);
+    let changed = inputs_changed(draft, previous);
+    greedy_minimum::place(draft);
     if changed {
-        improve(plan, config, &stayed);
+        improve(draft, config, &stayed);
     }
 }
 
 /// Whether anything differs from what `previous` recorded. Called after the clusters that stay
 /// have been placed, so a cluster that is unplaced, or placed off its previous shard by a pin,
 /// is a change.
-fn inputs_changed(plan: &Plan<'_>, previous: &PreviousPlacement) -> bool {
-    if previous.len() != plan.len() {
+fn inputs_changed(draft: &Draft<'_>, previous: &PreviousPlacement) -> bool {
+    if previous.len() != draft.len() {
         return true;
     }
-    if previous.live_shards().map(|s| s.as_slice()) != Some(plan.shard_ids()) {
+    if previous.live_shards().map(|s| s.as_slice()) != Some(draft.shard_ids()) {
         return true;
     }
-    (0..plan.len()).any(|index| {
-        let cluster = plan.cluster(index);
+    (0..draft.len()).any(|index| {
+        let cluster = draft.cluster(index);
         match previous.get(&cluster.id) {
             None => true,
             Some(recorded) => {
                 recorded.load != Some(cluster.load())
-                    || plan.shard_of(index) != plan.position_of(recorded.shard)
+                    || draft.shard_of(index) != draft.position_of(recorded.shard)
             }
         }
     })
@@ -132,40 +132,40 @@ fn square(x: u64) -> u128 {
     u128::from(x) * u128::from(x)
 }
 
-fn improve(plan: &mut Plan<'_>, config: &StrategyConfig, stayed: &[bool]) {
-    let shard_count = plan.shard_count();
+fn improve(draft: &mut Draft<'_>, config: &StrategyConfig, stayed: &[bool]) {
+    let shard_count = draft.shard_count();
     if shard_count < 2 {
         return;
     }
     let mut budget = config.max_extra_moves;
-    let mut moved = vec![false; plan.len()];
+    let mut moved = vec![false; draft.len()];
     // Shards whose load no step can lower (rule 5).
     let mut set_aside = vec![false; shard_count];
     // Each round moves a cluster that never moved before or sets a shard aside, so this ends.
-    for _ in 0..plan.len() + shard_count {
+    for _ in 0..draft.len() + shard_count {
         let in_play = set_aside.iter().filter(|&&out| !out).count();
         if in_play < 2 {
             return;
         }
-        let heaviest = Heaviest::of(plan.loads(), &set_aside);
+        let heaviest = Heaviest::of(draft.loads(), &set_aside);
         let (max, from) = heaviest.first();
         let total: u64 = (0..shard_count)
             .filter(|&p| !set_aside[p])
-            .map(|p| plan.loads()[p])
+            .map(|p| draft.loads()[p])
             .sum();
         let scaled_max = max.saturating_mul(in_play as u64);
         if config.target_balance.bounds(scaled_max, total) {
             return;
         }
-        let Some(step) = best_step(plan, &heaviest, &moved, stayed, &set_aside, budget) else {
+        let Some(step) = best_step(draft, &heaviest, &moved, stayed, &set_aside, budget) else {
             set_aside[from] = true;
             continue;
         };
-        let from = plan.shard_of(step.out).unwrap_or(step.to);
-        plan.place(step.out, step.to);
+        let from = draft.shard_of(step.out).unwrap_or(step.to);
+        draft.place(step.out, step.to);
         moved[step.out] = true;
         if let Some(back) = step.back {
-            plan.place(back, from);
+            draft.place(back, from);
             moved[back] = true;
         }
         budget -= step.cost;
@@ -173,25 +173,25 @@ fn improve(plan: &mut Plan<'_>, config: &StrategyConfig, stayed: &[bool]) {
 }
 
 fn best_step(
-    plan: &Plan<'_>,
+    draft: &Draft<'_>,
     heaviest: &Heaviest,
     moved: &[bool],
     stayed: &[bool],
     set_aside: &[bool],
     budget: u32,
 ) -> Option<Step> {
-    let loads = plan.loads();
+    let loads = draft.loads();
     let (max, from) = heaviest.first();
     let squares: u128 = loads.iter().map(|&l| square(l)).sum();
-    let movable = |index: usize| !plan.is_pinned(index) && !moved[index];
+    let movable = |index: usize| !draft.is_pinned(index) && !moved[index];
     // Moving a cluster that is new or must leave anyway adds no churn: it costs nothing.
     let cost = |index: usize| u32::from(stayed[index]);
 
     // Movable clusters of every shard, lightest first, for the swap search.
-    let mut members: Vec<Vec<(u64, usize)>> = vec![Vec::new(); plan.shard_count()];
-    for index in (0..plan.len()).filter(|&i| movable(i)) {
-        if let Some(position) = plan.shard_of(index) {
-            members[position].push((plan.cluster(index).load(), index));
+    let mut members: Vec<Vec<(u64, usize)>> = vec![Vec::new(); draft.shard_count()];
+    for index in (0..draft.len()).filter(|&i| movable(i)) {
+        if let Some(position) = draft.shard_of(index) {
+            members[position].push((draft.cluster(index).load(), index));
         }
     }
     for list in &mut members {
@@ -230,7 +230,7 @@ fn best_step(
                 max_after,
                 squares_after,
                 cost: cost(out),
-                apps: plan.cluster(out).apps,
+                apps: draft.cluster(out).apps,
                 out,
                 to: lightest,
                 back: None,
@@ -255,7 +255,7 @@ fn best_step(
                     max_after,
                     squares_after,
                     cost: cost(out) + cost(back),
-                    apps: plan.cluster(out).apps + plan.cluster(back).apps,
+                    apps: draft.cluster(out).apps + draft.cluster(back).apps,
                     out,
                     to,
                     back: Some(back),

@@ -23,7 +23,7 @@ use std::hash::{Hash, Hasher};
 
 use hashring::HashRing;
 
-use crate::engine::{LoadOrder, Plan};
+use crate::draft::{Draft, LoadOrder};
 use crate::hashing::{draw, ring_hasher};
 use crate::model::ShardId;
 use crate::strategy::StrategyConfig;
@@ -72,11 +72,11 @@ fn acceptance(total: u64, shards: u64, lightest: u64, load: u64) -> u128 {
     ratio * ratio / ONE
 }
 
-pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
+pub(crate) fn place(draft: &mut Draft<'_>, config: &StrategyConfig) {
     let mut ring = HashRing::with_hasher(ring_hasher());
-    let nodes = (0..plan.shard_count())
+    let nodes = (0..draft.shard_count())
         .flat_map(|position| {
-            let shard = plan.shard_id(position);
+            let shard = draft.shard_id(position);
             (0..config.virtual_nodes).map(move |index| VirtualNode {
                 shard,
                 index,
@@ -86,16 +86,16 @@ pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
         .collect();
     ring.batch_add(nodes);
 
-    let total = plan.total_load();
-    let shard_count = plan.shard_count() as u64;
-    let mut by_load = LoadOrder::of(plan);
-    let mut order = plan.unplaced();
-    plan.sort_largest_first(&mut order);
+    let total = draft.total_load();
+    let shard_count = draft.shard_count() as u64;
+    let mut by_load = LoadOrder::of(draft);
+    let mut order = draft.unplaced();
+    draft.sort_largest_first(&mut order);
     for index in order {
         let Some((lightest_load, lightest)) = by_load.lightest() else {
             return;
         };
-        let id = plan.cluster(index).id.as_str();
+        let id = draft.cluster(index).id.as_str();
         let target = (0..MAX_PROBES)
             .find_map(|attempt| {
                 let probe = Probe {
@@ -107,13 +107,13 @@ pub(crate) fn place(plan: &mut Plan<'_>, config: &StrategyConfig) {
                     total,
                     shard_count,
                     lightest_load,
-                    plan.loads()[node.position],
+                    draft.loads()[node.position],
                 );
                 let coin = u128::from(draw(id, attempt) >> 32);
                 (coin < chance).then_some(node.position)
             })
             .unwrap_or(lightest);
-        by_load.place(plan, index, target);
+        by_load.place(draft, index, target);
     }
 }
 

@@ -88,6 +88,21 @@ pub(crate) fn fleet(
         });
     }
 
+    count_apps(&mut fleet, apps, &by_server, &by_name);
+    fleet
+        .clusters
+        .sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    Ok(fleet)
+}
+
+/// Counts each Application toward the cluster its destination names (by server, else by
+/// name), as Argo CD resolves it; the others are noted as unmatched.
+fn count_apps(
+    fleet: &mut LiveFleet,
+    apps: &[DynamicObject],
+    by_server: &BTreeMap<String, usize>,
+    by_name: &BTreeMap<String, usize>,
+) {
     let mut unmatched = Vec::new();
     for app in apps {
         let destination = |field: &str| {
@@ -124,10 +139,6 @@ pub(crate) fn fleet(
             some_names(&unmatched)
         ));
     }
-    fleet
-        .clusters
-        .sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-    Ok(fleet)
 }
 
 /// A data key of a Secret as text.

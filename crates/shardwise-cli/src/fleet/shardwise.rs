@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
 use shard_assign::Cluster;
-use shardwise_api::keys::{SHARD_LABEL, parse_shard};
 use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_handoff::keys::{SHARD_LABEL, parse_shard};
 
 use super::{FleetError, LiveFleet, some_names};
 

@@ -269,7 +269,6 @@ fn write_strategy(
     limit: usize,
 ) -> io::Result<()> {
     let to = report.replicas.to;
-    let weighted = report.fleet.weighted;
     writeln!(
         out,
         "{} with {to} {} (max/mean {:.3}):",
@@ -277,6 +276,18 @@ fn write_strategy(
         plural(u64::from(to), "replica"),
         s.at_to.balance.max_over_mean
     )?;
+    write_shards(out, report, s)?;
+    write_moves(out, s, limit)?;
+    for line in strategy_warnings(report, s) {
+        writeln!(out, "warning: {line}")?;
+    }
+    Ok(())
+}
+
+/// The shards of the current placement and of the plan, side by side.
+fn write_shards(out: &mut impl Write, report: &PlanReport, s: &StrategyPlan) -> io::Result<()> {
+    let to = report.replicas.to;
+    let weighted = report.fleet.weighted;
     let clusters_to = format!("clusters @{to}");
     let apps_to = format!("apps @{to}");
     let load_to = format!("load @{to}");
@@ -310,8 +321,11 @@ fn write_strategy(
         row.extend(cells(planned));
         table.push(row);
     }
-    table.write_text(out)?;
+    table.write_text(out)
+}
 
+/// The moves the plan makes, counted, then listed (up to `limit`; 0 lists all).
+fn write_moves(out: &mut impl Write, s: &StrategyPlan, limit: usize) -> io::Result<()> {
     let m = &s.moves;
     if m.clusters == 0 {
         writeln!(out, "moves: none")?;
@@ -376,9 +390,6 @@ fn write_strategy(
                 listed.len() - shown
             )?;
         }
-    }
-    for line in strategy_warnings(report, s) {
-        writeln!(out, "warning: {line}")?;
     }
     Ok(())
 }

@@ -892,7 +892,7 @@ async fn kind_specific_behaviour() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_from_the_kube_runtime_recorder() {
     use k8s_openapi::api::events::v1::Event as NewEvent;
-    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    use kube_runtime::events::{Event, EventType, Recorder, Reporter};
     let server = start().await;
     let client = admin(&server).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube_runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 use shardwise_test_apiserver::{ErrorFault, FaultScope};
 

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube_runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 use shardwise_test_apiserver::{FaultScope, ServerConfig};
 use tokio::sync::mpsc;

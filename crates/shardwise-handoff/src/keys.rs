@@ -1,0 +1,58 @@
+//! The labels and annotations of the sharding protocol, and the labels of its leases.
+//!
+//! The planner records placement in these; replicas select on them. They are part of the API:
+//! renaming one breaks every running fleet.
+
+/// The shard that owns a unit (what the planner places) or an item (what follows a unit), as a
+/// decimal ordinal. Written only by the planner; every replica watches with
+/// `shardwise.io/shard=<its ordinal>`.
+pub const SHARD_LABEL: &str = "shardwise.io/shard";
+
+/// Ownership epoch of a unit: bumped by the planner at every change of owner, so that
+/// an acknowledgement of a drain can never be mistaken for one of a later assignment.
+pub const EPOCH_ANNOTATION: &str = "shardwise.io/epoch";
+
+/// The lease holder identity of the replica a unit is assigned to: written by the
+/// planner with the shard label. A replica works only on units that name both its shard and
+/// the identity it holds its lease as, so that a restarted replica never picks up a unit the
+/// planner is giving away on the strength of its predecessor's released lease.
+pub const HOLDER_ANNOTATION: &str = "shardwise.io/holder";
+
+/// Set by the planner on a unit it wants to move: the shard it will go to. The owner
+/// stops reconciling the unit and its items and acknowledges.
+pub const DRAIN_TO_ANNOTATION: &str = "shardwise.io/drain-to";
+
+/// Set by the owner when it has stopped every reconcile of a draining unit: the epoch it
+/// released. Only then does the planner give the cluster to its new shard.
+pub const DRAINED_ANNOTATION: &str = "shardwise.io/drained-epoch";
+
+/// On every Lease of the protocol: `shard` or `planner`.
+pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
+
+/// On every Lease of the protocol: the StatefulSet whose replicas hold it.
+pub const LEASE_STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
+
+/// Parses a shard label value: a plain decimal ordinal, nothing else.
+pub fn parse_shard(value: &str) -> Option<u32> {
+    if value.is_empty()
+        || !value.bytes().all(|b| b.is_ascii_digit())
+        || (value.len() > 1 && value.starts_with('0'))
+    {
+        return None;
+    }
+    value.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_values_are_strict_decimals() {
+        assert_eq!(parse_shard("0"), Some(0));
+        assert_eq!(parse_shard("17"), Some(17));
+        for bad in ["", "-1", "01", " 1", "1a", "4294967296", "+3"] {
+            assert_eq!(parse_shard(bad), None, "{bad:?}");
+        }
+    }
+}

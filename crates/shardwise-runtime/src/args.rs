@@ -1,0 +1,311 @@
+//! The flags every sharded controller shares, for clap: flatten [`ReplicaArgs`] into the
+//! binary's own arguments and turn them into [`Settings`] at the binary's edge.
+//!
+//! ```
+//! use clap::Parser;
+//! use shardwise_runtime::args::ReplicaArgs;
+//! use shardwise_runtime::settings::WatchScope;
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     replica: ReplicaArgs,
+//! }
+//!
+//! let args = Args::parse_from(["labeller", "--namespace=ops", "--pod-name=labeller-2"]);
+//! let settings = args.replica.settings("labeller", WatchScope::Cluster)?;
+//! assert_eq!(settings.replica.shard, 2);
+//! assert_eq!(settings.replica.statefulset, "labeller");
+//! # Ok::<(), shardwise_runtime::args::ArgsError>(())
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use shard_assign::{Ratio, StrategyConfig, StrategyKind};
+use shardwise_handoff::identity::IdentityError;
+use shardwise_handoff::lease::LeaseTiming;
+
+use crate::settings::{
+    HttpSettings, OwnerSettings, PlannerSettings, Replica, RequestLimit, Settings, SettingsError,
+    WatchScope,
+};
+
+/// Parses a duration such as `500ms`, `10s` or `5m`.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (expected e.g. 500ms, 10s, 5m)"))
+}
+
+/// Parses a whole number of at least 1.
+pub fn positive_u32(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) if n >= 1 && n <= i64::from(u32::MAX) => Ok(n as u32),
+        _ => Err(format!(
+            "must be a whole number of at least 1, got {text:?}"
+        )),
+    }
+}
+
+/// How logs are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Flags that make a replica's settings unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+}
+
+/// The flags of a replica of a sharded controller, each with an environment variable.
+#[derive(Clone, Debug, Args)]
+pub struct ReplicaArgs {
+    /// Namespace of the leases and the StatefulSet (and of the watched objects, for a
+    /// controller that watches one namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// This pod's name, `<statefulset>-<ordinal>`; the ordinal is the shard.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: String,
+    /// Name of the StatefulSet (default: the pod name without its ordinal).
+    #[arg(long, env = "SHARDWISE_STATEFULSET")]
+    pub statefulset: Option<String>,
+
+    /// Placement strategy.
+    #[arg(long, env = "SHARDWISE_STRATEGY", default_value = "sticky-balanced")]
+    pub strategy: StrategyKind,
+    /// Ring points per shard (weighted-ring-hash, bounded-load).
+    #[arg(long, env = "SHARDWISE_VIRTUAL_NODES", default_value_t = StrategyConfig::DEFAULT_VIRTUAL_NODES, value_parser = positive_u32)]
+    pub virtual_nodes: u32,
+    /// Bounded-load factor c.
+    #[arg(long, env = "SHARDWISE_LOAD_FACTOR", default_value_t = StrategyConfig::DEFAULT_LOAD_FACTOR)]
+    pub load_factor: Ratio,
+    /// Extra moves per planning pass (sticky-balanced).
+    #[arg(long, env = "SHARDWISE_MAX_EXTRA_MOVES", default_value_t = StrategyConfig::DEFAULT_MAX_EXTRA_MOVES)]
+    pub max_extra_moves: u32,
+    /// Max/mean load at which sticky-balanced stops moving units.
+    #[arg(long, env = "SHARDWISE_TARGET_BALANCE", default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
+    pub target_balance: Ratio,
+    /// Re-plan at least this often (load-aware strategies), besides every change.
+    #[arg(long, env = "SHARDWISE_PLAN_INTERVAL", default_value = "30s", value_parser = duration)]
+    pub plan_interval: Duration,
+    /// Re-plan this often instead while the fleet is above the target balance (sticky-balanced
+    /// converging after a scale-up, a few moves per pass).
+    #[arg(long, env = "SHARDWISE_CONVERGE_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub converge_interval: Duration,
+
+    /// Requests per second to the control plane (the cluster the controller runs in).
+    #[arg(long, env = "SHARDWISE_KUBE_QPS", default_value_t = 50, value_parser = positive_u32)]
+    pub kube_qps: u32,
+    /// Burst of requests to the control plane.
+    #[arg(long, env = "SHARDWISE_KUBE_BURST", default_value_t = 100, value_parser = positive_u32)]
+    pub kube_burst: u32,
+    /// Requests per second of the planner's writes (labels of units and items).
+    #[arg(long, env = "SHARDWISE_PLANNER_QPS", default_value_t = 200, value_parser = positive_u32)]
+    pub planner_qps: u32,
+    /// Burst of the planner's writes.
+    #[arg(long, env = "SHARDWISE_PLANNER_BURST", default_value_t = 400, value_parser = positive_u32)]
+    pub planner_burst: u32,
+
+    /// How long a lease stays valid after its last renewal.
+    #[arg(long, env = "SHARDWISE_LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    pub lease_duration: Duration,
+    /// A replica that could not renew its lease for this long stops all work.
+    #[arg(long, env = "SHARDWISE_RENEW_DEADLINE", default_value = "10s", value_parser = duration)]
+    pub renew_deadline: Duration,
+    /// Interval between lease renewals.
+    #[arg(long, env = "SHARDWISE_RETRY_PERIOD", default_value = "2s", value_parser = duration)]
+    pub retry_period: Duration,
+    /// On SIGTERM, wait at most this long for in-flight reconciles before releasing everything.
+    #[arg(long, env = "SHARDWISE_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Address of `/metrics`.
+    #[arg(long, env = "SHARDWISE_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Address of `/healthz` and `/readyz` (plain HTTP, for the kubelet).
+    #[arg(long, env = "SHARDWISE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
+    /// Serve `/metrics` over HTTPS, and only to requests whose bearer token the API server
+    /// accepts (TokenReview) for a user allowed to `get` the path `/metrics`
+    /// (SubjectAccessReview). `false`: plain HTTP, open to anyone who reaches the port.
+    #[arg(long, env = "SHARDWISE_METRICS_SECURE", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_secure: bool,
+    /// Directory with `tls.crt` and `tls.key` for secure metrics (a mounted kubernetes.io/tls
+    /// Secret), re-read when they change. Unset: a self-signed certificate made at startup.
+    #[arg(long, env = "SHARDWISE_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Reviews per second the metrics endpoint may ask of the API server, on a client of its
+    /// own: scrapes with made-up tokens cannot slow down lease renewals.
+    #[arg(long, env = "SHARDWISE_METRICS_REVIEW_QPS", default_value_t = 5, value_parser = positive_u32)]
+    pub metrics_review_qps: u32,
+    #[arg(long, env = "SHARDWISE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter (tracing-subscriber syntax).
+    #[arg(long, env = "SHARDWISE_LOG", default_value = "info")]
+    pub log: String,
+    /// Append every reconcile interval (start, end, unit, shard) to this file, as JSON lines.
+    #[arg(long, env = "SHARDWISE_AUDIT_FILE")]
+    pub audit_file: Option<PathBuf>,
+}
+
+impl ReplicaArgs {
+    /// The settings these flags give a controller named `controller_name` that watches
+    /// `scope`, with 4 unit and 8 item workers; checked.
+    pub fn settings(
+        &self,
+        controller_name: &str,
+        scope: WatchScope,
+    ) -> Result<Settings, ArgsError> {
+        let settings = Settings {
+            replica: Replica::new(&self.namespace, &self.pod_name, self.statefulset.as_deref())?,
+            controller_name: controller_name.to_string(),
+            scope,
+            leases: LeaseTiming {
+                duration: self.lease_duration,
+                renew_deadline: self.renew_deadline,
+                retry_period: self.retry_period,
+            },
+            planner: PlannerSettings {
+                strategy: StrategyConfig {
+                    kind: self.strategy,
+                    virtual_nodes: self.virtual_nodes,
+                    load_factor: self.load_factor,
+                    max_extra_moves: self.max_extra_moves,
+                    target_balance: self.target_balance,
+                },
+                plan_interval: self.plan_interval,
+                converge_interval: self.converge_interval,
+                limit: RequestLimit {
+                    qps: self.planner_qps,
+                    burst: self.planner_burst,
+                },
+            },
+            owner: OwnerSettings {
+                unit_workers: 4,
+                item_workers: 8,
+                shutdown_timeout: self.shutdown_timeout,
+                item_change_delay: Duration::from_secs(2),
+            },
+            control_plane: RequestLimit {
+                qps: self.kube_qps,
+                burst: self.kube_burst,
+            },
+            http: HttpSettings {
+                metrics_addr: self.metrics_addr,
+                health_addr: self.health_addr,
+                metrics_secure: self.metrics_secure,
+                metrics_cert_dir: self.metrics_cert_dir.clone(),
+                metrics_review_qps: self.metrics_review_qps,
+            },
+            audit_file: self.audit_file.clone(),
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Logs to stderr as the flags say (a bad filter falls back to `info`).
+    pub fn init_logging(&self) {
+        let filter = tracing_subscriber::EnvFilter::try_new(&self.log)
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        match self.log_format {
+            LogFormat::Json => builder.json().flatten_event(true).init(),
+            LogFormat::Text => builder.init(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Binary {
+        #[command(flatten)]
+        replica: ReplicaArgs,
+    }
+
+    fn parse(extra: &[&str]) -> ReplicaArgs {
+        let base = ["binary", "--namespace=fleet", "--pod-name=shardwise-0"];
+        Binary::try_parse_from(base.iter().chain(extra))
+            .unwrap()
+            .replica
+    }
+
+    fn settings(extra: &[&str]) -> Result<Settings, ArgsError> {
+        parse(extra).settings("test", WatchScope::Namespace("fleet".into()))
+    }
+
+    #[test]
+    fn metrics_are_secure_unless_turned_off() {
+        assert!(parse(&[]).metrics_secure);
+        assert!(parse(&["--metrics-secure"]).metrics_secure);
+        assert!(!parse(&["--metrics-secure=false"]).metrics_secure);
+        assert!(settings(&[]).is_ok());
+    }
+
+    #[test]
+    fn settings_that_cannot_work_together_are_refused() {
+        let e = settings(&["--metrics-addr=0.0.0.0:9000", "--health-addr=0.0.0.0:9000"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("0.0.0.0:9000") && e.contains("plain HTTP"),
+            "{e}"
+        );
+        assert!(
+            settings(&[
+                "--metrics-secure=false",
+                "--metrics-addr=0.0.0.0:9000",
+                "--health-addr=0.0.0.0:9000",
+            ])
+            .is_ok()
+        );
+        let unused = settings(&["--metrics-secure=false", "--metrics-cert-dir=/certs"]);
+        assert!(
+            unused
+                .unwrap_err()
+                .to_string()
+                .contains("--metrics-cert-dir")
+        );
+        let leases = settings(&["--lease-duration=10s", "--renew-deadline=12s"]);
+        assert!(matches!(
+            leases,
+            Err(ArgsError::Settings(SettingsError::Leases(_)))
+        ));
+    }
+
+    #[test]
+    fn the_flags_become_the_settings_of_each_part() {
+        let s = settings(&[
+            "--strategy=bounded-load",
+            "--kube-qps=7",
+            "--plan-interval=1m",
+        ])
+        .unwrap();
+        assert_eq!(s.replica.shard, 0);
+        assert_eq!(s.planner.strategy.kind, StrategyKind::BoundedLoad);
+        assert_eq!(s.planner.plan_interval, Duration::from_secs(60));
+        assert_eq!(s.control_plane.qps, 7);
+        assert_eq!(s.leases.duration, Duration::from_secs(15));
+        assert!(matches!(
+            parse(&[]).settings("x", WatchScope::Cluster),
+            Ok(Settings {
+                scope: WatchScope::Cluster,
+                ..
+            })
+        ));
+    }
+}

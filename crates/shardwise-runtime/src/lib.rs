@@ -1,0 +1,86 @@
+//! Sharding for kube-rs controllers.
+//!
+//! Run a controller as a StatefulSet of N replicas and give each replica a share of the work:
+//! the runtime places **units** (the objects a controller's work divides along, such as
+//! clusters or namespaces) on shards, one shard per replica, and every **item** that belongs to
+//! a unit follows it. A replica watches only the units and items labelled with its shard.
+//!
+//! What a controller implements is [`Sharded`]: its two kinds, which unit an item belongs to,
+//! and how to reconcile each. What it gets:
+//!
+//! - **Membership**: each replica holds a Lease for its shard (the pod's ordinal); the
+//!   StatefulSet's `spec.replicas` says how many shards there are.
+//! - **An elected planner**: one replica at a time places the units with a `shard-assign`
+//!   strategy (sticky and balanced by default) and writes each placement as a label with the
+//!   holder's lease identity; items get the label of their unit.
+//! - **Drained handoffs**: a unit changes owner only after its old owner has stopped every
+//!   reconcile of it and said so; a dead owner's units move once its lease has expired.
+//! - **Fencing**: every request of a term (control plane or elsewhere, through
+//!   [`TermContext::fence`]) stops when the lease stops being held, even in a process that was
+//!   frozen.
+//! - **The rest of a controller's plumbing**: label-filtered watches and caches, work queues
+//!   with backoff, an audit of every reconcile, Prometheus metrics (over HTTPS for reviewed
+//!   scrapers), health probes, and a graceful handoff on SIGTERM.
+//!
+//! ```no_run
+//! # use shardwise_runtime::{Sharded, TermOf, ContextOf, Action, Nouns, ObjectKey};
+//! # use std::sync::Arc;
+//! # use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+//! # struct Labeller;
+//! # impl Sharded for Labeller {
+//! #     type Unit = Namespace; type Item = ConfigMap; type State = (); type Error = kube::Error;
+//! #     const NOUNS: Nouns = Nouns { unit: "namespace", units: "namespaces", item: "configmap", items: "configmaps" };
+//! #     fn unit_of(item: &ConfigMap) -> ObjectKey { ObjectKey::new("", item.metadata.namespace.clone().unwrap_or_default()) }
+//! #     fn begin_term(&self, _: &Arc<ContextOf<Self>>) -> Result<(), kube::Error> { Ok(()) }
+//! #     async fn reconcile_unit(&self, _: &TermOf<Self>, _: Arc<Namespace>) -> Result<Action, kube::Error> { Ok(Action::Done(None)) }
+//! #     async fn reconcile_item(&self, _: &TermOf<Self>, _: Arc<ConfigMap>) -> Result<Action, kube::Error> { Ok(Action::Done(None)) }
+//! # }
+//! use clap::Parser;
+//! use shardwise_runtime::args::ReplicaArgs;
+//! use shardwise_runtime::settings::WatchScope;
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     replica: ReplicaArgs,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     let args = Args::parse();
+//!     args.replica.init_logging();
+//!     let settings = args.replica.settings("labeller", WatchScope::Cluster)?;
+//!     shardwise_runtime::run(Labeller, settings).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The placement and handoff rules themselves are pure code in `shard-assign` and
+//! `shardwise-handoff`; in those crates a unit is called a cluster and an item an app, after
+//! the controller they were first written for.
+
+pub mod args;
+pub mod audit;
+pub mod clients;
+pub mod decode;
+pub mod gate;
+pub mod http;
+pub mod lease;
+pub mod lenient;
+pub mod membership;
+pub mod metrics;
+pub mod objects;
+pub mod owner;
+pub mod planner;
+pub mod queue;
+pub mod replica;
+pub mod settings;
+mod sharded;
+pub mod term;
+
+pub use metrics::Nouns;
+pub use objects::{Object, key_of};
+pub use replica::{RunError, run, run_until};
+pub use sharded::{Action, ContextOf, ObjectKind, Sharded, TermOf, UnitPlacement};
+pub use shardwise_handoff::plan::ObjectKey;
+pub use term::{Term, TermContext};

@@ -1,0 +1,372 @@
+//! Prometheus metrics, labelled by shard so that dashboards can show per-shard load. Names that
+//! count units or items carry the controller's nouns ([`Nouns`]): `shardwise_owned_clusters`
+//! and `shardwise_owned_apps` for shardwise's own controller.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Words for a controller's units and items, in metric names, labels, logs and the audit:
+/// `shardwise_owned_<units>`, `kind="<unit>"`. Lowercase, `[a-z_]`, so that every metric name
+/// they make is valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nouns {
+    pub unit: &'static str,
+    pub units: &'static str,
+    pub item: &'static str,
+    pub items: &'static str,
+}
+
+/// No labels: a family of one series that can be removed (planner-only metrics must vanish
+/// from replicas that are not the planner).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NoLabels {}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    pub shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+    pub shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub kind: &'static str,
+    pub shard: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StrategyLabels {
+    pub strategy: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MoveLabels {
+    pub strategy: String,
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoffLabels {
+    pub shard: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub target: &'static str,
+    pub verb: &'static str,
+    pub code: String,
+}
+
+/// Every metric of a replica. Cheap to clone (shared handles).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    shard: String,
+    nouns: Nouns,
+    pub owned_units: Family<ShardLabels, Gauge>,
+    pub owned_items: Family<ShardLabels, Gauge>,
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub reconcile_duration: Family<KindLabels, Histogram>,
+    pub queue_depth: Family<KindLabels, Gauge>,
+    pub lease_held: Family<ShardLabels, Gauge>,
+    pub fenced: Family<ShardLabels, Counter>,
+    pub handoffs: Family<HandoffLabels, Counter>,
+    pub planner_leader: Family<ShardLabels, Gauge>,
+    pub planner_runs: Family<StrategyLabels, Counter>,
+    pub planner_moves: Family<MoveLabels, Counter>,
+    pub balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub members: Family<MemberLabels, Gauge>,
+    pub assigned_items: Family<ShardLabels, Gauge>,
+    pub assigned_units: Family<ShardLabels, Gauge>,
+    pub api_requests: Family<RequestLabels, Counter>,
+}
+
+impl Metrics {
+    pub fn new(shard: u32, nouns: Nouns, registry: &mut Registry) -> Self {
+        let duration_buckets = || Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        let metrics = Self {
+            shard: shard.to_string(),
+            nouns,
+            owned_units: Family::default(),
+            owned_items: Family::default(),
+            reconciles: Family::default(),
+            reconcile_duration: Family::new_with_constructor(duration_buckets),
+            queue_depth: Family::default(),
+            lease_held: Family::default(),
+            fenced: Family::default(),
+            handoffs: Family::default(),
+            planner_leader: Family::default(),
+            planner_runs: Family::default(),
+            planner_moves: Family::default(),
+            balance: Family::default(),
+            members: Family::default(),
+            assigned_items: Family::default(),
+            assigned_units: Family::default(),
+            api_requests: Family::default(),
+        };
+        metrics.register(registry.sub_registry_with_prefix("shardwise"));
+        registry.register_collector(Box::new(ProcessCollector));
+        metrics.start_at_zero();
+        metrics
+    }
+
+    /// Registers every metric under its name (`shardwise_` and the controller's nouns).
+    fn register(&self, r: &mut Registry) {
+        let Nouns {
+            unit,
+            units,
+            item,
+            items,
+        } = self.nouns;
+        r.register(
+            format!("owned_{units}"),
+            format!("{} this shard owns", capitalized(units)),
+            self.owned_units.clone(),
+        );
+        r.register(
+            format!("owned_{items}"),
+            format!("{} this shard owns", capitalized(items)),
+            self.owned_items.clone(),
+        );
+        r.register(
+            "reconciles",
+            "Reconciles by kind, shard and result",
+            self.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles",
+            self.reconcile_duration.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Keys waiting for a worker",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "lease_held",
+            "1 while this replica holds its shard lease",
+            self.lease_held.clone(),
+        );
+        r.register(
+            "fenced",
+            "Times this replica stopped all work because it could not renew its lease",
+            self.fenced.clone(),
+        );
+        r.register(
+            "handoffs",
+            format!(
+                "{} released by this shard (reason: drained, shutdown)",
+                capitalized(units)
+            ),
+            self.handoffs.clone(),
+        );
+        r.register(
+            "planner_leader",
+            "1 while this replica is the planner",
+            self.planner_leader.clone(),
+        );
+        r.register(
+            "planner_runs",
+            "Planning passes by strategy and result",
+            self.planner_runs.clone(),
+        );
+        r.register(
+            "planner_moves",
+            format!("Owner changes written by the planner (kind: {unit}, {item})"),
+            self.planner_moves.clone(),
+        );
+        r.register(
+            "assignment_balance",
+            format!("Max over mean {items} per live shard in the latest plan"),
+            self.balance.clone(),
+        );
+        r.register(
+            "members",
+            "Shards expected (StatefulSet replicas) and live",
+            self.members.clone(),
+        );
+        r.register(
+            format!("assigned_{items}"),
+            format!("{} per shard in the latest plan", capitalized(items)),
+            self.assigned_items.clone(),
+        );
+        r.register(
+            format!("assigned_{units}"),
+            format!("{} per shard in the latest plan", capitalized(units)),
+            self.assigned_units.clone(),
+        );
+        r.register(
+            "api_requests",
+            "Requests to Kubernetes API servers by target, verb and status code",
+            self.api_requests.clone(),
+        );
+    }
+
+    /// Counters appear at zero from the start: `rate()` and `increase()` cannot see a series
+    /// whose first sample is already 1.
+    fn start_at_zero(&self) {
+        let shard = self.shard.clone();
+        for kind in [self.nouns.unit, self.nouns.item] {
+            for result in ["success", "error", "skipped", "cancelled"] {
+                self.reconciles
+                    .get_or_create(&ReconcileLabels {
+                        kind,
+                        shard: shard.clone(),
+                        result,
+                    })
+                    .inc_by(0);
+            }
+        }
+        for reason in ["drained", "shutdown"] {
+            self.handoffs
+                .get_or_create(&HandoffLabels {
+                    shard: shard.clone(),
+                    reason,
+                })
+                .inc_by(0);
+        }
+        self.fenced.get_or_create(&self.shard_labels()).inc_by(0);
+    }
+
+    /// Removes the metrics only the planner exports, when this replica stops being it.
+    pub fn clear_planner(&self) {
+        self.balance.clear();
+        self.members.clear();
+        self.assigned_items.clear();
+        self.assigned_units.clear();
+    }
+
+    /// The controller's nouns, which some labels carry.
+    pub fn nouns(&self) -> Nouns {
+        self.nouns
+    }
+
+    pub fn shard_labels(&self) -> ShardLabels {
+        ShardLabels {
+            shard: self.shard.clone(),
+        }
+    }
+
+    pub fn kind_labels(&self, kind: &'static str) -> KindLabels {
+        KindLabels {
+            kind,
+            shard: self.shard.clone(),
+        }
+    }
+
+    /// Counts a reconcile; its duration is recorded only if it ran (a reconcile the gate
+    /// refused, or that a lost lease cancelled, says nothing about reconcile latency).
+    pub fn reconciled(&self, kind: &'static str, result: &'static str, seconds: f64) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind,
+                shard: self.shard.clone(),
+                result,
+            })
+            .inc();
+        if matches!(result, "success" | "error") {
+            self.reconcile_duration
+                .get_or_create(&self.kind_labels(kind))
+                .observe(seconds);
+        }
+    }
+
+    pub fn handoff(&self, reason: &'static str) {
+        self.handoffs
+            .get_or_create(&HandoffLabels {
+                shard: self.shard.clone(),
+                reason,
+            })
+            .inc();
+    }
+}
+
+fn capitalized(noun: &str) -> String {
+    let mut chars = noun.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
+/// CPU time and resident memory of this process, read from `/proc` at scrape time.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// (CPU seconds, resident bytes) of this process, on Linux, in the kernel's own tick rate and
+/// page size.
+fn process_usage() -> Option<(f64, u64)> {
+    use procfs::WithCurrentSystemInfo;
+    let stat = procfs::process::Process::myself().ok()?.stat().ok()?;
+    let ticks = procfs::ticks_per_second() as f64;
+    Some((
+        (stat.utime + stat.stime) as f64 / ticks,
+        stat.rss_bytes().get(),
+    ))
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some((cpu, resident)) = process_usage() else {
+            return Ok(());
+        };
+        let counter = ConstCounter::new(cpu);
+        let metric = encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "User and system CPU time of the process",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)?;
+        let gauge = ConstGauge::new(resident as i64);
+        let metric = encoder.encode_descriptor(
+            "process_resident_memory_bytes",
+            "Resident memory of the process",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
+    }
+}
+
+/// The registry and the metrics, shared by the HTTP server and the workers.
+#[derive(Clone, Debug)]
+pub struct Telemetry {
+    pub registry: Arc<Registry>,
+    pub metrics: Metrics,
+}
+
+impl Telemetry {
+    pub fn new(shard: u32, nouns: Nouns) -> Self {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(shard, nouns, &mut registry);
+        Self {
+            registry: Arc::new(registry),
+            metrics,
+        }
+    }
+
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,94 @@
+//! The runtime's view of Kubernetes objects: what a type needs to be a unit or an item, keys,
+//! placement records, and APIs that read leniently.
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use shardwise_handoff::drain::{ClusterRecord, Incarnation};
+use shardwise_handoff::keys::{
+    DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
+    parse_shard,
+};
+use shardwise_handoff::plan::ObjectKey;
+
+use crate::lenient::Lenient;
+use crate::settings::WatchScope;
+
+/// A Kubernetes object type the runtime can watch, cache and label: any kube-rs type with a
+/// static type (`k8s-openapi` types, `#[derive(CustomResource)]` types).
+pub trait Object:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The key of an object: namespace (empty when cluster-scoped) and name.
+pub fn key_of<K: kube::Resource>(object: &K) -> ObjectKey {
+    ObjectKey::new(
+        object.meta().namespace.clone().unwrap_or_default(),
+        object.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+/// The placement record of a unit, from its labels and annotations.
+pub fn record_of<K: Resource>(unit: &K) -> ClusterRecord {
+    let meta = unit.meta();
+    let annotation = |key: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    ClusterRecord {
+        owner: meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SHARD_LABEL))
+            .and_then(|v| parse_shard(v)),
+        holder: annotation(HOLDER_ANNOTATION).map(Incarnation::of_identity),
+        epoch: annotation(EPOCH_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        drain_to: annotation(DRAIN_TO_ANNOTATION).and_then(parse_shard),
+        drained_epoch: annotation(DRAINED_ANNOTATION).and_then(|v| v.parse().ok()),
+    }
+}
+
+/// The API of `K` in `namespace`, or across the cluster when it is empty, read leniently.
+pub fn api_in<K: Object>(client: &Client, namespace: &str) -> Api<Lenient<K>> {
+    if namespace.is_empty() {
+        Api::all_with(client.clone(), &())
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &())
+    }
+}
+
+/// The API of `K` over the watch scope, read leniently.
+pub fn api_over<K: Object>(client: &Client, scope: &WatchScope) -> Api<Lenient<K>> {
+    match scope {
+        WatchScope::Namespace(namespace) => api_in(client, namespace),
+        WatchScope::Cluster => api_in(client, ""),
+    }
+}
+
+/// Applies a JSON merge patch to the object `key` of kind `K`.
+pub async fn merge_patch<K: Object>(
+    client: &Client,
+    key: &ObjectKey,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    api_in::<K>(client, &key.namespace)
+        .patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(drop)
+}

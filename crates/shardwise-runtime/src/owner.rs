@@ -1,0 +1,350 @@
+//! The owner side of a replica: watch the units and items labelled with this shard, reconcile
+//! them through the controller, and take part in handoffs. It runs only while the replica holds
+//! its shard lease (one *term*); when the lease is lost everything here is cancelled and
+//! dropped, and a fresh term (with fresh lists) starts when the lease is held again.
+
+mod events;
+mod workers;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use kube::{Client, Resource};
+use kube_runtime::reflector;
+use kube_runtime::{WatchStreamExt, watcher};
+use shardwise_handoff::drain::{OwnerEffect, OwnerId};
+use shardwise_handoff::keys::{DRAINED_ANNOTATION, SHARD_LABEL};
+use shardwise_handoff::plan::ObjectKey;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::audit::Audit;
+use crate::decode::decode_each;
+use crate::gate::{Gate, Misses};
+use crate::lease::Fence;
+use crate::lenient::Undecodable;
+use crate::metrics::Metrics;
+use crate::objects::{Object, api_over, key_of, merge_patch, record_of};
+use crate::queue::WorkQueue;
+use crate::settings::{OwnerSettings, WatchScope};
+use crate::sharded::{ContextOf, Sharded, TermOf};
+use crate::term::{Term, TermContext};
+
+/// Shared readiness: true once this replica's caches are synced and its lease is held.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How a term ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The lease was lost: work was cancelled at once.
+    Fenced,
+    /// Shutdown: no new work was started and in-flight work finished (or timed out).
+    Shutdown,
+}
+
+/// What a term is built from.
+#[derive(Clone)]
+pub struct Parts {
+    pub me: OwnerId,
+    /// The gate every request of this term passes.
+    pub fence: Fence,
+    /// The control plane, behind the fence.
+    pub client: Client,
+    pub settings: OwnerSettings,
+    pub scope: WatchScope,
+    pub metrics: Metrics,
+    pub audit: Audit,
+    pub readiness: Readiness,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A term of `C`: its context and state, and the controller.
+struct Owner<C: Sharded> {
+    controller: Arc<C>,
+    term: TermOf<C>,
+    settings: OwnerSettings,
+}
+
+impl<C: Sharded> Owner<C> {
+    /// Feeds the unit object (or its disappearance) to its machine. `spec_changed` says whether
+    /// its generation differs from the last one seen (status writes do not count).
+    fn observe(self: &Arc<Self>, key: &ObjectKey, unit: Option<&C::Unit>, spec_changed: bool) {
+        let record = unit.map(record_of);
+        let observed = self.term.gate.observe(key, record.as_ref());
+        self.apply_effect(key, observed.effect);
+        if observed.removed {
+            self.controller.released(&self.term, key);
+        }
+        if observed.activated {
+            info!(unit = %key, "{} active on this shard", C::NOUNS.unit);
+        }
+        if observed.activated || (observed.active && spec_changed) {
+            self.term.unit_queue.add(key.clone());
+            for item in self.term.items_of(key) {
+                self.term.item_queue.add(key_of(item.as_ref()));
+            }
+        }
+    }
+
+    fn apply_effect(self: &Arc<Self>, key: &ObjectKey, effect: Option<OwnerEffect>) {
+        match effect {
+            None => {}
+            Some(OwnerEffect::Forget) => {
+                debug!(unit = %key, "{} left this shard", C::NOUNS.unit);
+                self.term.unit_queue.forget(key);
+            }
+            Some(OwnerEffect::WriteAck { epoch }) => {
+                let owner = self.clone();
+                let key = key.clone();
+                tokio::spawn(async move { owner.write_ack(key, epoch).await });
+            }
+        }
+    }
+
+    /// Acknowledges the release of `epoch`. The epoch in the value keeps a late write harmless:
+    /// the planner only acts on an acknowledgement of the current epoch.
+    async fn write_ack(self: Arc<Self>, key: ObjectKey, epoch: u64) {
+        let patch = serde_json::json!({"metadata": {"annotations": {DRAINED_ANNOTATION: epoch.to_string()}}});
+        let result = merge_patch::<C::Unit>(&self.term.client, &key, &patch).await;
+        match result {
+            Ok(_) => {
+                info!(unit = %key, epoch, "released {} for handoff", C::NOUNS.unit);
+                self.term.metrics.handoff("drained");
+                self.term.gate.ack_written(&key, epoch);
+                self.controller.released(&self.term, &key);
+            }
+            Err(e) => {
+                warn!(unit = %key, epoch, error = %e, "could not acknowledge the drain; retrying");
+                self.term.gate.ack_failed(&key);
+                let owner = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let current = owner.term.unit(&key);
+                    owner.observe(&key, current.as_deref(), false);
+                });
+            }
+        }
+    }
+
+    /// The items of `unit` changed: it is reconciled again, so that it can report on them.
+    /// Batched, so that a burst of arriving items costs one reconcile, not one per item.
+    fn recount(&self, unit: ObjectKey) {
+        self.term
+            .unit_queue
+            .add_after(unit, self.settings.item_change_delay);
+    }
+
+    fn update_gauges(&self) {
+        let metrics = &self.term.metrics;
+        let labels = metrics.shard_labels();
+        metrics
+            .owned_units
+            .get_or_create(&labels)
+            .set(self.term.gate.active() as i64);
+        metrics
+            .owned_items
+            .get_or_create(&labels)
+            .set(self.term.item_count() as i64);
+        metrics
+            .queue_depth
+            .get_or_create(&metrics.kind_labels(C::NOUNS.unit))
+            .set(self.term.unit_queue.depth() as i64);
+        metrics
+            .queue_depth
+            .get_or_create(&metrics.kind_labels(C::NOUNS.item))
+            .set(self.term.item_queue.depth() as i64);
+    }
+}
+
+/// Runs one term of `controller` until `fenced` resolves (lease lost) or `shutdown` is
+/// cancelled.
+pub async fn run<C: Sharded>(
+    controller: Arc<C>,
+    parts: Parts,
+    fenced: impl std::future::Future<Output = ()>,
+    shutdown: CancellationToken,
+) -> Exit {
+    let Parts {
+        me,
+        fence,
+        client,
+        settings,
+        scope,
+        metrics,
+        audit,
+        readiness,
+    } = parts;
+    let (units, unit_writer) = reflector::store();
+    let (items, item_writer) = reflector::store();
+    let context: Arc<ContextOf<C>> = Arc::new(ContextOf::<C> {
+        me,
+        fence,
+        client: client.clone(),
+        scope: scope.clone(),
+        metrics,
+        audit,
+        units,
+        items,
+        unit_of: C::unit_of,
+        gate: Gate::new(me),
+        unit_queue: WorkQueue::new(),
+        item_queue: WorkQueue::new(),
+        missing_units: Misses::default(),
+        missing_items: Misses::default(),
+        cancel: CancellationToken::new(),
+        tasks: Mutex::new(JoinSet::new()),
+    });
+    let state = match controller.begin_term(&context) {
+        Ok(state) => state,
+        Err(e) => {
+            // Nothing of the term can work; the lease is kept so that no other replica takes
+            // the shard's units, and the next term tries again.
+            warn!(error = %e, "cannot begin the term; waiting for the next one");
+            let exit = wait_for_end(fenced, &shutdown).await;
+            end_term(&context).await;
+            return exit;
+        }
+    };
+    let owner = Arc::new(Owner {
+        controller,
+        term: Term::new(context.clone(), state),
+        settings: settings.clone(),
+    });
+    start_watches(&owner, &client, &scope, unit_writer, item_writer);
+    start_workers(&owner);
+    context.spawn(report_ready(owner.clone(), readiness.clone()));
+
+    let exit = wait_for_end(fenced, &shutdown).await;
+    readiness.set(false);
+    context.unit_queue.close();
+    context.item_queue.close();
+    match exit {
+        Exit::Fenced => {
+            warn!(shard = me.shard, "lease lost: stopping all work now");
+        }
+        Exit::Shutdown => finish_in_flight(&owner, settings.shutdown_timeout).await,
+    }
+    context.cancel.cancel();
+    end_term(&context).await;
+    let labels = context.metrics.shard_labels();
+    context.metrics.owned_units.get_or_create(&labels).set(0);
+    context.metrics.owned_items.get_or_create(&labels).set(0);
+    exit
+}
+
+async fn wait_for_end(
+    fenced: impl std::future::Future<Output = ()>,
+    shutdown: &CancellationToken,
+) -> Exit {
+    tokio::select! {
+        _ = fenced => Exit::Fenced,
+        _ = shutdown.cancelled() => Exit::Shutdown,
+    }
+}
+
+/// Stops every task of the term and waits for them.
+async fn end_term<U: Object, I: Object>(context: &TermContext<U, I>) {
+    let mut tasks =
+        std::mem::take(&mut *context.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+}
+
+/// On shutdown: lets in-flight reconciles finish, within the budget; what is still owned
+/// counts as handed off.
+async fn finish_in_flight<C: Sharded>(owner: &Owner<C>, budget: Duration) {
+    let gate = &owner.term.gate;
+    let deadline = Instant::now() + budget;
+    while gate.in_flight() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in gate.units() {
+        owner.term.metrics.handoff("shutdown");
+    }
+}
+
+/// The label-filtered watches of units and items (managedFields dropped before the cache: a
+/// replica never reads them, and they are often bigger than the spec).
+fn start_watches<C: Sharded>(
+    owner: &Arc<Owner<C>>,
+    client: &Client,
+    scope: &WatchScope,
+    unit_writer: reflector::store::Writer<C::Unit>,
+    item_writer: reflector::store::Writer<C::Item>,
+) {
+    let selector = format!("{SHARD_LABEL}={}", owner.term.shard());
+    let config = watcher::Config::default().labels(&selector);
+    // Objects that cannot be read are left alone here; the planner reports them.
+    let unreadable = |what: &'static str| {
+        move |bad: &Undecodable| {
+            warn!(what, name = ?bad.metadata.name, reason = %bad.reason, "cannot read object; ignoring it");
+        }
+    };
+    let unit_events = decode_each(
+        watcher(api_over::<C::Unit>(client, scope), config.clone()),
+        owner.term.units.clone(),
+        unreadable(C::NOUNS.unit),
+    )
+    .modify(|unit: &mut C::Unit| unit.meta_mut().managed_fields = None)
+    .default_backoff();
+    let unit_events = reflector::reflector(unit_writer, unit_events);
+    let item_events = decode_each(
+        watcher(api_over::<C::Item>(client, scope), config),
+        owner.term.items.clone(),
+        unreadable(C::NOUNS.item),
+    )
+    .modify(|item: &mut C::Item| item.meta_mut().managed_fields = None)
+    .default_backoff();
+    let item_events = reflector::reflector(item_writer, item_events);
+    owner
+        .term
+        .spawn(events::follow_units(owner.clone(), unit_events));
+    owner
+        .term
+        .spawn(events::follow_items(owner.clone(), item_events));
+}
+
+fn start_workers<C: Sharded>(owner: &Arc<Owner<C>>) {
+    for _ in 0..owner.settings.unit_workers {
+        owner.term.spawn(workers::units(owner.clone()));
+    }
+    for _ in 0..owner.settings.item_workers {
+        owner.term.spawn(workers::items(owner.clone()));
+    }
+}
+
+/// Reports ready once every cache of the term is complete, then keeps the gauges current.
+async fn report_ready<C: Sharded>(owner: Arc<Owner<C>>, readiness: Readiness) {
+    let term = &owner.term;
+    let synced =
+        term.units.wait_until_ready().await.is_ok() && term.items.wait_until_ready().await.is_ok();
+    if synced {
+        owner.controller.synced(term).await;
+        readiness.set(true);
+        info!(shard = term.shard(), "caches synced; ready");
+    }
+    loop {
+        owner.update_gauges();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

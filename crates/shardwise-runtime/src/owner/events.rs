@@ -1,0 +1,205 @@
+//! What the owner does with watch events: unit records go to the gate, new or changed items
+//! to the item queue.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Resource;
+use kube_runtime::watcher;
+use shardwise_handoff::plan::ObjectKey;
+use tracing::warn;
+
+use super::Owner;
+use crate::objects::{key_of, record_of};
+use crate::queue::WorkQueue;
+use crate::sharded::Sharded;
+
+/// What marks a change of spec: the generation, or for kinds that keep none (ConfigMaps,
+/// Namespaces) the resource version, so that every write counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Revision {
+    Generation(i64),
+    Version(Option<String>),
+}
+
+impl Revision {
+    fn of(object: &impl Resource) -> Self {
+        let meta = object.meta();
+        match meta.generation {
+            Some(generation) => Self::Generation(generation),
+            None => Self::Version(meta.resource_version.clone()),
+        }
+    }
+}
+
+/// Drains a watch stream, logging (and backing off from) its errors.
+async fn for_each_event<K, S, F>(stream: S, what: &'static str, mut handle: F)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    F: FnMut(watcher::Event<K>),
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => handle(event),
+            Err(e) => warn!(what, error = %e, "watch failed; retrying"),
+        }
+    }
+}
+
+/// Queues again the noted keys that the cache now has, once it has caught up with a list.
+fn requeue_found(
+    missed: BTreeSet<ObjectKey>,
+    found: impl Fn(&ObjectKey) -> bool,
+    queue: &WorkQueue<ObjectKey>,
+) {
+    for key in missed {
+        if found(&key) {
+            queue.add(key);
+        }
+    }
+}
+
+/// Applies unit watch events to the gate.
+pub(super) async fn follow_units<C: Sharded>(
+    owner: Arc<Owner<C>>,
+    events: impl futures::Stream<Item = Result<watcher::Event<C::Unit>, watcher::Error>>,
+) {
+    let term = &owner.term;
+    let mut revisions: BTreeMap<ObjectKey, Revision> = BTreeMap::new();
+    let mut listed: BTreeSet<ObjectKey> = BTreeSet::new();
+    for_each_event(events, C::NOUNS.units, |event| match event {
+        watcher::Event::Apply(unit) | watcher::Event::InitApply(unit) => {
+            let key = key_of(&unit);
+            let revision = Revision::of(&unit);
+            let changed = revisions.insert(key.clone(), revision.clone()) != Some(revision);
+            listed.insert(key.clone());
+            owner.observe(&key, Some(&unit), changed);
+        }
+        watcher::Event::Delete(unit) => {
+            let key = key_of(&unit);
+            revisions.remove(&key);
+            owner.observe(&key, None, false);
+            // Still labelled with this shard: deleted, not moved away. Its items learn it now,
+            // not at their next resync.
+            if record_of(&unit).owner == Some(term.shard()) {
+                for item in term.items_of(&key) {
+                    term.item_queue.add(key_of(item.as_ref()));
+                }
+            }
+        }
+        watcher::Event::Init => listed.clear(),
+        watcher::Event::InitDone => {
+            // Units that left while the watch was down are not in the new list.
+            for key in term.gate.units() {
+                if !listed.contains(&key) {
+                    revisions.remove(&key);
+                    owner.observe(&key, None, false);
+                }
+            }
+            // The cache has caught up with the list: units a worker missed go round again.
+            requeue_found(
+                term.missing_units.take(),
+                |k| term.unit(k).is_some(),
+                &term.unit_queue,
+            );
+        }
+    })
+    .await;
+}
+
+/// Queues items that are new to this shard or whose spec changed (not status writes).
+pub(super) async fn follow_items<C: Sharded>(
+    owner: Arc<Owner<C>>,
+    events: impl futures::Stream<Item = Result<watcher::Event<C::Item>, watcher::Error>>,
+) {
+    let term = &owner.term;
+    let mut revisions: BTreeMap<ObjectKey, Revision> = BTreeMap::new();
+    let mut listed: BTreeSet<ObjectKey> = BTreeSet::new();
+    let queue_if_changed = |item: &C::Item, revisions: &mut BTreeMap<_, _>| {
+        let key = key_of(item);
+        let revision = Revision::of(item);
+        match revisions.insert(key.clone(), revision.clone()) {
+            Some(seen) if seen == revision => {}
+            seen => {
+                if seen.is_none() {
+                    owner.recount(C::unit_of(item));
+                }
+                term.item_queue.add(key);
+            }
+        }
+    };
+    for_each_event(events, C::NOUNS.items, |event| match event {
+        watcher::Event::Apply(item) => queue_if_changed(&item, &mut revisions),
+        watcher::Event::InitApply(item) => {
+            listed.insert(key_of(&item));
+            queue_if_changed(&item, &mut revisions);
+        }
+        watcher::Event::Delete(item) => {
+            let key = key_of(&item);
+            revisions.remove(&key);
+            term.item_queue.forget(&key);
+            owner.recount(C::unit_of(&item));
+        }
+        watcher::Event::Init => listed.clear(),
+        watcher::Event::InitDone => {
+            // Items that left while the watch was down are not in the new list: forget them,
+            // so that they count as new if they come back.
+            revisions.retain(|key, _| {
+                let kept = listed.contains(key);
+                if !kept {
+                    term.item_queue.forget(key);
+                }
+                kept
+            });
+            // The cache has caught up with the list: items a worker missed go round again.
+            requeue_found(
+                term.missing_items.take(),
+                |k| term.item(k).is_some(),
+                &term.item_queue,
+            );
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("shardwise", name)
+    }
+
+    #[test]
+    fn a_kind_without_generations_changes_with_every_write() {
+        use k8s_openapi::api::apps::v1::Deployment;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let mut config_map = ConfigMap::default();
+        config_map.metadata.resource_version = Some("1".into());
+        let before = Revision::of(&config_map);
+        config_map.metadata.resource_version = Some("2".into());
+        assert_ne!(Revision::of(&config_map), before);
+        // With a generation, a write that leaves the spec alone (status, annotations) is no
+        // change.
+        let mut deployment = Deployment::default();
+        deployment.metadata.generation = Some(3);
+        deployment.metadata.resource_version = Some("1".into());
+        let before = Revision::of(&deployment);
+        deployment.metadata.resource_version = Some("2".into());
+        assert_eq!(Revision::of(&deployment), before);
+    }
+
+    #[tokio::test]
+    async fn the_end_of_a_list_queues_again_only_what_the_cache_now_has() {
+        let queue = WorkQueue::new();
+        requeue_found(
+            BTreeSet::from([key("listed"), key("gone")]),
+            |k| k.name == "listed",
+            &queue,
+        );
+        assert_eq!(queue.depth(), 1);
+        assert_eq!(queue.next().await, Some(key("listed")));
+    }
+}

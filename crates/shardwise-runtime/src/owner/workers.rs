@@ -1,0 +1,139 @@
+//! The worker pools: take a key, look the object up, reconcile it through the gate (recorded in
+//! the audit, abandoned if the term ends), and schedule what comes next.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use shardwise_handoff::plan::ObjectKey;
+use tracing::{debug, warn};
+
+use super::Owner;
+use crate::queue::WorkQueue;
+use crate::sharded::{Action, Sharded};
+
+/// How a reconcile went, as the metrics count it.
+enum Ran<E> {
+    /// Not this term's to do (the gate refused it, or the object is gone).
+    Skipped,
+    /// The term ended while it ran.
+    Cancelled,
+    Finished(Result<Action, E>),
+}
+
+/// Runs one reconcile of work that belongs to `unit`, through the gate, recorded in the
+/// audit, abandoned if the term ends. `None` when the gate refused it.
+async fn gated<C: Sharded, T>(
+    owner: &Arc<Owner<C>>,
+    unit: &ObjectKey,
+    kind: &'static str,
+    key: &ObjectKey,
+    work: impl std::future::Future<Output = T>,
+) -> Option<Option<T>> {
+    let term = &owner.term;
+    if term.cancel.is_cancelled() || !term.gate.begin(unit) {
+        return None;
+    }
+    let interval = term.audit.start(&unit.to_string(), kind, &key.to_string());
+    let result = tokio::select! {
+        r = work => Some(r),
+        _ = term.cancel.cancelled() => None,
+    };
+    // The interval ends when dropped: here, or wherever the reconcile is abandoned (a worker
+    // aborted at the end of the term drops it mid-way).
+    drop(interval);
+    let effect = term.gate.end(unit);
+    owner.apply_effect(unit, effect);
+    Some(result)
+}
+
+/// Counts the reconcile and schedules the key's next one.
+fn settle<C: Sharded>(
+    owner: &Owner<C>,
+    queue: &WorkQueue<ObjectKey>,
+    kind: &'static str,
+    key: &ObjectKey,
+    ran: Ran<C::Error>,
+    started: Instant,
+) {
+    let metrics = &owner.term.metrics;
+    let seconds = started.elapsed().as_secs_f64();
+    match ran {
+        Ran::Skipped => metrics.reconciled(kind, "skipped", seconds),
+        Ran::Cancelled => metrics.reconciled(kind, "cancelled", seconds),
+        Ran::Finished(Ok(Action::Done(after))) => {
+            metrics.reconciled(kind, "success", seconds);
+            queue.succeeded(key);
+            if let Some(after) = after {
+                queue.add_after(key.clone(), after);
+            }
+        }
+        Ran::Finished(Ok(Action::Invalid(after))) => {
+            metrics.reconciled(kind, "error", seconds);
+            debug!(kind, %key, "invalid; waiting for a change");
+            if let Some(after) = after {
+                queue.add_after(key.clone(), after);
+            }
+        }
+        Ran::Finished(Ok(Action::Retry)) => {
+            metrics.reconciled(kind, "error", seconds);
+            let delay = queue.add_after_failure(key.clone());
+            debug!(kind, %key, retry_in = ?delay, "failed; retrying");
+        }
+        Ran::Finished(Err(e)) => {
+            metrics.reconciled(kind, "error", seconds);
+            let delay = queue.add_after_failure(key.clone());
+            warn!(kind, %key, error = %e, retry_in = ?delay, "reconcile failed");
+        }
+    }
+}
+
+/// A worker of units.
+pub(super) async fn units<C: Sharded>(owner: Arc<Owner<C>>) {
+    let term = &owner.term;
+    let kind = C::NOUNS.unit;
+    while let Some(key) = term.unit_queue.next().await {
+        let started = Instant::now();
+        let ran = match term.missing_units.lookup(&key, |k| term.unit(k)) {
+            None => Ran::Skipped,
+            Some(unit) => {
+                let work = owner.controller.reconcile_unit(term, unit);
+                match gated(&owner, &key, kind, &key, work).await {
+                    None => Ran::Skipped,
+                    Some(None) => Ran::Cancelled,
+                    Some(Some(result)) => Ran::Finished(result),
+                }
+            }
+        };
+        settle(&owner, &term.unit_queue, kind, &key, ran, started);
+        term.unit_queue.done(&key);
+    }
+}
+
+/// A worker of items.
+pub(super) async fn items<C: Sharded>(owner: Arc<Owner<C>>) {
+    let term = &owner.term;
+    let kind = C::NOUNS.item;
+    while let Some(key) = term.item_queue.next().await {
+        let started = Instant::now();
+        let ran = match term.missing_items.lookup(&key, |k| term.item(k)) {
+            None => Ran::Skipped,
+            Some(item) => {
+                let unit = C::unit_of(&item);
+                let work = owner.controller.reconcile_item(term, item.clone());
+                match gated(&owner, &unit, kind, &key, work).await {
+                    Some(None) => Ran::Cancelled,
+                    Some(Some(result)) => Ran::Finished(result),
+                    None if term.knows(&unit) || term.cancel.is_cancelled() => Ran::Skipped,
+                    // Not a unit of this term at all: the item's unit may not exist.
+                    None => match owner.controller.reconcile_orphan(term, item).await {
+                        Ok(None) => Ran::Skipped,
+                        Ok(Some(action)) => Ran::Finished(Ok(action)),
+                        Err(e) => Ran::Finished(Err(e)),
+                    },
+                }
+            }
+        };
+        settle(&owner, &term.item_queue, kind, &key, ran, started);
+        term.item_queue.done(&key);
+    }
+}

@@ -1,0 +1,486 @@
+//! The planner: while this replica holds the planner lease, watch every unit and item, the
+//! StatefulSet and the shard leases; decide each pass from that one view ([`decide`]), write
+//! the decision, and record its figures. The decisions are pure code ([`index`], [`decide`]);
+//! this module only watches, calls them, writes and counts.
+
+pub mod decide;
+pub mod index;
+mod report;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::{Api, Client};
+use kube_runtime::events::Recorder;
+use kube_runtime::{WatchStreamExt, watcher};
+use shardwise_handoff::drain::PlannerAction;
+use shardwise_handoff::plan::{Membership, ObjectKey, PlanError, PlanMemory};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::membership::{ShardLeases, expected_shards};
+use crate::metrics::{MemberLabels, Metrics, MoveLabels, NoLabels, ShardLabels, StrategyLabels};
+use crate::objects::Object;
+use crate::objects::{api_over, key_of, merge_patch};
+use crate::settings::{PlannerSettings, Replica, WatchScope};
+use crate::sharded::{ObjectKind, Sharded};
+use decide::{Decision, ItemWrite, Recall, decide};
+use index::{Index, UnitEntry, item_view};
+use report::Reporter;
+
+/// Concurrent label writes to items.
+const ITEM_WRITE_CONCURRENCY: usize = 16;
+
+/// What a planner term is built from.
+#[derive(Clone)]
+pub struct Parts {
+    /// The control plane, behind the planner lease's fence.
+    pub client: Client,
+    pub settings: PlannerSettings,
+    pub replica: Replica,
+    pub scope: WatchScope,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+    pub leases: Arc<ShardLeases>,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Planner<C: Sharded> {
+    parts: Parts,
+    index: Mutex<Index>,
+    trigger: Notify,
+    reporter: Reporter<C>,
+}
+
+impl<C: Sharded> Planner<C> {
+    fn index(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies `update` to the index and plans again if it says so.
+    fn update(&self, update: impl FnOnce(&mut Index) -> bool) {
+        if update(&mut self.index()) {
+            self.trigger.notify_one();
+        }
+    }
+}
+
+/// Runs the planner until `lost` resolves (leadership lost) or `shutdown` is cancelled.
+pub async fn run<C: Sharded>(
+    parts: Parts,
+    lost: impl std::future::Future<Output = ()>,
+    shutdown: CancellationToken,
+) {
+    let metrics = parts.metrics.clone();
+    let planner = Arc::new(Planner::<C> {
+        reporter: Reporter::new(parts.client.clone(), parts.recorder.clone()),
+        parts,
+        index: Mutex::new(Index::default()),
+        trigger: Notify::new(),
+    });
+    metrics
+        .planner_leader
+        .get_or_create(&metrics.shard_labels())
+        .set(1);
+    info!("planner started");
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(follow_units(planner.clone()));
+    tasks.spawn(follow_items(planner.clone()));
+    tasks.spawn(follow_statefulset(planner.clone()));
+    tasks.spawn(plan_loop(planner.clone()));
+    {
+        let planner = planner.clone();
+        tasks.spawn(async move { planner.reporter.report_unreadable().await });
+    }
+    tokio::select! {
+        _ = lost => warn!("planner lease lost: planner stopped"),
+        _ = shutdown.cancelled() => info!("planner stopped for shutdown"),
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    metrics
+        .planner_leader
+        .get_or_create(&metrics.shard_labels())
+        .set(0);
+    metrics.clear_planner();
+}
+
+/// Feeds a watch of `K` to the index: readable objects through `apply`/`relisted`, objects that
+/// cannot be read are left out (as if deleted) and reported.
+async fn follow<C: Sharded, K: Object>(
+    planner: Arc<Planner<C>>,
+    kind: ObjectKind,
+    handle: impl Fn(&mut Index, Change<K>) -> bool,
+) {
+    let api = api_over::<K>(&planner.parts.client, &planner.parts.scope);
+    let events = watcher(api, watcher::Config::default()).default_backoff();
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let change = match event {
+            Ok(watcher::Event::Init) => Change::Relist,
+            Ok(watcher::Event::InitDone) => Change::Relisted,
+            Ok(watcher::Event::InitApply(object)) => match object.decoded() {
+                Ok(object) => Change::Listed(object),
+                Err(bad) => {
+                    planner.reporter.unreadable(kind, *bad);
+                    continue;
+                }
+            },
+            Ok(watcher::Event::Apply(object)) => match object.decoded() {
+                Ok(object) => Change::Applied(object),
+                Err(bad) => {
+                    let key = key_of_meta(&bad.metadata);
+                    planner.reporter.unreadable(kind, *bad);
+                    Change::Deleted(key)
+                }
+            },
+            Ok(watcher::Event::Delete(object)) => Change::Deleted(key_of(&object)),
+            Err(e) => {
+                warn!(kind = ?kind, error = %e, "planner watch failed; retrying");
+                continue;
+            }
+        };
+        planner.update(|index| handle(index, change));
+    }
+}
+
+fn key_of_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectKey {
+    ObjectKey::new(
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// A watch event, decoded.
+enum Change<K> {
+    Relist,
+    Listed(K),
+    Relisted,
+    Applied(K),
+    Deleted(ObjectKey),
+}
+
+async fn follow_units<C: Sharded>(planner: Arc<Planner<C>>) {
+    follow::<C, C::Unit>(planner, ObjectKind::Unit, |index, change| match change {
+        Change::Relist => {
+            index.relist_units();
+            false
+        }
+        Change::Listed(unit) => {
+            index.relisted_unit(UnitEntry::of::<C>(&unit));
+            false
+        }
+        Change::Relisted => index.relisted_units(),
+        Change::Applied(unit) => index.apply_unit(UnitEntry::of::<C>(&unit)),
+        Change::Deleted(key) => index.delete_unit(&key),
+    })
+    .await;
+}
+
+async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
+    follow::<C, C::Item>(planner, ObjectKind::Item, |index, change| match change {
+        Change::Relist => {
+            index.relist_items();
+            false
+        }
+        Change::Listed(item) => {
+            index.relisted_item(item_view::<C>(&item));
+            false
+        }
+        Change::Relisted => index.relisted_items(),
+        Change::Applied(item) => index.apply_item(item_view::<C>(&item)),
+        Change::Deleted(key) => index.delete_item(&key),
+    })
+    .await;
+}
+
+/// The StatefulSet's `spec.replicas` is the number of shards expected.
+async fn follow_statefulset<C: Sharded>(planner: Arc<Planner<C>>) {
+    let replica = &planner.parts.replica;
+    let api: Api<StatefulSet> = Api::namespaced(planner.parts.client.clone(), &replica.namespace);
+    let config =
+        watcher::Config::default().fields(&format!("metadata.name={}", replica.statefulset));
+    let events = watcher(api, config).default_backoff();
+    let mut events = std::pin::pin!(events);
+    let mut listed = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listed = None,
+            Ok(watcher::Event::InitApply(sts)) => listed = Some(expected_shards(&sts)),
+            Ok(watcher::Event::InitDone) => planner.update(|index| {
+                // The first list is worth a pass even if it found nothing.
+                let synced = index.synced();
+                index.set_expected(listed) || !synced
+            }),
+            Ok(watcher::Event::Apply(sts)) => {
+                planner.update(|index| index.set_expected(Some(expected_shards(&sts))));
+            }
+            Ok(watcher::Event::Delete(_)) => planner.update(|index| index.set_expected(None)),
+            Err(e) => warn!(error = %e, "planner watch of the StatefulSet failed; retrying"),
+        }
+    }
+}
+
+/// Plans on every trigger (debounced), when a lease may have expired, and periodically.
+async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
+    let settings = planner.parts.settings.clone();
+    let leases = planner.parts.leases.clone();
+    // Every kind must have been listed and every shard lease seen once: planning on less
+    // would move what it missed, and an unseen lease would look like a dead shard.
+    while !planner.index().synced() {
+        planner.trigger.notified().await;
+    }
+    leases.wait_synced().await;
+    let mut memory: Option<PlanMemory> = None;
+    let mut last_periodic = Instant::now();
+    let mut pins_reported = BTreeSet::new();
+    let mut statefulset_missing = false;
+    // While the fleet is above the strategy's target balance (after a scale-up, say), periodic
+    // passes come every converge interval, each spending at most the move budget.
+    let mut above_target = false;
+    loop {
+        let interval = settings.periodic_interval(above_target);
+        let periodic =
+            settings.strategy.kind.is_load_aware() && last_periodic.elapsed() >= interval;
+        if periodic {
+            last_periodic = Instant::now();
+        }
+        let recall = match (&memory, periodic) {
+            (None, _) => Recall::Takeover,
+            (Some(_), true) => Recall::Forgotten,
+            (Some(m), false) => Recall::Remembered(m),
+        };
+        match pass(&planner, recall, &mut statefulset_missing).await {
+            Ok(Some(decision)) => {
+                above_target = decision.figures.above_target;
+                planner
+                    .reporter
+                    .pins(&decision.plan.unhonoured_pins, &mut pins_reported, |key| {
+                        planner.index().unit(key).map(|u| u.view.uid.clone())
+                    })
+                    .await;
+                memory = Some(decision.plan.memory);
+            }
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "planning pass failed"),
+        }
+        let now = Instant::now();
+        let next_expiry = leases
+            .next_expiry(now)
+            .map(|at| at + Duration::from_millis(50));
+        let periodic_at = last_periodic + settings.periodic_interval(above_target);
+        let wake = next_expiry.map_or(periodic_at, |e| e.min(periodic_at));
+        tokio::select! {
+            _ = leases.changed.notified() => {}
+            _ = planner.trigger.notified() => {
+                // Debounce bursts of events into one pass.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+    }
+}
+
+/// One planning pass: decide, write, record. `None` when there was nothing to plan.
+async fn pass<C: Sharded>(
+    planner: &Arc<Planner<C>>,
+    recall: Recall<'_>,
+    statefulset_missing: &mut bool,
+) -> Result<Option<Decision>, kube::Error> {
+    let parts = &planner.parts;
+    let strategy = parts.settings.strategy.kind.name().to_string();
+    parts.leases.confirm_expiries().await?;
+    let Some(membership) = membership(planner, statefulset_missing) else {
+        return Ok(None);
+    };
+    let decided = {
+        let index = planner.index();
+        decide(&parts.settings.strategy, &index, &membership, recall)
+    };
+    let decision = match decided {
+        Ok(decision) => decision,
+        Err(e) => {
+            let result = match e {
+                PlanError::NoLiveShards => "no-live-shards",
+                _ => "error",
+            };
+            parts
+                .metrics
+                .planner_runs
+                .get_or_create(&StrategyLabels { strategy, result })
+                .inc();
+            match e {
+                PlanError::NoLiveShards => debug!(?membership, "no live shard: nothing to plan"),
+                e => warn!(error = %e, "planning failed"),
+            }
+            return Ok(None);
+        }
+    };
+    let written = write_units(planner, &decision).await;
+    let item_moves = write_items(planner, &decision, &written).await;
+    record(
+        &parts.metrics,
+        &strategy,
+        &decision,
+        written.moves,
+        item_moves,
+    );
+    Ok(Some(decision))
+}
+
+/// The membership to plan with: the StatefulSet's shard count and the live leases; `None`
+/// (reported once) while the StatefulSet does not exist.
+fn membership<C: Sharded>(planner: &Planner<C>, missing: &mut bool) -> Option<Membership> {
+    let parts = &planner.parts;
+    let expected = planner.index().expected();
+    let Some(expected) = expected else {
+        if !std::mem::replace(missing, true) {
+            warn!(statefulset = %parts.replica.statefulset, "StatefulSet not found: not planning");
+        }
+        return None;
+    };
+    *missing = false;
+    let membership = parts.leases.membership(expected, Instant::now());
+    let metrics = &parts.metrics;
+    metrics
+        .members
+        .get_or_create(&MemberLabels { state: "expected" })
+        .set(i64::from(membership.expected));
+    metrics
+        .members
+        .get_or_create(&MemberLabels { state: "live" })
+        .set(membership.live().len() as i64);
+    Some(membership)
+}
+
+/// Units whose write landed, and how many changed owner.
+struct Written {
+    units: BTreeSet<ObjectKey>,
+    moves: u64,
+}
+
+/// Unit writes first, one at a time; a conflict or failure plans again.
+async fn write_units<C: Sharded>(planner: &Planner<C>, decision: &Decision) -> Written {
+    let mut written = Written {
+        units: BTreeSet::new(),
+        moves: 0,
+    };
+    for write in &decision.unit_writes {
+        let result = merge_patch::<C::Unit>(&planner.parts.client, &write.key, &write.patch).await;
+        match result {
+            Ok(_) => {
+                debug!(unit = %write.key, action = ?write.action, "unit updated");
+                if let PlannerAction::Assign { shard, .. } = write.action {
+                    info!(unit = %write.key, shard, "{} assigned", C::NOUNS.unit);
+                    written.moves += 1;
+                }
+                written.units.insert(write.key.clone());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                debug!(unit = %write.key, "unit changed under the planner; next pass retries");
+                planner.trigger.notify_one();
+            }
+            Err(e) => {
+                warn!(unit = %write.key, error = %e, "could not update unit");
+                planner.trigger.notify_one();
+            }
+        }
+    }
+    written
+}
+
+/// Item labels, concurrently; those that follow a unit only once its write landed. Returns
+/// the labels written.
+async fn write_items<C: Sharded>(
+    planner: &Planner<C>,
+    decision: &Decision,
+    written: &Written,
+) -> u64 {
+    let client = planner.parts.client.clone();
+    let ready: Vec<ItemWrite> = decision
+        .item_writes
+        .iter()
+        .filter(|w| w.after.as_ref().is_none_or(|u| written.units.contains(u)))
+        .cloned()
+        .collect();
+    let moves = futures::stream::iter(ready)
+        .map(|write| {
+            let client = &client;
+            async move {
+                match merge_patch::<C::Item>(client, &write.key, &write.patch).await {
+                    Ok(_) => 1u64,
+                    Err(kube::Error::Api(s)) if s.code == 404 => 0,
+                    Err(e) => {
+                        warn!(item = %write.key, error = %e, "could not label item");
+                        0
+                    }
+                }
+            }
+        })
+        .buffer_unordered(ITEM_WRITE_CONCURRENCY)
+        .fold(0u64, |sum, n| async move { sum + n })
+        .await;
+    if moves < decision.item_writes.len() as u64 {
+        planner.trigger.notify_one();
+    }
+    moves
+}
+
+/// The pass's counters and the plan's gauges.
+fn record(
+    metrics: &Metrics,
+    strategy: &str,
+    decision: &Decision,
+    unit_moves: u64,
+    item_moves: u64,
+) {
+    let nouns = metrics.nouns();
+    metrics
+        .planner_runs
+        .get_or_create(&StrategyLabels {
+            strategy: strategy.to_string(),
+            result: "success",
+        })
+        .inc();
+    for (kind, moves) in [(nouns.unit, unit_moves), (nouns.item, item_moves)] {
+        metrics
+            .planner_moves
+            .get_or_create(&MoveLabels {
+                strategy: strategy.to_string(),
+                kind,
+            })
+            .inc_by(moves);
+    }
+    let figures = &decision.figures;
+    metrics
+        .balance
+        .get_or_create(&NoLabels {})
+        .set(figures.balance);
+    // Shards that left the plan must not keep their last values.
+    metrics.assigned_items.clear();
+    metrics.assigned_units.clear();
+    for (shard, (units, items)) in &figures.shards {
+        let labels = ShardLabels {
+            shard: shard.to_string(),
+        };
+        metrics
+            .assigned_items
+            .get_or_create(&labels)
+            .set(*items as i64);
+        metrics
+            .assigned_units
+            .get_or_create(&labels)
+            .set(*units as i64);
+    }
+}

@@ -1,0 +1,324 @@
+//! A work queue in the manner of client-go's: each key is queued at most once, never processed
+//! by two workers at once (a key added while it is processed is processed again after), can be
+//! scheduled for later, and backs off after failures. Its length is the queue-depth metric.
+//!
+//! Why not kube-runtime's `Controller` (its `scheduler` and `runner`)? They give deduplication,
+//! delays and a bounded worker pool, and this queue gives the same; what the owner needs beyond
+//! them is:
+//!
+//! - **A gate owned by another object.** An item may run only while its *unit*'s handoff state
+//!   admits work; `Controller` decides per object, from that object's own events. Here every
+//!   reconcile passes `Gate::begin` (the `gate` module) for its unit just before it starts.
+//! - **Knowing when a unit's last reconcile ended.** A drain is acknowledged only once no
+//!   reconcile of the unit *or any of its items* is in flight (`Gate::end` returns the
+//!   acknowledgement to write). `Controller` does not expose in-flight work.
+//! - **Abandoning everything at once.** When a lease is lost, every in-flight reconcile of the
+//!   term is dropped immediately (its audit interval ends there) and the queue closes;
+//!   `Controller` shuts down by draining its stream.
+//!
+//! The queue itself stays free of these concerns; the owner's workers combine it with the
+//! gate.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tokio::sync::Notify;
+
+#[derive(Debug)]
+struct State<K> {
+    ready: VecDeque<K>,
+    queued: BTreeSet<K>,
+    processing: BTreeSet<K>,
+    dirty: BTreeSet<K>,
+    delayed: BTreeMap<(Instant, u64), K>,
+    delayed_at: BTreeMap<K, (Instant, u64)>,
+    failures: BTreeMap<K, u32>,
+    sequence: u64,
+    closed: bool,
+}
+
+impl<K: Ord + Clone> State<K> {
+    fn push(&mut self, key: K) {
+        if let Some(at) = self.delayed_at.remove(&key) {
+            self.delayed.remove(&at);
+        }
+        if self.processing.contains(&key) {
+            self.dirty.insert(key);
+        } else if self.queued.insert(key.clone()) {
+            self.ready.push_back(key);
+        }
+    }
+
+    fn promote_due(&mut self, now: Instant) {
+        while let Some((&(at, seq), _)) = self.delayed.first_key_value() {
+            if at > now {
+                break;
+            }
+            if let Some(key) = self.delayed.remove(&(at, seq)) {
+                self.delayed_at.remove(&key);
+                self.push(key);
+            }
+        }
+    }
+}
+
+/// A deduplicating, delaying work queue shared by a pool of workers.
+#[derive(Debug)]
+pub struct WorkQueue<K> {
+    state: Arc<Mutex<State<K>>>,
+    notify: Arc<Notify>,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        Self {
+            state: self.state.clone(),
+            notify: self.notify.clone(),
+        }
+    }
+}
+
+impl<K: Ord + Clone> Default for WorkQueue<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Ord + Clone> WorkQueue<K> {
+    pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+    pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+    pub fn new() -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State {
+                ready: VecDeque::new(),
+                queued: BTreeSet::new(),
+                processing: BTreeSet::new(),
+                dirty: BTreeSet::new(),
+                delayed: BTreeMap::new(),
+                delayed_at: BTreeMap::new(),
+                failures: BTreeMap::new(),
+                sequence: 0,
+                closed: false,
+            })),
+            notify: Arc::new(Notify::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        // A worker that panicked while holding the lock left consistent data behind: every
+        // mutation above completes before the guard drops.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `key` now.
+    pub fn add(&self, key: K) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        state.push(key);
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// Queues `key` after `delay`, unless it is queued earlier.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let at = Instant::now() + delay;
+        let mut state = self.lock();
+        if state.closed || state.queued.contains(&key) {
+            return;
+        }
+        if let Some(&existing) = state.delayed_at.get(&key) {
+            if existing.0 <= at {
+                return;
+            }
+            state.delayed.remove(&existing);
+        }
+        state.sequence += 1;
+        let slot = (at, state.sequence);
+        state.delayed.insert(slot, key.clone());
+        state.delayed_at.insert(key, slot);
+        drop(state);
+        // A waiting worker may need to wake earlier than it planned.
+        self.notify.notify_waiters();
+    }
+
+    /// Queues `key` after a delay that doubles with each consecutive failure.
+    pub fn add_after_failure(&self, key: K) -> Duration {
+        let failures = {
+            let mut state = self.lock();
+            let n = state.failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let factor = 1u32 << failures.saturating_sub(1).min(16);
+        let delay = (Self::BACKOFF_BASE * factor).min(Self::BACKOFF_MAX);
+        self.add_after(key, delay);
+        delay
+    }
+
+    /// Clears the failure count of `key` (it succeeded).
+    pub fn succeeded(&self, key: &K) {
+        self.lock().failures.remove(key);
+    }
+
+    /// Drops every trace of `key` except a reconcile in progress.
+    pub fn forget(&self, key: &K) {
+        let mut state = self.lock();
+        state.queued.remove(key);
+        state.dirty.remove(key);
+        state.failures.remove(key);
+        if let Some(at) = state.delayed_at.remove(key) {
+            state.delayed.remove(&at);
+        }
+    }
+
+    /// Waits for a key to process; `None` once the queue is closed.
+    pub async fn next(&self) -> Option<K> {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wake_at = {
+                let mut state = self.lock();
+                if state.closed {
+                    return None;
+                }
+                state.promote_due(Instant::now());
+                while let Some(key) = state.ready.pop_front() {
+                    // Keys forgotten while queued are skipped.
+                    if state.queued.remove(&key) {
+                        state.processing.insert(key.clone());
+                        return Some(key);
+                    }
+                }
+                state.delayed.first_key_value().map(|(&(at, _), _)| at)
+            };
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// A worker finished `key`; if it was added meanwhile, it is queued again.
+    pub fn done(&self, key: &K) {
+        let mut state = self.lock();
+        state.processing.remove(key);
+        if state.dirty.remove(key) && !state.closed {
+            state.push(key.clone());
+            drop(state);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Keys ready for a worker (not counting scheduled ones).
+    pub fn depth(&self) -> usize {
+        let mut state = self.lock();
+        state.promote_due(Instant::now());
+        state.queued.len()
+    }
+
+    /// Stops handing out keys; waiting workers get `None`.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keys_are_deduplicated_and_fifo() {
+        let q = WorkQueue::new();
+        q.add("a");
+        q.add("b");
+        q.add("a");
+        assert_eq!(q.depth(), 2);
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.next().await, Some("b"));
+        assert_eq!(q.depth(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_key_added_while_processed_runs_again_after_not_concurrently() {
+        let q = WorkQueue::new();
+        q.add("a");
+        assert_eq!(q.next().await, Some("a"));
+        q.add("a");
+        // Not handed to a second worker while the first holds it.
+        assert_eq!(q.depth(), 0);
+        let second = tokio::time::timeout(Duration::from_millis(50), q.next()).await;
+        assert!(second.is_err(), "handed out twice");
+        q.done(&"a");
+        assert_eq!(q.next().await, Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_keys_come_due_in_time_order() {
+        let q = WorkQueue::new();
+        q.add_after("late", Duration::from_secs(10));
+        q.add_after("soon", Duration::from_secs(1));
+        assert_eq!(q.depth(), 0);
+        let start = tokio::time::Instant::now();
+        assert_eq!(q.next().await, Some("soon"));
+        assert!(start.elapsed() >= Duration::from_secs(1));
+        assert_eq!(q.next().await, Some("late"));
+        assert!(start.elapsed() >= Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_immediate_add_supersedes_a_scheduled_one() {
+        let q = WorkQueue::new();
+        q.add_after("a", Duration::from_secs(60));
+        q.add("a");
+        assert_eq!(q.next().await, Some("a"));
+        q.done(&"a");
+        // The schedule was consumed by the immediate add.
+        let again = tokio::time::timeout(Duration::from_secs(120), q.next()).await;
+        assert!(again.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_back_off_exponentially_and_reset_on_success() {
+        let q: WorkQueue<&str> = WorkQueue::new();
+        assert_eq!(q.add_after_failure("a"), Duration::from_millis(500));
+        assert_eq!(q.add_after_failure("a"), Duration::from_secs(1));
+        assert_eq!(q.add_after_failure("a"), Duration::from_secs(2));
+        for _ in 0..20 {
+            q.add_after_failure("a");
+        }
+        assert_eq!(q.add_after_failure("a"), WorkQueue::<&str>::BACKOFF_MAX);
+        q.succeeded(&"a");
+        assert_eq!(q.add_after_failure("a"), Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn forgotten_keys_are_skipped_and_close_releases_workers() {
+        let q = WorkQueue::new();
+        q.add("a");
+        q.add("b");
+        q.forget(&"a");
+        assert_eq!(q.next().await, Some("b"));
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.next().await })
+        };
+        tokio::task::yield_now().await;
+        q.close();
+        assert_eq!(waiter.await.unwrap(), None);
+        q.add("c");
+        assert_eq!(q.next().await, None);
+    }
+}

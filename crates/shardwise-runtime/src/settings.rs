@@ -1,0 +1,192 @@
+//! What a replica is configured with, as plain values: the binary parses flags into these (the
+//! `args` module does it for the common flags), and each part of the runtime receives only its
+//! own.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use shard_assign::{AssignError, StrategyConfig};
+use shardwise_handoff::identity::{IdentityError, shard_from_pod_name};
+use shardwise_handoff::lease::{LeaseTiming, TimingError};
+
+/// Where units and items are watched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchScope {
+    /// In one namespace (both kinds must be namespaced).
+    Namespace(String),
+    /// Across the cluster (required when either kind is cluster-scoped).
+    Cluster,
+}
+
+/// Who this replica is: its pod, its StatefulSet and its shard, parsed once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    /// Namespace of the StatefulSet and of the protocol's leases.
+    pub namespace: String,
+    pub pod_name: String,
+    pub statefulset: String,
+    /// The pod's ordinal.
+    pub shard: u32,
+}
+
+impl Replica {
+    /// From the pod name `<statefulset>-<ordinal>`; `statefulset` names the StatefulSet when
+    /// the pod name alone cannot (the ordinal is checked against it).
+    pub fn new(
+        namespace: impl Into<String>,
+        pod_name: impl Into<String>,
+        statefulset: Option<&str>,
+    ) -> Result<Self, IdentityError> {
+        let pod_name = pod_name.into();
+        let shard = shard_from_pod_name(&pod_name, statefulset)?;
+        let statefulset = match statefulset {
+            Some(name) => name.to_string(),
+            None => pod_name
+                .rsplit_once('-')
+                .map_or_else(|| pod_name.clone(), |(prefix, _)| prefix.to_string()),
+        };
+        Ok(Self {
+            namespace: namespace.into(),
+            pod_name,
+            statefulset,
+            shard,
+        })
+    }
+
+    /// The Lease of this replica's shard.
+    pub fn shard_lease(&self) -> String {
+        format!("{}-shard-{}", self.statefulset, self.shard)
+    }
+
+    /// The Lease of the planner.
+    pub fn planner_lease(&self) -> String {
+        format!("{}-planner", self.statefulset)
+    }
+}
+
+/// A request budget: `qps` per second on average, up to `burst` at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimit {
+    pub qps: u32,
+    pub burst: u32,
+}
+
+/// The planner's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannerSettings {
+    pub strategy: StrategyConfig,
+    /// Re-plan at least this often (load-aware strategies), besides every change.
+    pub plan_interval: Duration,
+    /// Re-plan this often instead while the fleet is above the target balance.
+    pub converge_interval: Duration,
+    /// The planner's writes.
+    pub limit: RequestLimit,
+}
+
+impl PlannerSettings {
+    /// How long between periodic passes: shorter while the fleet is above its target balance.
+    pub fn periodic_interval(&self, above_target: bool) -> Duration {
+        if above_target {
+            self.converge_interval.min(self.plan_interval)
+        } else {
+            self.plan_interval
+        }
+    }
+}
+
+/// The owner's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerSettings {
+    /// Concurrent unit reconciles.
+    pub unit_workers: u32,
+    /// Concurrent item reconciles.
+    pub item_workers: u32,
+    /// On shutdown, wait at most this long for in-flight reconciles before releasing.
+    pub shutdown_timeout: Duration,
+    /// A unit is reconciled again this long after its items arrive or leave (one reconcile
+    /// for a burst of them).
+    pub item_change_delay: Duration,
+}
+
+/// How `/metrics` and the probes are served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    pub metrics_addr: SocketAddr,
+    pub health_addr: SocketAddr,
+    /// HTTPS and TokenReview/SubjectAccessReview; plain HTTP otherwise.
+    pub metrics_secure: bool,
+    /// `tls.crt` and `tls.key`; self-signed when unset.
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Reviews per second the metrics endpoint may ask of the API server.
+    pub metrics_review_qps: u32,
+}
+
+/// Everything a replica runs with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub replica: Replica,
+    /// The controller's name, in Events and logs.
+    pub controller_name: String,
+    /// Where units and items are watched.
+    pub scope: WatchScope,
+    pub leases: LeaseTiming,
+    pub planner: PlannerSettings,
+    pub owner: OwnerSettings,
+    /// Requests of leases and owners to the control plane.
+    pub control_plane: RequestLimit,
+    pub http: HttpSettings,
+    /// Where the reconcile audit goes; none when unset.
+    pub audit_file: Option<PathBuf>,
+}
+
+/// Settings that cannot work, said in terms of the flags that set them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error(
+        "--metrics-addr and --health-addr are both {0}: secure metrics need a port of their own, since the kubelet probes over plain HTTP"
+    )]
+    SharedMetricsPort(SocketAddr),
+    #[error(
+        "--metrics-cert-dir is set but --metrics-secure is false: the certificate would not be used"
+    )]
+    UnusedCertificate,
+    #[error(transparent)]
+    Leases(#[from] TimingError),
+    #[error(transparent)]
+    Strategy(#[from] AssignError),
+}
+
+impl Settings {
+    /// Refuses settings that only fail later.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        self.leases.validate()?;
+        self.planner.strategy.validate()?;
+        let http = &self.http;
+        if http.metrics_secure && http.metrics_addr == http.health_addr {
+            return Err(SettingsError::SharedMetricsPort(http.metrics_addr));
+        }
+        if !http.metrics_secure && http.metrics_cert_dir.is_some() {
+            return Err(SettingsError::UnusedCertificate);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replica_is_parsed_from_its_pod_name_once() {
+        let replica = Replica::new("fleet", "shardwise-3", None).unwrap();
+        assert_eq!(replica.shard, 3);
+        assert_eq!(replica.statefulset, "shardwise");
+        assert_eq!(replica.shard_lease(), "shardwise-shard-3");
+        assert_eq!(replica.planner_lease(), "shardwise-planner");
+        let named = Replica::new("fleet", "my-sts-12", Some("my-sts")).unwrap();
+        assert_eq!((named.shard, named.statefulset.as_str()), (12, "my-sts"));
+        assert!(Replica::new("fleet", "shardwise", None).is_err());
+        assert!(Replica::new("fleet", "other-1", Some("shardwise")).is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! What a controller's reconcilers see of a term (the time a replica holds its shard lease
+//! under one identity): the term's identity, its fenced client, the caches of its units and
+//! items, and its queues. Generic over the unit type `U`, the item type `I` and the
+//! controller's state `S`; [`crate::TermOf`] names it for a controller.
+
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::Client;
+use kube_runtime::reflector::{ObjectRef, Store};
+use shard_assign::ShardId;
+use shardwise_handoff::drain::OwnerId;
+use shardwise_handoff::plan::ObjectKey;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::Audit;
+use crate::gate::{Gate, Misses};
+use crate::lease::Fence;
+use crate::metrics::Metrics;
+use crate::objects::{Object, key_of};
+use crate::queue::WorkQueue;
+use crate::settings::WatchScope;
+
+/// Everything of one term but the controller's own state.
+pub struct TermContext<U: Object, I: Object> {
+    pub(crate) me: OwnerId,
+    pub(crate) fence: Fence,
+    pub(crate) client: Client,
+    pub(crate) scope: WatchScope,
+    pub(crate) metrics: Metrics,
+    pub(crate) audit: Audit,
+    pub(crate) units: Store<U>,
+    pub(crate) items: Store<I>,
+    /// The unit of an item: the controller's [`crate::Sharded::unit_of`].
+    pub(crate) unit_of: fn(&I) -> ObjectKey,
+    pub(crate) gate: Gate,
+    pub(crate) unit_queue: WorkQueue<ObjectKey>,
+    pub(crate) item_queue: WorkQueue<ObjectKey>,
+    pub(crate) missing_units: Misses,
+    pub(crate) missing_items: Misses,
+    /// Cancelled when the term ends: in-flight reconciles are abandoned at once.
+    pub(crate) cancel: CancellationToken,
+    pub(crate) tasks: Mutex<JoinSet<()>>,
+}
+
+impl<U: Object, I: Object> std::fmt::Debug for TermContext<U, I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TermContext")
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+fn reference<K: kube::Resource<DynamicType = ()>>(key: &ObjectKey) -> ObjectRef<K> {
+    let reference = ObjectRef::new(&key.name);
+    if key.namespace.is_empty() {
+        reference
+    } else {
+        reference.within(&key.namespace)
+    }
+}
+
+impl<U: Object, I: Object> TermContext<U, I> {
+    /// This replica's shard.
+    pub fn shard(&self) -> ShardId {
+        self.me.shard
+    }
+
+    /// The shard and the incarnation its lease is held under in this term.
+    pub fn owner(&self) -> OwnerId {
+        self.me
+    }
+
+    /// The term's fence: a client built with it ([`crate::clients::build_fenced_client`])
+    /// sends nothing once the term is over.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// A client of the control plane behind the term's fence.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Where units and items are watched (a controller's other watches usually want the
+    /// same).
+    pub fn scope(&self) -> &WatchScope {
+        &self.scope
+    }
+
+    /// The replica's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The unit `key`, if this shard's cache has it.
+    pub fn unit(&self, key: &ObjectKey) -> Option<Arc<U>> {
+        self.units.get(&reference(key))
+    }
+
+    /// The item `key`, if this shard's cache has it.
+    pub fn item(&self, key: &ObjectKey) -> Option<Arc<I>> {
+        self.items.get(&reference(key))
+    }
+
+    /// The items of this shard that belong to `unit`.
+    pub fn items_of(&self, unit: &ObjectKey) -> Vec<Arc<I>> {
+        self.items
+            .state_filter(|item| &(self.unit_of)(item) == unit)
+    }
+
+    /// The items of this shard that `keep` selects.
+    pub fn items_where(&self, keep: impl Fn(&I) -> bool) -> Vec<Arc<I>> {
+        self.items.state_filter(keep)
+    }
+
+    /// Whether this term knows the unit at all: owns it, or is handing it off.
+    pub fn knows(&self, unit: &ObjectKey) -> bool {
+        self.gate.knows(unit)
+    }
+
+    /// Reconciles the unit again soon.
+    pub fn queue_unit(&self, key: ObjectKey) {
+        self.unit_queue.add(key);
+    }
+
+    /// Reconciles the item again soon.
+    pub fn queue_item(&self, key: ObjectKey) {
+        self.item_queue.add(key);
+    }
+
+    /// Reconciles every item of this shard that `select` chooses again soon.
+    pub fn queue_items_where(&self, select: impl Fn(&I) -> bool) {
+        for item in self.items.state_filter(select) {
+            self.item_queue.add(key_of(item.as_ref()));
+        }
+    }
+
+    /// Runs `task` until the term ends.
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .spawn(task);
+    }
+
+    /// Items in this shard's cache.
+    pub(crate) fn item_count(&self) -> usize {
+        self.items.len()
+    }
+}
+
+/// One term as a controller's reconcilers see it: the [`TermContext`] and the controller's
+/// state `S` for the term.
+pub struct Term<U: Object, I: Object, S> {
+    context: Arc<TermContext<U, I>>,
+    state: Arc<S>,
+}
+
+impl<U: Object, I: Object, S> Clone for Term<U, I, S> {
+    fn clone(&self) -> Self {
+        Self {
+            context: self.context.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<U: Object, I: Object, S> std::fmt::Debug for Term<U, I, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.context.fmt(f)
+    }
+}
+
+impl<U: Object, I: Object, S> Term<U, I, S> {
+    pub(crate) fn new(context: Arc<TermContext<U, I>>, state: S) -> Self {
+        Self {
+            context,
+            state: Arc::new(state),
+        }
+    }
+
+    /// The controller's state for this term, as [`crate::Sharded::begin_term`] built it.
+    pub fn state(&self) -> &S {
+        &self.state
+    }
+}
+
+impl<U: Object, I: Object, S> Deref for Term<U, I, S> {
+    type Target = TermContext<U, I>;
+
+    fn deref(&self) -> &TermContext<U, I> {
+        &self.context
+    }
+}

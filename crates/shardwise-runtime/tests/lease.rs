@@ -1,0 +1,177 @@
+//! Lease holding against the test API server: one holder at a time, release on stop, and
+//! fencing when the holder cannot reach the API server.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use shardwise_e2e::{Environment, FaultScope, Identity, wait_for};
+use shardwise_handoff::lease::LeaseTiming;
+use shardwise_runtime::lease::{Holding, LeaseSpecification, hold, until_held, until_lost};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const TIMING: LeaseTiming = LeaseTiming {
+    duration: Duration::from_secs(3),
+    renew_deadline: Duration::from_secs(2),
+    retry_period: Duration::from_millis(300),
+};
+
+struct Holder {
+    rx: watch::Receiver<Holding>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn holder(env: &Environment, identity: &str) -> Holder {
+    let client = env
+        .control_plane()
+        .client(identity)
+        .await
+        .expect("the test API server gives clients");
+    let (tx, rx) = watch::channel(Holding::NotHeld);
+    let stop = CancellationToken::new();
+    let spec = LeaseSpecification {
+        name: "shared".into(),
+        labels: BTreeMap::from([("test".to_string(), "lease".to_string())]),
+        identity: format!("{identity}-process"),
+        timing: TIMING,
+    };
+    let task = tokio::spawn(hold(client, "default".into(), spec, tx, stop.clone()));
+    Holder { rx, stop, task }
+}
+
+fn held(h: &Holder) -> bool {
+    h.rx.borrow().is_held()
+}
+
+async fn wait_held(h: &Holder, who: &str, timeout: Duration) {
+    wait_for(&format!("{who} to hold the lease"), timeout, || async {
+        if held(h) {
+            Ok(())
+        } else {
+            Err("not held".to_string())
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_holder_at_a_time_and_release_hands_over_at_once() {
+    let env = Environment::builder()
+        .identity(Identity::admin("a"))
+        .identity(Identity::admin("b"))
+        .start()
+        .unwrap();
+    let a = holder(&env, "a").await;
+    wait_held(&a, "a", Duration::from_secs(5)).await;
+    let b = holder(&env, "b").await;
+    // b keeps trying but never holds while a renews.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(held(&a) && !held(&b), "a {} b {}", held(&a), held(&b));
+    }
+    // a stops: it releases the lease, and b takes it without waiting for it to expire.
+    let released = Instant::now();
+    a.stop.cancel();
+    let a_rx = a.rx.clone();
+    a.task.await.unwrap();
+    assert!(!a_rx.borrow().is_held());
+    wait_held(&b, "b", Duration::from_secs(2)).await;
+    assert!(
+        released.elapsed() < TIMING.duration,
+        "b waited for expiry: {:?}",
+        released.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
+    let env = Environment::builder()
+        .identity(Identity::admin("a"))
+        .identity(Identity::admin("b"))
+        .start()
+        .unwrap();
+    let a = holder(&env, "a").await;
+    wait_held(&a, "a", Duration::from_secs(5)).await;
+    let b = holder(&env, "b").await;
+    let term = a.rx.borrow().incarnation().expect("held");
+    let lost = tokio::spawn(until_lost(a.rx.clone(), term));
+
+    env.control_plane()
+        .faults()
+        .partition(FaultScope::identity("a"));
+    let partitioned = Instant::now();
+    lost.await.unwrap();
+    let fenced_after = partitioned.elapsed();
+    assert!(
+        fenced_after <= TIMING.renew_deadline + Duration::from_millis(200),
+        "fenced after {fenced_after:?}"
+    );
+    assert!(!held(&a));
+    // b only takes over once the lease has not changed for a whole duration.
+    wait_held(&b, "b", Duration::from_secs(10)).await;
+    let taken_after = partitioned.elapsed();
+    assert!(taken_after > fenced_after, "b held before a fenced");
+    assert!(
+        taken_after >= TIMING.duration - TIMING.retry_period,
+        "b took over after {taken_after:?}"
+    );
+
+    // a comes back: it must not take the lease from b.
+    env.control_plane()
+        .faults()
+        .heal(&FaultScope::identity("a"));
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!held(&a) && held(&b));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_taken_again_under_a_new_incarnation_after_it_expired() {
+    let env = Environment::builder()
+        .identity(Identity::admin("a"))
+        .start()
+        .unwrap();
+    let a = holder(&env, "a").await;
+    let first = until_held(a.rx.clone()).await.unwrap();
+    let lost = tokio::spawn(until_lost(a.rx.clone(), first));
+
+    // Partitioned past the renew deadline: a fences itself.
+    env.control_plane()
+        .faults()
+        .partition(FaultScope::identity("a"));
+    lost.await.unwrap();
+    let fenced = Instant::now();
+    env.control_plane()
+        .faults()
+        .heal(&FaultScope::identity("a"));
+
+    // Nobody else wants the lease, yet a takes it back only as a new incarnation, and only
+    // once the lost term's lease expired: work assigned to the lost term stays unowned until
+    // the planner assigns it again.
+    let second = until_held(a.rx.clone()).await.unwrap();
+    let again_after = fenced.elapsed();
+    assert_ne!(second, first, "the same incarnation came back");
+    assert!(
+        again_after >= TIMING.duration - TIMING.renew_deadline - TIMING.retry_period,
+        "held again {again_after:?} after fencing"
+    );
+    // And it is one identity on the server: the lease names the new one.
+    let client = env.control_plane().client("a").await.unwrap();
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client, "default");
+    let holder = leases
+        .get("shared")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert_eq!(
+        shardwise_handoff::drain::Incarnation::of_identity(&holder),
+        second
+    );
+    assert_eq!(holder, "a-process-1");
+}
