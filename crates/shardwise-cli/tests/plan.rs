@@ -179,9 +179,19 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
     let kubeconfig = cp.kubeconfig_path("admin").unwrap();
 
     let report = json(&shardwise(&kubeconfig, &["--to", "2", "--format", "json"]));
+    check_fleet_and_replicas(&report, &cp.url());
+    check_current_placement(&report);
+    check_strategies_empty_the_removed_shard(&report);
+    check_moves_are_shard_assigns(&report, cp.client("admin").await.unwrap()).await;
+    check_table_and_csv(&kubeconfig);
+    check_fallbacks_and_failures(&kubeconfig);
+}
+
+/// Where the fleet was read, its size, and the replica counts with their origin.
+fn check_fleet_and_replicas(report: &Value, url: &str) {
     assert_eq!(report["source"], "shardwise");
     assert_eq!(report["namespace"], "shardwise");
-    assert_eq!(report["server"], cp.url().trim_end_matches('/'));
+    assert_eq!(report["server"], url.trim_end_matches('/'));
     assert_eq!(report["replicas"]["from"], 3);
     assert_eq!(report["replicas"]["to"], 2);
     assert_eq!(
@@ -201,16 +211,19 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
         notes.contains(r#"521 FleetApp(s) target no FleetCluster of the namespace and are not counted: \"orphan-000\", \"orphan-001\", \"orphan-002\" and 518 more"#),
         "{notes}"
     );
+}
 
+/// The placement now: the labels, weighted load included.
+fn check_current_placement(report: &Value) {
     // Now: the labels, weighted load included; golf and hotel are unplaced.
     let current = &report["current"];
     assert_eq!(current["placement"], "labels");
     let shards: Vec<(u64, u64, u64, u64)> = current["shards"]
         .as_array()
-        .unwrap()
+        .expect("in the report")
         .iter()
         .map(|s| {
-            let n = |k: &str| s[k].as_u64().unwrap();
+            let n = |k: &str| s[k].as_u64().expect("in the report");
             (n("shard"), n("clusters"), n("apps"), n("load"))
         })
         .collect();
@@ -219,15 +232,18 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
     assert_eq!(current["unplaced"]["apps"], 5);
     assert_eq!(current["warnings"][0]["cluster"], "india");
     assert_eq!(current["warnings"][0]["pin"], 7);
+}
 
+/// Every strategy, and whatever the strategy, the clusters of shard 2 leave it.
+fn check_strategies_empty_the_removed_shard(report: &Value) {
     let names: Vec<&str> = report["strategies"]
         .as_array()
-        .unwrap()
+        .expect("in the report")
         .iter()
-        .map(|s| s["strategy"].as_str().unwrap())
+        .map(|s| s["strategy"].as_str().expect("in the report"))
         .collect();
     assert_eq!(names, StrategyKind::ALL.map(StrategyKind::name));
-    for s in report["strategies"].as_array().unwrap() {
+    for s in report["strategies"].as_array().expect("in the report") {
         // Shard 2 goes: whatever the strategy, charlie and foxtrot must leave it.
         assert_eq!(s["moves"]["forced"]["clusters"], 2, "{s}");
         assert_eq!(s["moves"]["forced"]["apps"], 9, "{s}");
@@ -242,32 +258,43 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
         assert_eq!(s["moves"]["placed"]["clusters"], 2);
         let to_shards: Vec<u64> = s["at_to"]["shards"]
             .as_array()
-            .unwrap()
+            .expect("in the report")
             .iter()
-            .map(|r| r["shard"].as_u64().unwrap())
+            .map(|r| r["shard"].as_u64().expect("in the report"))
             .collect();
         assert_eq!(to_shards, [0, 1]);
         let apps_after: u64 = s["at_to"]["shards"]
             .as_array()
-            .unwrap()
+            .expect("in the report")
             .iter()
-            .map(|r| r["apps"].as_u64().unwrap())
+            .map(|r| r["apps"].as_u64().expect("in the report"))
             .sum();
         assert_eq!(apps_after, 49);
         assert_eq!(s["warnings"][0]["cluster"], "india");
     }
-    let sticky = strategy(&report, "sticky-balanced");
-    assert!(sticky["moves"]["voluntary"]["clusters"].as_u64().unwrap() <= 3);
+    let sticky = strategy(report, "sticky-balanced");
+    assert!(
+        sticky["moves"]["voluntary"]["clusters"]
+            .as_u64()
+            .expect("in the report")
+            <= 3
+    );
+}
 
-    // The moves are exactly shard_assign's, from the labels to each strategy's plan at 2.
-    let api: Api<FleetCluster> = Api::namespaced(cp.client("admin").await.unwrap(), "shardwise");
-    let listed = api.list(&ListParams::default()).await.unwrap().items;
+/// The moves are exactly shard_assign's, from the labels to each strategy's plan at 2.
+async fn check_moves_are_shard_assigns(report: &Value, client: kube::Client) {
+    let api: Api<FleetCluster> = Api::namespaced(client, "shardwise");
+    let listed = api
+        .list(&ListParams::default())
+        .await
+        .expect("the test API server lists")
+        .items;
     let uid = |name: &str| {
         listed
             .iter()
             .find(|c| c.name_any() == name)
             .and_then(|c| c.uid())
-            .unwrap()
+            .expect("in the report")
     };
     let clusters: Vec<Cluster> = FLEET
         .iter()
@@ -291,7 +318,7 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
             &ShardSet::contiguous(2),
             Some(&previous),
         )
-        .unwrap();
+        .expect("in the report");
         let expected: BTreeSet<(String, u64, u64, bool)> = clusters
             .iter()
             .filter_map(|c| {
@@ -300,12 +327,15 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
                 (from != to).then(|| (c.name.clone(), from.into(), to.into(), from >= 2))
             })
             .collect();
-        assert_eq!(moves(strategy(&report, kind.name())), expected, "{kind}");
+        assert_eq!(moves(strategy(report, kind.name())), expected, "{kind}");
     }
+}
 
-    // The table: summary, then each strategy's moves, capped.
+/// The table (summary, then each strategy's moves, capped) and CSV (every cluster once per
+/// strategy).
+fn check_table_and_csv(kubeconfig: &Path) {
     let table = shardwise(
-        &kubeconfig,
+        kubeconfig,
         &["--to", "2", "--strategy", "greedy-minimum", "--limit", "1"],
     );
     assert!(
@@ -313,7 +343,7 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
         "{}",
         String::from_utf8_lossy(&table.stderr)
     );
-    let text = String::from_utf8(table.stdout).unwrap();
+    let text = String::from_utf8(table.stdout).expect("UTF-8 output");
     assert!(text.starts_with("fleet: 9 clusters, 49 apps (FleetClusters and FleetApps in namespace shardwise at https://127.0.0.1:"), "{text}");
     assert!(
         text.contains(
@@ -332,9 +362,8 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
         "weighted fleets show load: {text}"
     );
 
-    // CSV: every cluster once per strategy.
     let csv = shardwise(
-        &kubeconfig,
+        kubeconfig,
         &[
             "--strategy",
             "sticky-balanced,legacy-modulo",
@@ -344,14 +373,20 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
     );
     assert!(csv.status.success());
     assert_eq!(
-        String::from_utf8(csv.stdout).unwrap().lines().count(),
+        String::from_utf8(csv.stdout)
+            .expect("UTF-8 output")
+            .lines()
+            .count(),
         1 + 2 * 9
     );
     assert!(String::from_utf8_lossy(&csv.stderr).contains("note: FleetCluster \"hotel\""));
+}
 
-    // Without the StatefulSet, the labels tell the replica count.
+/// Without the StatefulSet the labels tell the replica count; a missing CRD or an empty
+/// namespace is a clear failure.
+fn check_fallbacks_and_failures(kubeconfig: &Path) {
     let fallback = json(&shardwise(
-        &kubeconfig,
+        kubeconfig,
         &["--statefulset", "absent", "--format", "json"],
     ));
     assert_eq!(fallback["replicas"]["from"], 3);
@@ -363,7 +398,7 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
 
     // Argo CD's Application CRD is not installed here.
     let missing = failure(&shardwise(
-        &kubeconfig,
+        kubeconfig,
         &["--source", "argocd", "--replicas", "2"],
     ));
     assert!(
@@ -374,7 +409,7 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
         missing.contains("Argo CD's Application CRD is not installed"),
         "{missing}"
     );
-    let empty = failure(&shardwise(&kubeconfig, &["--namespace", "elsewhere"]));
+    let empty = failure(&shardwise(kubeconfig, &["--namespace", "elsewhere"]));
     assert!(
         empty.contains("no clusters in namespace elsewhere"),
         "{empty}"

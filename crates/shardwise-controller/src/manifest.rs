@@ -1,5 +1,5 @@
 //! An app's manifests as data: parsed from YAML, stamped with their app, compared with what was
-//! applied before. No I/O; [`crate::destination`] sends them.
+//! applied before. No I/O: the destination module sends them.
 
 use std::collections::BTreeSet;
 

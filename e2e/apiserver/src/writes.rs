@@ -2,7 +2,7 @@
 //! User-Agent), what it was, when it arrived and how it was answered. Tests read it to prove
 //! from the server's side what a client did, e.g. that no write of a fenced term arrived.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 /// One write request (POST, PUT, PATCH or DELETE) on a resource path.
@@ -30,7 +30,7 @@ const MAX_RECORDS: usize = 1 << 20;
 
 impl WriteLog {
     pub(crate) fn push(&self, record: WriteRecord) {
-        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         if records.len() == MAX_RECORDS {
             records.drain(..MAX_RECORDS / 2);
         }
@@ -41,7 +41,7 @@ impl WriteLog {
     pub fn records(&self) -> Vec<WriteRecord> {
         self.records
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 }
