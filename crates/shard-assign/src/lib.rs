@@ -29,6 +29,8 @@ mod error;
 mod hashing;
 mod model;
 mod ratio;
+mod sliced;
+mod slicing;
 mod strategies;
 mod strategy;
 
@@ -41,4 +43,6 @@ pub use model::{
     ShardLoad, ShardSet, Warning,
 };
 pub use ratio::Ratio;
+pub use sliced::{SlicedAssignment, assign_sliced, slice_id};
+pub use slicing::{AppKeys, KeyRange, SliceConfig, Slicing, app_key, slice_fleet};
 pub use strategy::{StrategyConfig, StrategyKind};

@@ -1,0 +1,341 @@
+//! Slices: parts of one cluster's apps, so that a cluster too big for one shard can be spread.
+//!
+//! An app's **key** is the 64-bit FNV-1a hash of its UID ([`app_key`]), the hash Kubernetes
+//! adopted for server-side sharded list and watch (KEP-5866), so that a slice is a range an API
+//! server can one day filter on. A **slice** of a cluster is an aligned binary range of keys
+//! ([`KeyRange`]): the whole key space, or one half of a slice. Halving is the only way slices are
+//! made, and merging two halves back the only way they go, so that a split leaves one half
+//! exactly where the slice was and the slices of a cluster always cover its keys exactly once.
+//!
+//! [`slice_fleet`] decides how every cluster is cut, from its apps' keys, the per-shard target
+//! and how it was cut before. It is pure and independent of input order, like the strategies.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Cluster;
+use crate::ratio::Ratio;
+
+/// The key of an app: 64-bit FNV-1a of its UID's bytes.
+pub fn app_key(uid: &str) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    uid.bytes().fold(OFFSET_BASIS, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    })
+}
+
+/// The deepest a slice may be: 2^16 slices of one cluster is far beyond any fleet.
+pub const MAX_DEPTH: u8 = 16;
+
+/// An aligned binary range of app keys: the keys whose top `depth` bits are `index`. Ranges
+/// order by their first key (then the wider first), so that a sorted cut reads left to right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KeyRange {
+    depth: u8,
+    index: u64,
+}
+
+impl KeyRange {
+    /// Every key: the one slice of a cluster that is not split.
+    pub const WHOLE: KeyRange = KeyRange { depth: 0, index: 0 };
+
+    /// The range of the given depth and index; `None` unless `index < 2^depth` and
+    /// `depth <= MAX_DEPTH`.
+    pub fn new(depth: u8, index: u64) -> Option<Self> {
+        (depth <= MAX_DEPTH && index < (1u64 << depth)).then_some(Self { depth, index })
+    }
+
+    pub fn depth(self) -> u8 {
+        self.depth
+    }
+
+    /// The first key of the range.
+    pub fn start(self) -> u64 {
+        if self.depth == 0 {
+            0
+        } else {
+            self.index << (64 - u32::from(self.depth))
+        }
+    }
+
+    /// The last key of the range (inclusive: the end of the last range is not a u64).
+    pub fn last(self) -> u64 {
+        if self.depth == 0 {
+            u64::MAX
+        } else {
+            self.start() | (u64::MAX >> u32::from(self.depth))
+        }
+    }
+
+    pub fn contains(self, key: u64) -> bool {
+        self.start() <= key && key <= self.last()
+    }
+
+    /// The two halves; `None` at [`MAX_DEPTH`].
+    pub fn halves(self) -> Option<(KeyRange, KeyRange)> {
+        (self.depth < MAX_DEPTH).then(|| {
+            let depth = self.depth + 1;
+            (
+                KeyRange {
+                    depth,
+                    index: self.index << 1,
+                },
+                KeyRange {
+                    depth,
+                    index: (self.index << 1) | 1,
+                },
+            )
+        })
+    }
+
+    /// The range this one is a half of; `None` for [`KeyRange::WHOLE`].
+    pub fn parent(self) -> Option<KeyRange> {
+        (self.depth > 0).then(|| KeyRange {
+            depth: self.depth - 1,
+            index: self.index >> 1,
+        })
+    }
+
+    /// Whether `self` lies within `other` (a range lies within itself).
+    pub fn within(self, other: KeyRange) -> bool {
+        self.depth >= other.depth
+            && (self.index >> u32::from(self.depth - other.depth)) == other.index
+    }
+}
+
+impl Ord for KeyRange {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.start(), self.depth).cmp(&(other.start(), other.depth))
+    }
+}
+
+impl PartialOrd for KeyRange {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// `start-last` in hexadecimal, e.g. `0-7fffffffffffffff`.
+impl fmt::Display for KeyRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}-{:x}", self.start(), self.last())
+    }
+}
+
+/// When clusters are cut into slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceConfig {
+    /// Off: every cluster is one slice.
+    pub enabled: bool,
+    /// Two halves merge back once together they carry at most this fraction of the per-shard
+    /// target; between it and the target a cut stays as it is (hysteresis).
+    pub merge_below: Ratio,
+}
+
+impl SliceConfig {
+    pub const DEFAULT_MERGE_BELOW: Ratio = Ratio::from_thousandths(750);
+
+    pub const fn enabled() -> Self {
+        Self {
+            enabled: true,
+            merge_below: Self::DEFAULT_MERGE_BELOW,
+        }
+    }
+
+    pub const fn disabled() -> Self {
+        Self {
+            enabled: false,
+            merge_below: Self::DEFAULT_MERGE_BELOW,
+        }
+    }
+}
+
+/// How each cluster is cut: its slices, sorted by range, covering every key exactly once. A
+/// cluster that is not cut has the single slice [`KeyRange::WHOLE`] (or is absent).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Slicing {
+    cuts: BTreeMap<String, Vec<KeyRange>>,
+}
+
+impl Slicing {
+    /// The slices of a cluster (one whole slice when it is not cut).
+    pub fn slices_of(&self, cluster_id: &str) -> &[KeyRange] {
+        self.cuts
+            .get(cluster_id)
+            .map_or(std::slice::from_ref(&KeyRange::WHOLE), Vec::as_slice)
+    }
+
+    /// Clusters that are cut, with their slices.
+    pub fn cut(&self) -> impl Iterator<Item = (&str, &[KeyRange])> {
+        self.cuts.iter().map(|(id, s)| (id.as_str(), s.as_slice()))
+    }
+
+    /// Records the slices of a cluster; `None` (and nothing recorded) unless they cover every key
+    /// exactly once.
+    pub fn with(
+        mut self,
+        cluster_id: impl Into<String>,
+        mut slices: Vec<KeyRange>,
+    ) -> Option<Self> {
+        slices.sort();
+        if !covers_exactly_once(&slices) {
+            return None;
+        }
+        if slices != [KeyRange::WHOLE] {
+            self.cuts.insert(cluster_id.into(), slices);
+        }
+        Some(self)
+    }
+
+    /// Slices beyond one per cluster, over all clusters.
+    pub fn extra_slices(&self) -> usize {
+        self.cuts.values().map(|s| s.len() - 1).sum()
+    }
+}
+
+/// Whether sorted `slices` tile the key space: each starts right after the previous one ends.
+fn covers_exactly_once(slices: &[KeyRange]) -> bool {
+    let mut next = Some(0u64);
+    for slice in slices {
+        if next != Some(slice.start()) {
+            return false;
+        }
+        next = slice.last().checked_add(1);
+    }
+    next.is_none() && !slices.is_empty()
+}
+
+/// The keys of each cluster's apps. A cluster without keys is never cut (there is nothing to
+/// tell its halves apart).
+pub type AppKeys = BTreeMap<String, Vec<u64>>;
+
+/// The number of `keys` (sorted) within `range`.
+pub(crate) fn count_in(keys: &[u64], range: KeyRange) -> u64 {
+    let from = keys.partition_point(|&k| k < range.start());
+    let to = keys.partition_point(|&k| k <= range.last());
+    (to - from) as u64
+}
+
+/// How every cluster is cut for `shards` live shards, given how it was cut before.
+///
+/// The per-shard target is the fleet's load over the shards. A slice heavier than the target
+/// is halved (the heaviest first) until none is; two halves merge back when together they weigh
+/// at most `merge_below` of the target. So nothing is cut while every cluster fits a shard, a
+/// cut is as coarse as the target allows, and loads that hover near the target do not make
+/// slices come and go. Pinned clusters are never cut: a pin names one shard.
+pub fn slice_fleet(
+    clusters: &[Cluster],
+    keys: &AppKeys,
+    shards: usize,
+    previous: &Slicing,
+    config: &SliceConfig,
+) -> Slicing {
+    let mut slicing = Slicing::default();
+    if !config.enabled || shards == 0 {
+        return slicing;
+    }
+    let total: u64 = clusters
+        .iter()
+        .fold(0u64, |sum, c| sum.saturating_add(c.load()));
+    let target = total.div_ceil(shards as u64).max(1);
+    for cluster in clusters {
+        let Some(cluster_keys) = keys.get(&cluster.id) else {
+            continue;
+        };
+        if cluster.pin.is_some() {
+            continue;
+        }
+        let weight = u64::from(cluster.weight.unwrap_or(1));
+        let apps_in = |range: KeyRange| count_in(cluster_keys, range);
+        let load_of = |range: KeyRange| apps_in(range).saturating_mul(weight);
+        let cut = cut_cluster(
+            previous.slices_of(&cluster.id),
+            apps_in,
+            load_of,
+            target,
+            config.merge_below,
+        );
+        if cut != [KeyRange::WHOLE] {
+            slicing.cuts.insert(cluster.id.clone(), cut);
+        }
+    }
+    slicing
+}
+
+/// One cluster's cut: merge light sibling pairs of the previous cut, then halve heavy slices.
+fn cut_cluster(
+    previous: &[KeyRange],
+    apps_in: impl Fn(KeyRange) -> u64,
+    load_of: impl Fn(KeyRange) -> u64,
+    target: u64,
+    merge_below: Ratio,
+) -> Vec<KeyRange> {
+    let mut slices: Vec<KeyRange> = previous.to_vec();
+    // Merge pairs of halves until none is light enough: a cut that is no longer needed folds
+    // up completely.
+    loop {
+        let mergeable = slices.windows(2).find_map(|pair| {
+            let parent = pair[0].parent()?;
+            (pair[1].parent() == Some(parent)
+                && pair[0] < pair[1]
+                && merge_below.bounds(load_of(parent), target))
+            .then_some(parent)
+        });
+        let Some(parent) = mergeable else {
+            break;
+        };
+        slices.retain(|s| !s.within(parent));
+        slices.push(parent);
+        slices.sort();
+    }
+    // Split: the heaviest slice over the target first (ties: the lowest range). A slice of one
+    // app cannot be split.
+    loop {
+        let heaviest = slices
+            .iter()
+            .copied()
+            .filter(|&s| load_of(s) > target && apps_in(s) > 1)
+            .max_by_key(|&s| (load_of(s), std::cmp::Reverse(s)));
+        let Some(heavy) = heaviest else {
+            break;
+        };
+        let Some((low, high)) = heavy.halves() else {
+            break;
+        };
+        slices.retain(|&s| s != heavy);
+        slices.extend([low, high]);
+        slices.sort();
+    }
+    slices
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_keys_are_64_bit_fnv_1a() {
+        // Reference values of FNV-1a 64 (the empty string is the offset basis).
+        assert_eq!(app_key(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(app_key("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(app_key("foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn ranges_halve_and_fold_back() {
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        assert_eq!(low.to_string(), "0-7fffffffffffffff");
+        assert_eq!(high.to_string(), "8000000000000000-ffffffffffffffff");
+        assert_eq!(low.parent(), Some(KeyRange::WHOLE));
+        assert!(high.contains(u64::MAX) && !high.contains(0));
+        let (a, b) = high.halves().unwrap();
+        assert!(a.within(high) && b.within(KeyRange::WHOLE) && !a.within(low));
+        assert_eq!(KeyRange::new(2, 4), None);
+        assert!(covers_exactly_once(&[low, a, b]));
+        assert!(!covers_exactly_once(&[low, a]));
+        assert!(!covers_exactly_once(&[low, high, a]));
+    }
+}

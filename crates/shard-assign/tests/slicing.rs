@@ -1,0 +1,141 @@
+//! Invariants of slicing, checked on random skewed fleets: every app in exactly one slice, the
+//! slices of a cluster tiling its keys, no cut that nothing needs, no move when re-planning an
+//! assignment's own output, and no dependence on input order.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+use shard_assign::{
+    AppKeys, Cluster, ShardSet, SliceConfig, SlicedAssignment, Slicing, StrategyConfig,
+    StrategyKind, assign_sliced,
+};
+
+/// Clusters (some hot) with random app keys, as random UIDs give.
+fn fleet() -> impl Strategy<Value = (Vec<Cluster>, AppKeys)> {
+    let cluster = (
+        0u64..400,
+        prop::bool::weighted(0.15),
+        prop::option::weighted(0.1, 0u32..6),
+        prop::option::weighted(0.2, 1u32..4),
+        any::<u64>(),
+    );
+    prop::collection::vec(cluster, 1..30).prop_map(|raw| {
+        let mut keys = AppKeys::new();
+        let mut clusters = Vec::new();
+        for (i, (apps, hot, pin, weight, seed)) in raw.into_iter().enumerate() {
+            let apps = if hot { apps * 20 } else { apps };
+            let id = format!("uid-{i:03}");
+            let mut state = seed;
+            let mut k: Vec<u64> = (0..apps)
+                .map(|_| {
+                    // splitmix64: a uniform stream from the seed.
+                    state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                    let mut z = state;
+                    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                    z ^ (z >> 31)
+                })
+                .collect();
+            k.sort_unstable();
+            keys.insert(id.clone(), k);
+            clusters.push(Cluster {
+                name: id.clone(),
+                id,
+                apps,
+                pin,
+                weight,
+            });
+        }
+        (clusters, keys)
+    })
+}
+
+fn strategy() -> impl Strategy<Value = StrategyConfig> {
+    prop::sample::select(StrategyKind::ALL.to_vec()).prop_map(StrategyConfig::new)
+}
+
+fn run(
+    config: &StrategyConfig,
+    clusters: &[Cluster],
+    keys: &AppKeys,
+    shards: &ShardSet,
+    previous: Option<&SlicedAssignment>,
+) -> SlicedAssignment {
+    let recorded = previous.map(|p| p.assignment.to_previous());
+    let slicing = previous.map_or_else(Slicing::default, |p| p.slicing.clone());
+    assign_sliced(
+        config,
+        &SliceConfig::enabled(),
+        clusters,
+        keys,
+        shards,
+        recorded.as_ref(),
+        &slicing,
+    )
+    .expect("valid input")
+}
+
+fn shards_by_unit(a: &SlicedAssignment) -> BTreeMap<String, u32> {
+    a.assignment
+        .placements()
+        .iter()
+        .map(|(id, p)| (id.clone(), p.shard))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 200,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn every_app_is_in_exactly_one_slice((clusters, keys) in fleet(), config in strategy(), shards in 1u32..10) {
+        let result = run(&config, &clusters, &keys, &ShardSet::contiguous(shards), None);
+        let placed: u64 = result.assignment.placements().values().map(|p| p.apps).sum();
+        let total: u64 = clusters.iter().map(|c| c.apps).sum();
+        prop_assert_eq!(placed, total);
+        for (cluster, slices) in result.slicing.cut() {
+            // The cut tiles the key space: accepted as a slicing of its own.
+            prop_assert!(Slicing::default().with(cluster, slices.to_vec()).is_some(), "{cluster}: {slices:?}");
+            prop_assert!(clusters.iter().any(|c| c.id == cluster && c.pin.is_none()));
+        }
+    }
+
+    #[test]
+    fn nothing_is_cut_that_fits_a_shard((clusters, keys) in fleet(), config in strategy(), shards in 1u32..10) {
+        let total: u64 = clusters.iter().map(Cluster::load).sum();
+        let target = total.div_ceil(u64::from(shards)).max(1);
+        let result = run(&config, &clusters, &keys, &ShardSet::contiguous(shards), None);
+        for (cluster, _) in result.slicing.cut() {
+            let load = clusters.iter().find(|c| c.id == cluster).map_or(0, Cluster::load);
+            prop_assert!(load > target, "{cluster} ({load}) was cut with a target of {target}");
+        }
+        if clusters.iter().all(|c| c.load() <= target) {
+            prop_assert_eq!(result.slicing, Slicing::default());
+        }
+    }
+
+    #[test]
+    fn replanning_its_own_output_moves_nothing((clusters, keys) in fleet(), shards in 1u32..10) {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let shards = ShardSet::contiguous(shards);
+        let first = run(&config, &clusters, &keys, &shards, None);
+        let again = run(&config, &clusters, &keys, &shards, Some(&first));
+        prop_assert_eq!(&again.slicing, &first.slicing);
+        prop_assert_eq!(shards_by_unit(&again), shards_by_unit(&first));
+    }
+
+    #[test]
+    fn input_order_does_not_matter((clusters, keys) in fleet(), config in strategy(), shards in 1u32..10) {
+        let shards = ShardSet::contiguous(shards);
+        let forward = run(&config, &clusters, &keys, &shards, None);
+        let mut reversed = clusters.clone();
+        reversed.reverse();
+        let backward = run(&config, &reversed, &keys, &shards, None);
+        prop_assert_eq!(&forward.slicing, &backward.slicing);
+        prop_assert_eq!(shards_by_unit(&forward), shards_by_unit(&backward));
+    }
+}
