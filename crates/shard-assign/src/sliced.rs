@@ -34,6 +34,20 @@ pub struct SlicedAssignment {
 }
 
 impl SlicedAssignment {
+    /// An assignment of whole clusters, seen as one where nothing is cut.
+    pub fn uncut(assignment: Assignment) -> Self {
+        let units = assignment
+            .placements()
+            .keys()
+            .map(|id| (id.clone(), vec![(KeyRange::WHOLE, id.clone())]))
+            .collect();
+        Self {
+            assignment,
+            slicing: Slicing::default(),
+            units,
+        }
+    }
+
     /// The shards holding a slice of `cluster_id`.
     pub fn shards_of(&self, cluster_id: &str) -> BTreeSet<ShardId> {
         self.units
@@ -51,6 +65,67 @@ impl SlicedAssignment {
             .keys()
             .map(|id| self.shards_of(id).len().saturating_sub(1))
             .sum()
+    }
+}
+
+/// What changed owner between two sliced assignments, counted per app: a slice that is cut or
+/// merged moves only the apps whose shard actually changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SliceMoves {
+    /// Clusters with at least one app on another shard.
+    pub clusters: u64,
+    /// Of those, clusters with an app that left a shard that is still live.
+    pub voluntary_clusters: u64,
+    pub apps: u64,
+    /// Apps that left a shard that is still live (the strategy's choice, not forced).
+    pub voluntary_apps: u64,
+}
+
+impl SlicedAssignment {
+    /// The moves from `before` to `self`. Clusters only in one of them move nothing.
+    pub fn moves_since(&self, before: &SlicedAssignment, keys: &AppKeys) -> SliceMoves {
+        let live = self.assignment.live_shards();
+        let mut moves = SliceMoves::default();
+        for (cluster, after) in &self.units {
+            let Some(previous) = before.units.get(cluster) else {
+                continue;
+            };
+            let (mut moved, mut voluntary) = (false, false);
+            for (range, unit) in after {
+                for (earlier_range, earlier_unit) in previous {
+                    // Aligned ranges either nest or do not meet.
+                    let common = if range.within(*earlier_range) {
+                        *range
+                    } else if earlier_range.within(*range) {
+                        *earlier_range
+                    } else {
+                        continue;
+                    };
+                    let (Some(now), Some(then)) = (
+                        self.assignment.shard_of(unit),
+                        before.assignment.shard_of(earlier_unit),
+                    ) else {
+                        continue;
+                    };
+                    if now == then {
+                        continue;
+                    }
+                    let apps = match keys.get(cluster) {
+                        Some(k) => count_in(k, common),
+                        None => self.assignment.placements().get(unit).map_or(0, |p| p.apps),
+                    };
+                    moved = true;
+                    moves.apps += apps;
+                    if live.contains(then) {
+                        voluntary = true;
+                        moves.voluntary_apps += apps;
+                    }
+                }
+            }
+            moves.clusters += u64::from(moved);
+            moves.voluntary_clusters += u64::from(voluntary);
+        }
+        moves
     }
 }
 
@@ -325,6 +400,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(again.slicing, cut.slicing);
+        assert_eq!(again.moves_since(&cut, &keys), SliceMoves::default());
         let shards_of = |a: &SlicedAssignment| -> Vec<(String, ShardId)> {
             a.assignment
                 .placements()

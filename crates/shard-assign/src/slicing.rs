@@ -1,8 +1,10 @@
 //! Slices: parts of one cluster's apps, so that a cluster too big for one shard can be spread.
 //!
-//! An app's **key** is the 64-bit FNV-1a hash of its UID ([`app_key`]), the hash Kubernetes
-//! adopted for server-side sharded list and watch (KEP-5866), so that a slice is a range an API
-//! server can one day filter on. A **slice** of a cluster is an aligned binary range of keys
+//! An app's **key** is the 64-bit FNV-1a hash of its UID's text ([`app_key`]), the hash
+//! Kubernetes adopted for server-side sharded list and watch (KEP-5866, "Server-side Sharded
+//! List and Watch", alpha in 1.36 behind the `ShardedListAndWatch` gate), so that a slice is a
+//! range an API server can filter on ([`KeyRange::selector`]). Keys spread evenly only because
+//! UIDs are random: FNV-1a of names such as `app-1`, `app-2` is very uneven in its top bits. A **slice** of a cluster is an aligned binary range of keys
 //! ([`KeyRange`]): the whole key space, or one half of a slice. Halving is the only way slices are
 //! made, and merging two halves back the only way they go, so that a split leaves one half
 //! exactly where the slice was and the slices of a cluster always cover its keys exactly once.
@@ -68,6 +70,20 @@ impl KeyRange {
         } else {
             self.start() | (u64::MAX >> u32::from(self.depth))
         }
+    }
+
+    /// The range as a KEP-5866 shard selector on `metadata.uid` (alpha in Kubernetes 1.36,
+    /// feature gate `ShardedListAndWatch`): 16 lowercase hex digits per bound, the end
+    /// exclusive, and 2^64 written `0x10000000000000000`.
+    pub fn selector(self) -> String {
+        let end = match self.last().checked_add(1) {
+            Some(end) => format!("0x{end:016x}"),
+            None => "0x10000000000000000".to_string(),
+        };
+        format!(
+            "shardRange(object.metadata.uid, '0x{:016x}', '{end}')",
+            self.start()
+        )
     }
 
     pub fn contains(self, key: u64) -> bool {
@@ -213,7 +229,7 @@ fn covers_exactly_once(slices: &[KeyRange]) -> bool {
 pub type AppKeys = BTreeMap<String, Vec<u64>>;
 
 /// The number of `keys` (sorted) within `range`.
-pub(crate) fn count_in(keys: &[u64], range: KeyRange) -> u64 {
+pub fn count_in(keys: &[u64], range: KeyRange) -> u64 {
     let from = keys.partition_point(|&k| k < range.start());
     let to = keys.partition_point(|&k| k <= range.last());
     (to - from) as u64
@@ -334,6 +350,15 @@ mod tests {
         let (a, b) = high.halves().unwrap();
         assert!(a.within(high) && b.within(KeyRange::WHOLE) && !a.within(low));
         assert_eq!(KeyRange::new(2, 4), None);
+        // The example of KEP-5866, and the end of the key space.
+        assert_eq!(
+            low.selector(),
+            "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+        );
+        assert_eq!(
+            high.selector(),
+            "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')"
+        );
         assert!(covers_exactly_once(&[low, a, b]));
         assert!(!covers_exactly_once(&[low, a]));
         assert!(!covers_exactly_once(&[low, high, a]));

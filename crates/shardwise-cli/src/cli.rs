@@ -34,6 +34,14 @@ pub enum Command {
     Crds,
 }
 
+/// Whether clusters are cut into slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Slicing {
+    Off,
+    On,
+    Both,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Table,
@@ -155,6 +163,10 @@ pub struct SimulateArgs {
     pub strategies: Vec<StrategyKind>,
     #[command(flatten)]
     pub strategy: StrategyArgs,
+    /// Cut clusters too big for one shard into slices of their apps: off, on, or both side by
+    /// side (legacy-modulo and round-robin never cut).
+    #[arg(long, value_enum, default_value_t = Slicing::Off)]
+    pub slicing: Slicing,
     /// Number of seeds (fleets drawn) to summarise over.
     #[arg(long, default_value_t = 100, value_parser = at_least_one)]
     pub seeds: u32,

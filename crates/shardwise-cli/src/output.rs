@@ -147,7 +147,10 @@ pub(crate) fn write_simulation(
                 "balance after the change; moves summed over the scenario; median / p95 over seeds"
             )?;
             writeln!(out)?;
-            let mut table = Table::new(&[
+            // Slices and cache copies only when something may be cut: without slicing the
+            // table stays as it always was.
+            let sliced = report.strategies.iter().any(|s| s.sliced);
+            let mut header = vec![
                 "strategy",
                 "max/mean",
                 "(max-min)/mean",
@@ -155,19 +158,35 @@ pub(crate) fn write_simulation(
                 "cluster moves",
                 "excl. removed",
                 "apps moved",
-                "assign ms",
-            ]);
+            ];
+            if sliced {
+                header.extend(["apps excl. removed", "cache copies", "extra slices"]);
+            }
+            header.push("assign ms");
+            let mut table = Table::new(&header);
             for s in &report.strategies {
-                table.push(vec![
-                    s.strategy.to_string(),
+                let mut row = vec![
+                    if s.sliced {
+                        format!("{} +slices", s.strategy)
+                    } else {
+                        s.strategy.to_string()
+                    },
                     pair(s.balance.max_over_mean, 3),
                     pair(s.balance.spread_over_mean, 3),
                     pair(s.balance.cv, 3),
                     pair(s.moves.clusters, 0),
                     pair(s.moves.clusters_excluding_removed, 0),
                     pair(s.moves.apps, 0),
-                    format!("{:.3}", s.assign_ms.median),
-                ]);
+                ];
+                if sliced {
+                    row.extend([
+                        pair(s.moves.apps_excluding_removed, 0),
+                        pair(s.cache_copies, 0),
+                        pair(s.extra_slices, 0),
+                    ]);
+                }
+                row.push(format!("{:.3}", s.assign_ms.median));
+                table.push(row);
             }
             table.write_text(out)
         }

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use rand::{Rng, RngCore};
 use serde::Serialize;
-use shard_assign::Cluster;
+use shard_assign::{AppKeys, Cluster, app_key};
 
 use crate::error::SimError;
 
@@ -166,6 +166,46 @@ pub fn random_uid(rng: &mut impl RngCore) -> String {
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+/// The UID of app `index` of a cluster: a version-4 UUID derived from the cluster's id, so that
+/// a cluster's apps are the same in every step of a scenario and drawing them costs the seed's
+/// generator nothing (reports without slicing stay as they were).
+pub fn app_uid(cluster_id: &str, index: u64) -> String {
+    let mut state = app_key(cluster_id) ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = || {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let (a, b) = (next(), next());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:x}{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        8 | (b >> 62),
+        (b >> 48) & 0xfff,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// The keys of every app of `clusters` (by id; a cluster seen twice keeps its first count).
+pub fn app_keys<'a>(clusters: impl IntoIterator<Item = &'a Cluster>) -> AppKeys {
+    let mut keys = AppKeys::new();
+    for cluster in clusters {
+        keys.entry(cluster.id.clone()).or_insert_with(|| {
+            let mut k: Vec<u64> = (0..cluster.apps)
+                .map(|i| app_key(&app_uid(&cluster.id, i)))
+                .collect();
+            k.sort_unstable();
+            k
+        });
+    }
+    keys
 }
 
 /// Fisher-Yates with the simulator's generator (reproducible for a seed).

@@ -16,11 +16,11 @@ mod simulate;
 mod stats;
 
 pub use error::SimError;
-pub use fleet::{AppDistribution, FleetSpec, apportion};
+pub use fleet::{AppDistribution, FleetSpec, app_keys, app_uid, apportion};
 pub use inventory::{InventoryFormat, parse_inventory};
 pub use scenario::{Scenario, Step};
 pub use simulate::{
     BalanceSummary, DiffCounts, FleetDescription, FleetSource, MovesSummary, Report, SeedRun,
-    Simulation, StepSummary, StrategyReport, run_steps,
+    Simulation, SliceMode, StepSummary, StrategyReport, run_steps,
 };
 pub use stats::Summary;

@@ -6,11 +6,12 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use shard_assign::{
-    Assignment, AssignmentDiff, Balance, Cluster, StrategyConfig, StrategyKind, assign,
+    AppKeys, Assignment, AssignmentDiff, Balance, Cluster, SliceConfig, SlicedAssignment, Slicing,
+    StrategyConfig, StrategyKind, assign, assign_sliced, slices,
 };
 
 use crate::error::SimError;
-use crate::fleet::FleetSpec;
+use crate::fleet::{FleetSpec, app_keys};
 use crate::scenario::{Scenario, Step};
 use crate::stats::Summary;
 
@@ -23,12 +24,24 @@ pub enum FleetSource {
     Inventory(Vec<Cluster>),
 }
 
+/// Whether strategies run with clusters cut into slices, without, or both side by side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SliceMode {
+    #[default]
+    Off,
+    On,
+    Both,
+}
+
 /// A simulation: a fleet, a scenario, the strategies to compare and the seeds to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Simulation {
     pub fleet: FleetSource,
     pub scenario: Scenario,
     pub strategies: Vec<StrategyConfig>,
+    /// Slicing, for the strategies that slice (never `legacy-modulo` or `round-robin`).
+    pub slicing: SliceMode,
     pub first_seed: u64,
     pub seeds: u32,
 }
@@ -41,6 +54,7 @@ impl Simulation {
             fleet: FleetSource::Synthetic(FleetSpec::REFERENCE),
             scenario: Scenario::REFERENCE,
             strategies: StrategyKind::ALL.map(StrategyConfig::new).to_vec(),
+            slicing: SliceMode::Off,
             first_seed: 0,
             seeds: 100,
         }
@@ -73,11 +87,9 @@ impl Simulation {
     /// Runs the simulation, calling `on_seed` after each seed (for progress reporting).
     pub fn run(&self, mut on_seed: impl FnMut()) -> Result<Report, SimError> {
         self.validate()?;
-        let mut runs: Vec<StrategyRuns> = self
-            .strategies
-            .iter()
-            .map(|_| StrategyRuns::default())
-            .collect();
+        let variants = self.variants();
+        let mut runs: Vec<StrategyRuns> =
+            variants.iter().map(|_| StrategyRuns::default()).collect();
         for seed in self.first_seed..self.first_seed + u64::from(self.seeds) {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let fleet = match &self.fleet {
@@ -85,8 +97,15 @@ impl Simulation {
                 FleetSource::Inventory(clusters) => clusters.clone(),
             };
             let steps = self.scenario.steps(fleet, &mut rng);
-            for (config, runs) in self.strategies.iter().zip(&mut runs) {
-                runs.push(run_steps(config, &steps)?);
+            let keys = if variants.iter().any(|(_, sliced)| *sliced) {
+                app_keys(steps.iter().flat_map(|s| &s.clusters))
+            } else {
+                AppKeys::new()
+            };
+            let slice_config = SliceConfig::enabled();
+            for ((config, sliced), runs) in variants.iter().zip(&mut runs) {
+                let slicing = sliced.then_some((&slice_config, &keys));
+                runs.push(run_steps(config, slicing, &steps)?);
             }
             on_seed();
         }
@@ -106,13 +125,31 @@ impl Simulation {
             },
             first_seed: self.first_seed,
             seeds: self.seeds,
-            strategies: self
-                .strategies
+            strategies: variants
                 .iter()
                 .zip(runs)
-                .map(|(config, runs)| runs.summarise(*config))
+                .map(|(&(config, sliced), runs)| runs.summarise(config, sliced))
                 .collect(),
         })
+    }
+
+    /// Every strategy to run, and whether with slices: both in turn under [`SliceMode::Both`].
+    pub fn variants(&self) -> Vec<(StrategyConfig, bool)> {
+        let mut out = Vec::new();
+        for &config in &self.strategies {
+            let can = slices(config.kind);
+            match self.slicing {
+                SliceMode::Off => out.push((config, false)),
+                SliceMode::On => out.push((config, can)),
+                SliceMode::Both => {
+                    out.push((config, false));
+                    if can {
+                        out.push((config, true));
+                    }
+                }
+            }
+        }
+        out
     }
 }
 
@@ -130,6 +167,10 @@ pub struct SeedRun {
     pub loads_after: Vec<u64>,
     /// Duration of every assignment, in milliseconds.
     pub assign_ms: Vec<f64>,
+    /// Per step after the first: cache copies (cluster, shard pairs beyond one per cluster) and
+    /// slices beyond one per cluster. Zero without slicing.
+    pub cache_copies: Vec<u64>,
+    pub extra_slices: Vec<u64>,
 }
 
 /// The counts of an [`AssignmentDiff`] that the reports use.
@@ -138,6 +179,8 @@ pub struct DiffCounts {
     pub clusters: u64,
     pub clusters_excluding_removed: u64,
     pub apps: u64,
+    /// Apps that left a shard that is still live.
+    pub apps_excluding_removed: u64,
 }
 
 impl From<&AssignmentDiff> for DiffCounts {
@@ -146,6 +189,7 @@ impl From<&AssignmentDiff> for DiffCounts {
             clusters: diff.clusters_moved() as u64,
             clusters_excluding_removed: diff.voluntary_clusters as u64,
             apps: diff.apps_moved(),
+            apps_excluding_removed: diff.voluntary_apps,
         }
     }
 }
@@ -160,6 +204,7 @@ impl SeedRun {
                 clusters_excluding_removed: sum.clusters_excluding_removed
                     + d.clusters_excluding_removed,
                 apps: sum.apps + d.apps,
+                apps_excluding_removed: sum.apps_excluding_removed + d.apps_excluding_removed,
             })
     }
 }
@@ -168,38 +213,72 @@ fn loads(assignment: &Assignment) -> Vec<u64> {
     assignment.shard_loads().values().map(|l| l.load).collect()
 }
 
-/// Assigns every step in turn, each with the previous result as its previous assignment.
-pub fn run_steps(config: &StrategyConfig, steps: &[Step]) -> Result<SeedRun, SimError> {
-    let timed =
-        |step: &Step, previous: Option<&Assignment>| -> Result<(Assignment, f64), SimError> {
-            let recorded = previous.map(Assignment::to_previous);
-            let start = Instant::now();
-            let assignment = assign(config, &step.clusters, &step.shards, recorded.as_ref())?;
-            Ok((assignment, start.elapsed().as_secs_f64() * 1e3))
-        };
+/// Assigns every step in turn, each with the previous result as its previous assignment;
+/// with `slicing` (and the apps' keys), clusters are cut into slices as they need, and moves are
+/// counted per app.
+pub fn run_steps(
+    config: &StrategyConfig,
+    slicing: Option<(&SliceConfig, &AppKeys)>,
+    steps: &[Step],
+) -> Result<SeedRun, SimError> {
     let Some(first) = steps.first() else {
         return Err(SimError::InvalidScenario(
             "a scenario has at least one step".into(),
         ));
     };
-    let (mut current, ms) = timed(first, None)?;
+    let place = |step: &Step, previous: Option<&SlicedAssignment>| {
+        let recorded = previous.map(|p| p.assignment.to_previous());
+        let start = Instant::now();
+        let result = match slicing {
+            Some((slice_config, keys)) => assign_sliced(
+                config,
+                slice_config,
+                &step.clusters,
+                keys,
+                &step.shards,
+                recorded.as_ref(),
+                previous.map_or(&Slicing::default(), |p| &p.slicing),
+            ),
+            None => assign(config, &step.clusters, &step.shards, recorded.as_ref())
+                .map(SlicedAssignment::uncut),
+        };
+        Ok::<_, SimError>((result?, start.elapsed().as_secs_f64() * 1e3))
+    };
+    let (mut current, ms) = place(first, None)?;
     let mut run = SeedRun {
-        before: current.balance(),
+        before: current.assignment.balance(),
         after: Vec::new(),
         diffs: Vec::new(),
-        loads_before: loads(&current),
+        loads_before: loads(&current.assignment),
         loads_after: Vec::new(),
         assign_ms: vec![ms],
+        cache_copies: Vec::new(),
+        extra_slices: Vec::new(),
     };
     for step in &steps[1..] {
-        let (next, ms) = timed(step, Some(&current))?;
-        run.diffs
-            .push(DiffCounts::from(&AssignmentDiff::between(&current, &next)));
-        run.after.push(next.balance());
+        let (next, ms) = place(step, Some(&current))?;
+        run.diffs.push(match slicing {
+            Some((_, keys)) => {
+                let moves = next.moves_since(&current, keys);
+                DiffCounts {
+                    clusters: moves.clusters,
+                    clusters_excluding_removed: moves.voluntary_clusters,
+                    apps: moves.apps,
+                    apps_excluding_removed: moves.voluntary_apps,
+                }
+            }
+            None => DiffCounts::from(&AssignmentDiff::between(
+                &current.assignment,
+                &next.assignment,
+            )),
+        });
+        run.after.push(next.assignment.balance());
         run.assign_ms.push(ms);
+        run.cache_copies.push(next.cache_copies() as u64);
+        run.extra_slices.push(next.slicing.extra_slices() as u64);
         current = next;
     }
-    run.loads_after = loads(&current);
+    run.loads_after = loads(&current.assignment);
     Ok(run)
 }
 
@@ -213,7 +292,7 @@ impl StrategyRuns {
         self.seeds.push(run);
     }
 
-    fn summarise(self, config: StrategyConfig) -> StrategyReport {
+    fn summarise(self, config: StrategyConfig, sliced: bool) -> StrategyReport {
         let after: Vec<Balance> = self
             .seeds
             .iter()
@@ -249,15 +328,28 @@ impl StrategyRuns {
                 ),
             })
             .collect();
+        let per_seed_last = |f: fn(&SeedRun) -> &Vec<u64>| {
+            Summary::of(
+                &self
+                    .seeds
+                    .iter()
+                    .map(|s| f(s).last().copied().unwrap_or(0) as f64)
+                    .collect::<Vec<_>>(),
+            )
+        };
         StrategyReport {
             strategy: config.kind,
             config,
+            sliced,
+            cache_copies: per_seed_last(|s| &s.cache_copies),
+            extra_slices: per_seed_last(|s| &s.extra_slices),
             balance: BalanceSummary::of(&after),
             balance_before: BalanceSummary::of(&before),
             moves: MovesSummary {
                 clusters: field(|d| d.clusters),
                 clusters_excluding_removed: field(|d| d.clusters_excluding_removed),
                 apps: field(|d| d.apps),
+                apps_excluding_removed: field(|d| d.apps_excluding_removed),
             },
             assign_ms: Summary::of(&times),
             per_step,
@@ -309,6 +401,7 @@ pub struct MovesSummary {
     pub clusters: Summary,
     pub clusters_excluding_removed: Summary,
     pub apps: Summary,
+    pub apps_excluding_removed: Summary,
 }
 
 /// One step of a multi-step scenario, over seeds.
@@ -324,6 +417,12 @@ pub struct StepSummary {
 pub struct StrategyReport {
     pub strategy: StrategyKind,
     pub config: StrategyConfig,
+    /// Whether clusters were cut into slices.
+    pub sliced: bool,
+    /// After the last change: (cluster, shard) pairs beyond one per cluster, and slices beyond
+    /// one per cluster.
+    pub cache_copies: Summary,
+    pub extra_slices: Summary,
     /// After the change (every step after the first, for multi-step scenarios).
     pub balance: BalanceSummary,
     /// Of the initial assignment.

@@ -6,10 +6,10 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use shard_assign::StrategyKind;
 use shardwise_sim::{
-    FleetSource, FleetSpec, InventoryFormat, Scenario, Simulation, parse_inventory,
+    FleetSource, FleetSpec, InventoryFormat, Scenario, Simulation, SliceMode, parse_inventory,
 };
 
-use crate::cli::{ScenarioKind, SimulateArgs};
+use crate::cli::{ScenarioKind, SimulateArgs, Slicing};
 use crate::{output, plot};
 
 pub(crate) fn run(args: &SimulateArgs) -> Result<()> {
@@ -75,6 +75,11 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation> {
         fleet,
         scenario,
         strategies: kinds.into_iter().map(|k| args.strategy.config(k)).collect(),
+        slicing: match args.slicing {
+            Slicing::Off => SliceMode::Off,
+            Slicing::On => SliceMode::On,
+            Slicing::Both => SliceMode::Both,
+        },
         first_seed: args.first_seed,
         seeds: args.seeds,
     })
