@@ -283,6 +283,26 @@ mod tests {
         StrategyConfig::new(StrategyKind::StickyBalanced)
     }
 
+    /// A first assignment, with slicing on.
+    fn fresh(
+        config: &StrategyConfig,
+        clusters: &[Cluster],
+        keys: &AppKeys,
+        shards: &ShardSet,
+    ) -> SlicedAssignment {
+        let slicing = SliceConfig::enabled();
+        assign_sliced(
+            config,
+            &slicing,
+            clusters,
+            keys,
+            shards,
+            None,
+            &Slicing::default(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn a_hot_cluster_is_cut_and_spread_and_the_rest_stay_whole() {
         let mut keys = AppKeys::new();
@@ -292,16 +312,7 @@ mod tests {
         }
         let shards = ShardSet::contiguous(4);
         let whole = assign(&sticky(), &clusters, &shards, None).unwrap();
-        let sliced = assign_sliced(
-            &sticky(),
-            &SliceConfig::enabled(),
-            &clusters,
-            &keys,
-            &shards,
-            None,
-            &Slicing::default(),
-        )
-        .unwrap();
+        let sliced = fresh(&sticky(), &clusters, &keys, &shards);
         assert!(whole.balance().max_over_mean > 2.0);
         assert!(
             sliced.assignment.balance().max_over_mean < 1.3,
@@ -328,16 +339,7 @@ mod tests {
             .map(|i| cluster(&format!("c{i}"), 100, &mut keys))
             .collect();
         let shards = ShardSet::contiguous(3);
-        let sliced = assign_sliced(
-            &sticky(),
-            &SliceConfig::enabled(),
-            &clusters,
-            &keys,
-            &shards,
-            None,
-            &Slicing::default(),
-        )
-        .unwrap();
+        let sliced = fresh(&sticky(), &clusters, &keys, &shards);
         assert_eq!(sliced.slicing, Slicing::default());
         assert_eq!(
             sliced.assignment,
@@ -346,16 +348,7 @@ mod tests {
         let mut hot = clusters.clone();
         hot.push(cluster("hot", 5000, &mut keys));
         let legacy = StrategyConfig::new(StrategyKind::LegacyModulo);
-        let result = assign_sliced(
-            &legacy,
-            &SliceConfig::enabled(),
-            &hot,
-            &keys,
-            &shards,
-            None,
-            &Slicing::default(),
-        )
-        .unwrap();
+        let result = fresh(&legacy, &hot, &keys, &shards);
         assert_eq!(result.slicing, Slicing::default());
     }
 
