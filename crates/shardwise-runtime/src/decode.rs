@@ -11,6 +11,7 @@ use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube_runtime::reflector::{ObjectRef, Store};
 use kube_runtime::watcher;
+use tracing::warn;
 
 /// Events of `K` from events of `Lenient<K>`; `cache` is the store these events feed (it tells
 /// what an unreadable object replaces).
@@ -71,6 +72,22 @@ where
             Ok(k) => Some(watcher::Event::Delete(k)),
             Err(bad) => cached(&bad).map(watcher::Event::Delete),
         },
+    }
+}
+
+/// Drains a watch stream into `handle`, logging its errors (`what` names the watch); a watch
+/// stream with backoff retries after each.
+pub async fn for_each_event<K, S, F>(stream: S, what: &'static str, mut handle: F)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    F: FnMut(watcher::Event<K>),
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => handle(event),
+            Err(e) => warn!(what, error = %e, "watch failed; retrying"),
+        }
     }
 }
 

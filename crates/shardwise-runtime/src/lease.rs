@@ -85,6 +85,24 @@ impl Fence {
     }
 }
 
+/// The leases of the protocol, by the value of their `shardwise.io/lease` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseKind {
+    /// One per shard, held by the replica of that ordinal.
+    Shard,
+    /// One per StatefulSet, held by the elected planner.
+    Planner,
+}
+
+impl LeaseKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            LeaseKind::Shard => "shard",
+            LeaseKind::Planner => "planner",
+        }
+    }
+}
+
 /// A lease to hold.
 #[derive(Clone, Debug)]
 pub struct LeaseSpecification {

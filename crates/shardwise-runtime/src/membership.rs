@@ -22,7 +22,7 @@ use shardwise_handoff::plan::Membership;
 use tokio::sync::Notify;
 use tracing::warn;
 
-use crate::lease::lease_record;
+use crate::lease::{LeaseKind, lease_record};
 
 /// The shards a StatefulSet asks for: `spec.replicas`, or 1 when unset (the API's default).
 pub fn expected_shards(statefulset: &StatefulSet) -> u32 {
@@ -58,7 +58,10 @@ impl ShardLeases {
     pub fn new(client: Client, namespace: &str, statefulset: &str) -> Arc<Self> {
         Arc::new(Self {
             api: Api::namespaced(client, namespace),
-            selector: format!("{LEASE_KIND_LABEL}=shard,{LEASE_STATEFULSET_LABEL}={statefulset}"),
+            selector: format!(
+                "{LEASE_KIND_LABEL}={},{LEASE_STATEFULSET_LABEL}={statefulset}",
+                LeaseKind::Shard.label()
+            ),
             observer: Mutex::new(LeaseObserver::new()),
             shards: Mutex::new(BTreeMap::new()),
             synced: AtomicBool::new(false),

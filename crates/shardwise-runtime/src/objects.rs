@@ -81,6 +81,18 @@ pub fn api_over<K: Object>(client: &Client, scope: &WatchScope) -> Api<Lenient<K
     }
 }
 
+/// Applies a JSON merge patch to the status of the object `key` of kind `K`.
+pub async fn merge_patch_status<K: Object>(
+    client: &Client,
+    key: &ObjectKey,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    api_in::<K>(client, &key.namespace)
+        .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(drop)
+}
+
 /// Applies a JSON merge patch to the object `key` of kind `K`.
 pub async fn merge_patch<K: Object>(
     client: &Client,

@@ -19,7 +19,7 @@ use crate::clients::{RateLimitLayer, build_client, build_fenced_client};
 use crate::http::auth::{CacheTimes, Gate, KubeReviewer};
 use crate::http::tls::CertSource;
 use crate::http::{self, MetricsAccess};
-use crate::lease::{self, Fence, Holding, LeaseSpecification, until_held, until_lost};
+use crate::lease::{self, Fence, Holding, LeaseKind, LeaseSpecification, until_held, until_lost};
 use crate::membership::ShardLeases;
 use crate::metrics::{Metrics, Telemetry};
 use crate::owner::{self, Exit, Readiness};
@@ -97,9 +97,14 @@ pub async fn run_until<C: Sharded>(
     let identity = format!("{}_{:016x}", replica.pod_name, rand::random::<u64>());
     let lease_stop = CancellationToken::new();
     let (shard_lease, shard_holding) =
-        hold_lease(&client, &settings, "shard", &identity, &lease_stop);
-    let (planner_lease, planner_holding) =
-        hold_lease(&client, &settings, "planner", &identity, &lease_stop);
+        hold_lease(&client, &settings, LeaseKind::Shard, &identity, &lease_stop);
+    let (planner_lease, planner_holding) = hold_lease(
+        &client,
+        &settings,
+        LeaseKind::Planner,
+        &identity,
+        &lease_stop,
+    );
     let shard_leases = ShardLeases::new(client.clone(), &replica.namespace, &replica.statefulset);
     let lease_watch = tokio::spawn(shard_leases.clone().watch());
     let planner = tokio::spawn(plan_while_elected::<C>(
@@ -227,27 +232,28 @@ fn secure_metrics(
     })
 }
 
-/// Holds the replica's `shard` or the shared `planner` lease until `stop` is cancelled.
+/// Holds the replica's shard lease or the shared planner lease until `stop` is cancelled.
 fn hold_lease(
     client: &kube::Client,
     settings: &Settings,
-    kind: &str,
+    kind: LeaseKind,
     identity: &str,
     stop: &CancellationToken,
 ) -> (JoinHandle<()>, watch::Receiver<Holding>) {
     let replica = &settings.replica;
     let mut labels = BTreeMap::from([
-        (LEASE_KIND_LABEL.to_string(), kind.to_string()),
+        (LEASE_KIND_LABEL.to_string(), kind.label().to_string()),
         (
             LEASE_STATEFULSET_LABEL.to_string(),
             replica.statefulset.clone(),
         ),
     ]);
-    let name = if kind == "shard" {
-        labels.insert(SHARD_LABEL.to_string(), replica.shard.to_string());
-        replica.shard_lease()
-    } else {
-        replica.planner_lease()
+    let name = match kind {
+        LeaseKind::Shard => {
+            labels.insert(SHARD_LABEL.to_string(), replica.shard.to_string());
+            replica.shard_lease()
+        }
+        LeaseKind::Planner => replica.planner_lease(),
     };
     let (holding_tx, holding_rx) = watch::channel(Holding::NotHeld);
     let task = tokio::spawn(lease::hold(

@@ -16,6 +16,17 @@ const TIMING: LeaseTiming = LeaseTiming {
     retry_period: Duration::from_millis(300),
 };
 
+/// A test API server where each of `holders` is an admin.
+fn environment(holders: &[&str]) -> Environment {
+    holders
+        .iter()
+        .fold(Environment::builder(), |builder, name| {
+            builder.identity(Identity::admin(*name))
+        })
+        .start()
+        .expect("the test API server starts")
+}
+
 struct Holder {
     rx: watch::Receiver<Holding>,
     stop: CancellationToken,
@@ -58,11 +69,7 @@ async fn wait_held(h: &Holder, who: &str, timeout: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_at_a_time_and_release_hands_over_at_once() {
-    let env = Environment::builder()
-        .identity(Identity::admin("a"))
-        .identity(Identity::admin("b"))
-        .start()
-        .unwrap();
+    let env = environment(&["a", "b"]);
     let a = holder(&env, "a").await;
     wait_held(&a, "a", Duration::from_secs(5)).await;
     let b = holder(&env, "b").await;
@@ -87,11 +94,7 @@ async fn one_holder_at_a_time_and_release_hands_over_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
-    let env = Environment::builder()
-        .identity(Identity::admin("a"))
-        .identity(Identity::admin("b"))
-        .start()
-        .unwrap();
+    let env = environment(&["a", "b"]);
     let a = holder(&env, "a").await;
     wait_held(&a, "a", Duration::from_secs(5)).await;
     let b = holder(&env, "b").await;
@@ -130,10 +133,7 @@ async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_is_taken_again_under_a_new_incarnation_after_it_expired() {
-    let env = Environment::builder()
-        .identity(Identity::admin("a"))
-        .start()
-        .unwrap();
+    let env = environment(&["a"]);
     let a = holder(&env, "a").await;
     let first = until_held(a.rx.clone()).await.unwrap();
     let lost = tokio::spawn(until_lost(a.rx.clone(), first));

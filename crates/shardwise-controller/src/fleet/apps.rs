@@ -4,17 +4,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use kube_runtime::watcher;
 use shardwise_api::{FleetApp, FleetAppStatus, FleetCluster, FleetPolicy, SyncPhase};
+use shardwise_runtime::decode::for_each_event;
 use shardwise_runtime::lenient::Lenient;
 use shardwise_runtime::{Action, ContextOf, ObjectKey, TermOf, key_of};
 use thiserror::Error;
-use tracing::warn;
 
 use super::clusters::{ClientError, destination_for};
 use super::status::{condition, status_patch};
@@ -47,42 +46,33 @@ pub(super) async fn follow_policies(
                 && app.spec.policy.as_deref() == Some(policy.name.as_str())
         });
     };
-    let mut events = std::pin::pin!(events);
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(e) => {
-                warn!(error = %e, "watch of FleetPolicies failed; retrying");
-                continue;
-            }
-        };
-        match event {
-            watcher::Event::Apply(policy) | watcher::Event::InitApply(policy) => {
-                let key = key_of(&policy);
-                listed.insert(key.clone());
-                let generation = policy.metadata.generation;
-                if generations.insert(key.clone(), generation) != Some(generation) {
-                    queue_users_of(&key);
-                }
-            }
-            watcher::Event::Delete(policy) => {
-                let key = key_of(&policy);
-                generations.remove(&key);
+    for_each_event(events, "policies", |event| match event {
+        watcher::Event::Apply(policy) | watcher::Event::InitApply(policy) => {
+            let key = key_of(&policy);
+            listed.insert(key.clone());
+            let generation = policy.metadata.generation;
+            if generations.insert(key.clone(), generation) != Some(generation) {
                 queue_users_of(&key);
             }
-            watcher::Event::Init => listed.clear(),
-            watcher::Event::InitDone => {
-                // Policies deleted while the watch was down are not in the new list.
-                generations.retain(|key, _| {
-                    let kept = listed.contains(key);
-                    if !kept {
-                        queue_users_of(key);
-                    }
-                    kept
-                });
-            }
         }
-    }
+        watcher::Event::Delete(policy) => {
+            let key = key_of(&policy);
+            generations.remove(&key);
+            queue_users_of(&key);
+        }
+        watcher::Event::Init => listed.clear(),
+        watcher::Event::InitDone => {
+            // Policies deleted while the watch was down are not in the new list.
+            generations.retain(|key, _| {
+                let kept = listed.contains(key);
+                if !kept {
+                    queue_users_of(key);
+                }
+                kept
+            });
+        }
+    })
+    .await;
 }
 
 /// The app's cluster is not this shard's: report it if it does not exist at all (nobody else

@@ -4,13 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::Resource;
 use kube_runtime::watcher;
 use shardwise_handoff::plan::ObjectKey;
-use tracing::warn;
 
 use super::Owner;
+use crate::decode::for_each_event;
 use crate::objects::{key_of, record_of};
 use crate::queue::WorkQueue;
 use crate::sharded::Sharded;
@@ -29,21 +28,6 @@ impl Revision {
         match meta.generation {
             Some(generation) => Self::Generation(generation),
             None => Self::Version(meta.resource_version.clone()),
-        }
-    }
-}
-
-/// Drains a watch stream, logging (and backing off from) its errors.
-async fn for_each_event<K, S, F>(stream: S, what: &'static str, mut handle: F)
-where
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
-    F: FnMut(watcher::Event<K>),
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(event) => handle(event),
-            Err(e) => warn!(what, error = %e, "watch failed; retrying"),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::api::{ApiResource, Patch, PatchParams};
+use kube::api::ApiResource;
 use kube_runtime::events::{Event, EventType, Recorder};
 use shard_assign::ShardId;
 use shardwise_handoff::plan::ObjectKey;
@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::lenient::Undecodable;
-use crate::objects::api_in;
+use crate::objects::merge_patch_status;
 use crate::sharded::{ObjectKind, Sharded};
 
 type Queue = (ObjectKind, Undecodable);
@@ -101,14 +101,8 @@ impl<C: Sharded> Reporter<C> {
         if let Some(status) = C::unreadable_status(kind, &bad.reason) {
             let patch = serde_json::json!({ "status": status });
             let result = match kind {
-                ObjectKind::Unit => api_in::<C::Unit>(&self.client, &key.namespace)
-                    .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop),
-                ObjectKind::Item => api_in::<C::Item>(&self.client, &key.namespace)
-                    .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop),
+                ObjectKind::Unit => merge_patch_status::<C::Unit>(&self.client, &key, &patch).await,
+                ObjectKind::Item => merge_patch_status::<C::Item>(&self.client, &key, &patch).await,
             };
             if let Err(e) = result {
                 warn!(object = %key, error = %e, "could not report an unreadable object");
