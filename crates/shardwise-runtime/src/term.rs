@@ -111,11 +111,6 @@ impl<U: Object, I: Object> TermContext<U, I> {
             .state_filter(|item| &(self.unit_of)(item) == unit)
     }
 
-    /// The items of this shard that `keep` selects.
-    pub fn items_where(&self, keep: impl Fn(&I) -> bool) -> Vec<Arc<I>> {
-        self.items.state_filter(keep)
-    }
-
     /// Whether this term knows the unit at all: owns it, or is handing it off.
     pub fn knows(&self, unit: &ObjectKey) -> bool {
         self.gate.knows(unit)
