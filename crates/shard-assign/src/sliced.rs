@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::engine::assign;
 use crate::error::AssignError;
-use crate::model::{Assignment, Cluster, PreviousPlacement, ShardId, ShardSet};
+use crate::model::{Assignment, Cluster, Placement, PreviousPlacement, ShardId, ShardSet};
+use crate::ratio::Ratio;
 use crate::slicing::{AppKeys, KeyRange, SliceConfig, Slicing, count_in, slice_fleet};
 use crate::strategy::{StrategyConfig, StrategyKind};
 
@@ -137,7 +138,13 @@ pub fn slices(kind: StrategyKind) -> bool {
 /// Cuts the clusters that need it and places every slice. `previous` records earlier
 /// placements by unit id, and `previous_slicing` the cut they were made with: a new slice
 /// inherits the placement of the slice it was cut from, a merged one that of its heaviest part,
-/// and the lower half of a fresh cut stays where its slice was.
+/// and the lower half of a slice cut in this pass stays where that slice was.
+///
+/// `sticky-balanced` spends a budget of moves per pass, counted in units; when inputs changed and
+/// it ends above its target balance, the heaviest slice of a cut cluster on the heaviest shard is halved and the
+/// pass placed again, as long as that lowers the heaviest load (see [`refine`]). Last, two
+/// halves that ended on the same shard are one slice again: a cut costs nothing where it
+/// separates nothing.
 pub fn assign_sliced(
     config: &StrategyConfig,
     slice_config: &SliceConfig,
@@ -152,66 +159,305 @@ pub fn assign_sliced(
     } else {
         Slicing::default()
     };
-    let mut units = BTreeMap::new();
-    let mut inputs = Vec::new();
-    let mut recorded = PreviousPlacement::new();
-    for cluster in clusters {
-        let cut = slicing.slices_of(&cluster.id);
-        let mut ids = Vec::with_capacity(cut.len());
-        for &range in cut {
-            let id = slice_id(&cluster.id, range);
-            let apps = match keys.get(&cluster.id) {
-                Some(k) if range != KeyRange::WHOLE => count_in(k, range),
-                _ => cluster.apps,
-            };
-            let mut pin = cluster.pin;
-            if let Some(previous) = previous {
-                let before = previous_slicing.slices_of(&cluster.id);
-                match inherited(previous, &cluster.id, range, before, keys.get(&cluster.id)) {
-                    Inherited::Same(placement) => {
-                        recorded.insert(id.clone(), placement.shard, placement.load)
-                    }
-                    Inherited::From(shard, fresh_lower_half) => {
-                        recorded.insert(id.clone(), shard, None);
-                        if fresh_lower_half && shards.contains(shard) {
-                            pin = Some(shard);
+    let pass = Pass {
+        config,
+        clusters,
+        keys,
+        shards,
+        previous,
+        previous_slicing,
+    };
+    let mut placed = pass.place(slicing)?;
+    // Like the strategy itself, refinement leaves a pass alone whose inputs did not change
+    // since `previous`: then the strategy gave back `previous` exactly.
+    let unchanged = previous.is_some_and(|p| *p == placed.sliced.assignment.to_previous());
+    if config.kind.uses_previous() && !placed.sliced.slicing.is_empty() && !unchanged {
+        placed = refine(&pass, placed)?;
+    }
+    Ok(placed.finish(pass.target(), keys))
+}
+
+/// The inputs of one planning pass.
+struct Pass<'a> {
+    config: &'a StrategyConfig,
+    clusters: &'a [Cluster],
+    keys: &'a AppKeys,
+    shards: &'a ShardSet,
+    previous: Option<&'a PreviousPlacement>,
+    previous_slicing: &'a Slicing,
+}
+
+/// A placement of slices, and the slices it held in place because they are the lower half of a
+/// cut made in this pass (they are not pinned by the user).
+struct Placed {
+    sliced: SlicedAssignment,
+    held: BTreeSet<String>,
+}
+
+impl Pass<'_> {
+    /// Places every slice of `slicing` with the strategy.
+    fn place(&self, slicing: Slicing) -> Result<Placed, AssignError> {
+        let mut units = BTreeMap::new();
+        let mut inputs = Vec::new();
+        let mut recorded = PreviousPlacement::new();
+        let mut held = BTreeSet::new();
+        for cluster in self.clusters {
+            let cluster_keys = self.keys.get(&cluster.id);
+            let cut = slicing.slices_of(&cluster.id);
+            let mut ids = Vec::with_capacity(cut.len());
+            for &range in cut {
+                let id = slice_id(&cluster.id, range);
+                let apps = match cluster_keys {
+                    Some(k) if range != KeyRange::WHOLE => count_in(k, range),
+                    _ => cluster.apps,
+                };
+                let mut pin = cluster.pin;
+                if let Some(previous) = self.previous {
+                    let before = self.previous_slicing.slices_of(&cluster.id);
+                    match inherited(previous, &cluster.id, range, before, cluster_keys) {
+                        Inherited::Same(placement) => {
+                            recorded.insert(id.clone(), placement.shard, placement.load)
                         }
+                        Inherited::From(shard, lower_half) => {
+                            recorded.insert(id.clone(), shard, None);
+                            if lower_half && pin.is_none() && self.shards.contains(shard) {
+                                pin = Some(shard);
+                                held.insert(id.clone());
+                            }
+                        }
+                        Inherited::Nothing => {}
                     }
-                    Inherited::Nothing => {}
+                }
+                inputs.push(Cluster {
+                    id: id.clone(),
+                    name: if range == KeyRange::WHOLE {
+                        cluster.name.clone()
+                    } else {
+                        format!("{}#{range}", cluster.name)
+                    },
+                    apps,
+                    pin,
+                    weight: cluster.weight,
+                });
+                ids.push((range, id));
+            }
+            units.insert(cluster.id.clone(), ids);
+        }
+        if let Some(live) = self.previous.and_then(PreviousPlacement::live_shards) {
+            recorded = recorded.with_live_shards(live.clone());
+        }
+        let assignment = assign(
+            self.config,
+            &inputs,
+            self.shards,
+            self.previous.map(|_| &recorded),
+        )?;
+        Ok(Placed {
+            sliced: SlicedAssignment {
+                assignment,
+                slicing,
+                units,
+            },
+            held,
+        })
+    }
+
+    /// The load of one shard at the mean, rounded up: the per-shard target of slicing.
+    fn target(&self) -> u64 {
+        let total = self
+            .clusters
+            .iter()
+            .fold(0u64, |sum, c| sum.saturating_add(c.load()));
+        total.div_ceil(self.shards.len().max(1) as u64).max(1)
+    }
+}
+
+/// At most this many slices are halved to refine one pass.
+const MAX_REFINEMENTS: usize = 32;
+
+/// Halves slices of cut clusters on the heaviest shard while the pass ends above the strategy's
+/// target balance and halving lowers the heaviest load (then the sum of squared loads). Only
+/// clusters already cut are refined, so a cluster that fits a shard is never cut; halves that
+/// end on one shard are merged again by [`Placed::finish`].
+fn refine(pass: &Pass<'_>, mut best: Placed) -> Result<Placed, AssignError> {
+    let mut halvings = 0;
+    'refine: while halvings < MAX_REFINEMENTS {
+        let loads: Vec<u64> = best
+            .sliced
+            .assignment
+            .shard_loads()
+            .values()
+            .map(|l| l.load)
+            .collect();
+        let total: u64 = loads.iter().sum();
+        let max = loads.iter().copied().max().unwrap_or(0);
+        let scaled_max = max.saturating_mul(loads.len() as u64);
+        if pass.config.target_balance.bounds(scaled_max, total) {
+            break;
+        }
+        let score = |a: &Assignment| -> (u64, u128) {
+            let loads = a.shard_loads().values().map(|l| l.load);
+            (
+                loads.clone().max().unwrap_or(0),
+                loads.map(|l| u128::from(l) * u128::from(l)).sum(),
+            )
+        };
+        let current = score(&best.sliced.assignment);
+        for (cluster, range) in halvable(&best, pass.keys, pass.config.target_balance) {
+            let Some(slicing) = best.sliced.slicing.halved(&cluster, range) else {
+                continue;
+            };
+            halvings += 1;
+            let candidate = pass.place(slicing)?;
+            if score(&candidate.sliced.assignment) < current {
+                best = candidate;
+                continue 'refine;
+            }
+            if halvings >= MAX_REFINEMENTS {
+                break;
+            }
+        }
+        break;
+    }
+    Ok(best)
+}
+
+/// Slices that may be halved, on the shards above `target_balance` times the mean, heaviest
+/// shard first, then heaviest slice first (ties: unit id): slices of clusters that are cut,
+/// with more than one app, not held in place.
+fn halvable(placed: &Placed, keys: &AppKeys, target_balance: Ratio) -> Vec<(String, KeyRange)> {
+    let sliced = &placed.sliced;
+    let shard_loads = sliced.assignment.shard_loads();
+    let total: u64 = shard_loads.values().map(|l| l.load).sum();
+    let count = shard_loads.len() as u64;
+    let over = |shard: ShardId| {
+        shard_loads
+            .get(&shard)
+            .is_some_and(|l| !target_balance.bounds(l.load.saturating_mul(count), total))
+    };
+    let mut found: Vec<(u64, u64, String, String, KeyRange)> = Vec::new();
+    for (cluster, units) in &sliced.units {
+        if units.len() < 2 {
+            continue;
+        }
+        for (range, unit) in units {
+            let Some(placement) = sliced.assignment.placements().get(unit) else {
+                continue;
+            };
+            let apps = keys.get(cluster).map_or(0, |k| count_in(k, *range));
+            if over(placement.shard) && apps > 1 && !placed.held.contains(unit) {
+                let shard_load = shard_loads.get(&placement.shard).map_or(0, |l| l.load);
+                found.push((
+                    shard_load,
+                    placement.load,
+                    unit.clone(),
+                    cluster.clone(),
+                    *range,
+                ));
+            }
+        }
+    }
+    found.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(b.1.cmp(&a.1))
+            .then_with(|| a.2.cmp(&b.2))
+    });
+    found
+        .into_iter()
+        .map(|(_, _, _, cluster, range)| (cluster, range))
+        .collect()
+}
+
+impl Placed {
+    /// The final assignment: sibling slices that share a shard merged while the merged slice
+    /// fits the per-shard target (so that the next pass does not cut it again), and slices held
+    /// in place for this pass no longer reported as pinned.
+    fn finish(self, target: u64, keys: &AppKeys) -> SlicedAssignment {
+        let Placed { mut sliced, held } = self;
+        for id in &held {
+            if let Some(placement) = sliced.assignment.placements.get_mut(id) {
+                placement.pinned = false;
+            }
+        }
+        let cut: Vec<String> = sliced.slicing.cut().map(|(id, _)| id.to_string()).collect();
+        for cluster in cut {
+            while let Some(parent) = mergeable_pair(&sliced, &cluster, target) {
+                merge_units(&mut sliced, &cluster, parent, keys);
+            }
+        }
+        sliced
+    }
+}
+
+/// Two halves of a cut cluster on the same shard whose parent fits `target`, the first in range
+/// order.
+fn mergeable_pair(sliced: &SlicedAssignment, cluster: &str, target: u64) -> Option<KeyRange> {
+    let units = sliced.units.get(cluster)?;
+    units.windows(2).find_map(|pair| {
+        let [(low, low_id), (high, high_id)] = pair else {
+            return None;
+        };
+        let parent = low.parent()?;
+        let placements = sliced.assignment.placements();
+        let (a, b) = (placements.get(low_id)?, placements.get(high_id)?);
+        (high.parent() == Some(parent)
+            && low < high
+            && a.shard == b.shard
+            && a.load.saturating_add(b.load) <= target)
+            .then_some(parent)
+    })
+}
+
+/// Replaces the two halves of `parent` by one slice on their shard.
+fn merge_units(sliced: &mut SlicedAssignment, cluster: &str, parent: KeyRange, keys: &AppKeys) {
+    let Some(units) = sliced.units.get_mut(cluster) else {
+        return;
+    };
+    let halves: Vec<String> = units
+        .iter()
+        .filter(|(range, _)| range.within(parent))
+        .map(|(_, id)| id.clone())
+        .collect();
+    units.retain(|(range, _)| !range.within(parent));
+    let id = slice_id(cluster, parent);
+    units.push((parent, id.clone()));
+    units.sort();
+    let assignment = &mut sliced.assignment;
+    let mut merged: Option<Placement> = None;
+    for half in &halves {
+        let Some(p) = assignment.placements.remove(half) else {
+            continue;
+        };
+        merged = Some(match merged {
+            None => p,
+            Some(m) => {
+                if let Some(shard) = assignment.shards.get_mut(&m.shard) {
+                    shard.clusters -= 1;
+                }
+                Placement {
+                    shard: m.shard,
+                    apps: m.apps + p.apps,
+                    load: m.load + p.load,
+                    pinned: false,
                 }
             }
-            inputs.push(Cluster {
-                id: id.clone(),
-                name: if range == KeyRange::WHOLE {
-                    cluster.name.clone()
-                } else {
-                    format!("{}#{range}", cluster.name)
-                },
-                apps,
-                pin,
-                weight: cluster.weight,
-            });
-            ids.push((range, id));
+        });
+    }
+    if let Some(mut placement) = merged {
+        if let Some(k) = keys.get(cluster) {
+            placement.apps = count_in(k, parent);
         }
-        units.insert(cluster.id.clone(), ids);
+        assignment.placements.insert(id, placement);
     }
-    if let Some(live) = previous.and_then(PreviousPlacement::live_shards) {
-        recorded = recorded.with_live_shards(live.clone());
-    }
-    let assignment = assign(config, &inputs, shards, previous.map(|_| &recorded))?;
-    Ok(SlicedAssignment {
-        assignment,
-        slicing,
-        units,
-    })
+    sliced.slicing.merge(cluster, parent);
 }
 
 /// What a slice inherits from the previous placement.
 enum Inherited {
     /// The same slice was placed before.
     Same(crate::model::RecordedPlacement),
-    /// A new slice: the shard of the slice it was cut from (and whether it is the lower half of
-    /// a fresh cut, which stays there), or of the heaviest part it merges.
+    /// A new slice: the shard of the slice it was cut from (and whether it lies in that slice's
+    /// lower half, which stays there), or of the heaviest part it merges.
     From(ShardId, bool),
     Nothing,
 }
@@ -233,7 +479,8 @@ fn inherited(
         let Some(placement) = previous.get(&slice_id(cluster_id, ancestor)) else {
             return Inherited::Nothing;
         };
-        let lower_half = range.start() == ancestor.start();
+        // The lower half of the slice that was stays, however finely it is cut now.
+        let lower_half = ancestor.halves().is_some_and(|(low, _)| range.within(low));
         return Inherited::From(placement.shard, lower_half);
     }
     // Merged from earlier, smaller slices: where most of its apps were.
@@ -402,5 +649,55 @@ mod tests {
                 .collect()
         };
         assert_eq!(shards_of(&again), shards_of(&cut));
+    }
+
+    #[test]
+    fn a_scale_down_of_a_skewed_fleet_is_refined_to_the_target_balance() {
+        // Zipf-distributed app counts (exponent 1.5): the first cluster holds 40% of the apps.
+        let mut keys = AppKeys::new();
+        let clusters: Vec<Cluster> = (1..=60u32)
+            .map(|rank| {
+                let apps = (4000.0 / f64::from(rank).powf(1.5)).round() as u64;
+                cluster(&format!("c{rank:02}"), apps.max(1), &mut keys)
+            })
+            .collect();
+        let ten = fresh(&sticky(), &clusters, &keys, &ShardSet::contiguous(10));
+        let nine_shards = ShardSet::contiguous(9);
+        let previous = ten.assignment.to_previous();
+        let pass = Pass {
+            config: &sticky(),
+            clusters: &clusters,
+            keys: &keys,
+            shards: &nine_shards,
+            previous: Some(&previous),
+            previous_slicing: &ten.slicing,
+        };
+        let slicing = slice_fleet(&clusters, &keys, 9, &ten.slicing, &SliceConfig::enabled());
+        let unrefined = pass.place(slicing).unwrap().sliced;
+        let nine = assign_sliced(
+            &sticky(),
+            &SliceConfig::enabled(),
+            &clusters,
+            &keys,
+            &nine_shards,
+            Some(&previous),
+            &ten.slicing,
+        )
+        .unwrap();
+        let before = unrefined.assignment.balance().max_over_mean;
+        let after = nine.assignment.balance().max_over_mean;
+        assert!(before > 1.05 && after <= 1.05, "{before} -> {after}");
+        // No shard holds both halves of one slice.
+        for (cluster, units) in &nine.units {
+            for pair in units.windows(2) {
+                let same_parent = pair[0].0.parent() == pair[1].0.parent();
+                let shard = |id: &str| nine.assignment.shard_of(id);
+                assert!(
+                    !(same_parent && shard(&pair[0].1) == shard(&pair[1].1)),
+                    "{cluster}: {pair:?}"
+                );
+            }
+        }
+        assert!(nine.cache_copies() <= 8, "{}", nine.cache_copies());
     }
 }

@@ -146,8 +146,8 @@ impl fmt::Display for KeyRange {
 pub struct SliceConfig {
     /// Off: every cluster is one slice.
     pub enabled: bool,
-    /// Two halves merge back once together they carry at most this fraction of the per-shard
-    /// target; between it and the target a cut stays as it is (hysteresis).
+    /// A cut cluster folds back into one slice once its whole load is at most this fraction of
+    /// the per-shard target; between it and the target the cut stays as it is (hysteresis).
     pub merge_below: Ratio,
 }
 
@@ -206,6 +206,36 @@ impl Slicing {
         Some(self)
     }
 
+    /// The slicing with `range` of `cluster_id` cut in halves; `None` if the cluster has no
+    /// such slice or it cannot be halved.
+    pub(crate) fn halved(&self, cluster_id: &str, range: KeyRange) -> Option<Self> {
+        let (low, high) = range.halves()?;
+        let mut slices = self.slices_of(cluster_id).to_vec();
+        let at = slices.iter().position(|&s| s == range)?;
+        slices.splice(at..=at, [low, high]);
+        let mut halved = self.clone();
+        halved.cuts.insert(cluster_id.to_string(), slices);
+        Some(halved)
+    }
+
+    /// Replaces the two halves of `parent` in the cut of `cluster_id` by `parent` itself.
+    pub(crate) fn merge(&mut self, cluster_id: &str, parent: KeyRange) {
+        let Some(slices) = self.cuts.get_mut(cluster_id) else {
+            return;
+        };
+        slices.retain(|s| !s.within(parent));
+        slices.push(parent);
+        slices.sort();
+        if slices.as_slice() == [KeyRange::WHOLE] {
+            self.cuts.remove(cluster_id);
+        }
+    }
+
+    /// Whether no cluster is cut.
+    pub fn is_empty(&self) -> bool {
+        self.cuts.is_empty()
+    }
+
     /// Slices beyond one per cluster, over all clusters.
     pub fn extra_slices(&self) -> usize {
         self.cuts.values().map(|s| s.len() - 1).sum()
@@ -238,10 +268,11 @@ pub fn count_in(keys: &[u64], range: KeyRange) -> u64 {
 /// How every cluster is cut for `shards` live shards, given how it was cut before.
 ///
 /// The per-shard target is the fleet's load over the shards. A slice heavier than the target
-/// is halved (the heaviest first) until none is; two halves merge back when together they weigh
-/// at most `merge_below` of the target. So nothing is cut while every cluster fits a shard, a
-/// cut is as coarse as the target allows, and loads that hover near the target do not make
-/// slices come and go. Pinned clusters are never cut: a pin names one shard.
+/// is halved (the heaviest first) until none is. A cut cluster folds back into one slice once
+/// its whole load is at most `merge_below` of the target; between that and the target its cut
+/// stays as it is (hysteresis), so loads that hover near the target do not make slices come and
+/// go. So nothing is cut while every cluster fits a shard, and a new cut is as coarse as the
+/// target allows. Pinned clusters are never cut: a pin names one shard.
 pub fn slice_fleet(
     clusters: &[Cluster],
     keys: &AppKeys,
@@ -281,7 +312,8 @@ pub fn slice_fleet(
     slicing
 }
 
-/// One cluster's cut: merge light sibling pairs of the previous cut, then halve heavy slices.
+/// One cluster's cut: the previous one, folded up if the cluster is light again, then with its
+/// heavy slices halved.
 fn cut_cluster(
     previous: &[KeyRange],
     apps_in: impl Fn(KeyRange) -> u64,
@@ -289,24 +321,11 @@ fn cut_cluster(
     target: u64,
     merge_below: Ratio,
 ) -> Vec<KeyRange> {
-    let mut slices: Vec<KeyRange> = previous.to_vec();
-    // Merge pairs of halves until none is light enough: a cut that is no longer needed folds
-    // up completely.
-    loop {
-        let mergeable = slices.windows(2).find_map(|pair| {
-            let parent = pair[0].parent()?;
-            (pair[1].parent() == Some(parent)
-                && pair[0] < pair[1]
-                && merge_below.bounds(load_of(parent), target))
-            .then_some(parent)
-        });
-        let Some(parent) = mergeable else {
-            break;
-        };
-        slices.retain(|s| !s.within(parent));
-        slices.push(parent);
-        slices.sort();
-    }
+    let mut slices: Vec<KeyRange> = if merge_below.bounds(load_of(KeyRange::WHOLE), target) {
+        vec![KeyRange::WHOLE]
+    } else {
+        previous.to_vec()
+    };
     // Split: the heaviest slice over the target first (ties: the lowest range). A slice of one
     // app cannot be split.
     loop {

@@ -129,6 +129,57 @@ proptest! {
     }
 
     #[test]
+    fn a_cut_keeps_the_lower_half_of_every_slice_in_place((clusters, keys) in fleet(), from in 1u32..10, to in 1u32..10) {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let first = run(&config, &clusters, &keys, &ShardSet::contiguous(from), None);
+        let second = run(&config, &clusters, &keys, &ShardSet::contiguous(to), Some(&first));
+        for (cluster, before) in &first.units {
+            for (range, unit) in before {
+                let Some(shard) = first.assignment.shard_of(unit).filter(|&s| s < to) else {
+                    continue;
+                };
+                let (low, _) = range.halves().expect("slices are shallow");
+                for (later, later_unit) in second.units.get(cluster).into_iter().flatten() {
+                    if later.within(low) && later != range {
+                        prop_assert_eq!(second.assignment.shard_of(later_unit), Some(shard), "{} of {}", later, range);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_cluster_that_shrinks_folds_up_only_below_the_hysteresis((clusters, keys) in fleet(), shards in 2u32..10) {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let shards = ShardSet::contiguous(shards);
+        let first = run(&config, &clusters, &keys, &shards, None);
+        // Every cut cluster keeps a quarter of its apps (the lowest keys).
+        let mut shrunk_keys = keys.clone();
+        let shrunk: Vec<Cluster> = clusters.iter().map(|c| {
+            let mut c = c.clone();
+            if first.slicing.slices_of(&c.id).len() > 1 {
+                let k = shrunk_keys.get_mut(&c.id).expect("keys of every cluster");
+                k.truncate(k.len() / 4);
+                c.apps = k.len() as u64;
+            }
+            c
+        }).collect();
+        let second = run(&config, &shrunk, &shrunk_keys, &shards, Some(&first));
+        let total: u64 = shrunk.iter().map(Cluster::load).sum();
+        let target = total.div_ceil(shards.len() as u64).max(1);
+        for cluster in &shrunk {
+            let cut = second.slicing.slices_of(&cluster.id).len() > 1;
+            // Folded up at or below 3/4 of the target; cut again only above the target.
+            if cluster.load() * 4 <= target * 3 {
+                prop_assert!(!cut, "{} ({}) still cut, target {}", cluster.id, cluster.load(), target);
+            }
+            if first.slicing.slices_of(&cluster.id).len() == 1 && cut {
+                prop_assert!(cluster.load() > target);
+            }
+        }
+    }
+
+    #[test]
     fn input_order_does_not_matter((clusters, keys) in fleet(), config in strategy(), shards in 1u32..10) {
         let shards = ShardSet::contiguous(shards);
         let forward = run(&config, &clusters, &keys, &shards, None);
