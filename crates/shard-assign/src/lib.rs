@@ -43,6 +43,6 @@ pub use model::{
     ShardLoad, ShardSet, Warning,
 };
 pub use ratio::Ratio;
-pub use sliced::{SliceMoves, SlicedAssignment, assign_sliced, slice_id, slices};
+pub use sliced::{SliceMoves, SliceSwitch, SlicedAssignment, assign_sliced, slice_id, slices};
 pub use slicing::{AppKeys, KeyRange, SliceConfig, Slicing, app_key, count_in, slice_fleet};
 pub use strategy::{StrategyConfig, StrategyKind};

@@ -6,9 +6,13 @@
 //! exist to place clusters as Argo CD does).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::engine::assign;
-use crate::error::AssignError;
+use crate::error::{AssignError, ParseError};
 use crate::model::{Assignment, Cluster, Placement, PreviousPlacement, ShardId, ShardSet};
 use crate::ratio::Ratio;
 use crate::slicing::{AppKeys, KeyRange, SliceConfig, Slicing, count_in, slice_fleet};
@@ -133,6 +137,63 @@ impl SlicedAssignment {
 /// Whether `kind` may cut clusters.
 pub fn slices(kind: StrategyKind) -> bool {
     !matches!(kind, StrategyKind::LegacyModulo | StrategyKind::RoundRobin)
+}
+
+/// The one switch for slicing, as every front end offers it (`--slicing`, the chart's
+/// `planner.slicing`): `auto` slices with `sticky-balanced` only, `on` with every strategy that
+/// may cut, `off` never.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SliceSwitch {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl SliceSwitch {
+    /// Whether `kind` cuts clusters under this switch.
+    pub fn slices(self, kind: StrategyKind) -> bool {
+        match self {
+            SliceSwitch::Auto => kind == StrategyKind::StickyBalanced,
+            SliceSwitch::On => slices(kind),
+            SliceSwitch::Off => false,
+        }
+    }
+
+    /// The slicing configuration of `kind` under this switch.
+    pub fn config_for(self, kind: StrategyKind) -> SliceConfig {
+        if self.slices(kind) {
+            SliceConfig::enabled()
+        } else {
+            SliceConfig::disabled()
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            SliceSwitch::Auto => "auto",
+            SliceSwitch::On => "on",
+            SliceSwitch::Off => "off",
+        }
+    }
+}
+
+impl fmt::Display for SliceSwitch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SliceSwitch {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [SliceSwitch::Auto, SliceSwitch::On, SliceSwitch::Off]
+            .into_iter()
+            .find(|switch| switch.name() == s)
+            .ok_or_else(|| ParseError::UnknownSliceSwitch(s.to_string()))
+    }
 }
 
 /// Cuts the clusters that need it and places every slice. `previous` records earlier

@@ -34,12 +34,36 @@ pub enum Command {
     Crds,
 }
 
-/// Whether clusters are cut into slices.
+/// Whether clusters are cut into slices, for `simulate`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Slicing {
-    Off,
+    /// With sticky-balanced only.
+    Auto,
+    /// With every strategy that may cut.
     On,
+    Off,
+    /// Every strategy that may cut both with and without, side by side.
     Both,
+}
+
+/// Whether clusters are cut into slices, for `assign` and `plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SliceSwitch {
+    /// With sticky-balanced only.
+    Auto,
+    /// With every strategy that may cut.
+    On,
+    Off,
+}
+
+impl From<SliceSwitch> for shard_assign::SliceSwitch {
+    fn from(switch: SliceSwitch) -> Self {
+        match switch {
+            SliceSwitch::Auto => shard_assign::SliceSwitch::Auto,
+            SliceSwitch::On => shard_assign::SliceSwitch::On,
+            SliceSwitch::Off => shard_assign::SliceSwitch::Off,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -163,9 +187,9 @@ pub struct SimulateArgs {
     pub strategies: Vec<StrategyKind>,
     #[command(flatten)]
     pub strategy: StrategyArgs,
-    /// Cut clusters too big for one shard into slices of their apps: off, on, or both side by
-    /// side (legacy-modulo and round-robin never cut).
-    #[arg(long, value_enum, default_value_t = Slicing::Off)]
+    /// Cut clusters too big for one shard into slices of their apps (legacy-modulo and
+    /// round-robin never cut).
+    #[arg(long, value_enum, default_value_t = Slicing::Auto)]
     pub slicing: Slicing,
     /// Number of seeds (fleets drawn) to summarise over.
     #[arg(long, default_value_t = 100, value_parser = at_least_one)]
@@ -197,6 +221,11 @@ pub struct AssignArgs {
     pub inventory: PathBuf,
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
+    /// Cut clusters too big for one shard into slices of their apps (legacy-modulo and
+    /// round-robin never cut). An inventory counts apps without naming them, so the apps get
+    /// random UIDs derived from their cluster's id, as in `simulate`.
+    #[arg(long, value_enum, default_value_t = SliceSwitch::Auto)]
+    pub slicing: SliceSwitch,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }

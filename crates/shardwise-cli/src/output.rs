@@ -5,7 +5,7 @@ mod plan;
 use std::io::{self, Write};
 
 use serde::Serialize;
-use shard_assign::{Assignment, Balance, Cluster, ShardId, ShardLoad, Warning};
+use shard_assign::{Balance, Cluster, ShardId, ShardLoad, SlicedAssignment, Warning};
 use shardwise_sim::{Report, Scenario, Summary};
 
 use crate::cli::Format;
@@ -233,6 +233,10 @@ pub(crate) fn write_simulation(
 struct AssignmentJson<'a> {
     strategy: String,
     balance: Balance,
+    /// (cluster, shard) pairs beyond one per cluster.
+    cache_copies: usize,
+    /// Slices beyond one per cluster.
+    extra_slices: usize,
     shards: Vec<ShardJson>,
     clusters: Vec<ClusterJson<'a>>,
     warnings: &'a [Warning],
@@ -245,6 +249,7 @@ struct ShardJson {
     load: ShardLoad,
 }
 
+/// One slice of a cluster (the whole cluster when it is not cut).
 #[derive(Serialize)]
 struct ClusterJson<'a> {
     name: &'a str,
@@ -252,33 +257,51 @@ struct ClusterJson<'a> {
     apps: u64,
     shard: ShardId,
     pinned: bool,
+    /// The slice's key range, when the cluster is cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    range: Option<String>,
+    /// The same range as a KEP-5866 selector on `metadata.uid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    selector: Option<String>,
 }
 
 pub(crate) fn write_assignment(
     out: &mut impl Write,
-    assignment: &Assignment,
+    sliced: &SlicedAssignment,
     clusters: &[Cluster],
     format: Format,
 ) -> io::Result<()> {
-    // Clusters in the inventory's order, which is the operator's.
-    let rows: Vec<ClusterJson<'_>> = clusters
-        .iter()
-        .filter_map(|c| {
-            let placed = assignment.placements().get(&c.id)?;
-            Some(ClusterJson {
+    let assignment = &sliced.assignment;
+    // Clusters in the inventory's order, which is the operator's; slices in range order.
+    let mut rows: Vec<ClusterJson<'_>> = Vec::new();
+    for c in clusters {
+        let Some(units) = sliced.units.get(&c.id) else {
+            continue;
+        };
+        let cut = units.len() > 1;
+        for (range, unit) in units {
+            let Some(placed) = assignment.placements().get(unit) else {
+                continue;
+            };
+            rows.push(ClusterJson {
                 name: &c.name,
                 id: &c.id,
-                apps: c.apps,
+                apps: placed.apps,
                 shard: placed.shard,
                 pinned: placed.pinned,
-            })
-        })
-        .collect();
+                range: cut.then(|| range.to_string()),
+                selector: cut.then(|| range.selector()),
+            });
+        }
+    }
+    let any_cut = rows.iter().any(|r| r.range.is_some());
     match format {
         Format::Json => {
             let json = AssignmentJson {
                 strategy: assignment.strategy().to_string(),
                 balance: assignment.balance(),
+                cache_copies: sliced.cache_copies(),
+                extra_slices: sliced.slicing.extra_slices(),
                 shards: assignment
                     .shard_loads()
                     .iter()
@@ -291,31 +314,48 @@ pub(crate) fn write_assignment(
             writeln!(out)
         }
         Format::Csv => {
-            let mut table = Table::new(&["cluster", "id", "apps", "shard", "pinned"]);
+            let mut header = vec!["cluster", "id", "apps", "shard", "pinned"];
+            if any_cut {
+                header.push("range");
+            }
+            let mut table = Table::new(&header);
             for r in &rows {
-                table.push(vec![
+                let mut row = vec![
                     r.name.to_string(),
                     r.id.to_string(),
                     r.apps.to_string(),
                     r.shard.to_string(),
                     r.pinned.to_string(),
-                ]);
+                ];
+                if any_cut {
+                    row.push(r.range.clone().unwrap_or_default());
+                }
+                table.push(row);
             }
             table.write_csv(out)
         }
         Format::Table => {
-            let mut table = Table::new(&["cluster", "apps", "shard"]);
+            let mut header = vec!["cluster", "apps", "shard"];
+            if any_cut {
+                header.insert(1, "slice");
+            }
+            let mut table = Table::new(&header);
             for r in &rows {
                 let shard = if r.pinned {
                     format!("{} (pinned)", r.shard)
                 } else {
                     r.shard.to_string()
                 };
-                table.push(vec![r.name.to_string(), r.apps.to_string(), shard]);
+                let mut row = vec![r.name.to_string(), r.apps.to_string(), shard];
+                if any_cut {
+                    row.insert(1, r.range.clone().unwrap_or_else(|| "whole".into()));
+                }
+                table.push(row);
             }
             table.write_text(out)?;
             writeln!(out)?;
-            let mut shards = Table::new(&["shard", "clusters", "apps", "load"]);
+            let units = if any_cut { "slices" } else { "clusters" };
+            let mut shards = Table::new(&["shard", units, "apps", "load"]);
             for (shard, load) in assignment.shard_loads() {
                 shards.push(vec![
                     shard.to_string(),
@@ -333,7 +373,17 @@ pub(crate) fn write_assignment(
                 b.max_over_mean,
                 b.spread_over_mean,
                 b.cv
-            )
+            )?;
+            if any_cut {
+                writeln!(
+                    out,
+                    "clusters cut: {}, slices beyond one per cluster: {}, cache copies: {}",
+                    sliced.slicing.cut().count(),
+                    sliced.slicing.extra_slices(),
+                    sliced.cache_copies()
+                )?;
+            }
+            Ok(())
         }
     }
 }

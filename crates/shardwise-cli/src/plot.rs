@@ -1,5 +1,6 @@
-//! `simulate --plot`: balance against churn for every strategy, and each strategy's per-shard
-//! load before and after the change.
+//! `simulate --plot`: balance against churn for every strategy, each strategy's per-shard
+//! load before and after the change and, when clusters are cut, what slicing bought (balance)
+//! and what it cost (cache copies).
 
 use std::path::Path;
 
@@ -78,6 +79,15 @@ fn churn_axis(report: &Report) -> ChurnAxis {
     }
 }
 
+/// A strategy's name in legends and captions, marked when its clusters were cut.
+fn label(s: &StrategyReport) -> String {
+    if s.sliced {
+        format!("{} +slices", s.strategy)
+    } else {
+        s.strategy.to_string()
+    }
+}
+
 /// A seed's balance: the median over its steps.
 fn seed_balance(run: &SeedRun) -> f64 {
     let mut values: Vec<f64> = run.after.iter().map(|b| b.max_over_mean).collect();
@@ -148,7 +158,7 @@ where
             .map_err(plot_error)?
             .label(format!(
                 "{}: max/mean {:.3}, moves {}",
-                s.strategy,
+                label(s),
                 median.1,
                 median.0.round()
             ))
@@ -168,7 +178,9 @@ fn draw_loads<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, report: &Report
 where
     DB::ErrorType: 'static,
 {
-    let count = report.strategies.len().max(1);
+    let sliced = report.strategies.iter().any(|s| s.sliced);
+    // With slicing, one more panel: balance and cache copies of every strategy.
+    let count = (report.strategies.len() + usize::from(sliced)).max(1);
     let columns = count.min(3);
     let rows = count.div_ceil(columns);
     let (title_area, panels_area) = area.split_vertically(40);
@@ -198,7 +210,7 @@ where
         let color = PALETTE[i % PALETTE.len()];
         let shards = run.loads_before.len().max(run.loads_after.len()).max(1);
         let mut chart = ChartBuilder::on(panel)
-            .caption(s.strategy.name(), ("sans-serif", 18))
+            .caption(label(s), ("sans-serif", 18))
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(55)
@@ -236,6 +248,69 @@ where
                 [(0.0, mean), (shards as f64, mean)],
                 BLACK.stroke_width(1),
             ))
+            .map_err(plot_error)?;
+    }
+    if sliced && let Some(panel) = panels.get(report.strategies.len()) {
+        draw_slicing(panel, report)?;
+    }
+    Ok(())
+}
+
+/// One bar per strategy: the median max/mean after the change, labelled with the median cache
+/// copies it cost, so that slicing off and on read side by side.
+fn draw_slicing<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, report: &Report) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let count = report.strategies.len().max(1);
+    let y_max = report
+        .strategies
+        .iter()
+        .map(|s| s.balance.max_over_mean.median)
+        .fold(1.1f64, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "Slicing: median max/mean (bar), cache copies (label)",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..count as f64, 0f64..y_max)
+        .map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .label_style(("sans-serif", 13))
+        .y_desc("max / mean")
+        .draw()
+        .map_err(plot_error)?;
+    for (i, s) in report.strategies.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let balance = s.balance.max_over_mean.median;
+        let x = i as f64;
+        let style = if s.sliced {
+            color.filled()
+        } else {
+            color.mix(0.35).filled()
+        };
+        chart
+            .draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.9, balance)], style)])
+            .map_err(plot_error)?;
+        let text = if s.sliced {
+            format!("{balance:.2} / {}", s.cache_copies.median.round())
+        } else {
+            format!("{balance:.2}")
+        };
+        chart
+            .draw_series([Text::new(
+                text,
+                (x + 0.1, balance + y_max * 0.02),
+                ("sans-serif", 12),
+            )])
             .map_err(plot_error)?;
     }
     Ok(())

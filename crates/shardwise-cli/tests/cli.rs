@@ -246,6 +246,78 @@ fn assign_prints_each_clusters_shard_and_the_loads() {
 }
 
 #[test]
+fn assign_cuts_a_hot_cluster_with_sticky_balanced_unless_slicing_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = write(
+        dir.path(),
+        "fleet.yaml",
+        "- {name: hot, apps: 600}\n- {name: a, apps: 50}\n- {name: b, apps: 60}\n- {name: c, apps: 40}\n",
+    );
+    let run = |slicing: &str| {
+        let out = shardwise(&[
+            "assign",
+            "--strategy",
+            "sticky-balanced",
+            "--shards",
+            "3",
+            "--inventory",
+            &inventory,
+            "--format",
+            "json",
+            "--slicing",
+            slicing,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let sliced = run("auto");
+    let rows = sliced["clusters"].as_array().unwrap();
+    let hot: Vec<&serde_json::Value> = rows.iter().filter(|r| r["name"] == "hot").collect();
+    assert!(hot.len() > 1, "{hot:?}");
+    // The slices of the hot cluster carry all its apps, each with its KEP-5866 selector.
+    let apps: u64 = hot.iter().map(|r| r["apps"].as_u64().unwrap()).sum();
+    assert_eq!(apps, 600);
+    assert!(hot.iter().all(|r| {
+        r["selector"]
+            .as_str()
+            .unwrap()
+            .starts_with("shardRange(object.metadata.uid, '0x")
+    }));
+    let shards: std::collections::BTreeSet<u64> =
+        hot.iter().map(|r| r["shard"].as_u64().unwrap()).collect();
+    assert_eq!(
+        sliced["cache_copies"].as_u64(),
+        Some(shards.len() as u64 - 1)
+    );
+    assert!(sliced["balance"]["max_over_mean"].as_f64().unwrap() < 1.1);
+    assert!(
+        rows.iter()
+            .filter(|r| r["name"] != "hot")
+            .all(|r| r.get("range").is_none())
+    );
+
+    let whole = run("off");
+    assert_eq!(whole["clusters"].as_array().unwrap().len(), 4);
+    assert_eq!(whole["cache_copies"].as_u64(), Some(0));
+    assert!(whole["balance"]["max_over_mean"].as_f64().unwrap() > 2.0);
+
+    let out = shardwise(&[
+        "assign",
+        "--strategy",
+        "sticky-balanced",
+        "--shards",
+        "3",
+        "--inventory",
+        &inventory,
+    ]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("slice") && text.contains("cache copies: "),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_input_gets_one_line_and_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
     let negative = write(dir.path(), "neg.yaml", "- name: a\n  apps: -4\n");

@@ -6,8 +6,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use shard_assign::{
-    AppKeys, Assignment, AssignmentDiff, Balance, Cluster, SliceConfig, SlicedAssignment, Slicing,
-    StrategyConfig, StrategyKind, assign, assign_sliced, slices,
+    AppKeys, Assignment, AssignmentDiff, Balance, Cluster, SliceConfig, SliceSwitch,
+    SlicedAssignment, Slicing, StrategyConfig, StrategyKind, assign, assign_sliced, slices,
 };
 
 use crate::error::SimError;
@@ -24,14 +24,20 @@ pub enum FleetSource {
     Inventory(Vec<Cluster>),
 }
 
-/// Whether strategies run with clusters cut into slices, without, or both side by side.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+/// Whether strategies run with clusters cut into slices: as a switch sets it (`auto` slices
+/// with `sticky-balanced` only), or every strategy that may cut both with and without, side by
+/// side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SliceMode {
-    #[default]
-    Off,
-    On,
+    Switch(SliceSwitch),
     Both,
+}
+
+impl Default for SliceMode {
+    fn default() -> Self {
+        SliceMode::Switch(SliceSwitch::Auto)
+    }
 }
 
 /// A simulation: a fleet, a scenario, the strategies to compare and the seeds to run.
@@ -54,7 +60,7 @@ impl Simulation {
             fleet: FleetSource::Synthetic(FleetSpec::REFERENCE),
             scenario: Scenario::REFERENCE,
             strategies: StrategyKind::ALL.map(StrategyConfig::new).to_vec(),
-            slicing: SliceMode::Off,
+            slicing: SliceMode::default(),
             first_seed: 0,
             seeds: 100,
         }
@@ -139,8 +145,7 @@ impl Simulation {
         for &config in &self.strategies {
             let can = slices(config.kind);
             match self.slicing {
-                SliceMode::Off => out.push((config, false)),
-                SliceMode::On => out.push((config, can)),
+                SliceMode::Switch(switch) => out.push((config, switch.slices(config.kind))),
                 SliceMode::Both => {
                     out.push((config, false));
                     if can {

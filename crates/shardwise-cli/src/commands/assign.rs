@@ -3,8 +3,8 @@
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use shard_assign::{ShardSet, assign};
-use shardwise_sim::{InventoryFormat, parse_inventory};
+use shard_assign::{AppKeys, ShardSet, Slicing, assign_sliced};
+use shardwise_sim::{InventoryFormat, app_keys, parse_inventory};
 
 use crate::cli::AssignArgs;
 use crate::output;
@@ -19,11 +19,25 @@ pub(crate) fn run(args: &AssignArgs) -> Result<()> {
         None => args.live_shards.iter().copied().collect(),
     };
     let config = args.strategy_args.config(args.strategy);
-    let assignment = assign(&config, &clusters, &shards, None)?;
+    let switch = shard_assign::SliceSwitch::from(args.slicing);
+    let keys = if switch.slices(args.strategy) {
+        app_keys(&clusters)
+    } else {
+        AppKeys::new()
+    };
+    let sliced = assign_sliced(
+        &config,
+        &switch.config_for(args.strategy),
+        &clusters,
+        &keys,
+        &shards,
+        None,
+        &Slicing::default(),
+    )?;
     let mut stdout = std::io::stdout().lock();
-    output::write_assignment(&mut stdout, &assignment, &clusters, args.format)?;
+    output::write_assignment(&mut stdout, &sliced, &clusters, args.format)?;
     stdout.flush()?;
-    for warning in assignment.warnings() {
+    for warning in sliced.assignment.warnings() {
         eprintln!("warning: {warning}");
     }
     Ok(())

@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use shard_assign::StrategyKind;
+use shard_assign::{SliceSwitch, StrategyKind};
 use shardwise_sim::{
     FleetSource, FleetSpec, InventoryFormat, Scenario, Simulation, SliceMode, parse_inventory,
 };
@@ -76,8 +76,9 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation> {
         scenario,
         strategies: kinds.into_iter().map(|k| args.strategy.config(k)).collect(),
         slicing: match args.slicing {
-            Slicing::Off => SliceMode::Off,
-            Slicing::On => SliceMode::On,
+            Slicing::Auto => SliceMode::Switch(SliceSwitch::Auto),
+            Slicing::On => SliceMode::Switch(SliceSwitch::On),
+            Slicing::Off => SliceMode::Switch(SliceSwitch::Off),
             Slicing::Both => SliceMode::Both,
         },
         first_seed: args.first_seed,
