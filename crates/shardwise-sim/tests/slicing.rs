@@ -39,8 +39,16 @@ fn check(report: &Report, balance: f64, copies: f64) {
     let bounded = variant(report, StrategyKind::BoundedLoad, true);
     let max_over_mean = sticky.balance.max_over_mean.median;
     assert!(max_over_mean <= balance, "{:?}", sticky.balance);
-    assert!(whole.balance.max_over_mean.median > 1.3, "{:?}", whole.balance);
-    assert!(sticky.cache_copies.median <= copies, "{:?}", sticky.cache_copies);
+    assert!(
+        whole.balance.max_over_mean.median > 1.3,
+        "{:?}",
+        whole.balance
+    );
+    assert!(
+        sticky.cache_copies.median <= copies,
+        "{:?}",
+        sticky.cache_copies
+    );
     assert_eq!(whole.cache_copies.median, 0.0);
     assert!(
         sticky.moves.apps_excluding_removed.median <= bounded.moves.apps_excluding_removed.median,
