@@ -289,4 +289,4 @@ impl OwnerMachine {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -6,9 +6,11 @@
 //! - [`lease`]: lease timing, fencing and expiry as observed on local clocks.
 //! - [`drain`]: the planner's per-cluster decision and the owner's state machine of a handoff.
 //! - [`plan`]: from the observed fleet and membership to the labels the planner must write.
+//! - [`slices`]: the protocol on slices of a cluster: splits and merges inside one owner.
 
 pub mod drain;
 pub mod identity;
 pub mod keys;
 pub mod lease;
 pub mod plan;
+pub mod slices;

@@ -166,7 +166,7 @@ fn planner_decisions_table() {
 }
 
 /// Applies a planner action to the record, as the API server would.
-fn apply(record: &mut ClusterRecord, action: PlannerAction) {
+pub(crate) fn apply(record: &mut ClusterRecord, action: PlannerAction) {
     match action {
         PlannerAction::Keep => {}
         PlannerAction::Assign {
