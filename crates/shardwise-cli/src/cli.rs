@@ -267,6 +267,10 @@ pub struct PlanArgs {
     pub current_strategy: Option<StrategyKind>,
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
+    /// Cut clusters too big for one shard into slices of their apps, by the FNV-1a hash of each
+    /// app's UID (legacy-modulo and round-robin never cut).
+    #[arg(long, value_enum, default_value_t = SliceSwitch::Auto)]
+    pub slicing: SliceSwitch,
     /// Moved clusters listed per strategy in table format (0 lists all).
     #[arg(long, default_value_t = 20, value_parser = count::<usize>)]
     pub limit: usize,

@@ -9,7 +9,7 @@ pub(crate) mod shardwise;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use shard_assign::{Cluster, ShardId};
+use shard_assign::{AppKeys, Cluster, ShardId};
 use thiserror::Error;
 
 use crate::cli::Source;
@@ -24,11 +24,36 @@ pub(crate) struct LiveFleet {
     pub recorded: BTreeMap<String, ShardId>,
     /// Apps that target no known cluster: they move with no cluster and are not counted.
     pub unmatched_apps: u64,
+    /// The keys of each cluster's apps (FNV-1a of their UIDs), sorted, by cluster id: what
+    /// slicing cuts. A cluster with an app lacking a UID has none, and is never cut.
+    pub keys: AppKeys,
+    /// Clusters with an app that has no UID (while the fleet is built).
+    pub unkeyed: std::collections::BTreeSet<String>,
     /// What a person should know about the objects read (invalid labels, ignored keys, ...).
     pub notes: Vec<String>,
 }
 
 impl LiveFleet {
+    /// Records the key of an app of `cluster_id` (`None`: the app has no UID).
+    pub fn add_app_key(&mut self, cluster_id: &str, uid: Option<&str>) {
+        let keys = self.keys.entry(cluster_id.to_string()).or_default();
+        // u64::MAX marks an app without a UID; `finish_keys` drops such clusters.
+        keys.push(uid.map_or(u64::MAX, shard_assign::app_key));
+        if uid.is_none() {
+            self.unkeyed.insert(cluster_id.to_string());
+        }
+    }
+
+    /// Sorts the keys and drops those of clusters with an app lacking a UID.
+    pub fn finish_keys(&mut self) {
+        for id in std::mem::take(&mut self.unkeyed) {
+            self.keys.remove(&id);
+        }
+        for keys in self.keys.values_mut() {
+            keys.sort_unstable();
+        }
+    }
+
     /// One more than the highest recorded shard: the replica count the labels imply, since a
     /// StatefulSet's ordinals are contiguous.
     pub fn shards_in_use(&self) -> Option<u32> {

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use shard_assign::{
     AssignError, Assignment, AssignmentDiff, Balance, Cluster, PreviousPlacement, ShardId,
-    ShardSet, StrategyConfig, StrategyKind, Warning, assign,
+    ShardSet, SliceSwitch, SlicedAssignment, Slicing, StrategyConfig, StrategyKind, Warning,
+    assign, assign_sliced,
 };
 
 use crate::cli::Source;
@@ -35,6 +36,8 @@ pub(crate) struct PlanRequest {
     pub to: u32,
     pub current: Current,
     pub strategies: Vec<StrategyConfig>,
+    /// Which strategies cut hot clusters into slices.
+    pub slicing: SliceSwitch,
 }
 
 /// The whole plan; its JSON form is documented in docs/plan.md.
@@ -129,6 +132,39 @@ pub(crate) struct StrategyPlan {
     pub placed: Vec<PlacedCluster>,
     /// About `at_to`.
     pub warnings: Vec<PinWarning>,
+    /// How `at_to` cuts clusters, when the strategy slices (then `moved` and `placed` list
+    /// slices, named `cluster#range`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slicing: Option<SlicePlan>,
+}
+
+/// The cut of a sliced plan at `replicas.to`.
+#[derive(Debug, Serialize)]
+pub(crate) struct SlicePlan {
+    /// (cluster, shard) pairs beyond one per cluster: the extra caches of clusters.
+    pub cache_copies: usize,
+    /// Slices beyond one per cluster.
+    pub extra_slices: usize,
+    /// The clusters that are cut, by name.
+    pub cut: Vec<CutCluster>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct CutCluster {
+    pub cluster: String,
+    pub id: String,
+    pub slices: Vec<SliceRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct SliceRow {
+    /// The unit id: `<cluster id>#<range>`.
+    pub id: String,
+    pub range: String,
+    /// The range as a KEP-5866 selector on `metadata.uid`.
+    pub selector: String,
+    pub apps: u64,
+    pub shard: ShardId,
 }
 
 #[derive(Debug, Serialize)]
@@ -203,6 +239,22 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
 
     let mut strategies = Vec::with_capacity(request.strategies.len());
     for config in &request.strategies {
+        if request.slicing.slices(config.kind) {
+            let place = |shards: &ShardSet| {
+                assign_sliced(
+                    config,
+                    &request.slicing.config_for(config.kind),
+                    &fleet.clusters,
+                    &fleet.keys,
+                    shards,
+                    Some(&previous),
+                    &Slicing::default(),
+                )
+            };
+            let (at_from, at_to) = (place(&from_shards)?, place(&to_shards)?);
+            strategies.push(sliced_plan(config, fleet, &current, &at_from, &at_to)?);
+            continue;
+        }
         let at_from = assign(config, &fleet.clusters, &from_shards, Some(&previous))?;
         let at_to = assign(config, &fleet.clusters, &to_shards, Some(&previous))?;
         strategies.push(strategy_plan(config, &by_id, &current, &at_from, &at_to));
@@ -425,7 +477,89 @@ fn strategy_plan(
         moved,
         placed,
         warnings,
+        slicing: None,
     }
+}
+
+/// The plan of a strategy that slices. Every slice is compared with where its cluster is now
+/// (the recorded placement is of whole clusters), so moves are counted per slice.
+fn sliced_plan(
+    config: &StrategyConfig,
+    fleet: &LiveFleet,
+    current: &Assignment,
+    at_from: &SlicedAssignment,
+    at_to: &SlicedAssignment,
+) -> Result<StrategyPlan, AssignError> {
+    // The slices of the plan as clusters of their own, named `cluster#range`.
+    let mut units: Vec<Cluster> = Vec::new();
+    // Where each slice is now: on its cluster's current shard (pinned there).
+    let mut now: Vec<Cluster> = Vec::new();
+    let mut cut = Vec::new();
+    for cluster in &fleet.clusters {
+        let Some(slices) = at_to.units.get(&cluster.id) else {
+            continue;
+        };
+        let mut rows = Vec::new();
+        for (range, unit) in slices {
+            let Some(placed) = at_to.assignment.placements().get(unit) else {
+                continue;
+            };
+            let whole = slices.len() == 1;
+            let slice = Cluster {
+                id: unit.clone(),
+                name: if whole {
+                    cluster.name.clone()
+                } else {
+                    format!("{}#{range}", cluster.name)
+                },
+                apps: placed.apps,
+                ..cluster.clone()
+            };
+            if let Some(shard) = current.shard_of(&cluster.id) {
+                now.push(Cluster {
+                    pin: Some(shard),
+                    ..slice.clone()
+                });
+            }
+            units.push(slice);
+            if !whole {
+                rows.push(SliceRow {
+                    id: unit.clone(),
+                    range: range.to_string(),
+                    selector: range.selector(),
+                    apps: placed.apps,
+                    shard: placed.shard,
+                });
+            }
+        }
+        if !rows.is_empty() {
+            cut.push(CutCluster {
+                cluster: cluster.name.clone(),
+                id: cluster.id.clone(),
+                slices: rows,
+            });
+        }
+    }
+    let current_units = assign(
+        &StrategyConfig::new(StrategyKind::LegacyModulo),
+        &now,
+        &current.live_shards(),
+        None,
+    )?;
+    let by_unit: BTreeMap<&str, &Cluster> = units.iter().map(|c| (c.id.as_str(), c)).collect();
+    let mut plan = strategy_plan(
+        config,
+        &by_unit,
+        &current_units,
+        &at_from.assignment,
+        &at_to.assignment,
+    );
+    plan.slicing = Some(SlicePlan {
+        cache_copies: at_to.cache_copies(),
+        extra_slices: at_to.slicing.extra_slices(),
+        cut,
+    });
+    Ok(plan)
 }
 
 fn layout(assignment: &Assignment) -> Layout {
@@ -494,7 +628,67 @@ mod tests {
             to,
             current,
             strategies: kinds.iter().map(|&k| StrategyConfig::new(k)).collect(),
+            slicing: SliceSwitch::Auto,
         }
+    }
+
+    #[test]
+    fn sticky_balanced_cuts_a_hot_cluster_and_counts_moves_per_slice() {
+        // One cluster with 600 of 750 apps, all on shard 0 of 3; its apps have random UIDs.
+        let mut fleet = LiveFleet::default();
+        for (id, apps) in [("hot", 600u64), ("a", 50), ("b", 60), ("c", 40)] {
+            fleet.clusters.push(cluster(id, apps));
+            fleet
+                .recorded
+                .insert(id.into(), if id == "hot" { 0 } else { 1 });
+            for n in 0..apps {
+                let uid = shardwise_sim::app_uid(id, n);
+                fleet.add_app_key(id, Some(&uid));
+            }
+        }
+        fleet.finish_keys();
+        let kinds = [StrategyKind::StickyBalanced, StrategyKind::LegacyModulo];
+        let report = build(&fleet, request(3, 3, Current::Recorded, &kinds)).unwrap();
+        let sticky = &report.strategies[0];
+        let slicing = sticky
+            .slicing
+            .as_ref()
+            .expect("sticky-balanced slices by default");
+        assert_eq!(slicing.cut.len(), 1);
+        let hot = &slicing.cut[0];
+        assert_eq!(hot.cluster, "name-hot");
+        assert_eq!(hot.slices.iter().map(|s| s.apps).sum::<u64>(), 600);
+        // Whole, the hot cluster alone is 2.4 times the mean.
+        assert!(
+            sticky.at_to.balance.max_over_mean < 1.2,
+            "{:?}",
+            sticky.at_to.balance
+        );
+        // Moves are of slices: every slice of the hot cluster not left on shard 0.
+        let off_zero: u64 = hot
+            .slices
+            .iter()
+            .filter(|s| s.shard != 0)
+            .map(|s| s.apps)
+            .sum();
+        let moved_hot: u64 = sticky
+            .moved
+            .iter()
+            .filter(|m| m.cluster.starts_with("name-hot#"))
+            .map(|m| m.apps)
+            .sum();
+        assert_eq!(moved_hot, off_zero);
+        assert!(off_zero > 0);
+        assert!(sticky.moved.iter().all(|m| !m.forced));
+        let shards: std::collections::BTreeSet<ShardId> =
+            hot.slices.iter().map(|s| s.shard).collect();
+        assert_eq!(slicing.cache_copies, shards.len() - 1);
+        // Argo CD's legacy placement never cuts.
+        assert!(report.strategies[1].slicing.is_none());
+        // Off: nothing is cut.
+        let mut off = request(3, 3, Current::Recorded, &kinds);
+        off.slicing = SliceSwitch::Off;
+        assert!(build(&fleet, off).unwrap().strategies[0].slicing.is_none());
     }
 
     #[test]

@@ -119,6 +119,7 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
         to: args.to.unwrap_or(replicas),
         current,
         strategies: strategies(args),
+        slicing: args.slicing.into(),
     };
     Ok((fleet, request))
 }

@@ -122,7 +122,11 @@ fn count_apps(
             (None, None) => None,
         };
         match target {
-            Some(&index) => fleet.clusters[index].apps += 1,
+            Some(&index) => {
+                fleet.clusters[index].apps += 1;
+                let id = fleet.clusters[index].id.clone();
+                fleet.add_app_key(&id, app.metadata.uid.as_deref());
+            }
             None => unmatched.push(format!(
                 "{}/{}",
                 app.namespace().unwrap_or_default(),
@@ -130,6 +134,7 @@ fn count_apps(
             )),
         }
     }
+    fleet.finish_keys();
     unmatched.sort();
     if !unmatched.is_empty() {
         fleet.unmatched_apps = unmatched.len() as u64;

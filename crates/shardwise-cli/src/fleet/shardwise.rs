@@ -64,6 +64,17 @@ pub(crate) fn fleet(clusters: &[FleetCluster], apps: &[FleetApp]) -> Result<Live
             some_names(&deleting)
         ));
     }
+    let ids: BTreeMap<String, String> = fleet
+        .clusters
+        .iter()
+        .map(|c| (c.name.clone(), c.id.clone()))
+        .collect();
+    for app in apps {
+        if let Some(id) = ids.get(&app.spec.destination.cluster) {
+            fleet.add_app_key(id, app.metadata.uid.as_deref());
+        }
+    }
+    fleet.finish_keys();
     let mut unmatched: Vec<String> = apps
         .iter()
         .filter(|a| !known.contains(&a.spec.destination.cluster))

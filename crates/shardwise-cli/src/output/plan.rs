@@ -8,7 +8,7 @@ use shard_assign::ShardId;
 
 use super::Table;
 use crate::cli::{Format, Source};
-use crate::planning::{PlanReport, StrategyPlan};
+use crate::planning::{CutCluster, PlanReport, StrategyPlan};
 
 /// Clusters, apps and load of one shard.
 type Loads = [u64; 3];
@@ -77,6 +77,15 @@ fn strategy_warnings(report: &PlanReport, s: &StrategyPlan) -> Vec<String> {
         .collect()
 }
 
+/// A strategy's name, marked when it cuts clusters into slices.
+fn label(s: &StrategyPlan) -> String {
+    if s.slicing.is_some() {
+        format!("{} +slices", s.strategy)
+    } else {
+        s.strategy.to_string()
+    }
+}
+
 fn plural(n: u64, word: &str) -> String {
     if n == 1 {
         word.to_string()
@@ -90,7 +99,12 @@ fn count(n: u64, word: &str) -> String {
 }
 
 fn write_csv(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
-    let mut table = Table::new(&[
+    let any_cut = report
+        .strategies
+        .iter()
+        .filter_map(|s| s.slicing.as_ref())
+        .any(|c| !c.cut.is_empty());
+    let mut header = vec![
         "strategy",
         "cluster",
         "id",
@@ -99,7 +113,11 @@ fn write_csv(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
         "current_shard",
         "planned_shard",
         "change",
-    ]);
+    ];
+    if any_cut {
+        header.insert(2, "slice");
+    }
+    let mut table = Table::new(&header);
     for s in &report.strategies {
         let moved: BTreeMap<&str, (ShardId, bool)> = s
             .moved
@@ -108,24 +126,45 @@ fn write_csv(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
             .collect();
         let placed: BTreeMap<&str, ShardId> =
             s.placed.iter().map(|p| (p.id.as_str(), p.to)).collect();
+        let cut: BTreeMap<&str, &CutCluster> = s
+            .slicing
+            .iter()
+            .flat_map(|c| &c.cut)
+            .map(|c| (c.id.as_str(), c))
+            .collect();
         for c in &report.clusters {
-            let (planned, change) = match (moved.get(c.id.as_str()), c.shard) {
-                (Some(&(to, true)), _) => (Some(to), "forced"),
-                (Some(&(to, false)), _) => (Some(to), "voluntary"),
-                (None, Some(shard)) => (Some(shard), "stay"),
-                (None, None) => (placed.get(c.id.as_str()).copied(), "new"),
+            // One row per slice of a cut cluster, one for a whole one.
+            let rows: Vec<(&str, Option<&str>, u64)> = match cut.get(c.id.as_str()) {
+                Some(cluster) => cluster
+                    .slices
+                    .iter()
+                    .map(|r| (r.id.as_str(), Some(r.range.as_str()), r.apps))
+                    .collect(),
+                None => vec![(c.id.as_str(), None, c.apps)],
             };
-            let shard = |s: Option<ShardId>| s.map(|s| s.to_string()).unwrap_or_default();
-            table.push(vec![
-                s.strategy.to_string(),
-                c.name.clone(),
-                c.id.clone(),
-                c.apps.to_string(),
-                c.load.to_string(),
-                shard(c.shard),
-                shard(planned),
-                change.to_string(),
-            ]);
+            for (unit, range, apps) in rows {
+                let (planned, change) = match (moved.get(unit), c.shard) {
+                    (Some(&(to, true)), _) => (Some(to), "forced"),
+                    (Some(&(to, false)), _) => (Some(to), "voluntary"),
+                    (None, Some(shard)) => (Some(shard), "stay"),
+                    (None, None) => (placed.get(unit).copied(), "new"),
+                };
+                let shard = |s: Option<ShardId>| s.map(|s| s.to_string()).unwrap_or_default();
+                let mut row = vec![
+                    s.strategy.to_string(),
+                    c.name.clone(),
+                    c.id.clone(),
+                    apps.to_string(),
+                    (apps * u64::from(c.weight)).to_string(),
+                    shard(c.shard),
+                    shard(planned),
+                    change.to_string(),
+                ];
+                if any_cut {
+                    row.insert(2, range.unwrap_or("whole").to_string());
+                }
+                table.push(row);
+            }
         }
     }
     table.write_csv(out)
@@ -236,10 +275,14 @@ fn write_summary(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
     if any_placed {
         header.push("new");
     }
+    let any_sliced = report.strategies.iter().any(|s| s.slicing.is_some());
+    if any_sliced {
+        header.push("cache copies");
+    }
     header.push("warnings");
     let mut table = Table::new(&header);
     for s in &report.strategies {
-        let mut row = vec![s.strategy.to_string()];
+        let mut row = vec![label(s)];
         if from != to {
             row.push(format!("{:.3}", s.at_from.balance.max_over_mean));
         }
@@ -255,6 +298,13 @@ fn write_summary(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
         ]);
         if any_placed {
             row.push(m.placed.clusters.to_string());
+        }
+        if any_sliced {
+            row.push(
+                s.slicing
+                    .as_ref()
+                    .map_or_else(|| "-".to_string(), |c| c.cache_copies.to_string()),
+            );
         }
         row.push(s.warnings.len().to_string());
         table.push(row);
@@ -272,10 +322,34 @@ fn write_strategy(
     writeln!(
         out,
         "{} with {to} {} (max/mean {:.3}):",
-        s.strategy,
+        label(s),
         plural(u64::from(to), "replica"),
         s.at_to.balance.max_over_mean
     )?;
+    if let Some(slicing) = &s.slicing {
+        for c in &slicing.cut {
+            let shards: std::collections::BTreeSet<ShardId> =
+                c.slices.iter().map(|r| r.shard).collect();
+            writeln!(
+                out,
+                "cluster {:?} is cut into {} slices on shards {}",
+                c.cluster,
+                c.slices.len(),
+                shards
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?;
+        }
+        if !slicing.cut.is_empty() {
+            writeln!(
+                out,
+                "cache copies: {} (moves below are of slices, named cluster#range)",
+                slicing.cache_copies
+            )?;
+        }
+    }
     write_shards(out, report, s)?;
     write_moves(out, s, limit)?;
     for line in strategy_warnings(report, s) {
@@ -428,6 +502,8 @@ mod tests {
             strategies: [StrategyKind::GreedyMinimum, StrategyKind::StickyBalanced]
                 .map(StrategyConfig::new)
                 .to_vec(),
+            // Whole clusters here; the sliced table has its own test.
+            slicing: shard_assign::SliceSwitch::Off,
         };
         build(&fleet, request).unwrap()
     }
@@ -492,6 +568,56 @@ mod tests {
 
         let all = render(&report, Format::Table, 0);
         assert!(!all.contains("more (--limit 0 lists all)"));
+    }
+
+    #[test]
+    fn a_sliced_plan_names_its_cut_and_lists_slices_in_csv() {
+        let mut fleet = LiveFleet::default();
+        for (id, apps, shard) in [("hot", 600u64, 0), ("a", 50, 1), ("b", 60, 1)] {
+            let mut c = Cluster::new(id, apps);
+            c.name = format!("cluster-{id}");
+            fleet.clusters.push(c);
+            fleet.recorded.insert(id.into(), shard);
+            for n in 0..apps {
+                fleet.add_app_key(id, Some(&shardwise_sim::app_uid(id, n)));
+            }
+        }
+        fleet.finish_keys();
+        let request = PlanRequest {
+            source: Source::Shardwise,
+            server: "https://example:6443".into(),
+            namespace: "fleet".into(),
+            replicas: 3,
+            replicas_origin: "--replicas".into(),
+            to: 3,
+            current: Current::Recorded,
+            strategies: vec![StrategyConfig::new(StrategyKind::StickyBalanced)],
+            slicing: shard_assign::SliceSwitch::Auto,
+        };
+        let report = build(&fleet, request).unwrap();
+        let table = render(&report, Format::Table, 0);
+        assert!(table.contains("sticky-balanced +slices"), "{table}");
+        assert!(
+            table.contains("cluster \"cluster-hot\" is cut into "),
+            "{table}"
+        );
+        assert!(table.contains("cache copies: "), "{table}");
+        let csv = render(&report, Format::Csv, 0);
+        let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows[0][2], "slice");
+        let hot: Vec<&Vec<&str>> = rows.iter().filter(|r| r[1] == "cluster-hot").collect();
+        assert!(hot.len() > 1 && hot.iter().all(|r| r[2] != "whole"));
+        let apps: u64 = hot.iter().map(|r| r[4].parse::<u64>().unwrap()).sum();
+        assert_eq!(apps, 600);
+        // Slices left on shard 0 stay; the others move off it.
+        for r in &hot {
+            assert_eq!(r[6], "0");
+            assert_eq!(
+                r[8],
+                if r[7] == "0" { "stay" } else { "voluntary" },
+                "{r:?}"
+            );
+        }
     }
 
     #[test]
