@@ -209,9 +209,11 @@ mod tests {
             kind: "Application".into(),
             plural: "applications".into(),
         };
-        DynamicObject::new(name, &resource)
+        let mut app = DynamicObject::new(name, &resource)
             .within("argocd")
-            .data(json!({"spec": {"destination": destination}}))
+            .data(json!({"spec": {"destination": destination}}));
+        app.metadata.uid = Some(format!("uid-app-{name}"));
+        app
     }
 
     fn apps_by_cluster(fleet: &LiveFleet) -> Vec<(&str, &str, u64, Option<u32>)> {
@@ -257,6 +259,14 @@ mod tests {
         );
         assert!(fleet.recorded.is_empty());
         assert_eq!(fleet.unmatched_apps, 2);
+        // Slicing keys: the apps' UIDs, per cluster, sorted.
+        let mut prod = vec![
+            shard_assign::app_key("uid-app-a"),
+            shard_assign::app_key("uid-app-b"),
+        ];
+        prod.sort_unstable();
+        assert_eq!(fleet.keys.get("uid-cluster-prod"), Some(&prod));
+        assert_eq!(fleet.keys.get("uid-cluster-dev").map(Vec::len), Some(2));
         assert_eq!(
             fleet.notes,
             [

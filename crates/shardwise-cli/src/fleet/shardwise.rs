@@ -162,6 +162,31 @@ mod tests {
     }
 
     #[test]
+    fn app_uids_become_sorted_slice_keys_unless_one_is_missing() {
+        let with_uid = |name: &str, cluster: &str| {
+            let mut a = app(name, cluster);
+            a.metadata.uid = Some(format!("uid-{name}"));
+            a
+        };
+        let apps = [
+            with_uid("x", "a"),
+            with_uid("y", "a"),
+            with_uid("z", "b"),
+            app("anonymous", "b"),
+        ];
+        let fleet = fleet(&[cluster("a", None), cluster("b", None)], &apps).unwrap();
+        let mut expected = vec![
+            shard_assign::app_key("uid-x"),
+            shard_assign::app_key("uid-y"),
+        ];
+        expected.sort_unstable();
+        assert_eq!(fleet.keys.get("uid-a"), Some(&expected));
+        // An app without a UID cannot be told to a slice: its cluster is never cut.
+        assert_eq!(fleet.keys.get("uid-b"), None);
+        assert_eq!(fleet.clusters[1].apps, 2);
+    }
+
+    #[test]
     fn invalid_labels_leave_a_cluster_unplaced_with_a_note() {
         let fleet = fleet(&[cluster("a", Some("01")), cluster("b", Some("x"))], &[]).unwrap();
         assert!(fleet.recorded.is_empty());
