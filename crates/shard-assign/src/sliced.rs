@@ -15,7 +15,9 @@ use crate::engine::assign;
 use crate::error::{AssignError, ParseError};
 use crate::model::{Assignment, Cluster, Placement, PreviousPlacement, ShardId, ShardSet};
 use crate::ratio::Ratio;
-use crate::slicing::{AppKeys, KeyRange, SliceConfig, Slicing, count_in, slice_fleet};
+use crate::slicing::{
+    AppKeys, KeyRange, SliceConfig, Slicing, count_in, per_shard_target, slice_fleet,
+};
 use crate::strategy::{StrategyConfig, StrategyKind};
 
 /// The unit id of a slice: the cluster's id when the slice is the whole cluster,
@@ -235,7 +237,7 @@ pub fn assign_sliced(
     if config.kind.uses_previous() && !placed.sliced.slicing.is_empty() && !unchanged {
         placed = refine(&pass, placed)?;
     }
-    Ok(placed.finish(pass.target(), keys))
+    Ok(placed.finish(per_shard_target(clusters, shards.len()), keys))
 }
 
 /// The inputs of one planning pass.
@@ -322,15 +324,6 @@ impl Pass<'_> {
             held,
         })
     }
-
-    /// The load of one shard at the mean, rounded up: the per-shard target of slicing.
-    fn target(&self) -> u64 {
-        let total = self
-            .clusters
-            .iter()
-            .fold(0u64, |sum, c| sum.saturating_add(c.load()));
-        total.div_ceil(self.shards.len().max(1) as u64).max(1)
-    }
 }
 
 /// At most this many slices are halved to refine one pass.
@@ -342,20 +335,9 @@ const MAX_REFINEMENTS: usize = 32;
 /// end on one shard are merged again by [`Placed::finish`].
 fn refine(pass: &Pass<'_>, mut best: Placed) -> Result<Placed, AssignError> {
     let mut halvings = 0;
+    // Ends when no shard is above the target balance (nothing is halvable then), or when no
+    // halving lowers the heaviest load.
     'refine: while halvings < MAX_REFINEMENTS {
-        let loads: Vec<u64> = best
-            .sliced
-            .assignment
-            .shard_loads()
-            .values()
-            .map(|l| l.load)
-            .collect();
-        let total: u64 = loads.iter().sum();
-        let max = loads.iter().copied().max().unwrap_or(0);
-        let scaled_max = max.saturating_mul(loads.len() as u64);
-        if pass.config.target_balance.bounds(scaled_max, total) {
-            break;
-        }
         let score = |a: &Assignment| -> (u64, u128) {
             let loads = a.shard_loads().values().map(|l| l.load);
             (

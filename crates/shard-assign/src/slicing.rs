@@ -284,10 +284,7 @@ pub fn slice_fleet(
     if !config.enabled || shards == 0 {
         return slicing;
     }
-    let total: u64 = clusters
-        .iter()
-        .fold(0u64, |sum, c| sum.saturating_add(c.load()));
-    let target = total.div_ceil(shards as u64).max(1);
+    let target = per_shard_target(clusters, shards);
     for cluster in clusters {
         let Some(cluster_keys) = keys.get(&cluster.id) else {
             continue;
@@ -310,6 +307,14 @@ pub fn slice_fleet(
         }
     }
     slicing
+}
+
+/// The fleet's load over `shards`, rounded up (at least 1): the load a slice may carry.
+pub(crate) fn per_shard_target(clusters: &[Cluster], shards: usize) -> u64 {
+    let total = clusters
+        .iter()
+        .fold(0u64, |sum, c| sum.saturating_add(c.load()));
+    total.div_ceil(shards.max(1) as u64).max(1)
 }
 
 /// One cluster's cut: the previous one, folded up if the cluster is light again, then with its

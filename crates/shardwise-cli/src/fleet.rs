@@ -36,11 +36,16 @@ pub(crate) struct LiveFleet {
 impl LiveFleet {
     /// Records the key of an app of `cluster_id` (`None`: the app has no UID).
     pub fn add_app_key(&mut self, cluster_id: &str, uid: Option<&str>) {
-        let keys = self.keys.entry(cluster_id.to_string()).or_default();
-        // u64::MAX marks an app without a UID; `finish_keys` drops such clusters.
-        keys.push(uid.map_or(u64::MAX, shard_assign::app_key));
-        if uid.is_none() {
-            self.unkeyed.insert(cluster_id.to_string());
+        match uid {
+            Some(uid) => self
+                .keys
+                .entry(cluster_id.to_string())
+                .or_default()
+                .push(shard_assign::app_key(uid)),
+            // `finish_keys` drops the keys of this cluster.
+            None => {
+                self.unkeyed.insert(cluster_id.to_string());
+            }
         }
     }
 

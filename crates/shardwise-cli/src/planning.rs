@@ -386,10 +386,16 @@ fn recorded_assignment(fleet: &LiveFleet, replicas: u32) -> Result<Assignment, A
     let shards: ShardSet = (0..replicas)
         .chain(fleet.recorded.values().copied())
         .collect();
+    pinned_assignment(&placed, &shards)
+}
+
+/// Clusters that are each pinned to one of `shards`, as an [`Assignment`]: every one lands on
+/// its pin, whatever the strategy.
+fn pinned_assignment(pinned: &[Cluster], shards: &ShardSet) -> Result<Assignment, AssignError> {
     assign(
         &StrategyConfig::new(StrategyKind::LegacyModulo),
-        &placed,
-        &shards,
+        pinned,
+        shards,
         None,
     )
 }
@@ -540,12 +546,7 @@ fn sliced_plan(
             });
         }
     }
-    let current_units = assign(
-        &StrategyConfig::new(StrategyKind::LegacyModulo),
-        &now,
-        &current.live_shards(),
-        None,
-    )?;
+    let current_units = pinned_assignment(&now, &current.live_shards())?;
     let by_unit: BTreeMap<&str, &Cluster> = units.iter().map(|c| (c.id.as_str(), c)).collect();
     let mut plan = strategy_plan(
         config,

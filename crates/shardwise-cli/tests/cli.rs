@@ -253,8 +253,8 @@ fn assign_cuts_a_hot_cluster_with_sticky_balanced_unless_slicing_is_off() {
         "fleet.yaml",
         "- {name: hot, apps: 600}\n- {name: a, apps: 50}\n- {name: b, apps: 60}\n- {name: c, apps: 40}\n",
     );
-    let run = |slicing: &str| {
-        let out = shardwise(&[
+    let assign = |extra: &[&str]| {
+        let mut args = vec![
             "assign",
             "--strategy",
             "sticky-balanced",
@@ -262,12 +262,14 @@ fn assign_cuts_a_hot_cluster_with_sticky_balanced_unless_slicing_is_off() {
             "3",
             "--inventory",
             &inventory,
-            "--format",
-            "json",
-            "--slicing",
-            slicing,
-        ]);
+        ];
+        args.extend(extra);
+        let out = shardwise(&args);
         assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let run = |slicing: &str| {
+        let out = assign(&["--format", "json", "--slicing", slicing]);
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
     let sliced = run("auto");
@@ -301,16 +303,7 @@ fn assign_cuts_a_hot_cluster_with_sticky_balanced_unless_slicing_is_off() {
     assert_eq!(whole["cache_copies"].as_u64(), Some(0));
     assert!(whole["balance"]["max_over_mean"].as_f64().unwrap() > 2.0);
 
-    let out = shardwise(&[
-        "assign",
-        "--strategy",
-        "sticky-balanced",
-        "--shards",
-        "3",
-        "--inventory",
-        &inventory,
-    ]);
-    let text = stdout(&out);
+    let text = stdout(&assign(&[]));
     assert!(
         text.contains("slice") && text.contains("cache copies: "),
         "{text}"

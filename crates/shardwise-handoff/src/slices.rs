@@ -64,6 +64,18 @@ pub enum SliceAction {
     },
 }
 
+impl SliceAction {
+    /// The slice the action writes.
+    pub fn range(&self) -> KeyRange {
+        match *self {
+            SliceAction::Create { range, .. }
+            | SliceAction::Retire { range }
+            | SliceAction::Delete { range }
+            | SliceAction::Place { range, .. } => range,
+        }
+    }
+}
+
 impl ClusterRecord {
     /// Whether the record is being retired by a recut (a drain to its own shard).
     pub fn retiring(&self) -> bool {
@@ -98,6 +110,16 @@ pub fn slice_actions(
     let wanted = |range: KeyRange| desired.iter().find(|(d, _)| *d == range).map(|(_, s)| *s);
     let others = |me: KeyRange| records.iter().filter(move |r| r.range != me);
     let mut actions = Vec::new();
+    // An ordinary placement step toward `shard`, when there is one.
+    let place = |actions: &mut Vec<SliceAction>, slice: &SliceRecord, shard: ShardId| {
+        let action = planner_action(&slice.record, shard, &holder_of);
+        if action != PlannerAction::Keep {
+            actions.push(SliceAction::Place {
+                range: slice.range,
+                action,
+            });
+        }
+    };
 
     for slice in records {
         let record = &slice.record;
@@ -105,10 +127,7 @@ pub fn slice_actions(
         if let Some(shard) = wanted(range) {
             // A current slice moves only once no recut overlaps it.
             if others(range).all(|r| !overlaps(r.range, range)) {
-                let action = planner_action(record, shard, &holder_of);
-                if action != PlannerAction::Keep {
-                    actions.push(SliceAction::Place { range, action });
-                }
+                place(&mut actions, slice, shard);
             }
             continue;
         }
@@ -116,10 +135,7 @@ pub fn slice_actions(
         if live(record)
             && let Some(to) = record.drain_to.filter(|&to| Some(to) != record.owner)
         {
-            let action = planner_action(record, to, &holder_of);
-            if action != PlannerAction::Keep {
-                actions.push(SliceAction::Place { range, action });
-            }
+            place(&mut actions, slice, to);
             continue;
         }
         // Covered by current slices, or by an ancestor this record folds into: one with the
@@ -195,13 +211,7 @@ pub fn slice_actions(
                 .filter(|r| r.range != part.range)
                 .all(|r| !overlaps(r.range, part.range));
             if alone {
-                let action = planner_action(&part.record, shard, &holder_of);
-                if action != PlannerAction::Keep {
-                    actions.push(SliceAction::Place {
-                        range: part.range,
-                        action,
-                    });
-                }
+                place(&mut actions, part, shard);
             }
         }
     }

@@ -182,12 +182,7 @@ impl World {
     }
 
     fn write(&mut self, (action, base): Write) {
-        let range = match action {
-            SliceAction::Create { range, .. }
-            | SliceAction::Retire { range }
-            | SliceAction::Delete { range }
-            | SliceAction::Place { range, .. } => range,
-        };
+        let range = action.range();
         let current = self.server.get(&range).copied();
         // The precondition: the version decided on (or absence, for a create).
         if current.map(|(_, v)| v) != base {
@@ -229,13 +224,8 @@ impl World {
                 self.pending = actions
                     .into_iter()
                     .map(|action| {
-                        let range = match action {
-                            SliceAction::Create { range, .. }
-                            | SliceAction::Retire { range }
-                            | SliceAction::Delete { range }
-                            | SliceAction::Place { range, .. } => range,
-                        };
-                        (action, self.server.get(&range).map(|&(_, v)| v))
+                        let base = self.server.get(&action.range()).map(|&(_, v)| v);
+                        (action, base)
                     })
                     .collect();
             }
