@@ -6,13 +6,11 @@
 //! exist to place clusters as Argo CD does).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::assign;
-use crate::error::{AssignError, ParseError};
+use crate::error::AssignError;
 use crate::model::{Assignment, Cluster, Placement, PreviousPlacement, ShardId, ShardSet};
 use crate::ratio::Ratio;
 use crate::slicing::{
@@ -141,8 +139,8 @@ pub fn slices(kind: StrategyKind) -> bool {
     !matches!(kind, StrategyKind::LegacyModulo | StrategyKind::RoundRobin)
 }
 
-/// The one switch for slicing, as every front end offers it (`--slicing`, the chart's
-/// `planner.slicing`): `auto` slices with `sticky-balanced` only, `on` with every strategy that
+/// The one switch for slicing, as the front ends offer it (`--slicing` of `simulate`, `assign`
+/// and `plan`): `auto` slices with `sticky-balanced` only, `on` with every strategy that
 /// may cut, `off` never.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -170,31 +168,6 @@ impl SliceSwitch {
         } else {
             SliceConfig::disabled()
         }
-    }
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            SliceSwitch::Auto => "auto",
-            SliceSwitch::On => "on",
-            SliceSwitch::Off => "off",
-        }
-    }
-}
-
-impl fmt::Display for SliceSwitch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for SliceSwitch {
-    type Err = ParseError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [SliceSwitch::Auto, SliceSwitch::On, SliceSwitch::Off]
-            .into_iter()
-            .find(|switch| switch.name() == s)
-            .ok_or_else(|| ParseError::UnknownSliceSwitch(s.to_string()))
     }
 }
 

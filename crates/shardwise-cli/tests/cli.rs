@@ -137,6 +137,23 @@ fn simulate_plots_png_and_svg() {
     for name in ["sticky-balanced", "bounded-load", "apps moved"] {
         assert!(text.contains(name), "the SVG does not mention {name}");
     }
+    // sticky-balanced slices by default: its label says so, and the slicing panel is drawn.
+    for name in ["sticky-balanced +slices", "Slicing: median max/mean"] {
+        assert!(text.contains(name), "the SVG does not mention {name}");
+    }
+    let whole = dir.path().join("whole.svg");
+    let out = shardwise(&[
+        "simulate",
+        "--seeds",
+        "2",
+        "--slicing",
+        "off",
+        "--plot",
+        whole.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&whole).unwrap();
+    assert!(!text.contains("+slices") && !text.contains("Slicing: "));
 
     let out = shardwise(&[
         "simulate",
