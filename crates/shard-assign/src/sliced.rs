@@ -644,6 +644,8 @@ mod tests {
             cut.assignment.shard_of(&slice_id("hot", slices[0])),
             Some(hot_shard)
         );
+        // Held in place for the pass, but not reported as pinned: nobody pinned it.
+        assert!(!cut.assignment.placements()[&slice_id("hot", slices[0])].pinned);
         // Planning again on its own output, nothing changed: nothing moves, nothing is re-cut.
         let again = assign_sliced(
             &sticky(),
