@@ -252,6 +252,8 @@ async fn one_outsized_cluster_never_freezes_rebalancing() {
         replicas: 3,
         clusters: 10,
         apps: 200,
+        // Whole clusters only: slices would cut the outsized one (e2e/tests/slices.rs).
+        args: vec!["--slicing=off".into()],
         ..FleetOptions::default()
     })
     .await

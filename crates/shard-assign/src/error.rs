@@ -22,4 +22,10 @@ pub enum ParseError {
     UnknownStrategy(String, String),
     #[error("invalid ratio {0:?}: expected a decimal number such as 1.25, with at most 6 decimals")]
     InvalidRatio(String),
+    #[error("unknown slicing {0:?}; expected one of: auto, on, off")]
+    UnknownSliceSwitch(String),
+    #[error(
+        "invalid key range {0:?}: expected <first>-<last> in hexadecimal, the bounds of an aligned binary range"
+    )]
+    InvalidKeyRange(String),
 }

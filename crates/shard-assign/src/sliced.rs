@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::assign;
-use crate::error::AssignError;
+use crate::error::{AssignError, ParseError};
 use crate::model::{Assignment, Cluster, Placement, PreviousPlacement, ShardId, ShardSet};
 use crate::ratio::Ratio;
 use crate::slicing::{
@@ -152,6 +152,16 @@ pub enum SliceSwitch {
 }
 
 impl SliceSwitch {
+    pub const ALL: [SliceSwitch; 3] = [SliceSwitch::Auto, SliceSwitch::On, SliceSwitch::Off];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SliceSwitch::Auto => "auto",
+            SliceSwitch::On => "on",
+            SliceSwitch::Off => "off",
+        }
+    }
+
     /// Whether `kind` cuts clusters under this switch.
     pub fn slices(self, kind: StrategyKind) -> bool {
         match self {
@@ -168,6 +178,23 @@ impl SliceSwitch {
         } else {
             SliceConfig::disabled()
         }
+    }
+}
+
+impl std::fmt::Display for SliceSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SliceSwitch {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SliceSwitch::ALL
+            .into_iter()
+            .find(|switch| switch.name() == s)
+            .ok_or_else(|| ParseError::UnknownSliceSwitch(s.to_string()))
     }
 }
 

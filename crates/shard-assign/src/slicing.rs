@@ -54,6 +54,11 @@ impl KeyRange {
         self.depth
     }
 
+    /// Which range of its depth this is, counted from the lowest keys.
+    pub fn index(self) -> u64 {
+        self.index
+    }
+
     /// The first key of the range.
     pub fn start(self) -> u64 {
         if self.depth == 0 {
@@ -119,6 +124,33 @@ impl KeyRange {
     pub fn within(self, other: KeyRange) -> bool {
         self.depth >= other.depth
             && (self.index >> u32::from(self.depth - other.depth)) == other.index
+    }
+}
+
+/// Reads back what [`KeyRange`]'s `Display` writes: `<first>-<last>` in hexadecimal.
+impl std::str::FromStr for KeyRange {
+    type Err = crate::error::ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let invalid = || crate::error::ParseError::InvalidKeyRange(s.to_string());
+        let (first, last) = s.split_once('-').ok_or_else(invalid)?;
+        let first = u64::from_str_radix(first, 16).map_err(|_| invalid())?;
+        let last = u64::from_str_radix(last, 16).map_err(|_| invalid())?;
+        // An aligned range holds 2^(64 - depth) keys and starts at a multiple of that.
+        let span = u128::from(last) + 1 - u128::from(first.min(last));
+        if last < first || !span.is_power_of_two() {
+            return Err(invalid());
+        }
+        let depth = 64 - span.trailing_zeros();
+        let depth = u8::try_from(depth).map_err(|_| invalid())?;
+        let index = if depth == 0 {
+            0
+        } else {
+            first >> (64 - u32::from(depth))
+        };
+        KeyRange::new(depth, index)
+            .filter(|r| r.start() == first)
+            .ok_or_else(invalid)
     }
 }
 
@@ -362,6 +394,31 @@ mod tests {
         assert_eq!(app_key(""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(app_key("a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(app_key("foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn ranges_read_back_what_they_write_and_nothing_else() {
+        let mut ranges = vec![KeyRange::WHOLE];
+        for depth in 1..=MAX_DEPTH {
+            let index = (0x9e37_79b9_7f4a_7c15u64 >> (64 - u32::from(depth))) & ((1 << depth) - 1);
+            ranges.extend(KeyRange::new(depth, index));
+            ranges.extend(KeyRange::new(depth, (1 << depth) - 1));
+        }
+        for range in ranges {
+            assert_eq!(range.to_string().parse::<KeyRange>(), Ok(range));
+        }
+        // Not aligned, reversed, too deep, not hexadecimal, one bound only.
+        for bad in [
+            "1-ffffffffffffffff",
+            "8000000000000000-7fffffffffffffff",
+            "0-0",
+            "0-7fffffffffffffffg",
+            "0-bfffffffffffffff",
+            "x-ff",
+            "ffff",
+        ] {
+            assert!(bad.parse::<KeyRange>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -26,7 +26,19 @@ use serde::{Deserialize, Serialize};
         name = "Shard",
         type_ = "string",
         json_path = ".metadata.labels.shardwise\\.io/shard",
-        description = "Shard that owns the cluster"
+        description = "Shard that owns the cluster (empty while it is cut into slices)"
+    ),
+    printcolumn(
+        name = "Slices",
+        type_ = "string",
+        json_path = ".metadata.labels.shardwise\\.io/slices",
+        description = "Slices the cluster is cut into, when it is too big for one shard"
+    ),
+    printcolumn(
+        name = "Shards",
+        type_ = "string",
+        json_path = ".metadata.annotations.shardwise\\.io/slice-shards",
+        description = "Shards that own the slices of a cut cluster"
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Apps", type_ = "integer", json_path = ".status.appCount"),
@@ -163,7 +175,8 @@ pub struct FleetClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 4_294_967_295u32))]
     pub shard: Option<u32>,
-    /// Apps that target this cluster, as counted by its owner.
+    /// Apps that target this cluster, as counted by its owner. Not reported for a cluster cut
+    /// into slices: each slice's owner sees only its own apps (`shardwise_owned_apps`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_count: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

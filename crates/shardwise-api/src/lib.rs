@@ -15,6 +15,7 @@ mod cluster;
 pub mod keys;
 mod policy;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use serde::Serialize;
 
@@ -28,12 +29,18 @@ pub use cluster::{
 };
 pub use policy::{FleetPolicy, FleetPolicySpec, GroupKind, PolicyDestination, matches};
 
-/// Every CRD of shardwise, as a multi-document YAML stream (what `shardwise crds` prints and
-/// `deploy/crds.yaml` holds).
-pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
-    let crds = [FleetCluster::crd(), FleetApp::crd(), FleetPolicy::crd()];
+/// The CRDs of shardwise's own kinds (the runtime adds its UnitSlice: `shardwise crds` prints
+/// them all, and `deploy/crds.yaml` holds them).
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![FleetCluster::crd(), FleetApp::crd(), FleetPolicy::crd()]
+}
+
+/// CRDs as a multi-document YAML stream.
+pub fn crds_yaml(
+    crds: &[CustomResourceDefinition],
+) -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::new();
-    for crd in &crds {
+    for crd in crds {
         out.push_str("---\n");
         out.push_str(&to_yaml(crd)?);
     }

@@ -425,3 +425,23 @@ fn bad_input_gets_one_line_and_exit_code_2() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn crds_prints_exactly_what_deploy_holds_with_the_runtimes_unit_slice() {
+    let output = shardwise(&["crds"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let printed = stdout(&output);
+    let kept = include_str!("../../../deploy/crds.yaml");
+    assert!(
+        printed == kept,
+        "deploy/crds.yaml is out of date with the Rust types: run `make crds` and commit the result"
+    );
+    for name in [
+        "fleetclusters.shardwise.io",
+        "fleetapps.shardwise.io",
+        "fleetpolicies.shardwise.io",
+        "unitslices.shardwise.io",
+    ] {
+        assert!(printed.contains(&format!("name: {name}")), "{name}");
+    }
+}

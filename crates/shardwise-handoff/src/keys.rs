@@ -26,11 +26,21 @@ pub const DRAIN_TO_ANNOTATION: &str = "shardwise.io/drain-to";
 /// released. Only then does the planner give the cluster to its new shard.
 pub const DRAINED_ANNOTATION: &str = "shardwise.io/drained-epoch";
 
+/// On a unit that is cut into slices: the number of its slices. Its presence says that the
+/// record of the whole unit is gone (no shard label, no holder) and that each slice has a
+/// record of its own, on a UnitSlice object; every replica watches the units that carry it.
+/// Written only by the planner.
+pub const SLICES_LABEL: &str = "shardwise.io/slices";
+
+/// On a unit that is cut into slices: the shards its slices should end on, in order and
+/// without repeats (`0,2,3`), for people (`kubectl get`). Written only by the planner.
+pub const SLICE_SHARDS_ANNOTATION: &str = "shardwise.io/slice-shards";
+
+/// On every Lease and every UnitSlice of the protocol: the StatefulSet whose replicas hold it.
+pub const STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
+
 /// On every Lease of the protocol: `shard` or `planner`.
 pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
-
-/// On every Lease of the protocol: the StatefulSet whose replicas hold it.
-pub const LEASE_STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
 
 /// Parses a shard label value: a plain decimal ordinal, nothing else.
 pub fn parse_shard(value: &str) -> Option<u32> {

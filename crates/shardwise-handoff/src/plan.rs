@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use shard_assign::{
-    AssignError, Assignment, Cluster, PreviousPlacement, ShardId, ShardSet, StrategyConfig, assign,
-    fnv1a_32,
+    AppKeys, AssignError, Cluster, KeyRange, PreviousPlacement, ShardId, ShardSet, SliceConfig,
+    SlicedAssignment, Slicing, StrategyConfig, app_key, assign_sliced, count_in, fnv1a_32,
+    slice_id,
 };
 
-use crate::drain::{ClusterRecord, Incarnation, PlannerAction, planner_action};
+use crate::drain::{ClusterRecord, Incarnation, PlannerAction};
+use crate::slices::{SliceAction, SliceRecord, slice_actions};
 
 /// Namespace and name of an object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -44,7 +46,31 @@ pub struct ClusterView {
     pub uid: String,
     pub pin: Option<ShardId>,
     pub weight: Option<u32>,
+    /// The record of the whole cluster, on the cluster's object.
     pub record: ClusterRecord,
+    /// The cluster is cut: the record of the whole cluster is gone, its slices have their own.
+    pub cut: bool,
+    /// The records of its slices other than the whole one, in any order.
+    pub slices: Vec<SliceRecord>,
+}
+
+impl ClusterView {
+    /// Every record of the cluster: the whole one unless it is cut, and those of its slices.
+    pub fn records(&self) -> Vec<SliceRecord> {
+        let whole = (!self.cut).then_some(SliceRecord {
+            range: KeyRange::WHOLE,
+            record: self.record,
+        });
+        whole
+            .into_iter()
+            .chain(
+                self.slices
+                    .iter()
+                    .copied()
+                    .filter(|s| s.range != KeyRange::WHOLE),
+            )
+            .collect()
+    }
 }
 
 /// An app as the planner sees it.
@@ -88,10 +114,11 @@ impl Membership {
     }
 }
 
-/// What the planner remembers of its last pass: the load each cluster was placed with and the
-/// live shards. Given back to the next pass, it lets `sticky-balanced` tell a pass with nothing
-/// changed (no extra moves) from one reacting to a change; without it (first pass, or a pass
-/// meant to keep converging) every pass may spend the move budget.
+/// What the planner remembers of its last pass: the load each slice (by
+/// [`shard_assign::slice_id`]) was placed with and the live shards. Given back to the next pass,
+/// it lets `sticky-balanced` tell a pass with nothing changed (no extra moves) from one reacting
+/// to a change; without it (first pass, or a pass meant to keep converging) every pass may spend
+/// the move budget.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlanMemory {
     pub loads: BTreeMap<String, u64>,
@@ -103,20 +130,15 @@ impl PlanMemory {
     /// planner that takes over, so that its first pass spends no move on a fleet that did not
     /// change (a planner failover must not move clusters).
     pub fn of_current(clusters: &[ClusterView], apps: &[AppView], membership: &Membership) -> Self {
-        let mut app_counts: BTreeMap<&ObjectKey, u64> = BTreeMap::new();
-        for app in apps {
-            *app_counts.entry(&app.cluster).or_default() += 1;
+        let fleet = Fleet::of(clusters, apps);
+        let mut loads = BTreeMap::new();
+        for c in clusters {
+            let weight = u64::from(c.weight.unwrap_or(1));
+            for (range, _) in recorded_cut(&c.records()) {
+                let apps = fleet.apps_in(c, range);
+                loads.insert(slice_id(&c.uid, range), apps.saturating_mul(weight));
+            }
         }
-        let loads = clusters
-            .iter()
-            .map(|c| {
-                let apps = app_counts.get(&c.key).copied().unwrap_or(0);
-                (
-                    c.uid.clone(),
-                    apps.saturating_mul(u64::from(c.weight.unwrap_or(1))),
-                )
-            })
-            .collect();
         Self {
             loads,
             shards: membership.live(),
@@ -124,18 +146,27 @@ impl PlanMemory {
     }
 }
 
+/// One record of a cluster: the cluster and the range of the slice.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordKey {
+    pub cluster: ObjectKey,
+    pub range: KeyRange,
+}
+
 /// The outcome of a planning pass.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The strategy's placement of every cluster on a live shard.
-    pub assignment: Assignment,
-    /// Writes to cluster objects, in key order (only clusters that need one).
-    pub cluster_actions: Vec<(ObjectKey, PlannerAction)>,
-    /// Apps whose shard label must change, with the shard, in key order. An app follows its
-    /// cluster's owner once the cluster's action is written.
+    /// The strategy's placement of every slice on a live shard, and how clusters are cut.
+    pub assignment: SlicedAssignment,
+    /// Writes to the records of clusters, in cluster order (only clusters that need one).
+    pub cluster_actions: Vec<(ObjectKey, SliceAction)>,
+    /// Apps whose shard label must change, with the shard, in key order. An app follows the
+    /// owner of its slice once that slice's record is written.
     pub app_labels: Vec<AppLabel>,
     /// Clusters pinned to a shard that is not live, and where they were placed instead.
     pub unhonoured_pins: Vec<(ObjectKey, ShardId, ShardId)>,
+    /// The slices every cluster should end with, and their shards, in range order.
+    pub layouts: BTreeMap<ObjectKey, Vec<(KeyRange, ShardId)>>,
     /// To give to the next pass.
     pub memory: PlanMemory,
 }
@@ -145,8 +176,8 @@ pub struct Plan {
 pub struct AppLabel {
     pub app: ObjectKey,
     pub shard: ShardId,
-    /// The cluster whose action must succeed first, if the new label depends on one.
-    pub after: Option<ObjectKey>,
+    /// The record whose write must succeed first, if the new label depends on one.
+    pub after: Option<RecordKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -157,10 +188,82 @@ pub enum PlanError {
     Assign(#[from] AssignError),
 }
 
-/// One planning pass. Clusters are identified by UID for placement; app counts come from the
-/// apps that target each cluster.
+/// App counts and keys of every cluster.
+struct Fleet<'a> {
+    counts: BTreeMap<&'a ObjectKey, u64>,
+    /// Sorted app keys by cluster UID.
+    keys: AppKeys,
+}
+
+impl<'a> Fleet<'a> {
+    fn of(clusters: &[ClusterView], apps: &'a [AppView]) -> Self {
+        let uids: BTreeMap<&ObjectKey, &str> =
+            clusters.iter().map(|c| (&c.key, c.uid.as_str())).collect();
+        let mut counts: BTreeMap<&ObjectKey, u64> = BTreeMap::new();
+        let mut keys: AppKeys = BTreeMap::new();
+        for app in apps {
+            *counts.entry(&app.cluster).or_default() += 1;
+            if let Some(uid) = uids.get(&app.cluster) {
+                keys.entry(uid.to_string())
+                    .or_default()
+                    .push(app_key(&app.uid));
+            }
+        }
+        for list in keys.values_mut() {
+            list.sort_unstable();
+        }
+        Self { counts, keys }
+    }
+
+    fn apps_in(&self, cluster: &ClusterView, range: KeyRange) -> u64 {
+        match self.keys.get(&cluster.uid) {
+            Some(keys) if range != KeyRange::WHOLE => count_in(keys, range),
+            _ => self.counts.get(&cluster.key).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// The cut a cluster's records describe, with the record of each slice: its finest records if
+/// they tile the key space (a split under way counts as done), else its widest ones (a split
+/// written only in part is made again). Aligned ranges nest or are apart, so the widest
+/// records never overlap.
+fn recorded_cut(records: &[SliceRecord]) -> Vec<(KeyRange, ClusterRecord)> {
+    let finest: Vec<&SliceRecord> = records
+        .iter()
+        .filter(|r| {
+            !records
+                .iter()
+                .any(|o| o.range != r.range && o.range.within(r.range))
+        })
+        .collect();
+    let widest = || {
+        records
+            .iter()
+            .filter(|r| {
+                !records
+                    .iter()
+                    .any(|o| o.range != r.range && r.range.within(o.range))
+            })
+            .collect::<Vec<_>>()
+    };
+    let tiles = |list: &[&SliceRecord]| {
+        Slicing::default()
+            .with("cluster", list.iter().map(|r| r.range).collect())
+            .is_some()
+    };
+    let chosen = if tiles(&finest) { finest } else { widest() };
+    let mut cut: Vec<(KeyRange, ClusterRecord)> =
+        chosen.into_iter().map(|r| (r.range, r.record)).collect();
+    cut.sort_by_key(|(range, _)| *range);
+    cut
+}
+
+/// One planning pass. Clusters are identified by UID for placement, slices by
+/// [`shard_assign::slice_id`]; app counts and keys come from the apps that target each
+/// cluster. `slicing` says whether clusters too big for one shard are cut.
 pub fn plan(
     strategy: &StrategyConfig,
+    slicing: &SliceConfig,
     clusters: &[ClusterView],
     apps: &[AppView],
     membership: &Membership,
@@ -170,34 +273,51 @@ pub fn plan(
     if live.is_empty() {
         return Err(PlanError::NoLiveShards);
     }
-    let mut app_counts: BTreeMap<&ObjectKey, u64> = BTreeMap::new();
-    for app in apps {
-        *app_counts.entry(&app.cluster).or_default() += 1;
-    }
+    let fleet = Fleet::of(clusters, apps);
     let inputs: Vec<Cluster> = clusters
         .iter()
         .map(|c| Cluster {
             id: c.uid.clone(),
             name: c.key.to_string(),
-            apps: app_counts.get(&c.key).copied().unwrap_or(0),
+            apps: fleet.counts.get(&c.key).copied().unwrap_or(0),
             pin: c.pin,
             weight: c.weight,
         })
         .collect();
-    // Where each cluster is or is going: a drain in progress counts as already decided.
+    // Where each slice is or is going: a drain in progress counts as already decided.
     let mut previous = PreviousPlacement::new();
+    let mut previous_slicing = Slicing::default();
     for c in clusters {
-        if let Some(shard) = c.record.intended_shard() {
-            let load = memory.and_then(|m| m.loads.get(&c.uid).copied());
-            previous.insert(c.uid.clone(), shard, load);
+        let cut = recorded_cut(&c.records());
+        if cut.len() > 1 {
+            let ranges = cut.iter().map(|(range, _)| *range).collect();
+            if let Some(with_cut) = previous_slicing.clone().with(c.uid.clone(), ranges) {
+                previous_slicing = with_cut;
+            }
+        }
+        for (range, record) in cut {
+            if let Some(shard) = record.intended_shard() {
+                let id = slice_id(&c.uid, range);
+                let load = memory.and_then(|m| m.loads.get(&id).copied());
+                previous.insert(id, shard, load);
+            }
         }
     }
     if let Some(memory) = memory {
         previous = previous.with_live_shards(memory.shards.clone());
     }
-    let assignment = assign(strategy, &inputs, &live, Some(&previous))?;
+    let assignment = assign_sliced(
+        strategy,
+        slicing,
+        &inputs,
+        &fleet.keys,
+        &live,
+        Some(&previous),
+        &previous_slicing,
+    )?;
     let memory = PlanMemory {
         loads: assignment
+            .assignment
             .placements()
             .iter()
             .map(|(id, p)| (id.clone(), p.load))
@@ -207,57 +327,106 @@ pub fn plan(
 
     let mut cluster_actions = Vec::new();
     let mut unhonoured_pins = Vec::new();
-    // The owner each cluster will have once this pass's writes land.
-    let mut owner_after: BTreeMap<&ObjectKey, (ShardId, bool)> = BTreeMap::new();
+    let mut layouts = BTreeMap::new();
+    // The records each cluster will have once this pass's writes land.
+    let mut records_after: BTreeMap<&ObjectKey, Vec<Owned>> = BTreeMap::new();
     for c in clusters {
-        let Some(desired) = assignment.shard_of(&c.uid) else {
+        let Some(units) = assignment.units.get(&c.uid) else {
             continue;
         };
-        if let Some(pin) = c.pin
-            && pin != desired
+        let desired: Vec<(KeyRange, ShardId)> = units
+            .iter()
+            .filter_map(|(range, id)| Some((*range, assignment.assignment.shard_of(id)?)))
+            .collect();
+        if let (Some(pin), Some(&(_, first))) = (c.pin, desired.first())
+            && desired.iter().all(|&(_, s)| s != pin)
         {
-            unhonoured_pins.push((c.key.clone(), pin, desired));
+            unhonoured_pins.push((c.key.clone(), pin, first));
         }
-        let action = planner_action(&c.record, desired, |s| membership.holder(s));
-        match action {
-            PlannerAction::Assign { shard, .. } => {
-                owner_after.insert(&c.key, (shard, true));
-            }
-            _ => {
-                if let Some(owner) = c.record.owner {
-                    owner_after.insert(&c.key, (owner, false));
-                }
-            }
-        }
-        if action != PlannerAction::Keep {
-            cluster_actions.push((c.key.clone(), action));
-        }
+        let records = c.records();
+        let actions = slice_actions(&records, &desired, |s| membership.holder(s));
+        records_after.insert(&c.key, owners_after(&records, &actions));
+        cluster_actions.extend(actions.into_iter().map(|a| (c.key.clone(), a)));
+        layouts.insert(c.key.clone(), desired);
     }
-    cluster_actions.sort_by(|a, b| a.0.cmp(&b.0));
 
-    let app_labels = app_labels(apps, &owner_after, &live);
+    let app_labels = app_labels(apps, &records_after, &live);
     Ok(Plan {
         assignment,
         cluster_actions,
         app_labels,
         unhonoured_pins,
+        layouts,
         memory,
     })
 }
 
-/// The label changes of apps: each follows its cluster's owner once that cluster's write lands
-/// (`owner_after`: the owner each cluster has after this pass, and whether it changes).
+/// A record once a pass's writes land: its owner, and whether a write of this pass gave it.
+#[derive(Clone, Copy, Debug)]
+struct Owned {
+    range: KeyRange,
+    owner: Option<ShardId>,
+    changed: bool,
+}
+
+fn owners_after(records: &[SliceRecord], actions: &[SliceAction]) -> Vec<Owned> {
+    let mut after: Vec<Owned> = records
+        .iter()
+        .map(|r| Owned {
+            range: r.range,
+            owner: r.record.owner,
+            changed: false,
+        })
+        .collect();
+    for action in actions {
+        match *action {
+            SliceAction::Create { range, owner, .. } => after.push(Owned {
+                range,
+                owner: owner.map(|(shard, _)| shard),
+                changed: true,
+            }),
+            SliceAction::Delete { range } => after.retain(|o| o.range != range),
+            SliceAction::Place {
+                range,
+                action: PlannerAction::Assign { shard, .. },
+            } => {
+                for o in after.iter_mut().filter(|o| o.range == range) {
+                    o.owner = Some(shard);
+                    o.changed = true;
+                }
+            }
+            SliceAction::Place { .. } | SliceAction::Retire { .. } => {}
+        }
+    }
+    after
+}
+
+/// The label changes of apps: each follows the owner of the deepest record containing its key,
+/// once that record's write lands.
 fn app_labels(
     apps: &[AppView],
-    owner_after: &BTreeMap<&ObjectKey, (ShardId, bool)>,
+    records_after: &BTreeMap<&ObjectKey, Vec<Owned>>,
     live: &ShardSet,
 ) -> Vec<AppLabel> {
     let mut app_labels = Vec::new();
     for app in apps {
-        let (shard, after) = match owner_after.get(&app.cluster) {
-            Some(&(shard, changed)) => (shard, changed.then(|| app.cluster.clone())),
-            // No such cluster: someone must still report that; keep a live label, or pick one
-            // by hash so every planner picks the same.
+        let key = app_key(&app.uid);
+        let owned = records_after.get(&app.cluster).and_then(|records| {
+            records
+                .iter()
+                .filter(|o| o.range.contains(key))
+                .max_by_key(|o| o.range.depth())
+        });
+        let (shard, after) = match owned.and_then(|o| Some((o.owner?, o))) {
+            Some((shard, o)) => (
+                shard,
+                o.changed.then(|| RecordKey {
+                    cluster: app.cluster.clone(),
+                    range: o.range,
+                }),
+            ),
+            // No such cluster, or no owner yet: someone must still report on it; keep a live
+            // label, or pick one by hash so every planner picks the same.
             None => match app.shard.filter(|&s| live.contains(s)) {
                 Some(s) => (s, None),
                 None => {
@@ -312,6 +481,8 @@ pub(crate) mod fixtures {
                 epoch: 1,
                 ..Default::default()
             },
+            cut: false,
+            slices: Vec::new(),
         }
     }
 }
@@ -321,6 +492,13 @@ mod tests {
     use super::fixtures::{cluster, holder, identity, members};
     use super::*;
     use shard_assign::StrategyKind;
+
+    fn whole(action: PlannerAction) -> SliceAction {
+        SliceAction::Place {
+            range: KeyRange::WHOLE,
+            action,
+        }
+    }
 
     fn app(name: &str, cluster: &str, shard: Option<ShardId>) -> AppView {
         AppView {
@@ -336,7 +514,15 @@ mod tests {
         let m = members(3, &[0, 2, 3]);
         assert_eq!(m.live(), [0, 2].into_iter().collect());
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
-        let err = plan(&config, &[cluster("a", None)], &[], &members(0, &[0]), None).unwrap_err();
+        let err = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &[cluster("a", None)],
+            &[],
+            &members(0, &[0]),
+            None,
+        )
+        .unwrap_err();
         assert_eq!(err, PlanError::NoLiveShards);
     }
 
@@ -349,26 +535,34 @@ mod tests {
             app("y", "a", None),
             app("z", "b", None),
         ];
-        let p = plan(&config, &clusters, &apps, &members(2, &[0, 1]), None).unwrap();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &apps,
+            &members(2, &[0, 1]),
+            None,
+        )
+        .unwrap();
         // a (2 apps) goes first to shard 0, b to shard 1.
         assert_eq!(
             p.cluster_actions,
             vec![
                 (
                     ObjectKey::new("fleet", "a"),
-                    PlannerAction::Assign {
+                    whole(PlannerAction::Assign {
                         shard: 0,
                         holder: holder(0),
                         epoch: 2
-                    }
+                    })
                 ),
                 (
                     ObjectKey::new("fleet", "b"),
-                    PlannerAction::Assign {
+                    whole(PlannerAction::Assign {
                         shard: 1,
                         holder: holder(1),
                         epoch: 2
-                    }
+                    })
                 ),
             ]
         );
@@ -393,12 +587,20 @@ mod tests {
         // Both on shard 0; greedy wants one on each.
         let clusters = [cluster("a", Some(0)), cluster("b", Some(0))];
         let apps = [app("x", "a", Some(0)), app("z", "b", Some(0))];
-        let p = plan(&config, &clusters, &apps, &members(2, &[0, 1]), None).unwrap();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &apps,
+            &members(2, &[0, 1]),
+            None,
+        )
+        .unwrap();
         assert_eq!(p.cluster_actions.len(), 1);
-        assert!(matches!(
+        assert_eq!(
             p.cluster_actions[0].1,
-            PlannerAction::RequestDrain { to: 1 }
-        ));
+            whole(PlannerAction::RequestDrain { to: 1 })
+        );
         // Until the drain is acknowledged the apps keep their owner.
         assert!(p.app_labels.is_empty());
     }
@@ -409,16 +611,24 @@ mod tests {
         let clusters = [cluster("a", Some(0)), cluster("b", Some(1))];
         let apps = [app("x", "a", Some(0)), app("z", "b", Some(1))];
         // Shard 1 is expected but its lease expired.
-        let p = plan(&config, &clusters, &apps, &members(2, &[0]), None).unwrap();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &apps,
+            &members(2, &[0]),
+            None,
+        )
+        .unwrap();
         assert_eq!(
             p.cluster_actions,
             vec![(
                 ObjectKey::new("fleet", "b"),
-                PlannerAction::Assign {
+                whole(PlannerAction::Assign {
                     shard: 0,
                     holder: holder(0),
                     epoch: 2
-                }
+                })
             )]
         );
         assert_eq!(
@@ -426,7 +636,10 @@ mod tests {
             vec![AppLabel {
                 app: ObjectKey::new("fleet", "z"),
                 shard: 0,
-                after: Some(ObjectKey::new("fleet", "b")),
+                after: Some(RecordKey {
+                    cluster: ObjectKey::new("fleet", "b"),
+                    range: KeyRange::WHOLE
+                }),
             }]
         );
     }
@@ -439,16 +652,24 @@ mod tests {
         // Shard 1 restarted: its lease is valid again, held by a new process.
         let mut membership = members(2, &[0, 1]);
         membership.alive.insert(1, "fleet-1_second".into());
-        let p = plan(&config, &clusters, &apps, &membership, None).unwrap();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &apps,
+            &membership,
+            None,
+        )
+        .unwrap();
         assert_eq!(
             p.cluster_actions,
             vec![(
                 ObjectKey::new("fleet", "b"),
-                PlannerAction::Assign {
+                whole(PlannerAction::Assign {
                     shard: 1,
                     holder: Incarnation::of_identity("fleet-1_second"),
                     epoch: 2
-                }
+                })
             )]
         );
         // Same shard: the apps keep their label.
@@ -464,7 +685,15 @@ mod tests {
             app("kept", "nowhere", Some(1)),
             app("stale", "nowhere", Some(7)),
         ];
-        let p = plan(&config, &[], &apps, &members(3, &[0, 1, 2]), None).unwrap();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &[],
+            &apps,
+            &members(3, &[0, 1, 2]),
+            None,
+        )
+        .unwrap();
         let shards: BTreeMap<String, ShardId> = p
             .app_labels
             .iter()
@@ -473,7 +702,15 @@ mod tests {
         assert!(!shards.contains_key("kept"), "a live label is kept");
         assert!(shards["lost"] < 3 && shards["stale"] < 3);
         // Deterministic: the same pass gives the same labels.
-        let again = plan(&config, &[], &apps, &members(3, &[0, 1, 2]), None).unwrap();
+        let again = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &[],
+            &apps,
+            &members(3, &[0, 1, 2]),
+            None,
+        )
+        .unwrap();
         assert_eq!(p.app_labels, again.app_labels);
     }
 
@@ -486,12 +723,23 @@ mod tests {
             cluster("c", Some(2)),
         ];
         // replicas 3 -> 2, replica 2 still running.
-        let p = plan(&config, &clusters, &[], &members(2, &[0, 1, 2]), None).unwrap();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &[],
+            &members(2, &[0, 1, 2]),
+            None,
+        )
+        .unwrap();
         assert_eq!(p.cluster_actions.len(), 1);
         assert_eq!(p.cluster_actions[0].0.name, "c");
         assert!(matches!(
             p.cluster_actions[0].1,
-            PlannerAction::RequestDrain { to: 0 | 1 }
+            SliceAction::Place {
+                action: PlannerAction::RequestDrain { to: 0 | 1 },
+                ..
+            }
         ));
     }
 
@@ -500,7 +748,15 @@ mod tests {
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
         let mut pinned = cluster("p", Some(0));
         pinned.pin = Some(5);
-        let p = plan(&config, &[pinned], &[], &members(2, &[0, 1]), None).unwrap();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &[pinned],
+            &[],
+            &members(2, &[0, 1]),
+            None,
+        )
+        .unwrap();
         assert_eq!(
             p.unhonoured_pins,
             vec![(ObjectKey::new("fleet", "p"), 5, 0)]
@@ -539,17 +795,266 @@ mod memory_tests {
                 .collect(),
             shards: members.live(),
         };
-        let quiet = plan(&config, &clusters, &apps, &members, Some(&remembered)).unwrap();
+        let quiet = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &apps,
+            &members,
+            Some(&remembered),
+        )
+        .unwrap();
         assert!(
             quiet.cluster_actions.is_empty(),
             "{:?}",
             quiet.cluster_actions
         );
-        let converging = plan(&config, &clusters, &apps, &members, None).unwrap();
+        let converging = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &apps,
+            &members,
+            None,
+        )
+        .unwrap();
         assert!(!converging.cluster_actions.is_empty());
         assert!(
             converging.cluster_actions.len() <= 3,
             "the budget bounds a pass"
         );
+    }
+}
+
+#[cfg(test)]
+mod slicing_tests {
+    use super::fixtures::{cluster, holder, members};
+    use super::*;
+    use shard_assign::StrategyKind;
+
+    /// Applies a pass's writes to the views, as the API server would, and lets every owner
+    /// acknowledge every drain at once (no work in flight anywhere).
+    fn apply(clusters: &mut [ClusterView], apps: &mut [AppView], plan: &Plan) {
+        for (key, action) in &plan.cluster_actions {
+            let Some(c) = clusters.iter_mut().find(|c| &c.key == key) else {
+                continue;
+            };
+            let mut records = c.records();
+            let range = action.range();
+            let at = records.iter().position(|r| r.range == range);
+            match (*action, at) {
+                (
+                    SliceAction::Create {
+                        owner,
+                        epoch,
+                        drain_to,
+                        ..
+                    },
+                    None,
+                ) => records.push(SliceRecord {
+                    range,
+                    record: ClusterRecord {
+                        owner: owner.map(|o| o.0),
+                        holder: owner.map(|o| o.1),
+                        epoch,
+                        drain_to,
+                        drained_epoch: None,
+                    },
+                }),
+                (SliceAction::Retire { .. }, Some(i)) => {
+                    records[i].record.drain_to = records[i].record.owner;
+                }
+                (SliceAction::Delete { .. }, Some(i)) => {
+                    records.remove(i);
+                }
+                (SliceAction::Place { action, .. }, Some(i)) => {
+                    let r = &mut records[i].record;
+                    match action {
+                        PlannerAction::Assign {
+                            shard,
+                            holder,
+                            epoch,
+                        } => {
+                            *r = ClusterRecord {
+                                owner: Some(shard),
+                                holder: Some(holder),
+                                epoch,
+                                ..Default::default()
+                            }
+                        }
+                        PlannerAction::RequestDrain { to } => r.drain_to = Some(to),
+                        PlannerAction::CancelDrain => r.drain_to = None,
+                        PlannerAction::Keep => {}
+                    }
+                }
+                other => panic!("cannot apply {other:?}"),
+            }
+            for r in &mut records {
+                if r.record.drain_to.is_some() {
+                    r.record.drained_epoch = Some(r.record.epoch);
+                }
+            }
+            let whole = records.iter().find(|r| r.range == KeyRange::WHOLE);
+            c.cut = whole.is_none();
+            if let Some(w) = whole {
+                c.record = w.record;
+            }
+            c.slices = records
+                .into_iter()
+                .filter(|r| r.range != KeyRange::WHOLE)
+                .collect();
+        }
+        for label in &plan.app_labels {
+            if let Some(app) = apps.iter_mut().find(|a| a.key == label.app) {
+                app.shard = Some(label.shard);
+            }
+        }
+    }
+
+    /// A fleet of four shards where cluster `hot` holds 300 of 400 apps, all on shard 0.
+    fn skewed() -> (Vec<ClusterView>, Vec<AppView>) {
+        let mut clusters = vec![cluster("hot", Some(0))];
+        let mut apps = Vec::new();
+        for i in 0..300 {
+            apps.push(AppView {
+                key: ObjectKey::new("fleet", format!("hot-{i}")),
+                uid: format!("6b1c{i:04}-00aa-4c1e-9f00-{:012x}", i * 7919),
+                cluster: ObjectKey::new("fleet", "hot"),
+                shard: Some(0),
+            });
+        }
+        for c in 0..4 {
+            clusters.push(cluster(&format!("c{c}"), Some(c)));
+            for i in 0..25 {
+                apps.push(AppView {
+                    key: ObjectKey::new("fleet", format!("c{c}-{i}")),
+                    uid: format!("0d5e{c:02}{i:02}-11bb-4d2f-8e11-{:012x}", i * 104_729),
+                    cluster: ObjectKey::new("fleet", format!("c{c}")),
+                    shard: Some(c),
+                });
+            }
+        }
+        (clusters, apps)
+    }
+
+    #[test]
+    fn a_hot_cluster_is_cut_moved_in_halves_and_then_left_alone() {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let slicing = SliceConfig::enabled();
+        let (mut clusters, mut apps) = skewed();
+        let members = members(4, &[0, 1, 2, 3]);
+        let mut passes = 0;
+        // Passes without memory, as the planner's periodic ones: each may spend the move budget
+        // while the fleet is above its target balance.
+        loop {
+            let p = plan(&config, &slicing, &clusters, &apps, &members, None).unwrap();
+            if p.cluster_actions.is_empty() && p.app_labels.is_empty() {
+                break;
+            }
+            apply(&mut clusters, &mut apps, &p);
+            passes += 1;
+            assert!(passes < 20, "no convergence: {clusters:#?}");
+        }
+        let hot = &clusters[0];
+        assert!(hot.cut, "the hot cluster is cut: {hot:#?}");
+        let shards: std::collections::BTreeSet<ShardId> =
+            hot.slices.iter().filter_map(|s| s.record.owner).collect();
+        assert!(shards.len() >= 3, "spread over shards: {hot:#?}");
+        // Its records tile the key space, and each names the live holder of its shard.
+        let ranges: Vec<KeyRange> = hot.slices.iter().map(|s| s.range).collect();
+        assert!(Slicing::default().with("hot", ranges).is_some());
+        for s in &hot.slices {
+            assert_eq!(s.record.holder, s.record.owner.map(holder));
+            assert_eq!(s.record.drain_to, None);
+        }
+        // Every app is labelled with the owner of its slice; the busiest shard is near the mean.
+        let mut per_shard = BTreeMap::new();
+        for app in &apps {
+            let c = clusters.iter().find(|c| c.key == app.cluster).unwrap();
+            let key = app_key(&app.uid);
+            let owner = c
+                .records()
+                .iter()
+                .find(|r| r.range.contains(key))
+                .and_then(|r| r.record.owner);
+            assert_eq!(app.shard, owner, "{}", app.key);
+            *per_shard.entry(owner).or_insert(0u64) += 1;
+        }
+        let max = per_shard.values().copied().max().unwrap();
+        assert!(max <= 115, "max {max} of a mean of 100: {per_shard:?}");
+        // A planner that takes over moves nothing either.
+        let takeover = PlanMemory::of_current(&clusters, &apps, &members);
+        let p = plan(
+            &config,
+            &slicing,
+            &clusters,
+            &apps,
+            &members,
+            Some(&takeover),
+        )
+        .unwrap();
+        assert!(p.cluster_actions.is_empty(), "{:?}", p.cluster_actions);
+        assert!(p.app_labels.is_empty());
+    }
+
+    #[test]
+    fn slicing_off_places_the_hot_cluster_whole() {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let (clusters, apps) = skewed();
+        let p = plan(
+            &config,
+            &SliceConfig::disabled(),
+            &clusters,
+            &apps,
+            &members(4, &[0, 1, 2, 3]),
+            None,
+        )
+        .unwrap();
+        assert!(
+            p.cluster_actions
+                .iter()
+                .all(|(_, a)| a.range() == KeyRange::WHOLE)
+        );
+        assert!(p.layouts.values().all(|l| l.len() == 1));
+    }
+
+    #[test]
+    fn a_split_names_where_each_half_goes_and_apps_wait_for_it() {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let (clusters, apps) = skewed();
+        let p = plan(
+            &config,
+            &SliceConfig::enabled(),
+            &clusters,
+            &apps,
+            &members(4, &[0, 1, 2, 3]),
+            None,
+        )
+        .unwrap();
+        let creates: Vec<&SliceAction> = p
+            .cluster_actions
+            .iter()
+            .filter(|(k, _)| k.name == "hot")
+            .map(|(_, a)| a)
+            .collect();
+        assert!(creates.len() >= 2, "{creates:?}");
+        for action in &creates {
+            let SliceAction::Create { owner, .. } = action else {
+                panic!("a split only creates at first: {action:?}");
+            };
+            assert_eq!(*owner, Some((0, holder(0))), "created on the owner");
+        }
+        assert!(
+            creates.iter().any(|a| matches!(
+                a,
+                SliceAction::Create {
+                    drain_to: Some(_),
+                    ..
+                }
+            )),
+            "some half is headed elsewhere"
+        );
+        // Nobody has moved yet, so no app of the hot cluster changes label.
+        assert!(p.app_labels.iter().all(|l| !l.app.name.starts_with("hot")));
     }
 }

@@ -47,11 +47,15 @@ pub struct SliceRecord {
 /// What the planner writes for the slices of one cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SliceAction {
-    /// Create the record of a new slice, naming `owner` (shard and holder) or nobody.
+    /// Create the record of a new slice, naming `owner` (shard and holder) or nobody. When the
+    /// slice should end on another shard than its owner's, `drain_to` asks for it at once: the
+    /// record itself then says where the slice is going (a planner that takes over reads it
+    /// back), and no new work starts under a slice that is about to move.
     Create {
         range: KeyRange,
         owner: Option<(ShardId, Incarnation)>,
         epoch: u64,
+        drain_to: Option<ShardId>,
     },
     /// Ask the owner to stop work under this record (drain to its own shard).
     Retire { range: KeyRange },
@@ -109,6 +113,17 @@ pub fn slice_actions(
     };
     let wanted = |range: KeyRange| desired.iter().find(|(d, _)| *d == range).map(|(_, s)| *s);
     let others = |me: KeyRange| records.iter().filter(move |r| r.range != me);
+    // A live record on its way to another shard that nothing overlaps: its move will finish.
+    // (One created by a split names its destination at once, but moves only once the record it
+    // was cut from is gone.)
+    let moving = |slice: &SliceRecord| {
+        live(&slice.record)
+            && slice
+                .record
+                .drain_to
+                .is_some_and(|to| Some(to) != slice.record.owner)
+            && others(slice.range).all(|r| !overlaps(r.range, slice.range))
+    };
     let mut actions = Vec::new();
     // An ordinary placement step toward `shard`, when there is one.
     let place = |actions: &mut Vec<SliceAction>, slice: &SliceRecord, shard: ShardId| {
@@ -131,11 +146,12 @@ pub fn slice_actions(
             }
             continue;
         }
-        // A stale slice: finish a move in flight, then retire and delete it once covered.
-        if live(record)
-            && let Some(to) = record.drain_to.filter(|&to| Some(to) != record.owner)
-        {
-            place(&mut actions, slice, to);
+        // A stale slice: finish a move in flight (one that no recut holds back), then retire
+        // and delete it once covered.
+        if moving(slice) {
+            if let Some(to) = record.drain_to {
+                place(&mut actions, slice, to);
+            }
             continue;
         }
         // Covered by current slices, or by an ancestor this record folds into: one with the
@@ -175,11 +191,7 @@ pub fn slice_actions(
             .copied()
             .filter(|r| live(&r.record))
             .collect();
-        if live_ones.iter().any(|r| {
-            r.record
-                .drain_to
-                .is_some_and(|to| Some(to) != r.record.owner)
-        }) {
+        if live_ones.iter().any(|r| moving(r)) {
             // A move is under way: let it finish first. (A retiring record is no obstacle: the
             // new one names the same owner.)
             continue;
@@ -197,10 +209,12 @@ pub fn slice_actions(
                 .max()
                 .unwrap_or(0)
                 + 1;
+            let owner = holders.first().copied();
             actions.push(SliceAction::Create {
                 range,
-                owner: holders.first().copied(),
+                owner,
                 epoch,
+                drain_to: owner.map(|(s, _)| s).filter(|&s| s != shard).map(|_| shard),
             });
             continue;
         }

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use shard_assign::{Ratio, StrategyConfig, StrategyKind};
+use shard_assign::{Ratio, SliceSwitch, StrategyConfig, StrategyKind};
 use shardwise_handoff::identity::IdentityError;
 use shardwise_handoff::lease::LeaseTiming;
 
@@ -93,6 +93,10 @@ pub struct ReplicaArgs {
     /// Max/mean load at which sticky-balanced stops moving units.
     #[arg(long, env = "SHARDWISE_TARGET_BALANCE", default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
     pub target_balance: Ratio,
+    /// Cut units too big for one shard into slices of their items: `auto` with sticky-balanced
+    /// only, `on` with every strategy that may cut (not legacy-modulo or round-robin), `off`.
+    #[arg(long, env = "SHARDWISE_SLICING", default_value_t = SliceSwitch::Auto)]
+    pub slicing: SliceSwitch,
     /// Re-plan at least this often (load-aware strategies), besides every change.
     #[arg(long, env = "SHARDWISE_PLAN_INTERVAL", default_value = "30s", value_parser = duration)]
     pub plan_interval: Duration,
@@ -181,6 +185,7 @@ impl ReplicaArgs {
                     max_extra_moves: self.max_extra_moves,
                     target_balance: self.target_balance,
                 },
+                slicing: self.slicing,
                 plan_interval: self.plan_interval,
                 converge_interval: self.converge_interval,
                 limit: RequestLimit {

@@ -5,6 +5,10 @@
 //! controller and of the example controller prove with them that no two processes ever worked
 //! on one unit at once.
 //!
+//! Work on a unit cut into slices is recorded with the slice it was admitted under (`range`), so
+//! that the check is at item granularity there: two processes on disjoint slices of one unit
+//! do not overlap; on nested ones (or on a unit that is not cut) they do.
+//!
 //! A start line is written (and flushed) before the reconcile touches anything and an end line
 //! when its [`OpenInterval`] is dropped: after the reconcile finished, or when it was abandoned
 //! (its task aborted at fencing or shutdown), which is when its work stopped. A killed process
@@ -18,12 +22,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
+use shard_assign::KeyRange;
 
 /// One line: `event` (start or end), `id` (unique per reconcile within a process, to pair
 /// start and end), `t` (wall-clock nanoseconds since the Unix epoch), `shard`, `pid`, the unit
 /// the work belongs to under the unit's noun (`cluster` for shardwise's controller), `kind`
-/// (the noun of what was reconciled) and `key` (`namespace/name` of it).
-fn line(fields: [(&str, Value); 8]) -> Map<String, Value> {
+/// (the noun of what was reconciled), `key` (`namespace/name` of it) and `range` (the slice of the
+/// unit the work was admitted under, `first-last` in hexadecimal).
+fn line(fields: [(&str, Value); 9]) -> Map<String, Value> {
     fields
         .into_iter()
         .map(|(name, value)| (name.to_string(), value))
@@ -51,6 +57,7 @@ pub struct OpenInterval {
     audit: Audit,
     id: u64,
     unit: String,
+    range: KeyRange,
     kind: &'static str,
     key: String,
 }
@@ -82,7 +89,7 @@ impl Audit {
         })
     }
 
-    fn write(&self, event: &str, id: u64, unit: &str, kind: &str, key: &str) {
+    fn write(&self, event: &str, id: u64, unit: &str, range: KeyRange, kind: &str, key: &str) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(file) = inner.file.as_mut() else {
             return;
@@ -96,6 +103,7 @@ impl Audit {
             (self.unit_field, unit.into()),
             ("kind", kind.into()),
             ("key", key.into()),
+            ("range", range.to_string().into()),
         ]);
         if let Ok(mut text) = serde_json::to_string(&line) {
             text.push('\n');
@@ -106,18 +114,25 @@ impl Audit {
         }
     }
 
-    /// Opens the interval of one reconcile of `kind` `key`, work of `unit`.
-    pub fn start(&self, unit: &str, kind: &'static str, key: &str) -> OpenInterval {
+    /// Opens the interval of one reconcile of `kind` `key`, work of `range` of `unit`.
+    pub fn start(
+        &self,
+        unit: &str,
+        range: KeyRange,
+        kind: &'static str,
+        key: &str,
+    ) -> OpenInterval {
         let id = {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             inner.next_id += 1;
             inner.next_id
         };
-        self.write("start", id, unit, kind, key);
+        self.write("start", id, unit, range, kind, key);
         OpenInterval {
             audit: self.clone(),
             id,
             unit: unit.to_string(),
+            range,
             kind,
             key: key.to_string(),
         }
@@ -127,7 +142,7 @@ impl Audit {
 impl Drop for OpenInterval {
     fn drop(&mut self) {
         self.audit
-            .write("end", self.id, &self.unit, self.kind, &self.key);
+            .write("end", self.id, &self.unit, self.range, self.kind, &self.key);
     }
 }
 
@@ -138,6 +153,9 @@ pub struct Interval {
     pub shard: u32,
     /// The unit the work belonged to.
     pub unit: String,
+    /// The slice of the unit it was admitted under (the whole unit in lines written before
+    /// slices existed).
+    pub range: KeyRange,
     /// What was reconciled.
     pub key: String,
     pub start: u64,
@@ -212,6 +230,14 @@ fn parse_line(raw: &str, unit_field: &str) -> Result<(String, u64, Interval), St
             pid: small("pid")?,
             shard: small("shard")?,
             unit: text(unit_field)?,
+            range: match value.get("range") {
+                None => KeyRange::WHOLE,
+                Some(range) => range
+                    .as_str()
+                    .ok_or("field \"range\" is not text")?
+                    .parse()
+                    .map_err(|e: shard_assign::ParseError| e.to_string())?,
+            },
             key: text("key")?,
             start: number("t")?,
             end: None,
@@ -275,14 +301,16 @@ pub fn read(files: &[impl AsRef<Path>], unit_field: &str) -> Result<Vec<Interval
     Ok(done)
 }
 
-/// Overlaps between different processes on the same unit. An interval without an end lasts
-/// until `deaths[pid]` (when that process was killed) or, for a live process, forever.
+/// Overlaps between different processes on the same unit, under slices that nest (the same,
+/// or one within the other). An interval without an end lasts until `deaths[pid]` (when that
+/// process was killed) or, for a live process, forever.
 pub fn overlaps(intervals: &[Interval], deaths: &BTreeMap<u32, u64>) -> Vec<Overlap> {
     let end_of = |i: &Interval| {
         i.end
             .or_else(|| deaths.get(&i.pid).copied())
             .unwrap_or(u64::MAX)
     };
+    let nest = |a: KeyRange, b: KeyRange| a.within(b) || b.within(a);
     let mut by_unit: BTreeMap<&str, Vec<&Interval>> = BTreeMap::new();
     for i in intervals {
         by_unit.entry(&i.unit).or_default().push(i);
@@ -290,12 +318,14 @@ pub fn overlaps(intervals: &[Interval], deaths: &BTreeMap<u32, u64>) -> Vec<Over
     let mut found = Vec::new();
     for (unit, mut list) in by_unit {
         list.sort_by_key(|i| i.start);
-        // Sweep in start order, remembering the interval of another process that reaches
-        // furthest; any start before that end is an overlap.
-        let mut reach: BTreeMap<u32, &Interval> = BTreeMap::new();
+        // Sweep in start order, keeping the intervals that have not ended yet: per process and
+        // slice, the one that reaches furthest. Any start before the end of one of another
+        // process, under a slice that nests with its own, is an overlap.
+        let mut reach: BTreeMap<(u32, KeyRange), &Interval> = BTreeMap::new();
         for interval in list {
-            for (&pid, other) in &reach {
-                if pid != interval.pid && end_of(other) > interval.start {
+            reach.retain(|_, other| end_of(other) > interval.start);
+            for (&(pid, range), other) in &reach {
+                if pid != interval.pid && nest(range, interval.range) {
                     found.push(Overlap {
                         unit: unit.to_string(),
                         first: (*other).clone(),
@@ -303,11 +333,12 @@ pub fn overlaps(intervals: &[Interval], deaths: &BTreeMap<u32, u64>) -> Vec<Over
                     });
                 }
             }
-            let furthest = reach
-                .get(&interval.pid)
-                .is_none_or(|r| end_of(r) < end_of(interval));
-            if furthest {
-                reach.insert(interval.pid, interval);
+            let slot = (interval.pid, interval.range);
+            if reach
+                .get(&slot)
+                .is_none_or(|r| end_of(r) < end_of(interval))
+            {
+                reach.insert(slot, interval);
             }
         }
     }
@@ -323,10 +354,32 @@ mod tests {
             pid,
             shard: pid,
             unit: unit.into(),
+            range: KeyRange::WHOLE,
             key: unit.into(),
             start,
             end,
         }
+    }
+
+    #[test]
+    fn on_a_cut_unit_only_nested_slices_overlap() {
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        let under = |pid, range, start, end| Interval {
+            range,
+            ..interval(pid, "fleet/hot", start, Some(end))
+        };
+        let disjoint = [under(1, low, 0, 10), under(2, high, 5, 15)];
+        assert!(overlaps(&disjoint, &BTreeMap::new()).is_empty());
+        // A split under way on one process and the half on another: they nest.
+        let nested = [under(1, KeyRange::WHOLE, 0, 10), under(2, high, 5, 15)];
+        assert_eq!(overlaps(&nested, &BTreeMap::new()).len(), 1);
+        // A long interval under one half is still seen after a short one under the other.
+        let long = [
+            under(1, high, 0, 100),
+            under(1, low, 1, 2),
+            under(2, high, 50, 60),
+        ];
+        assert_eq!(overlaps(&long, &BTreeMap::new()).len(), 1);
     }
 
     #[test]
@@ -357,8 +410,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let audit = Audit::open(2, "namespace", Some(&path)).unwrap();
-        drop(audit.start("team-a", "configmap", "team-a/settings"));
-        let _open = audit.start("team-b", "namespace", "team-b");
+        drop(audit.start("team-a", KeyRange::WHOLE, "configmap", "team-a/settings"));
+        let (_, high) = KeyRange::WHOLE.halves().unwrap();
+        let _open = audit.start("team-b", high, "namespace", "team-b");
         let mut torn = std::fs::read_to_string(&path).unwrap();
         torn.push_str("{\"event\": \"sta");
         std::fs::write(&path, torn).unwrap();
@@ -375,6 +429,10 @@ mod tests {
                 .is_some_and(|end| end >= intervals[0].start)
         );
         assert_eq!(intervals[1].end, None, "still open");
+        assert_eq!(
+            (intervals[0].range, intervals[1].range),
+            (KeyRange::WHOLE, high)
+        );
         let wrong_noun = read(&[&path], "cluster").unwrap_err();
         assert!(
             wrong_noun.to_string().contains("no text field \"cluster\""),
@@ -387,8 +445,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let audit = Audit::open(3, "cluster", Some(&path)).unwrap();
-        let a = audit.start("fleet/c1", "app", "fleet/x");
-        let b = audit.start("fleet/c2", "cluster", "fleet/c2");
+        let a = audit.start("fleet/c1", KeyRange::WHOLE, "app", "fleet/x");
+        let b = audit.start("fleet/c2", KeyRange::WHOLE, "cluster", "fleet/c2");
         drop(a);
         drop(b);
         let text = std::fs::read_to_string(&path).unwrap();
@@ -405,7 +463,7 @@ mod tests {
         assert!(lines[2]["t"].as_u64().unwrap() >= lines[0]["t"].as_u64().unwrap());
         // Without a file nothing is written and nothing fails.
         let silent = Audit::open(0, "cluster", None).unwrap();
-        drop(silent.start("a/b", "app", "a/c"));
+        drop(silent.start("a/b", KeyRange::WHOLE, "app", "a/c"));
     }
 
     /// A reconcile abandoned mid-way (its task aborted, as at fencing) still ends its interval,
@@ -419,7 +477,7 @@ mod tests {
         let task = tokio::spawn({
             let audit = audit.clone();
             async move {
-                let _interval = audit.start("fleet/c1", "app", "fleet/x");
+                let _interval = audit.start("fleet/c1", KeyRange::WHOLE, "app", "fleet/x");
                 let _ = started_tx.send(());
                 std::future::pending::<()>().await;
             }

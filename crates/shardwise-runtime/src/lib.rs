@@ -76,6 +76,7 @@ pub mod queue;
 pub mod replica;
 pub mod settings;
 mod sharded;
+pub mod slice;
 pub mod term;
 
 pub use metrics::Nouns;

@@ -14,9 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use kube_runtime::{WatchStreamExt, watcher};
-use shardwise_handoff::keys::{
-    LEASE_KIND_LABEL, LEASE_STATEFULSET_LABEL, SHARD_LABEL, parse_shard,
-};
+use shardwise_handoff::keys::{LEASE_KIND_LABEL, SHARD_LABEL, STATEFULSET_LABEL, parse_shard};
 use shardwise_handoff::lease::LeaseObserver;
 use shardwise_handoff::plan::Membership;
 use tokio::sync::Notify;
@@ -59,7 +57,7 @@ impl ShardLeases {
         Arc::new(Self {
             api: Api::namespaced(client, namespace),
             selector: format!(
-                "{LEASE_KIND_LABEL}={},{LEASE_STATEFULSET_LABEL}={statefulset}",
+                "{LEASE_KIND_LABEL}={},{STATEFULSET_LABEL}={statefulset}",
                 LeaseKind::Shard.label()
             ),
             observer: Mutex::new(LeaseObserver::new()),

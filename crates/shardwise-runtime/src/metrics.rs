@@ -83,6 +83,7 @@ pub struct Metrics {
     nouns: Nouns,
     pub owned_units: Family<ShardLabels, Gauge>,
     pub owned_items: Family<ShardLabels, Gauge>,
+    pub owned_slices: Family<ShardLabels, Gauge>,
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub reconcile_duration: Family<KindLabels, Histogram>,
     pub queue_depth: Family<KindLabels, Gauge>,
@@ -96,6 +97,10 @@ pub struct Metrics {
     pub members: Family<MemberLabels, Gauge>,
     pub assigned_items: Family<ShardLabels, Gauge>,
     pub assigned_units: Family<ShardLabels, Gauge>,
+    pub assigned_slices: Family<ShardLabels, Gauge>,
+    pub shared_units: Family<ShardLabels, Gauge>,
+    pub cache_copies: Family<NoLabels, Gauge>,
+    pub cut_units: Family<NoLabels, Gauge>,
     pub api_requests: Family<RequestLabels, Counter>,
 }
 
@@ -107,6 +112,7 @@ impl Metrics {
             nouns,
             owned_units: Family::default(),
             owned_items: Family::default(),
+            owned_slices: Family::default(),
             reconciles: Family::default(),
             reconcile_duration: Family::new_with_constructor(duration_buckets),
             queue_depth: Family::default(),
@@ -120,6 +126,10 @@ impl Metrics {
             members: Family::default(),
             assigned_items: Family::default(),
             assigned_units: Family::default(),
+            assigned_slices: Family::default(),
+            shared_units: Family::default(),
+            cache_copies: Family::default(),
+            cut_units: Family::default(),
             api_requests: Family::default(),
         };
         metrics.register(registry.sub_registry_with_prefix("shardwise"));
@@ -145,6 +155,11 @@ impl Metrics {
             format!("owned_{items}"),
             format!("{} this shard owns", capitalized(items)),
             self.owned_items.clone(),
+        );
+        r.register(
+            "owned_slices",
+            format!("Slices of cut {units} this shard owns"),
+            self.owned_slices.clone(),
         );
         r.register(
             "reconciles",
@@ -215,6 +230,30 @@ impl Metrics {
             self.assigned_units.clone(),
         );
         r.register(
+            "assigned_slices",
+            format!("Slices per shard in the latest plan (a {unit} that is not cut is one slice)"),
+            self.assigned_slices.clone(),
+        );
+        r.register(
+            format!("shared_{units}"),
+            format!(
+                "Cut {units} with a slice on this shard and on another in the latest plan: each costs this shard a cache that another shard has too"
+            ),
+            self.shared_units.clone(),
+        );
+        r.register(
+            "cache_copies",
+            format!(
+                "Caches of {units} beyond one per {unit} in the latest plan: (unit, shard) pairs of cut {units} beyond the first"
+            ),
+            self.cache_copies.clone(),
+        );
+        r.register(
+            format!("cut_{units}"),
+            format!("{} cut into slices in the latest plan", capitalized(units)),
+            self.cut_units.clone(),
+        );
+        r.register(
             "api_requests",
             "Requests to Kubernetes API servers by target, verb and status code",
             self.api_requests.clone(),
@@ -253,6 +292,10 @@ impl Metrics {
         self.members.clear();
         self.assigned_items.clear();
         self.assigned_units.clear();
+        self.assigned_slices.clear();
+        self.shared_units.clear();
+        self.cache_copies.clear();
+        self.cut_units.clear();
     }
 
     /// The controller's nouns, which some labels carry.

@@ -10,11 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::{Client, Resource};
+use std::collections::BTreeMap;
+
+use kube::{Api, Client, Resource};
 use kube_runtime::reflector;
 use kube_runtime::{WatchStreamExt, watcher};
-use shardwise_handoff::drain::{OwnerEffect, OwnerId};
-use shardwise_handoff::keys::{DRAINED_ANNOTATION, SHARD_LABEL};
+use shard_assign::KeyRange;
+use shardwise_handoff::drain::{ClusterRecord, OwnerEffect, OwnerId};
+use shardwise_handoff::keys::{DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL};
 use shardwise_handoff::plan::ObjectKey;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::audit::Audit;
 use crate::decode::decode_each;
-use crate::gate::{Gate, Misses};
+use crate::gate::{Gate, Misses, UNIT_KEY};
 use crate::lease::Fence;
 use crate::lenient::Undecodable;
 use crate::metrics::Metrics;
@@ -30,7 +33,8 @@ use crate::objects::{Object, api_over, key_of, merge_patch, record_of};
 use crate::queue::WorkQueue;
 use crate::settings::{OwnerSettings, WatchScope};
 use crate::sharded::{ContextOf, Sharded, TermOf};
-use crate::term::{Term, TermContext};
+use crate::slice::{UnitSlice, slice_name};
+use crate::term::{SliceHome, Term, TermContext, reference};
 
 /// Shared readiness: true once this replica's caches are synced and its lease is held.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +72,8 @@ pub struct Parts {
     pub metrics: Metrics,
     pub audit: Audit,
     pub readiness: Readiness,
+    /// Where this StatefulSet's UnitSlices are.
+    pub slices: SliceHome,
 }
 
 impl std::fmt::Debug for Parts {
@@ -83,66 +89,135 @@ struct Owner<C: Sharded> {
     controller: Arc<C>,
     term: TermOf<C>,
     settings: OwnerSettings,
+    /// The records of this shard's slices, as last seen.
+    slice_records: Mutex<BTreeMap<(ObjectKey, KeyRange), ClusterRecord>>,
 }
 
 impl<C: Sharded> Owner<C> {
-    /// Feeds the unit object (or its disappearance) to its machine. `spec_changed` says whether
-    /// its generation differs from the last one seen (status writes do not count).
-    fn observe(self: &Arc<Self>, key: &ObjectKey, unit: Option<&C::Unit>, spec_changed: bool) {
-        let record = unit.map(record_of);
-        let observed = self.term.gate.observe(key, record.as_ref());
-        self.apply_effect(key, observed.effect);
-        if observed.removed {
+    /// Feeds a record of `key` (the whole unit's, or one slice's; `None`: gone from this
+    /// shard's view) to its machine. `spec_changed` says whether the unit's generation differs
+    /// from the last one seen (status writes do not count).
+    fn observe(
+        self: &Arc<Self>,
+        key: &ObjectKey,
+        range: KeyRange,
+        record: Option<&ClusterRecord>,
+        spec_changed: bool,
+    ) {
+        let observed = self.term.gate.observe(key, range, record);
+        self.apply_effect(key, range, observed.effect);
+        if observed.unit_removed {
             self.controller.released(&self.term, key);
         }
         if observed.activated {
-            info!(unit = %key, "{} active on this shard", C::NOUNS.unit);
+            if range == KeyRange::WHOLE {
+                info!(unit = %key, "{} active on this shard", C::NOUNS.unit);
+            } else {
+                info!(unit = %key, %range, "slice of {} active on this shard", C::NOUNS.unit);
+            }
         }
         if observed.activated || (observed.active && spec_changed) {
-            self.term.unit_queue.add(key.clone());
-            for item in self.term.items_of(key) {
+            if range.contains(UNIT_KEY) {
+                self.term.unit_queue.add(key.clone());
+            }
+            for item in self.term.items_in(key, range) {
                 self.term.item_queue.add(key_of(item.as_ref()));
             }
         }
     }
 
-    fn apply_effect(self: &Arc<Self>, key: &ObjectKey, effect: Option<OwnerEffect>) {
+    fn apply_effect(
+        self: &Arc<Self>,
+        key: &ObjectKey,
+        range: KeyRange,
+        effect: Option<OwnerEffect>,
+    ) {
         match effect {
             None => {}
             Some(OwnerEffect::Forget) => {
-                debug!(unit = %key, "{} left this shard", C::NOUNS.unit);
-                self.term.unit_queue.forget(key);
+                debug!(unit = %key, %range, "{} left this shard", C::NOUNS.unit);
+                if !self.term.reports_on(key) {
+                    self.term.unit_queue.forget(key);
+                }
             }
             Some(OwnerEffect::WriteAck { epoch }) => {
                 let owner = self.clone();
                 let key = key.clone();
-                tokio::spawn(async move { owner.write_ack(key, epoch).await });
+                tokio::spawn(async move { owner.write_ack(key, range, epoch).await });
             }
         }
     }
 
-    /// Acknowledges the release of `epoch`. The epoch in the value keeps a late write harmless:
-    /// the planner only acts on an acknowledgement of the current epoch.
-    async fn write_ack(self: Arc<Self>, key: ObjectKey, epoch: u64) {
+    /// Acknowledges the release of `epoch` of a record. The epoch in the value keeps a late
+    /// write harmless: the planner only acts on an acknowledgement of the current epoch.
+    async fn write_ack(self: Arc<Self>, key: ObjectKey, range: KeyRange, epoch: u64) {
         let patch = serde_json::json!({"metadata": {"annotations": {DRAINED_ANNOTATION: epoch.to_string()}}});
-        let result = merge_patch::<C::Unit>(&self.term.client, &key, &patch).await;
+        let client = &self.term.client;
+        let result = if range == KeyRange::WHOLE {
+            merge_patch::<C::Unit>(client, &key, &patch).await
+        } else {
+            let home = &self.term.slices;
+            let slice = ObjectKey::new(&home.namespace, slice_name(&home.statefulset, &key, range));
+            merge_patch::<UnitSlice>(client, &slice, &patch).await
+        };
         match result {
             Ok(_) => {
-                info!(unit = %key, epoch, "released {} for handoff", C::NOUNS.unit);
+                info!(unit = %key, %range, epoch, "released {} for handoff", C::NOUNS.unit);
                 self.term.metrics.handoff("drained");
-                self.term.gate.ack_written(&key, epoch);
-                self.controller.released(&self.term, &key);
+                self.term.gate.ack_written(&key, range, epoch);
+                if !self.term.knows(&key) {
+                    self.controller.released(&self.term, &key);
+                }
             }
             Err(e) => {
-                warn!(unit = %key, epoch, error = %e, "could not acknowledge the drain; retrying");
-                self.term.gate.ack_failed(&key);
+                warn!(unit = %key, %range, epoch, error = %e, "could not acknowledge the drain; retrying");
+                self.term.gate.ack_failed(&key, range);
                 let owner = self.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(500)).await;
-                    let current = owner.term.unit(&key);
-                    owner.observe(&key, current.as_deref(), false);
+                    let current = owner.current_record(&key, range);
+                    owner.observe(&key, range, current.as_ref(), false);
                 });
             }
+        }
+    }
+
+    /// Keeps (or, `None`, forgets) the record of a slice of this shard as last seen.
+    fn remember_slice(&self, key: &ObjectKey, range: KeyRange, record: Option<ClusterRecord>) {
+        let mut records = self
+            .slice_records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match record {
+            Some(record) => records.insert((key.clone(), range), record),
+            None => records.remove(&(key.clone(), range)),
+        };
+    }
+
+    /// The slices of this shard whose records are kept.
+    fn remembered_slices(&self) -> Vec<(ObjectKey, KeyRange)> {
+        self.slice_records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The record of `range` of `key` as this term last saw it: the whole unit's from the
+    /// units labelled with this shard, a slice's from its UnitSlice.
+    fn current_record(&self, key: &ObjectKey, range: KeyRange) -> Option<ClusterRecord> {
+        if range == KeyRange::WHOLE {
+            self.term
+                .units
+                .get(&reference::<C::Unit>(key))
+                .map(|u| record_of(u.as_ref()))
+        } else {
+            self.slice_records
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&(key.clone(), range))
+                .copied()
         }
     }
 
@@ -165,6 +240,10 @@ impl<C: Sharded> Owner<C> {
             .owned_items
             .get_or_create(&labels)
             .set(self.term.item_count() as i64);
+        metrics
+            .owned_slices
+            .get_or_create(&labels)
+            .set(self.term.gate.active_slices() as i64);
         metrics
             .queue_depth
             .get_or_create(&metrics.kind_labels(C::NOUNS.unit))
@@ -193,8 +272,10 @@ pub async fn run<C: Sharded>(
         metrics,
         audit,
         readiness,
+        slices,
     } = parts;
     let (units, unit_writer) = reflector::store();
+    let (cut_units, cut_unit_writer) = reflector::store();
     let (items, item_writer) = reflector::store();
     let context: Arc<ContextOf<C>> = Arc::new(ContextOf::<C> {
         me,
@@ -204,7 +285,9 @@ pub async fn run<C: Sharded>(
         metrics,
         audit,
         units,
+        cut_units,
         items,
+        slices,
         unit_of: C::unit_of,
         gate: Gate::new(me),
         unit_queue: WorkQueue::new(),
@@ -229,8 +312,18 @@ pub async fn run<C: Sharded>(
         controller,
         term: Term::new(context.clone(), state),
         settings: settings.clone(),
+        slice_records: Mutex::new(BTreeMap::new()),
     });
-    start_watches(&owner, &client, &scope, unit_writer, item_writer);
+    start_watches(
+        &owner,
+        &client,
+        &scope,
+        Writers {
+            units: unit_writer,
+            cut_units: cut_unit_writer,
+            items: item_writer,
+        },
+    );
     start_workers(&owner);
     context.spawn(report_ready(owner.clone(), readiness.clone()));
 
@@ -249,6 +342,7 @@ pub async fn run<C: Sharded>(
     let labels = context.metrics.shard_labels();
     context.metrics.owned_units.get_or_create(&labels).set(0);
     context.metrics.owned_items.get_or_create(&labels).set(0);
+    context.metrics.owned_slices.get_or_create(&labels).set(0);
     exit
 }
 
@@ -283,14 +377,21 @@ async fn finish_in_flight<C: Sharded>(owner: &Owner<C>, budget: Duration) {
     }
 }
 
-/// The label-filtered watches of units and items (managedFields dropped before the cache: a
-/// replica never reads them, and they are often bigger than the spec).
+/// Where the term's watches feed their caches.
+struct Writers<C: Sharded> {
+    units: reflector::store::Writer<C::Unit>,
+    cut_units: reflector::store::Writer<C::Unit>,
+    items: reflector::store::Writer<C::Item>,
+}
+
+/// The label-filtered watches of units and items, the watch of cut units and that of this
+/// shard's UnitSlices (managedFields dropped before the cache: a replica never reads them, and
+/// they are often bigger than the spec).
 fn start_watches<C: Sharded>(
     owner: &Arc<Owner<C>>,
     client: &Client,
     scope: &WatchScope,
-    unit_writer: reflector::store::Writer<C::Unit>,
-    item_writer: reflector::store::Writer<C::Item>,
+    writers: Writers<C>,
 ) {
     let selector = format!("{SHARD_LABEL}={}", owner.term.shard());
     let config = watcher::Config::default().labels(&selector);
@@ -300,14 +401,21 @@ fn start_watches<C: Sharded>(
             warn!(what, name = ?bad.metadata.name, reason = %bad.reason, "cannot read object; ignoring it");
         }
     };
-    let unit_events = decode_each(
-        watcher(api_over::<C::Unit>(client, scope), config.clone()),
-        owner.term.units.clone(),
-        unreadable(C::NOUNS.unit),
-    )
-    .modify(|unit: &mut C::Unit| unit.meta_mut().managed_fields = None)
-    .default_backoff();
-    let unit_events = reflector::reflector(unit_writer, unit_events);
+    let unit_watch = |config: watcher::Config, writer| {
+        let events = decode_each(
+            watcher(api_over::<C::Unit>(client, scope), config),
+            owner.term.units.clone(),
+            unreadable(C::NOUNS.unit),
+        )
+        .modify(|unit: &mut C::Unit| unit.meta_mut().managed_fields = None)
+        .default_backoff();
+        reflector::reflector(writer, events)
+    };
+    let unit_events = unit_watch(config.clone(), writers.units);
+    let cut_events = unit_watch(
+        watcher::Config::default().labels(SLICES_LABEL),
+        writers.cut_units,
+    );
     let item_events = decode_each(
         watcher(api_over::<C::Item>(client, scope), config),
         owner.term.items.clone(),
@@ -315,13 +423,21 @@ fn start_watches<C: Sharded>(
     )
     .modify(|item: &mut C::Item| item.meta_mut().managed_fields = None)
     .default_backoff();
-    let item_events = reflector::reflector(item_writer, item_events);
-    owner
-        .term
-        .spawn(events::follow_units(owner.clone(), unit_events));
-    owner
-        .term
-        .spawn(events::follow_items(owner.clone(), item_events));
+    let item_events = reflector::reflector(writers.items, item_events);
+    let home = &owner.term.slices;
+    let slice_events = watcher(
+        Api::<UnitSlice>::namespaced(client.clone(), &home.namespace),
+        watcher::Config::default().labels(&format!(
+            "{selector},{STATEFULSET_LABEL}={}",
+            home.statefulset
+        )),
+    )
+    .default_backoff();
+    let term = &owner.term;
+    term.spawn(events::follow_units(owner.clone(), unit_events));
+    term.spawn(events::follow_cut_units(owner.clone(), cut_events));
+    term.spawn(events::follow_items(owner.clone(), item_events));
+    term.spawn(events::follow_slices(owner.clone(), slice_events));
 }
 
 fn start_workers<C: Sharded>(owner: &Arc<Owner<C>>) {

@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use kube_runtime::events::Recorder;
 use kube_runtime::{WatchStreamExt, watcher};
+use shard_assign::KeyRange;
 use shardwise_handoff::drain::PlannerAction;
-use shardwise_handoff::plan::{Membership, ObjectKey, PlanError, PlanMemory};
+use shardwise_handoff::keys::STATEFULSET_LABEL;
+use shardwise_handoff::plan::{Membership, ObjectKey, PlanError, PlanMemory, RecordKey};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -28,8 +31,9 @@ use crate::objects::Object;
 use crate::objects::{api_over, key_of, merge_patch};
 use crate::settings::{PlannerSettings, Replica, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
-use decide::{Decision, ItemWrite, Recall, decide};
-use index::{Index, UnitEntry, item_view};
+use crate::slice::UnitSlice;
+use decide::{Decision, ItemWrite, Recall, Rules, Write, decide};
+use index::{Index, SliceEntry, UnitEntry, item_view};
 use report::Reporter;
 
 /// Concurrent label writes to items.
@@ -97,6 +101,7 @@ pub async fn run<C: Sharded>(
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(follow_units(planner.clone()));
     tasks.spawn(follow_items(planner.clone()));
+    tasks.spawn(follow_slices(planner.clone()));
     tasks.spawn(follow_statefulset(planner.clone()));
     tasks.spawn(plan_loop(planner.clone()));
     {
@@ -205,6 +210,42 @@ async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
     .await;
 }
 
+/// The UnitSlices of this StatefulSet: the records of cut units' slices. Without their CRD
+/// the planner plans without them, and cuts nothing.
+async fn follow_slices<C: Sharded>(planner: Arc<Planner<C>>) {
+    let replica = &planner.parts.replica;
+    let api: Api<UnitSlice> = Api::namespaced(planner.parts.client.clone(), &replica.namespace);
+    let config =
+        watcher::Config::default().labels(&format!("{STATEFULSET_LABEL}={}", replica.statefulset));
+    let events = watcher(api, config).default_backoff();
+    let mut events = std::pin::pin!(events);
+    let mut missing_reported = false;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => planner.index().relist_slices(),
+            Ok(watcher::Event::InitApply(slice)) => {
+                planner.index().relisted_slice(SliceEntry::of(&slice));
+            }
+            Ok(watcher::Event::InitDone) => planner.update(Index::relisted_slices),
+            Ok(watcher::Event::Apply(slice)) => {
+                planner.update(|index| index.apply_slice(SliceEntry::of(&slice)));
+            }
+            Ok(watcher::Event::Delete(slice)) => {
+                planner.update(|index| index.delete_slice(&key_of(&slice)));
+            }
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
+                if status.code == 404 =>
+            {
+                if !std::mem::replace(&mut missing_reported, true) {
+                    warn!("UnitSlices cannot be listed (is their CRD installed?): no unit is cut");
+                }
+                planner.update(Index::slices_unavailable);
+            }
+            Err(e) => warn!(error = %e, "planner watch of UnitSlices failed; retrying"),
+        }
+    }
+}
+
 /// The StatefulSet's `spec.replicas` is the number of shards expected.
 async fn follow_statefulset<C: Sharded>(planner: Arc<Planner<C>>) {
     let replica = &planner.parts.replica;
@@ -304,9 +345,15 @@ async fn pass<C: Sharded>(
     let Some(membership) = membership(planner, statefulset_missing) else {
         return Ok(None);
     };
+    let rules = Rules {
+        strategy: &parts.settings.strategy,
+        slicing: parts.settings.slicing,
+        namespace: &parts.replica.namespace,
+        statefulset: &parts.replica.statefulset,
+    };
     let decided = {
         let index = planner.index();
-        decide(&parts.settings.strategy, &index, &membership, recall)
+        decide(&rules, &index, &membership, recall)
     };
     let decision = match decided {
         Ok(decision) => decision,
@@ -327,7 +374,7 @@ async fn pass<C: Sharded>(
             return Ok(None);
         }
     };
-    let written = write_units(planner, &decision).await;
+    let written = write_records(planner, &decision).await;
     let item_moves = write_items(planner, &decision, &written).await;
     record(
         &parts.metrics,
@@ -364,37 +411,80 @@ fn membership<C: Sharded>(planner: &Planner<C>, missing: &mut bool) -> Option<Me
     Some(membership)
 }
 
-/// Units whose write landed, and how many changed owner.
+/// Records whose write landed, and how many changed owner.
 struct Written {
-    units: BTreeSet<ObjectKey>,
+    records: BTreeSet<RecordKey>,
     moves: u64,
 }
 
-/// Unit writes first, one at a time; a conflict or failure plans again.
-async fn write_units<C: Sharded>(planner: &Planner<C>, decision: &Decision) -> Written {
+/// Makes one request.
+async fn send<C: Sharded>(client: &Client, write: &Write) -> Result<(), kube::Error> {
+    match write {
+        Write::Unit { key, patch } => merge_patch::<C::Unit>(client, key, patch).await,
+        Write::CreateSlice(slice) => {
+            let namespace = slice.metadata.namespace.as_deref().unwrap_or_default();
+            let api: Api<UnitSlice> = Api::namespaced(client.clone(), namespace);
+            api.create(&PostParams::default(), slice).await.map(drop)
+        }
+        Write::PatchSlice { key, patch } => merge_patch::<UnitSlice>(client, key, patch).await,
+        Write::DeleteSlice {
+            key,
+            resource_version,
+        } => {
+            let api: Api<UnitSlice> = Api::namespaced(client.clone(), &key.namespace);
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: resource_version.clone(),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&key.name, &params).await {
+                Ok(_) => Ok(()),
+                // Already gone: what the write wanted.
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+/// Record writes first, one at a time, then the others; a conflict or failure plans again.
+async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) -> Written {
     let mut written = Written {
-        units: BTreeSet::new(),
+        records: BTreeSet::new(),
         moves: 0,
     };
-    for write in &decision.unit_writes {
-        let result = merge_patch::<C::Unit>(&planner.parts.client, &write.key, &write.patch).await;
-        match result {
-            Ok(_) => {
-                debug!(unit = %write.key, action = ?write.action, "unit updated");
-                if let PlannerAction::Assign { shard, .. } = write.action {
-                    info!(unit = %write.key, shard, "{} assigned", C::NOUNS.unit);
+    let client = &planner.parts.client;
+    for write in &decision.record_writes {
+        let record = &write.record;
+        match send::<C>(client, &write.write).await {
+            Ok(()) => {
+                debug!(unit = %record.cluster, range = %record.range, action = ?write.action, "record updated");
+                if let Some(PlannerAction::Assign { shard, .. }) = write.placement() {
+                    if record.range == KeyRange::WHOLE {
+                        info!(unit = %record.cluster, shard, "{} assigned", C::NOUNS.unit);
+                    } else {
+                        info!(unit = %record.cluster, range = %record.range, shard, "slice of {} assigned", C::NOUNS.unit);
+                    }
                     written.moves += 1;
                 }
-                written.units.insert(write.key.clone());
+                written.records.insert(record.clone());
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                debug!(unit = %write.key, "unit changed under the planner; next pass retries");
+                debug!(unit = %record.cluster, range = %record.range, "record changed under the planner; next pass retries");
                 planner.trigger.notify_one();
             }
             Err(e) => {
-                warn!(unit = %write.key, error = %e, "could not update unit");
+                warn!(unit = %record.cluster, range = %record.range, error = %e, "could not write record");
                 planner.trigger.notify_one();
             }
+        }
+    }
+    for write in &decision.other_writes {
+        if let Err(e) = send::<C>(client, write).await {
+            debug!(error = %e, ?write, "write failed; next pass retries");
+            planner.trigger.notify_one();
         }
     }
     written
@@ -411,7 +501,7 @@ async fn write_items<C: Sharded>(
     let ready: Vec<ItemWrite> = decision
         .item_writes
         .iter()
-        .filter(|w| w.after.as_ref().is_none_or(|u| written.units.contains(u)))
+        .filter(|w| w.after.as_ref().is_none_or(|r| written.records.contains(r)))
         .cloned()
         .collect();
     let moves = futures::stream::iter(ready)
@@ -467,20 +557,31 @@ fn record(
         .balance
         .get_or_create(&NoLabels {})
         .set(figures.balance);
+    metrics
+        .cache_copies
+        .get_or_create(&NoLabels {})
+        .set(figures.cache_copies as i64);
+    metrics
+        .cut_units
+        .get_or_create(&NoLabels {})
+        .set(figures.cut_units as i64);
     // Shards that left the plan must not keep their last values.
-    metrics.assigned_items.clear();
-    metrics.assigned_units.clear();
-    for (shard, (units, items)) in &figures.shards {
+    let per_shard = [
+        &metrics.assigned_items,
+        &metrics.assigned_units,
+        &metrics.assigned_slices,
+        &metrics.shared_units,
+    ];
+    for family in per_shard {
+        family.clear();
+    }
+    for (shard, f) in &figures.shards {
         let labels = ShardLabels {
             shard: shard.to_string(),
         };
-        metrics
-            .assigned_items
-            .get_or_create(&labels)
-            .set(*items as i64);
-        metrics
-            .assigned_units
-            .get_or_create(&labels)
-            .set(*units as i64);
+        let values = [f.items, f.units, f.slices, f.shared];
+        for (family, value) in per_shard.iter().zip(values) {
+            family.get_or_create(&labels).set(value as i64);
+        }
     }
 }

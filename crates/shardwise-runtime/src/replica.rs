@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube_runtime::events::{Recorder, Reporter};
 use shardwise_handoff::drain::OwnerId;
-use shardwise_handoff::keys::{LEASE_KIND_LABEL, LEASE_STATEFULSET_LABEL, SHARD_LABEL};
+use shardwise_handoff::keys::{LEASE_KIND_LABEL, SHARD_LABEL, STATEFULSET_LABEL};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +26,7 @@ use crate::owner::{self, Exit, Readiness};
 use crate::planner;
 use crate::settings::{HttpSettings, Replica, Settings};
 use crate::sharded::Sharded;
+use crate::term::SliceHome;
 
 /// Why a replica could not run.
 #[derive(Debug, thiserror::Error)]
@@ -243,10 +244,7 @@ fn hold_lease(
     let replica = &settings.replica;
     let mut labels = BTreeMap::from([
         (LEASE_KIND_LABEL.to_string(), kind.label().to_string()),
-        (
-            LEASE_STATEFULSET_LABEL.to_string(),
-            replica.statefulset.clone(),
-        ),
+        (STATEFULSET_LABEL.to_string(), replica.statefulset.clone()),
     ]);
     let name = match kind {
         LeaseKind::Shard => {
@@ -391,6 +389,10 @@ async fn own_while_held<C: Sharded>(
             metrics: metrics.clone(),
             audit: owners.audit.clone(),
             readiness: owners.readiness.clone(),
+            slices: SliceHome {
+                namespace: settings.replica.namespace.clone(),
+                statefulset: settings.replica.statefulset.clone(),
+            },
         };
         let fenced = until_lost(holding.clone(), incarnation);
         match owner::run(owners.controller.clone(), parts, fenced, shutdown.clone()).await {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shard_assign::{AssignError, StrategyConfig};
+use shard_assign::{AssignError, SliceSwitch, StrategyConfig};
 use shardwise_handoff::identity::{IdentityError, shard_from_pod_name};
 use shardwise_handoff::lease::{LeaseTiming, TimingError};
 
@@ -76,6 +76,8 @@ pub struct RequestLimit {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannerSettings {
     pub strategy: StrategyConfig,
+    /// Whether units too big for one shard are cut into slices of their items.
+    pub slicing: SliceSwitch,
     /// Re-plan at least this often (load-aware strategies), besides every change.
     pub plan_interval: Duration,
     /// Re-plan this often instead while the fleet is above the target balance.

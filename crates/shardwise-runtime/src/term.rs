@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::Client;
 use kube_runtime::reflector::{ObjectRef, Store};
-use shard_assign::ShardId;
+use shard_assign::{KeyRange, ShardId, app_key};
 use shardwise_handoff::drain::OwnerId;
 use shardwise_handoff::plan::ObjectKey;
 use tokio::task::JoinSet;
@@ -31,8 +31,13 @@ pub struct TermContext<U: Object, I: Object> {
     pub(crate) scope: WatchScope,
     pub(crate) metrics: Metrics,
     pub(crate) audit: Audit,
+    /// Units labelled with this shard: those whose whole record names it.
     pub(crate) units: Store<U>,
+    /// Units cut into slices (all of them: a few, and any may have a slice here).
+    pub(crate) cut_units: Store<U>,
     pub(crate) items: Store<I>,
+    /// Where this StatefulSet's UnitSlices are.
+    pub(crate) slices: SliceHome,
     /// The unit of an item: the controller's [`crate::Sharded::unit_of`].
     pub(crate) unit_of: fn(&I) -> ObjectKey,
     pub(crate) gate: Gate,
@@ -53,7 +58,8 @@ impl<U: Object, I: Object> std::fmt::Debug for TermContext<U, I> {
     }
 }
 
-fn reference<K: kube::Resource<DynamicType = ()>>(key: &ObjectKey) -> ObjectRef<K> {
+/// The reference of the object `key` in a cache.
+pub(crate) fn reference<K: kube::Resource<DynamicType = ()>>(key: &ObjectKey) -> ObjectRef<K> {
     let reference = ObjectRef::new(&key.name);
     if key.namespace.is_empty() {
         reference
@@ -95,9 +101,12 @@ impl<U: Object, I: Object> TermContext<U, I> {
         &self.metrics
     }
 
-    /// The unit `key`, if this shard's cache has it.
+    /// The unit `key`, if this shard's cache has it (labelled with this shard, or cut).
     pub fn unit(&self, key: &ObjectKey) -> Option<Arc<U>> {
-        self.units.get(&reference(key))
+        let reference = reference(key);
+        self.units
+            .get(&reference)
+            .or_else(|| self.cut_units.get(&reference))
     }
 
     /// The item `key`, if this shard's cache has it.
@@ -111,9 +120,22 @@ impl<U: Object, I: Object> TermContext<U, I> {
             .state_filter(|item| &(self.unit_of)(item) == unit)
     }
 
-    /// Whether this term knows the unit at all: owns it, or is handing it off.
+    /// Whether this term knows the unit at all: owns it (or a slice of it), or is handing it
+    /// off.
     pub fn knows(&self, unit: &ObjectKey) -> bool {
         self.gate.knows(unit)
+    }
+
+    /// Whether this term reconciles the unit itself (of a cut unit, the owner of the slice
+    /// holding key 0 does; the others only reconcile the items of their slices).
+    pub fn reports_on(&self, unit: &ObjectKey) -> bool {
+        self.gate.reports_on(unit)
+    }
+
+    /// The items of `unit` in `range` of its keys.
+    pub(crate) fn items_in(&self, unit: &ObjectKey, range: KeyRange) -> Vec<Arc<I>> {
+        self.items
+            .state_filter(|item| &(self.unit_of)(item) == unit && range.contains(item_key(item)))
     }
 
     /// Reconciles the unit again soon.
@@ -145,6 +167,18 @@ impl<U: Object, I: Object> TermContext<U, I> {
     pub(crate) fn item_count(&self) -> usize {
         self.items.len()
     }
+}
+
+/// Where a StatefulSet's UnitSlices are: its namespace, named after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceHome {
+    pub namespace: String,
+    pub statefulset: String,
+}
+
+/// The key of an item in its unit's key space: 64-bit FNV-1a of its UID.
+pub fn item_key<I: Object>(item: &I) -> u64 {
+    app_key(item.meta().uid.as_deref().unwrap_or_default())
 }
 
 /// One term as a controller's reconcilers see it: the [`TermContext`] and the controller's

@@ -12,12 +12,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use shard_assign::{KeyRange, app_key};
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, scrape, wait_for};
-use shardwise_handoff::keys::SHARD_LABEL;
+use shardwise_handoff::keys::{DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL};
+use shardwise_runtime::slice::UnitSlice;
 
 pub const NAMESPACE: &str = "shardwise";
 pub const STATEFULSET: &str = "shardwise";
@@ -56,6 +59,9 @@ pub struct FleetOptions {
     /// signed by a CA of the fleet's, and a `scraper` identity bound to deploy/rbac.yaml's
     /// reader role. Off, plain HTTP on the probes' port.
     pub secure_metrics: bool,
+    /// The percentage of the apps that target `cluster-0`; the others are spread evenly over
+    /// the other clusters. `None`: every cluster gets the same share.
+    pub hot_percent: Option<u32>,
 }
 
 impl Default for FleetOptions {
@@ -72,6 +78,7 @@ impl Default for FleetOptions {
             destination_latency: None,
             realistic_apps: false,
             secure_metrics: false,
+            hot_percent: None,
         }
     }
 }
@@ -338,17 +345,34 @@ impl Fleet {
         Ok(())
     }
 
-    /// FleetApps `app-N` on `cluster-(N mod clusters)`, each applying into namespace
+    /// The cluster app `index` targets: `cluster-(index mod clusters)`, or with a hot cluster,
+    /// `cluster-0` for the first `hot_percent` of the apps and the others in turn.
+    pub fn cluster_of_app(&self, index: u32) -> u32 {
+        let clusters = self.options.clusters.max(1);
+        match self.options.hot_percent {
+            Some(percent) if clusters > 1 => {
+                let hot = u64::from(self.options.apps) * u64::from(percent) / 100;
+                if u64::from(index) < hot {
+                    0
+                } else {
+                    1 + index % (clusters - 1)
+                }
+            }
+            _ => index % clusters,
+        }
+    }
+
+    /// FleetApps `app-N` on [`Self::cluster_of_app`], each applying into namespace
     /// `team-(N mod 5)` one ConfigMap `app-N` (or, realistic, a Deployment, Service and
     /// ConfigMap). Created 32 at a time.
     pub async fn create_apps(&self, range: std::ops::Range<u32>) -> Result<()> {
         use futures::StreamExt;
         let api = self.apps_api();
-        let clusters = self.options.clusters.max(1);
         let realistic = self.options.realistic_apps;
         let results: Vec<Result<()>> = futures::stream::iter(range)
             .map(|i| {
                 let api = api.clone();
+                let cluster = self.cluster_of_app(i);
                 async move {
                     let manifests = if realistic { realistic_manifests(i) } else { app_manifests(i, 1) };
                     let app: FleetApp = serde_json::from_value(json!({
@@ -356,7 +380,7 @@ impl Fleet {
                         "kind": "FleetApp",
                         "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
                         "spec": {
-                            "destination": {"cluster": format!("cluster-{}", i % clusters), "namespace": format!("team-{}", i % 5)},
+                            "destination": {"cluster": format!("cluster-{cluster}"), "namespace": format!("team-{}", i % 5)},
                             "source": {"manifests": manifests},
                         },
                     }))?;
@@ -483,46 +507,38 @@ impl Fleet {
         Ok(())
     }
 
-    /// Every app Synced, and every cluster and app owned by exactly one live shard, with the
-    /// apps on their cluster's shard and the status written by that shard.
+    /// Every app Synced, and every cluster (or, of a cluster cut into slices, every slice) and
+    /// app owned by exactly one live shard, none of them draining, with each app on its
+    /// cluster's (or slice's) shard and its status written by that shard.
     pub async fn check_settled(&self, live: &[u32]) -> std::result::Result<(), String> {
-        let clusters = self
-            .clusters_api()
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
+        let placement = self.placement().await.map_err(|e| e.to_string())?;
+        for (cluster, slices) in &placement.clusters {
+            for (range, shard, draining) in slices {
+                if !live.contains(shard) {
+                    return Err(format!(
+                        "cluster {cluster} ({range}) is on shard {shard}, not one of {live:?}"
+                    ));
+                }
+                if *draining {
+                    return Err(format!("cluster {cluster} ({range}) is still draining"));
+                }
+            }
+        }
         let apps = self
             .apps_api()
             .list(&ListParams::default())
             .await
             .map_err(|e| e.to_string())?;
-        let mut owner_of: BTreeMap<String, u32> = BTreeMap::new();
-        for c in &clusters.items {
-            let shard = shard_label(c)
-                .ok_or_else(|| format!("cluster {} has no shard label", c.name_any()))?;
-            if !live.contains(&shard) {
-                return Err(format!(
-                    "cluster {} is on shard {shard}, not one of {live:?}",
-                    c.name_any()
-                ));
-            }
-            if c.annotations()
-                .contains_key(shardwise_handoff::keys::DRAIN_TO_ANNOTATION)
-            {
-                return Err(format!("cluster {} is still draining", c.name_any()));
-            }
-            owner_of.insert(c.name_any(), shard);
-        }
         let mut not_synced = Vec::new();
         for a in &apps.items {
             let shard =
                 shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
             let status = a.status.clone().unwrap_or_default();
-            if let Some(&cluster_shard) = owner_of.get(&a.spec.destination.cluster)
-                && (cluster_shard != shard || status.shard != Some(shard))
+            if let Some(owner) = placement.owner_of(a)
+                && (owner != shard || status.shard != Some(shard))
             {
                 return Err(format!(
-                    "app {} labelled {shard}, status by {:?}, its cluster on {cluster_shard}",
+                    "app {} labelled {shard}, status by {:?}, its cluster (or slice) on {owner}",
                     a.name_any(),
                     status.shard
                 ));
@@ -554,6 +570,51 @@ impl Fleet {
         Ok(())
     }
 
+    /// Where every cluster is, as its records say: its own labels, or the UnitSlices of a
+    /// cluster cut into slices.
+    pub async fn placement(&self) -> Result<Placement> {
+        let clusters = self.clusters_api().list(&ListParams::default()).await?;
+        let slices: Api<UnitSlice> = Api::namespaced(self.admin.clone(), NAMESPACE);
+        let slices = slices.list(&ListParams::default()).await?;
+        let mut placement = Placement::default();
+        for c in &clusters.items {
+            let draining = |meta: &ObjectMeta| {
+                meta.annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(DRAIN_TO_ANNOTATION))
+            };
+            let mut records = Vec::new();
+            if c.labels().contains_key(SLICES_LABEL) {
+                for s in &slices.items {
+                    if s.spec.unit.name != c.name_any()
+                        || s.spec.unit.uid != c.uid().unwrap_or_default()
+                    {
+                        continue;
+                    }
+                    let range = s.spec.key_range().ok_or("a UnitSlice names no slice")?;
+                    let shard = shard_label(s)
+                        .ok_or_else(|| format!("slice {} has no shard label", s.name_any()))?;
+                    records.push((range, shard, draining(&s.metadata)));
+                }
+                records.sort();
+                let ranges = records.iter().map(|(r, _, _)| *r).collect();
+                if shard_assign::Slicing::default().with("c", ranges).is_none() {
+                    return Err(format!(
+                        "the slices of {} do not tile its keys: {records:?}",
+                        c.name_any()
+                    )
+                    .into());
+                }
+            } else {
+                let shard = shard_label(c)
+                    .ok_or_else(|| format!("cluster {} has no shard label", c.name_any()))?;
+                records.push((KeyRange::WHOLE, shard, draining(&c.metadata)));
+            }
+            placement.clusters.insert(c.name_any(), records);
+        }
+        Ok(placement)
+    }
+
     pub async fn wait_settled(&self, live: &[u32], timeout: Duration) -> Result<()> {
         wait_for(
             "every app Synced and owned by a live shard",
@@ -566,7 +627,7 @@ impl Fleet {
 
     /// The ConfigMap of app `index` in its destination, if present.
     pub async fn destination_config_map(&self, index: u32) -> Result<Option<ConfigMap>> {
-        let cluster = index % self.options.clusters.max(1);
+        let cluster = self.cluster_of_app(index);
         let d = cluster as usize % self.env.destinations().len();
         let client = self.env.destinations()[d].client("admin").await?;
         let api: Api<ConfigMap> = Api::namespaced(client, &format!("team-{}", index % 5));
@@ -635,6 +696,34 @@ impl Fleet {
             .map(|r| r.process.report())
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// Every cluster's slices (one whole one when it is not cut): range, shard, draining.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    pub clusters: BTreeMap<String, Vec<(KeyRange, u32, bool)>>,
+}
+
+impl Placement {
+    /// The shard of the slice of `app`'s cluster that holds the app; `None` when its cluster
+    /// does not exist.
+    pub fn owner_of(&self, app: &FleetApp) -> Option<u32> {
+        let key = app_key(app.metadata.uid.as_deref().unwrap_or_default());
+        self.clusters
+            .get(&app.spec.destination.cluster)?
+            .iter()
+            .find(|(range, _, _)| range.contains(key))
+            .map(|(_, shard, _)| *shard)
+    }
+
+    /// Clusters cut into slices, with the shards of their slices.
+    pub fn cut(&self) -> BTreeMap<&str, std::collections::BTreeSet<u32>> {
+        self.clusters
+            .iter()
+            .filter(|(_, slices)| slices.len() > 1)
+            .map(|(name, slices)| (name.as_str(), slices.iter().map(|s| s.1).collect()))
+            .collect()
     }
 }
 

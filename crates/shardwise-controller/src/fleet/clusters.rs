@@ -9,6 +9,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use shardwise_api::{ClusterPhase, FleetCluster, FleetClusterStatus};
 use shardwise_handoff::drain::OwnerId;
+use shardwise_handoff::keys::SLICES_LABEL;
 use shardwise_runtime::clients::{RateLimitLayer, build_fenced_client};
 use shardwise_runtime::{ObjectKey, TermOf, key_of};
 use thiserror::Error;
@@ -244,12 +245,14 @@ pub(super) async fn reconcile(
             generation,
         ));
     }
+    // Of a cut cluster this shard holds some slices only, and sees only their apps.
+    let cut = cluster.labels().contains_key(SLICES_LABEL);
     let status = FleetClusterStatus {
         phase: Some(probe.phase),
         server_version: probe.version,
         message: probe.message,
         shard: Some(term.shard()),
-        app_count: Some(term.items_of(key).len() as u64),
+        app_count: (!cut).then(|| term.items_of(key).len() as u64),
         last_probe_time: Some(Time(jiff::Timestamp::now())),
         observed_generation: generation,
         conditions,

@@ -190,12 +190,20 @@ impl World {
         }
         let record = current.map(|(r, _)| r);
         match (action, record) {
-            (SliceAction::Create { owner, epoch, .. }, None) => {
+            (
+                SliceAction::Create {
+                    owner,
+                    epoch,
+                    drain_to,
+                    ..
+                },
+                None,
+            ) => {
                 let record = ClusterRecord {
                     owner: owner.map(|o| o.0),
                     holder: owner.map(|o| o.1),
                     epoch,
-                    drain_to: None,
+                    drain_to,
                     drained_epoch: None,
                 };
                 self.set(range, Some(record));
@@ -419,12 +427,14 @@ fn a_split_creates_both_halves_on_the_owner_before_the_whole_is_retired() {
             SliceAction::Create {
                 range: l,
                 owner: Some((0, holder.unwrap())),
-                epoch: 2
+                epoch: 2,
+                drain_to: None,
             },
             SliceAction::Create {
                 range: h,
                 owner: Some((0, holder.unwrap())),
-                epoch: 2
+                epoch: 2,
+                drain_to: Some(1),
             },
         ]
     );

@@ -1,18 +1,22 @@
-//! What the owner does with watch events: unit records go to the gate, new or changed items
-//! to the item queue.
+//! What the owner does with watch events: unit and slice records go to the gate, new or
+//! changed items to the item queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use futures::StreamExt;
 use kube::Resource;
 use kube_runtime::watcher;
+use shard_assign::KeyRange;
 use shardwise_handoff::plan::ObjectKey;
+use tracing::{info, warn};
 
 use super::Owner;
 use crate::decode::for_each_event;
 use crate::objects::{key_of, record_of};
 use crate::queue::WorkQueue;
 use crate::sharded::Sharded;
+use crate::slice::UnitSlice;
 
 /// What marks a change of spec: the generation, or for kinds that keep none (ConfigMaps,
 /// Namespaces) the resource version, so that every write counts.
@@ -45,7 +49,7 @@ fn requeue_found(
     }
 }
 
-/// Applies unit watch events to the gate.
+/// Applies the records of units labelled with this shard (their whole records) to the gate.
 pub(super) async fn follow_units<C: Sharded>(
     owner: Arc<Owner<C>>,
     events: impl futures::Stream<Item = Result<watcher::Event<C::Unit>, watcher::Error>>,
@@ -59,12 +63,12 @@ pub(super) async fn follow_units<C: Sharded>(
             let revision = Revision::of(&unit);
             let changed = revisions.insert(key.clone(), revision.clone()) != Some(revision);
             listed.insert(key.clone());
-            owner.observe(&key, Some(&unit), changed);
+            owner.observe(&key, KeyRange::WHOLE, Some(&record_of(&unit)), changed);
         }
         watcher::Event::Delete(unit) => {
             let key = key_of(&unit);
             revisions.remove(&key);
-            owner.observe(&key, None, false);
+            owner.observe(&key, KeyRange::WHOLE, None, false);
             // Still labelled with this shard: deleted, not moved away. Its items learn it now,
             // not at their next resync.
             if record_of(&unit).owner == Some(term.shard()) {
@@ -77,9 +81,9 @@ pub(super) async fn follow_units<C: Sharded>(
         watcher::Event::InitDone => {
             // Units that left while the watch was down are not in the new list.
             for key in term.gate.units() {
-                if !listed.contains(&key) {
+                if !listed.contains(&key) && term.gate.ranges(&key).contains(&KeyRange::WHOLE) {
                     revisions.remove(&key);
-                    owner.observe(&key, None, false);
+                    owner.observe(&key, KeyRange::WHOLE, None, false);
                 }
             }
             // The cache has caught up with the list: units a worker missed go round again.
@@ -91,6 +95,92 @@ pub(super) async fn follow_units<C: Sharded>(
         }
     })
     .await;
+}
+
+/// Cut units are in every replica's cache (the records of their slices say who works on
+/// them); a change of a cut unit's spec queues what this shard holds of it, and its deletion
+/// its items, which learn it now rather than at their next resync.
+pub(super) async fn follow_cut_units<C: Sharded>(
+    owner: Arc<Owner<C>>,
+    events: impl futures::Stream<Item = Result<watcher::Event<C::Unit>, watcher::Error>>,
+) {
+    let term = &owner.term;
+    let mut revisions: BTreeMap<ObjectKey, Revision> = BTreeMap::new();
+    let queue_all = |key: &ObjectKey| {
+        if term.reports_on(key) {
+            term.unit_queue.add(key.clone());
+        }
+        for item in term.items_of(key) {
+            term.item_queue.add(key_of(item.as_ref()));
+        }
+    };
+    for_each_event(events, C::NOUNS.units, |event| match event {
+        watcher::Event::Apply(unit) | watcher::Event::InitApply(unit) => {
+            let key = key_of(&unit);
+            let revision = Revision::of(&unit);
+            let changed = revisions.insert(key.clone(), revision.clone()) != Some(revision);
+            if changed && term.knows(&key) {
+                queue_all(&key);
+            }
+        }
+        watcher::Event::Delete(unit) => {
+            let key = key_of(&unit);
+            revisions.remove(&key);
+            if term.knows(&key) {
+                queue_all(&key);
+            }
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    })
+    .await;
+}
+
+/// Applies the records of this shard's UnitSlices to the gate. Without their CRD there are
+/// none, and nothing is cut.
+pub(super) async fn follow_slices<C: Sharded>(
+    owner: Arc<Owner<C>>,
+    events: impl futures::Stream<Item = Result<watcher::Event<UnitSlice>, watcher::Error>>,
+) {
+    let mut listed: BTreeSet<(ObjectKey, KeyRange)> = BTreeSet::new();
+    let mut events = std::pin::pin!(events);
+    let slice_of = |slice: &UnitSlice| Some((slice.spec.unit_key(), slice.spec.key_range()?));
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(slice) | watcher::Event::InitApply(slice)) => {
+                let Some((unit, range)) = slice_of(&slice) else {
+                    continue;
+                };
+                let record = record_of(&slice);
+                listed.insert((unit.clone(), range));
+                owner.remember_slice(&unit, range, Some(record));
+                owner.observe(&unit, range, Some(&record), false);
+            }
+            Ok(watcher::Event::Delete(slice)) => {
+                let Some((unit, range)) = slice_of(&slice) else {
+                    continue;
+                };
+                owner.remember_slice(&unit, range, None);
+                owner.observe(&unit, range, None, false);
+            }
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitDone) => {
+                // Slices that left while the watch was down are not in the new list.
+                for (unit, range) in owner.remembered_slices() {
+                    if !listed.contains(&(unit.clone(), range)) {
+                        owner.remember_slice(&unit, range, None);
+                        owner.observe(&unit, range, None, false);
+                    }
+                }
+            }
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
+                if status.code == 404 =>
+            {
+                info!("UnitSlices cannot be listed (their CRD is not installed): no unit is cut");
+                return;
+            }
+            Err(e) => warn!(what = "unitslices", error = %e, "watch failed; retrying"),
+        }
+    }
 }
 
 /// Queues items that are new to this shard or whose spec changed (not status writes).

@@ -8,8 +8,10 @@ use shardwise_handoff::plan::ObjectKey;
 use tracing::{debug, warn};
 
 use super::Owner;
+use crate::gate::UNIT_KEY;
 use crate::queue::WorkQueue;
 use crate::sharded::{Action, Sharded};
+use crate::term::item_key;
 
 /// How a reconcile went, as the metrics count it.
 enum Ran<E> {
@@ -20,20 +22,25 @@ enum Ran<E> {
     Finished(Result<Action, E>),
 }
 
-/// Runs one reconcile of work that belongs to `unit`, through the gate, recorded in the
-/// audit, abandoned if the term ends. `None` when the gate refused it.
+/// Runs one reconcile of work on `at` (an item's key in its unit's key space, or
+/// [`UNIT_KEY`] for the unit itself) of `unit`, through the gate, recorded in the audit,
+/// abandoned if the term ends. `None` when the gate refused it.
 async fn gated<C: Sharded, T>(
     owner: &Arc<Owner<C>>,
     unit: &ObjectKey,
+    at: u64,
     kind: &'static str,
     key: &ObjectKey,
     work: impl std::future::Future<Output = T>,
 ) -> Option<Option<T>> {
     let term = &owner.term;
-    if term.cancel.is_cancelled() || !term.gate.begin(unit) {
+    if term.cancel.is_cancelled() {
         return None;
     }
-    let interval = term.audit.start(&unit.to_string(), kind, &key.to_string());
+    let range = term.gate.begin(unit, at)?;
+    let interval = term
+        .audit
+        .start(&unit.to_string(), range, kind, &key.to_string());
     let result = tokio::select! {
         r = work => Some(r),
         _ = term.cancel.cancelled() => None,
@@ -41,8 +48,8 @@ async fn gated<C: Sharded, T>(
     // The interval ends when dropped: here, or wherever the reconcile is abandoned (a worker
     // aborted at the end of the term drops it mid-way).
     drop(interval);
-    let effect = term.gate.end(unit);
-    owner.apply_effect(unit, effect);
+    let effect = term.gate.end(unit, range);
+    owner.apply_effect(unit, range, effect);
     Some(result)
 }
 
@@ -97,7 +104,7 @@ pub(super) async fn units<C: Sharded>(owner: Arc<Owner<C>>) {
             None => Ran::Skipped,
             Some(unit) => {
                 let work = owner.controller.reconcile_unit(term, unit);
-                match gated(&owner, &key, kind, &key, work).await {
+                match gated(&owner, &key, UNIT_KEY, kind, &key, work).await {
                     None => Ran::Skipped,
                     Some(None) => Ran::Cancelled,
                     Some(Some(result)) => Ran::Finished(result),
@@ -119,8 +126,9 @@ pub(super) async fn items<C: Sharded>(owner: Arc<Owner<C>>) {
             None => Ran::Skipped,
             Some(item) => {
                 let unit = C::unit_of(&item);
+                let at = item_key(item.as_ref());
                 let work = owner.controller.reconcile_item(term, item.clone());
-                match gated(&owner, &unit, kind, &key, work).await {
+                match gated(&owner, &unit, at, kind, &key, work).await {
                     Some(None) => Ran::Cancelled,
                     Some(Some(result)) => Ran::Finished(result),
                     None if term.knows(&unit) || term.cancel.is_cancelled() => Ran::Skipped,

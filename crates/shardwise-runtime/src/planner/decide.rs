@@ -1,17 +1,23 @@
 //! What one planning pass writes, decided without I/O: from the index, the membership and the
-//! planner's memory to the patches of units and items and the figures the metrics report.
+//! planner's memory to the writes of records (on units, or on the UnitSlices of cut units) and
+//! items, and the figures the metrics report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
-use shard_assign::{Balance, ShardId, StrategyConfig};
+use shard_assign::{Balance, KeyRange, ShardId, SliceSwitch, StrategyConfig};
 use shardwise_handoff::drain::PlannerAction;
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
+    SLICE_SHARDS_ANNOTATION, SLICES_LABEL, STATEFULSET_LABEL,
 };
-use shardwise_handoff::plan::{Membership, ObjectKey, Plan, PlanError, PlanMemory, plan};
+use shardwise_handoff::plan::{
+    Membership, ObjectKey, Plan, PlanError, PlanMemory, RecordKey, plan,
+};
+use shardwise_handoff::slices::SliceAction;
 
-use super::index::Index;
+use super::index::{Index, Shown};
+use crate::slice::{UnitSlice, UnitSliceSpec, slice_name};
 
 /// What the planner remembers for this pass.
 #[derive(Clone, Copy, Debug)]
@@ -26,13 +32,53 @@ pub enum Recall<'a> {
     Forgotten,
 }
 
-/// A write to a unit: the protocol's labels and annotations.
+/// How the planner places: the strategy, whether it cuts units, and where the UnitSlices of
+/// cut units live (the StatefulSet's namespace, labelled with its name).
+#[derive(Clone, Copy, Debug)]
+pub struct Rules<'a> {
+    pub strategy: &'a StrategyConfig,
+    pub slicing: SliceSwitch,
+    pub namespace: &'a str,
+    pub statefulset: &'a str,
+}
+
+/// One request to the control plane.
 #[derive(Clone, Debug, PartialEq)]
-pub struct UnitWrite {
-    pub key: ObjectKey,
-    pub action: PlannerAction,
-    /// A JSON merge patch, conditioned on the version the decision was made on.
-    pub patch: Value,
+pub enum Write {
+    /// A JSON merge patch of a unit.
+    Unit {
+        key: ObjectKey,
+        patch: Value,
+    },
+    CreateSlice(Box<UnitSlice>),
+    /// A JSON merge patch of a UnitSlice.
+    PatchSlice {
+        key: ObjectKey,
+        patch: Value,
+    },
+    /// Deletes a UnitSlice, if it is still at this version.
+    DeleteSlice {
+        key: ObjectKey,
+        resource_version: Option<String>,
+    },
+}
+
+/// A write of a record: the whole unit's, or one slice's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordWrite {
+    pub record: RecordKey,
+    pub action: SliceAction,
+    pub write: Write,
+}
+
+impl RecordWrite {
+    /// The ordinary placement step it makes, if it is one.
+    pub fn placement(&self) -> Option<PlannerAction> {
+        match self.action {
+            SliceAction::Place { action, .. } => Some(action),
+            _ => None,
+        }
+    }
 }
 
 /// A new shard label of an item.
@@ -40,9 +86,22 @@ pub struct UnitWrite {
 pub struct ItemWrite {
     pub key: ObjectKey,
     pub shard: ShardId,
-    /// The unit whose write must land first, if the label follows a change of owner.
-    pub after: Option<ObjectKey>,
+    /// The record whose write must land first, if the label follows a change of owner.
+    pub after: Option<RecordKey>,
     pub patch: Value,
+}
+
+/// What a plan gives one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardFigures {
+    /// Units with at least one slice here.
+    pub units: u64,
+    /// Slices (a unit that is not cut is one).
+    pub slices: u64,
+    pub items: u64,
+    /// Units cut across several shards with a slice here: each costs this shard a cache of
+    /// the unit that another shard has too.
+    pub shared: u64,
 }
 
 /// The figures of a plan, for the metrics.
@@ -50,8 +109,11 @@ pub struct ItemWrite {
 pub struct Figures {
     /// Max over mean items per live shard.
     pub balance: f64,
-    /// Units and items per shard.
-    pub shards: BTreeMap<ShardId, (u64, u64)>,
+    pub shards: BTreeMap<ShardId, ShardFigures>,
+    /// Caches of units beyond one per unit, over the fleet.
+    pub cache_copies: u64,
+    /// Units cut into slices.
+    pub cut_units: u64,
     /// Whether the plan is above the strategy's target balance (the planner then re-plans on
     /// the shorter converge interval).
     pub above_target: bool,
@@ -61,19 +123,22 @@ pub struct Figures {
 #[derive(Clone, Debug)]
 pub struct Decision {
     pub plan: Plan,
-    pub unit_writes: Vec<UnitWrite>,
+    /// Writes of records, in the order they must be made.
+    pub record_writes: Vec<RecordWrite>,
+    /// Writes of no record, made after those: what cut units show people, stray UnitSlices.
+    pub other_writes: Vec<Write>,
     pub item_writes: Vec<ItemWrite>,
     pub figures: Figures,
 }
 
-/// The patch of a unit action; `None` for [`PlannerAction::Keep`]. `membership` is the one
+/// The patch of a placement step; `None` for [`PlannerAction::Keep`]. `membership` is the one
 /// the action was decided on: it names the identity behind an assignment's holder.
 pub fn unit_patch(
     action: PlannerAction,
     membership: &Membership,
     resource_version: Option<&str>,
 ) -> Option<Value> {
-    let mut metadata = match action {
+    let metadata = match action {
         PlannerAction::Keep => return None,
         PlannerAction::Assign { shard, epoch, .. } => json!({
             "labels": {SHARD_LABEL: shard.to_string()},
@@ -89,11 +154,16 @@ pub fn unit_patch(
         }
         PlannerAction::CancelDrain => json!({"annotations": {DRAIN_TO_ANNOTATION: null}}),
     };
-    // The version the decision was made on: a write based on a stale view fails with 409.
+    Some(conditioned(metadata, resource_version))
+}
+
+/// `{"metadata": metadata}`, conditioned on `resource_version`: a write based on a stale view
+/// fails with 409.
+fn conditioned(mut metadata: Value, resource_version: Option<&str>) -> Value {
     if let (Some(object), Some(version)) = (metadata.as_object_mut(), resource_version) {
         object.insert("resourceVersion".into(), Value::String(version.to_string()));
     }
-    Some(json!({ "metadata": metadata }))
+    json!({ "metadata": metadata })
 }
 
 /// The patch of an item's shard label.
@@ -101,9 +171,133 @@ pub fn item_patch(shard: ShardId) -> Value {
     json!({"metadata": {"labels": {SHARD_LABEL: shard.to_string()}}})
 }
 
+/// What a cut unit shows of `layout`: its number of slices and their shards.
+fn shown(layout: &[(KeyRange, ShardId)]) -> Shown {
+    let shards: BTreeSet<ShardId> = layout.iter().map(|&(_, s)| s).collect();
+    let shards: Vec<String> = shards.iter().map(ShardId::to_string).collect();
+    Shown {
+        slices: Some(layout.len().to_string()),
+        shards: Some(shards.join(",")),
+    }
+}
+
+/// The request that makes `action` on the record of `record`.
+fn record_write(
+    rules: &Rules<'_>,
+    index: &Index,
+    membership: &Membership,
+    record: &RecordKey,
+    action: SliceAction,
+    layout: &[(KeyRange, ShardId)],
+) -> Option<Write> {
+    let unit = index.unit(&record.cluster)?;
+    let identity = |shard: Option<ShardId>| shard.and_then(|s| membership.identity(s));
+    if record.range == KeyRange::WHOLE {
+        let key = record.cluster.clone();
+        let version = unit.resource_version.as_deref();
+        let metadata = match action {
+            SliceAction::Place { action, .. } => {
+                return unit_patch(action, membership, version)
+                    .map(|patch| Write::Unit { key, patch });
+            }
+            SliceAction::Create {
+                owner,
+                epoch,
+                drain_to,
+                ..
+            } => json!({
+                "labels": {
+                    SHARD_LABEL: owner.map(|(s, _)| s.to_string()),
+                    SLICES_LABEL: null,
+                },
+                "annotations": {
+                    HOLDER_ANNOTATION: identity(owner.map(|(s, _)| s)),
+                    EPOCH_ANNOTATION: epoch.to_string(),
+                    DRAIN_TO_ANNOTATION: drain_to.map(|s| s.to_string()),
+                    DRAINED_ANNOTATION: null,
+                    SLICE_SHARDS_ANNOTATION: null,
+                },
+            }),
+            SliceAction::Retire { .. } => {
+                let owner = unit.view.record.owner?;
+                json!({"annotations": {DRAIN_TO_ANNOTATION: owner.to_string()}})
+            }
+            SliceAction::Delete { .. } => {
+                let show = shown(layout);
+                json!({
+                    "labels": {SHARD_LABEL: null, SLICES_LABEL: show.slices},
+                    "annotations": {
+                        HOLDER_ANNOTATION: null,
+                        DRAIN_TO_ANNOTATION: null,
+                        DRAINED_ANNOTATION: null,
+                        SLICE_SHARDS_ANNOTATION: show.shards,
+                    },
+                })
+            }
+        };
+        return Some(Write::Unit {
+            key,
+            patch: conditioned(metadata, version),
+        });
+    }
+    let existing = index.slice(&record.cluster, record.range);
+    let version = existing.and_then(|s| s.resource_version.as_deref());
+    let key = ObjectKey::new(
+        rules.namespace,
+        slice_name(rules.statefulset, &record.cluster, record.range),
+    );
+    match action {
+        SliceAction::Create {
+            owner,
+            epoch,
+            drain_to,
+            range,
+        } => {
+            let mut slice = UnitSlice::new(
+                &key.name,
+                UnitSliceSpec::new(&record.cluster, &unit.view.uid, range),
+            );
+            slice.metadata.namespace = Some(key.namespace);
+            let mut labels =
+                BTreeMap::from([(STATEFULSET_LABEL.to_string(), rules.statefulset.to_string())]);
+            let mut annotations =
+                BTreeMap::from([(EPOCH_ANNOTATION.to_string(), epoch.to_string())]);
+            if let Some((shard, _)) = owner {
+                labels.insert(SHARD_LABEL.to_string(), shard.to_string());
+                if let Some(identity) = identity(Some(shard)) {
+                    annotations.insert(HOLDER_ANNOTATION.to_string(), identity.to_string());
+                }
+            }
+            if let Some(to) = drain_to {
+                annotations.insert(DRAIN_TO_ANNOTATION.to_string(), to.to_string());
+            }
+            slice.metadata.labels = Some(labels);
+            slice.metadata.annotations = Some(annotations);
+            Some(Write::CreateSlice(Box::new(slice)))
+        }
+        SliceAction::Place { action, .. } => {
+            unit_patch(action, membership, version).map(|patch| Write::PatchSlice { key, patch })
+        }
+        SliceAction::Retire { .. } => {
+            let owner = existing?.record?.record.owner?;
+            Some(Write::PatchSlice {
+                key,
+                patch: conditioned(
+                    json!({"annotations": {DRAIN_TO_ANNOTATION: owner.to_string()}}),
+                    version,
+                ),
+            })
+        }
+        SliceAction::Delete { .. } => Some(Write::DeleteSlice {
+            key: existing.map_or(key, |s| s.key.clone()),
+            resource_version: version.map(str::to_string),
+        }),
+    }
+}
+
 /// Decides one pass.
 pub fn decide(
-    strategy: &StrategyConfig,
+    rules: &Rules<'_>,
     index: &Index,
     membership: &Membership,
     recall: Recall<'_>,
@@ -118,19 +312,60 @@ pub fn decide(
         Recall::Remembered(memory) => Some(memory),
         Recall::Forgotten => None,
     };
-    let plan = plan(strategy, &units, &items, membership, memory)?;
-    let unit_writes = plan
-        .cluster_actions
-        .iter()
-        .filter_map(|(key, action)| {
-            let version = index.unit(key).and_then(|u| u.resource_version.as_deref());
-            unit_patch(*action, membership, version).map(|patch| UnitWrite {
-                key: key.clone(),
+    let slicing = if index.can_cut() {
+        rules.slicing.config_for(rules.strategy.kind)
+    } else {
+        shard_assign::SliceConfig::disabled()
+    };
+    let plan = plan(rules.strategy, &slicing, &units, &items, membership, memory)?;
+    let no_layout = Vec::new();
+    let mut record_writes = Vec::new();
+    let mut written_units = BTreeSet::new();
+    for (cluster, action) in &plan.cluster_actions {
+        let record = RecordKey {
+            cluster: cluster.clone(),
+            range: action.range(),
+        };
+        let layout = plan.layouts.get(cluster).unwrap_or(&no_layout);
+        if let Some(write) = record_write(rules, index, membership, &record, *action, layout) {
+            if record.range == KeyRange::WHOLE {
+                written_units.insert(cluster.clone());
+            }
+            record_writes.push(RecordWrite {
+                record,
                 action: *action,
-                patch,
-            })
-        })
-        .collect();
+                write,
+            });
+        }
+    }
+    let mut other_writes = Vec::new();
+    // Cut units show their slices; a unit whose whole record is written this pass shows them
+    // with that write (a second write would fail on the version).
+    for (cluster, layout) in &plan.layouts {
+        let Some(unit) = index.unit(cluster) else {
+            continue;
+        };
+        if !unit.view.cut || written_units.contains(cluster) {
+            continue;
+        }
+        let show = shown(layout);
+        if unit.shown != show {
+            let metadata = json!({
+                "labels": {SLICES_LABEL: show.slices},
+                "annotations": {SLICE_SHARDS_ANNOTATION: show.shards},
+            });
+            other_writes.push(Write::Unit {
+                key: cluster.clone(),
+                patch: conditioned(metadata, unit.resource_version.as_deref()),
+            });
+        }
+    }
+    for stray in index.stray_slices() {
+        other_writes.push(Write::DeleteSlice {
+            key: stray.key.clone(),
+            resource_version: stray.resource_version.clone(),
+        });
+    }
     let item_writes = plan
         .app_labels
         .iter()
@@ -141,27 +376,48 @@ pub fn decide(
             patch: item_patch(label.shard),
         })
         .collect();
-    let figures = figures(strategy, &plan);
+    let figures = figures(rules.strategy, &plan);
     Ok(Decision {
         plan,
-        unit_writes,
+        record_writes,
+        other_writes,
         item_writes,
         figures,
     })
 }
 
 fn figures(strategy: &StrategyConfig, plan: &Plan) -> Figures {
-    let shard_loads = plan.assignment.shard_loads();
+    let sliced = &plan.assignment;
+    let shard_loads = sliced.assignment.shard_loads();
     let item_counts: Vec<u64> = shard_loads.values().map(|l| l.apps).collect();
     let loads: Vec<u64> = shard_loads.values().map(|l| l.load).collect();
     let total: u64 = loads.iter().sum();
     let max = loads.iter().copied().max().unwrap_or(0);
+    let mut shards: BTreeMap<ShardId, ShardFigures> = shard_loads
+        .iter()
+        .map(|(&shard, load)| {
+            let figures = ShardFigures {
+                slices: load.clusters,
+                items: load.apps,
+                ..ShardFigures::default()
+            };
+            (shard, figures)
+        })
+        .collect();
+    for cluster in sliced.units.keys() {
+        let on = sliced.shards_of(cluster);
+        let shared = u64::from(on.len() > 1);
+        for shard in on {
+            let figures = shards.entry(shard).or_default();
+            figures.units += 1;
+            figures.shared += shared;
+        }
+    }
     Figures {
         balance: Balance::of_loads(&item_counts).max_over_mean,
-        shards: shard_loads
-            .iter()
-            .map(|(&shard, load)| (shard, (load.clusters, load.apps)))
-            .collect(),
+        shards,
+        cache_copies: sliced.cache_copies() as u64,
+        cut_units: sliced.slicing.cut().count() as u64,
         above_target: strategy.kind.uses_previous()
             && !strategy
                 .target_balance
@@ -192,22 +448,38 @@ mod tests {
         StrategyConfig::new(StrategyKind::StickyBalanced)
     }
 
+    fn rules(strategy: &StrategyConfig) -> Rules<'_> {
+        Rules {
+            strategy,
+            slicing: SliceSwitch::Auto,
+            namespace: "fleet",
+            statefulset: "shardwise",
+        }
+    }
+
     #[test]
     fn a_new_fleet_is_assigned_with_stamps_and_versions_and_items_follow() {
         let index = index(&[("a", None, 2), ("b", None, 1)]);
-        let decision = decide(&sticky(), &index, &members(2, &[0, 1]), Recall::Forgotten).unwrap();
-        assert_eq!(decision.unit_writes.len(), 2);
-        for write in &decision.unit_writes {
-            let PlannerAction::Assign { shard, .. } = write.action else {
+        let decision = decide(
+            &rules(&sticky()),
+            &index,
+            &members(2, &[0, 1]),
+            Recall::Forgotten,
+        )
+        .unwrap();
+        assert_eq!(decision.record_writes.len(), 2);
+        for write in &decision.record_writes {
+            let Some(PlannerAction::Assign { shard, .. }) = write.placement() else {
                 panic!("{write:?}");
             };
-            let metadata = &write.patch["metadata"];
+            let Write::Unit { key, patch } = &write.write else {
+                panic!("{write:?}");
+            };
+            assert_eq!(key, &write.record.cluster);
+            let metadata = &patch["metadata"];
             assert_eq!(metadata["labels"][SHARD_LABEL], shard.to_string());
             assert_eq!(metadata["annotations"][HOLDER_ANNOTATION], identity(shard));
-            assert_eq!(
-                metadata["resourceVersion"],
-                format!("rv-{}", write.key.name)
-            );
+            assert_eq!(metadata["resourceVersion"], format!("rv-{}", key.name));
         }
         assert_eq!(decision.item_writes.len(), 3);
         for write in &decision.item_writes {
@@ -215,11 +487,12 @@ mod tests {
                 .after
                 .as_ref()
                 .expect("a label that follows a new owner");
-            assert!(write.key.name.starts_with(&unit.name));
+            assert!(write.key.name.starts_with(&unit.cluster.name));
+            assert_eq!(unit.range, KeyRange::WHOLE);
             assert_eq!(write.patch, item_patch(write.shard));
         }
         assert_eq!(decision.figures.shards.len(), 2);
-        let counted: u64 = decision.figures.shards.values().map(|(_, i)| i).sum();
+        let counted: u64 = decision.figures.shards.values().map(|f| f.items).sum();
         assert_eq!(counted, 3);
     }
 
@@ -227,39 +500,54 @@ mod tests {
     fn a_planner_that_takes_over_a_settled_fleet_writes_nothing() {
         let index = index(&[("a", Some(0), 10), ("b", Some(1), 1), ("c", Some(1), 1)]);
         let membership = members(2, &[0, 1]);
-        let decision = decide(&sticky(), &index, &membership, Recall::Takeover).unwrap();
+        // Settled without slices ("a" is too big for a shard and would be cut otherwise).
+        let strategy = sticky();
+        let uncut = Rules {
+            slicing: SliceSwitch::Off,
+            ..rules(&strategy)
+        };
+        let decision = decide(&uncut, &index, &membership, Recall::Takeover).unwrap();
         assert!(
-            decision.unit_writes.is_empty(),
+            decision.record_writes.is_empty(),
             "{:?}",
-            decision.unit_writes
+            decision.record_writes
         );
         assert!(decision.item_writes.is_empty());
         // Its memory, given back with nothing changed, still moves nothing.
         let again = decide(
-            &sticky(),
+            &uncut,
             &index,
             &membership,
             Recall::Remembered(&decision.plan.memory),
         )
         .unwrap();
-        assert!(again.unit_writes.is_empty());
+        assert!(again.record_writes.is_empty());
     }
 
     #[test]
     fn a_unit_on_a_shard_that_went_away_is_drained_first_and_its_items_wait() {
         let index = index(&[("a", Some(0), 1), ("b", Some(1), 1)]);
         // Shard 1 is scaled away but its lease is still held: its unit is drained, not moved.
-        let decision = decide(&sticky(), &index, &members(1, &[0, 1]), Recall::Forgotten).unwrap();
+        let decision = decide(
+            &rules(&sticky()),
+            &index,
+            &members(1, &[0, 1]),
+            Recall::Forgotten,
+        )
+        .unwrap();
         let drain = decision
-            .unit_writes
+            .record_writes
             .iter()
-            .find(|w| w.key.name == "b")
+            .find(|w| w.record.cluster.name == "b")
             .expect("b is written");
-        assert_eq!(drain.action, PlannerAction::RequestDrain { to: 0 });
         assert_eq!(
-            drain.patch["metadata"]["annotations"][DRAIN_TO_ANNOTATION],
-            "0"
+            drain.placement(),
+            Some(PlannerAction::RequestDrain { to: 0 })
         );
+        let Write::Unit { patch, .. } = &drain.write else {
+            panic!("{drain:?}");
+        };
+        assert_eq!(patch["metadata"]["annotations"][DRAIN_TO_ANNOTATION], "0");
         assert!(
             decision.item_writes.iter().all(|w| w.key.name != "b-0"),
             "the item moves only once its unit has: {:?}",
@@ -274,7 +562,7 @@ mod tests {
         let index = index(&[("a", Some(0), 50), ("b", Some(1), 50)]);
         let memory = PlanMemory::default();
         let decision = decide(
-            &sticky(),
+            &rules(&sticky()),
             &index,
             &members(3, &[0, 1, 2]),
             Recall::Remembered(&memory),
@@ -287,7 +575,12 @@ mod tests {
     #[test]
     fn no_live_shard_is_an_error_not_a_plan() {
         let index = index(&[("a", None, 1)]);
-        let result = decide(&sticky(), &index, &members(2, &[]), Recall::Forgotten);
+        let result = decide(
+            &rules(&sticky()),
+            &index,
+            &members(2, &[]),
+            Recall::Forgotten,
+        );
         assert!(matches!(result, Err(PlanError::NoLiveShards)));
     }
 }

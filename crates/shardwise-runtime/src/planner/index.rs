@@ -3,15 +3,27 @@
 //! update it ([`Index::apply_unit`], [`Index::delete_unit`], relists through
 //! [`Index::relist_units`] and [`Index::relisted_units`], the same for items); each update says
 //! whether planning must run again, so that status writes (most of the events) cost nothing.
+//! The records of cut units' slices come from UnitSlices ([`Index::apply_slice`]).
 
 use std::collections::BTreeMap;
 
 use kube::Resource;
-use shardwise_handoff::keys::{SHARD_LABEL, parse_shard};
+use shard_assign::KeyRange;
+use shardwise_handoff::keys::{SHARD_LABEL, SLICE_SHARDS_ANNOTATION, SLICES_LABEL, parse_shard};
 use shardwise_handoff::plan::{AppView, ClusterView, ObjectKey};
+use shardwise_handoff::slices::SliceRecord;
 
 use crate::objects::{key_of, record_of};
 use crate::sharded::Sharded;
+use crate::slice::UnitSlice;
+
+/// What a cut unit shows people of its slices: the value of [`SLICES_LABEL`] and of
+/// [`SLICE_SHARDS_ANNOTATION`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shown {
+    pub slices: Option<String>,
+    pub shards: Option<String>,
+}
 
 /// A unit as the planner keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,13 +33,20 @@ pub struct UnitEntry {
     pub resource_version: Option<String>,
     /// Being deleted: left out of planning.
     pub deleting: bool,
+    /// What it shows of its slices.
+    pub shown: Shown,
 }
 
 impl UnitEntry {
-    /// What placement needs of `unit`.
+    /// What placement needs of `unit`. Its slices' records are added from the UnitSlices.
     pub fn of<C: Sharded>(unit: &C::Unit) -> Self {
         let meta = unit.meta();
         let placement = C::placement(unit);
+        let label = meta.labels.as_ref().and_then(|l| l.get(SLICES_LABEL));
+        let annotation = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SLICE_SHARDS_ANNOTATION));
         Self {
             view: ClusterView {
                 key: key_of(unit),
@@ -35,15 +54,52 @@ impl UnitEntry {
                 pin: placement.pin,
                 weight: placement.weight,
                 record: record_of(unit),
+                cut: label.is_some(),
+                slices: Vec::new(),
             },
             resource_version: meta.resource_version.clone(),
             deleting: meta.deletion_timestamp.is_some(),
+            shown: Shown {
+                slices: label.cloned(),
+                shards: annotation.cloned(),
+            },
         }
     }
 
     /// Whether `other` plans differently: anything but the resource version.
     fn plans_like(&self, other: &Self) -> bool {
-        self.view == other.view && self.deleting == other.deleting
+        self.view == other.view && self.deleting == other.deleting && self.shown == other.shown
+    }
+}
+
+/// A UnitSlice as the planner keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceEntry {
+    /// The UnitSlice object.
+    pub key: ObjectKey,
+    pub unit: ObjectKey,
+    pub unit_uid: String,
+    /// `None` when its spec names no slice: it is deleted as a stray.
+    pub record: Option<SliceRecord>,
+    pub resource_version: Option<String>,
+}
+
+impl SliceEntry {
+    pub fn of(slice: &UnitSlice) -> Self {
+        Self {
+            key: key_of(slice),
+            unit: slice.spec.unit_key(),
+            unit_uid: slice.spec.unit.uid.clone(),
+            record: slice.spec.key_range().map(|range| SliceRecord {
+                range,
+                record: record_of(slice),
+            }),
+            resource_version: slice.metadata.resource_version.clone(),
+        }
+    }
+
+    fn plans_like(&self, other: &Self) -> bool {
+        (&self.unit, &self.unit_uid, self.record) == (&other.unit, &other.unit_uid, other.record)
     }
 }
 
@@ -118,6 +174,9 @@ impl<T: Clone> Listed<T> {
 pub struct Index {
     units: Listed<UnitEntry>,
     items: Listed<AppView>,
+    slices: Listed<SliceEntry>,
+    /// UnitSlices cannot be listed (their CRD is not installed): nothing is cut.
+    slices_unavailable: bool,
     /// The shards the StatefulSet asks for; `None` while it does not exist.
     expected: Option<u32>,
     statefulset_synced: bool,
@@ -168,6 +227,43 @@ impl Index {
         self.items.relist_done()
     }
 
+    pub fn apply_slice(&mut self, entry: SliceEntry) -> bool {
+        self.slices
+            .apply(entry.key.clone(), entry, SliceEntry::plans_like)
+    }
+
+    pub fn delete_slice(&mut self, key: &ObjectKey) -> bool {
+        self.slices.delete(key)
+    }
+
+    pub fn relist_slices(&mut self) {
+        self.slices.relist();
+    }
+
+    pub fn relisted_slice(&mut self, entry: SliceEntry) {
+        self.slices.relisted(entry.key.clone(), entry);
+    }
+
+    pub fn relisted_slices(&mut self) -> bool {
+        self.slices_unavailable = false;
+        self.slices.relist_done()
+    }
+
+    /// UnitSlices cannot be listed: plan without them, and cut nothing.
+    pub fn slices_unavailable(&mut self) -> bool {
+        let changed = !self.slices_unavailable;
+        self.slices_unavailable = true;
+        self.slices.relist = None;
+        self.slices.current.clear();
+        self.slices.synced = true;
+        changed
+    }
+
+    /// Whether units may be cut: their slices' records can be kept.
+    pub fn can_cut(&self) -> bool {
+        !self.slices_unavailable
+    }
+
     /// The StatefulSet's shard count, or `None` when it does not exist.
     pub fn set_expected(&mut self, expected: Option<u32>) -> bool {
         self.statefulset_synced = true;
@@ -180,20 +276,58 @@ impl Index {
 
     /// Whether every kind has been listed once: planning on less would move what it missed.
     pub fn synced(&self) -> bool {
-        self.units.synced && self.items.synced && self.statefulset_synced
+        self.units.synced && self.items.synced && self.slices.synced && self.statefulset_synced
     }
 
-    /// Units to place (not being deleted) and every item, in key order.
+    /// The unit a UnitSlice belongs to, if it exists and is the one the slice was made for.
+    fn unit_of_slice(&self, slice: &SliceEntry) -> Option<&UnitEntry> {
+        self.units
+            .current
+            .get(&slice.unit)
+            .filter(|u| u.view.uid == slice.unit_uid)
+    }
+
+    /// Units to place (not being deleted, with the records of their slices) and every item,
+    /// in key order.
     pub fn views(&self) -> (Vec<ClusterView>, Vec<AppView>) {
+        let mut slices: BTreeMap<&ObjectKey, Vec<SliceRecord>> = BTreeMap::new();
+        for slice in self.slices.current.values() {
+            if let Some(record) = slice.record
+                && self.unit_of_slice(slice).is_some()
+            {
+                slices.entry(&slice.unit).or_default().push(record);
+            }
+        }
         let units = self
             .units
             .current
             .values()
             .filter(|u| !u.deleting)
-            .map(|u| u.view.clone())
+            .map(|u| ClusterView {
+                slices: slices.remove(&u.view.key).unwrap_or_default(),
+                ..u.view.clone()
+            })
             .collect();
         let items = self.items.current.values().cloned().collect();
         (units, items)
+    }
+
+    /// The UnitSlice of `range` of `unit`, as last seen.
+    pub fn slice(&self, unit: &ObjectKey, range: KeyRange) -> Option<&SliceEntry> {
+        self.slices
+            .current
+            .values()
+            .find(|s| &s.unit == unit && s.record.is_some_and(|r| r.range == range))
+    }
+
+    /// UnitSlices that belong to no unit (deleted, or made again under a new UID) or name no
+    /// slice: nobody can hold them, and the planner deletes them.
+    pub fn stray_slices(&self) -> Vec<&SliceEntry> {
+        self.slices
+            .current
+            .values()
+            .filter(|s| s.record.is_none() || self.unit_of_slice(s).is_none())
+            .collect()
     }
 
     /// The unit `key`, as last seen.
@@ -237,9 +371,12 @@ pub(super) mod fixtures {
                     epoch: 1,
                     ..Default::default()
                 },
+                cut: false,
+                slices: Vec::new(),
             },
             resource_version: Some(format!("rv-{name}")),
             deleting: false,
+            shown: Default::default(),
         }
     }
 
@@ -304,6 +441,9 @@ mod tests {
         index.relist_items();
         assert!(index.relisted_items());
         assert!(index.set_expected(Some(3)));
+        assert!(!index.synced(), "the slices are not listed yet");
+        index.relist_slices();
+        assert!(index.relisted_slices());
         assert!(index.synced());
         // The watch restarts; "b" was deleted while it was down.
         index.relist_units();

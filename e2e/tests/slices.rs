@@ -1,0 +1,159 @@
+//! End-to-end tests of slices: a cluster too hot for one replica is cut into slices of its
+//! apps, spread over the replicas, and handed off slice by slice through scale-downs and
+//! scale-ups, with real `shardwise-controller` processes on a test control plane.
+
+// Test code: a step that fails fails the test, helpers included.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use shardwise_e2e::wait_for;
+use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL};
+use shardwise_runtime::audit;
+use shardwise_runtime::slice::UnitSlice;
+use support::{Fleet, FleetOptions, NAMESPACE, shard_label};
+
+const SETTLE: Duration = Duration::from_secs(240);
+
+/// Max over mean of the apps each of `shards` holds, by their labels.
+async fn apps_balance(fleet: &Fleet, shards: &[u32]) -> Result<f64, String> {
+    let apps = fleet
+        .apps_api()
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut per_shard: BTreeMap<u32, u64> = shards.iter().map(|&s| (s, 0)).collect();
+    for app in &apps.items {
+        let shard = shard_label(app).ok_or_else(|| format!("{} has no label", app.name_any()))?;
+        *per_shard.entry(shard).or_default() += 1;
+    }
+    let total: u64 = per_shard.values().sum();
+    let max = per_shard.values().copied().max().unwrap_or(0);
+    let mean = total as f64 / per_shard.len() as f64;
+    eprintln!("apps per shard {per_shard:?}");
+    Ok(max as f64 / mean)
+}
+
+/// Waits until every app is Synced on a live shard and the owned apps per replica are within
+/// 1.10 of the mean, with the hot cluster cut over several shards.
+async fn wait_balanced_and_settled(fleet: &Fleet, live: &[u32]) {
+    if let Err(e) = fleet.wait_settled(live, SETTLE).await {
+        panic!("{e}\n{}", fleet.report());
+    }
+    wait_for(
+        "owned apps per replica within 1.10 of the mean",
+        SETTLE,
+        || async {
+            fleet.check_settled(live).await?;
+            let placement = fleet.placement().await.map_err(|e| e.to_string())?;
+            let cut = placement.cut();
+            let hot = cut.get("cluster-0").ok_or("cluster-0 is not cut")?;
+            if hot.len() < 2 {
+                return Err(format!("cluster-0 is cut but on {hot:?} only"));
+            }
+            let balance = apps_balance(fleet, live).await?;
+            if balance <= 1.10 {
+                Ok(())
+            } else {
+                Err(format!("max/mean {balance:.3}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.report()));
+}
+
+/// 4 replicas, 4,000 apps, 60% of them on one cluster: the hot cluster is cut and spread, so
+/// each replica owns about a quarter of the apps; a scale-down to 3 and up to 5 hands its slices
+/// over; every app is Synced after each step, and no two processes ever worked on one app (nor
+/// on overlapping slices) at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 4,
+        clusters: 16,
+        apps: 4000,
+        hot_percent: Some(60),
+        audit: true,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    wait_balanced_and_settled(&fleet, &[0, 1, 2, 3]).await;
+    eprintln!(
+        "4 replicas: balanced in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // kubectl's view: the cut cluster shows its slices and their shards; its UnitSlices name
+    // their ranges.
+    let hot = fleet.clusters_api().get("cluster-0").await.unwrap();
+    let slices: usize = hot.labels()[SLICES_LABEL].parse().unwrap();
+    assert!(slices >= 2, "{:?}", hot.labels());
+    assert!(
+        shard_label(&hot).is_none(),
+        "a cut cluster has no shard of its own"
+    );
+    let shown = &hot.annotations()[SLICE_SHARDS_ANNOTATION];
+    let records: Api<UnitSlice> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    let records = records.list(&ListParams::default()).await.unwrap();
+    assert_eq!(records.items.len(), slices, "one UnitSlice per slice");
+    let mut shards: Vec<String> = records
+        .items
+        .iter()
+        .map(|s| shard_label(s).unwrap().to_string())
+        .collect();
+    shards.sort();
+    shards.dedup();
+    assert_eq!(shown, &shards.join(","));
+    // Exactly one owner reports on the cut cluster: its status names the shard of the slice
+    // holding key 0, and no app count (each owner sees its own slices only).
+    let status = hot.status.clone().unwrap_or_default();
+    let placement = fleet.placement().await.unwrap();
+    let first = placement.clusters["cluster-0"][0];
+    assert_eq!((status.shard, status.app_count), (Some(first.1), None));
+
+    fleet.scale(3).await.unwrap();
+    fleet.stop_replica(3).await.unwrap();
+    let started = std::time::Instant::now();
+    wait_balanced_and_settled(&fleet, &[0, 1, 2]).await;
+    eprintln!(
+        "4 -> 3: balanced in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    fleet.scale(5).await.unwrap();
+    fleet.spawn_replica(3).unwrap();
+    fleet.spawn_replica(4).unwrap();
+    let started = std::time::Instant::now();
+    wait_balanced_and_settled(&fleet, &[0, 1, 2, 3, 4]).await;
+    eprintln!(
+        "3 -> 5: balanced in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let intervals = audit::read(&fleet.audits, "cluster").unwrap();
+    let overlaps = audit::overlaps(&intervals, &BTreeMap::new());
+    let shown: Vec<String> = overlaps.iter().take(5).map(ToString::to_string).collect();
+    assert!(
+        overlaps.is_empty(),
+        "{} overlaps, e.g.\n{}",
+        overlaps.len(),
+        shown.join("\n")
+    );
+    let sliced = intervals
+        .iter()
+        .filter(|i| i.range != shard_assign::KeyRange::WHOLE)
+        .count();
+    eprintln!(
+        "{} reconciles audited, {sliced} under slices of a cut cluster, no overlap",
+        intervals.len()
+    );
+    assert!(sliced > 0);
+}
