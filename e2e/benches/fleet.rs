@@ -3,6 +3,9 @@
 //! - `throughput`: apps per second until 5,000 apps are Synced with 1, 2 and 4 replicas, 10 ms of
 //!   latency on every destination request, default workers and QPS; scaling efficiency
 //!   `throughput(N) / (N × throughput(1))`, target ≥ 0.8 at 4 replicas.
+//! - `skewed`: the same on a skewed fleet, 4,000 apps of which 60% target one cluster, with
+//!   slices off and on, side by side: without slices the hot cluster's replica caps the fleet;
+//!   with them, target scaling efficiency ≥ 0.8 at 4 replicas.
 //! - `memory`: peak resident memory of one replica of 4 (not the planner) owning a quarter of
 //!   20,000 apps, against a single replica owning all; target ≤ 0.4×.
 //! - `handoff`: with the default lease settings, 4 replicas, 40 clusters, 2,000 apps: time until
@@ -10,7 +13,7 @@
 //!   lease duration + 5 s) and a partition; apps whose owner changed; reconciles in flight when
 //!   the owner stopped; overlapping reconciles in the audit (must be 0).
 //!
-//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|memory|handoff]` (all by
+//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff]` (all by
 //! default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
@@ -63,25 +66,50 @@ async fn wait_synced(fleet: &Fleet, total: usize) {
 // ---------------------------------------------------------------- throughput
 
 async fn throughput(replicas: u32) -> f64 {
-    const APPS: u32 = 5000;
-    let fleet = Fleet::start(FleetOptions {
+    synced_rate(FleetOptions {
         replicas,
         clusters: 40,
-        apps: APPS,
+        apps: 5000,
+        ..throughput_options()
+    })
+    .await
+}
+
+/// Default workers and limits, 10 ms on every destination request.
+fn throughput_options() -> FleetOptions {
+    FleetOptions {
         rbac: false,
         fast: false,
         destination_latency: Some(Duration::from_millis(10)),
         ..FleetOptions::default()
-    })
-    .await
-    .unwrap();
-    wait_synced(&fleet, APPS as usize).await;
+    }
+}
+
+/// Apps Synced per second, from the first replica's start until every app is Synced.
+async fn synced_rate(options: FleetOptions) -> f64 {
+    let (replicas, apps) = (options.replicas, options.apps);
+    let args = options.args.join(" ");
+    let fleet = Fleet::start(options).await.unwrap();
+    wait_synced(&fleet, apps as usize).await;
     let seconds = fleet.started.elapsed().as_secs_f64();
-    let rate = f64::from(APPS) / seconds;
+    let rate = f64::from(apps) / seconds;
     eprintln!(
-        "throughput: {replicas} replica(s): {APPS} apps Synced in {seconds:.1} s = {rate:.1} apps/s"
+        "throughput: {replicas} replica(s) {args}: {apps} apps Synced in {seconds:.1} s = {rate:.1} apps/s"
     );
     rate
+}
+
+/// 4,000 apps, 60% of them on one of 16 clusters, with slices on or off.
+async fn skewed(replicas: u32, slicing: &str) -> f64 {
+    synced_rate(FleetOptions {
+        replicas,
+        clusters: 16,
+        apps: 4000,
+        hot_percent: Some(60),
+        args: vec![format!("--slicing={slicing}")],
+        ..throughput_options()
+    })
+    .await
 }
 
 // ---------------------------------------------------------------- memory
@@ -335,6 +363,32 @@ fn main() {
             println!("| 4 | {four:.1} | {:.2} |", efficiency(4.0, four));
             if efficiency(4.0, four) < 0.8 {
                 failures.push(format!("scaling efficiency at 4 replicas {:.2} < 0.8", efficiency(4.0, four)));
+            }
+        }
+        if run("skewed") {
+            let mut rates = BTreeMap::new();
+            for replicas in [1u32, 2, 4] {
+                for slicing in ["off", "on"] {
+                    rates.insert((replicas, slicing), skewed(replicas, slicing).await);
+                }
+            }
+            let efficiency = |n: u32, slicing: &str| {
+                rates[&(n, slicing)] / (f64::from(n) * rates[&(1, slicing)])
+            };
+            println!("\n### Reconcile throughput, skewed fleet (4,000 apps, 60% on one of 16 clusters, 10 ms destination latency)\n");
+            println!("| replicas | slices off: apps/s | efficiency | slices on: apps/s | efficiency | on / off |");
+            println!("|---:|---:|---:|---:|---:|---:|");
+            for n in [1u32, 2, 4] {
+                let (off, on) = (rates[&(n, "off")], rates[&(n, "on")]);
+                println!(
+                    "| {n} | {off:.1} | {:.2} | {on:.1} | {:.2} | {:.2}x |",
+                    efficiency(n, "off"),
+                    efficiency(n, "on"),
+                    on / off
+                );
+            }
+            if efficiency(4, "on") < 0.8 {
+                failures.push(format!("skewed fleet: scaling efficiency with slices at 4 replicas {:.2} < 0.8", efficiency(4, "on")));
             }
         }
         if run("memory") {

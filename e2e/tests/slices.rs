@@ -112,6 +112,45 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
     shards.sort();
     shards.dedup();
     assert_eq!(shown, &shards.join(","));
+    // The same through kubectl's printer columns.
+    let kubeconfig = fleet.env.control_plane().kubeconfig_path("admin").unwrap();
+    let kubectl = |args: &[&str]| {
+        let output = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["-n", NAMESPACE])
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let table = kubectl(&["get", "fleetclusters", "cluster-0", "cluster-1"]);
+    eprintln!("{table}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        &header[..4],
+        ["NAME", "SHARD", "SLICES", "SHARDS"],
+        "{table}"
+    );
+    let hot_row = table.lines().find(|l| l.starts_with("cluster-0 ")).unwrap();
+    assert!(
+        hot_row.contains(&format!(" {slices} ")) && hot_row.contains(shown.as_str()),
+        "{table}"
+    );
+    let slices_table = kubectl(&["get", "unitslices"]);
+    eprintln!("{slices_table}");
+    assert_eq!(slices_table.lines().count(), slices + 1, "{slices_table}");
+    assert!(
+        slices_table
+            .lines()
+            .skip(1)
+            .all(|l| l.contains("cluster-0"))
+    );
     // Exactly one owner reports on the cut cluster: its status names the shard of the slice
     // holding key 0, and no app count (each owner sees its own slices only).
     let status = hot.status.clone().unwrap_or_default();

@@ -9,7 +9,7 @@ pub(crate) mod shardwise;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use shard_assign::{AppKeys, Cluster, ShardId};
+use shard_assign::{AppKeys, Cluster, KeyRange, ShardId};
 use thiserror::Error;
 
 use crate::cli::Source;
@@ -20,8 +20,12 @@ pub(crate) struct LiveFleet {
     /// Every cluster, in name order; `id` is the object's UID.
     pub clusters: Vec<Cluster>,
     /// The shard each cluster is recorded on, by id. Empty when the source records no placement
-    /// (Argo CD); clusters missing from it are unplaced.
+    /// (Argo CD); clusters missing from it are unplaced. A cut cluster is on the shard that holds
+    /// most of its apps, for strategies that place whole clusters.
     pub recorded: BTreeMap<String, ShardId>,
+    /// The recorded slices of each cut cluster, by id: ranges that tile the key space, in
+    /// order, each with the shard of its UnitSlice.
+    pub recorded_cuts: BTreeMap<String, Vec<(KeyRange, ShardId)>>,
     /// Apps that target no known cluster: they move with no cluster and are not counted.
     pub unmatched_apps: u64,
     /// The keys of each cluster's apps (FNV-1a of their UIDs), sorted, by cluster id: what
@@ -59,10 +63,19 @@ impl LiveFleet {
         }
     }
 
-    /// One more than the highest recorded shard: the replica count the labels imply, since a
-    /// StatefulSet's ordinals are contiguous.
+    /// One more than the highest recorded shard (of a cluster or a slice): the replica count
+    /// the labels imply, since a StatefulSet's ordinals are contiguous.
     pub fn shards_in_use(&self) -> Option<u32> {
-        self.recorded.values().max().map(|&s| s.saturating_add(1))
+        self.recorded
+            .values()
+            .chain(
+                self.recorded_cuts
+                    .values()
+                    .flatten()
+                    .map(|(_, shard)| shard),
+            )
+            .max()
+            .map(|&s| s.saturating_add(1))
     }
 }
 
@@ -172,6 +185,12 @@ mod tests {
         fleet.recorded.insert("a".into(), 0);
         fleet.recorded.insert("b".into(), 3);
         assert_eq!(fleet.shards_in_use(), Some(4));
+        // A cut cluster is recorded where most of its apps are; a slice may be further out.
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        fleet
+            .recorded_cuts
+            .insert("b".into(), vec![(low, 3), (high, 5)]);
+        assert_eq!(fleet.shards_in_use(), Some(6));
     }
 
     #[test]

@@ -2,13 +2,14 @@
 //! put it at `--replicas` and at `--to` replicas, and what moves on the way. Placement and diffs
 //! are `shard_assign`'s; this module only arranges them for a report.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use shard_assign::{
-    AssignError, Assignment, AssignmentDiff, Balance, Cluster, PreviousPlacement, ShardId,
-    ShardSet, SliceSwitch, SlicedAssignment, Slicing, StrategyConfig, StrategyKind, Warning,
-    assign, assign_sliced,
+    AssignError, Assignment, AssignmentDiff, Balance, Cluster, KeyRange, PreviousPlacement,
+    ShardId, ShardSet, SliceSwitch, SlicedAssignment, Slicing, StrategyConfig, StrategyKind,
+    Warning, assign, assign_sliced, count_in, slice_id,
 };
 
 use crate::cli::Source;
@@ -17,7 +18,7 @@ use crate::fleet::LiveFleet;
 /// How the current placement is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Current {
-    /// Recorded on the objects (shard labels).
+    /// Recorded on the objects (shard labels of clusters, and of the slices of cut ones).
     Recorded,
     /// Not recorded: computed with the strategy the controller runs (Argo CD).
     Computed(StrategyConfig),
@@ -82,7 +83,7 @@ pub(crate) struct CurrentPlacement {
     pub strategy: Option<StrategyKind>,
     /// Over the live shards `0..replicas.from`.
     pub balance: Balance,
-    /// Every live shard, and any other shard a cluster is recorded on.
+    /// Every live shard, and any other shard a cluster or slice is recorded on.
     pub shards: Vec<CurrentShard>,
     pub unplaced: Count,
     pub warnings: Vec<PinWarning>,
@@ -91,6 +92,7 @@ pub(crate) struct CurrentPlacement {
 #[derive(Debug, Serialize)]
 pub(crate) struct CurrentShard {
     pub shard: ShardId,
+    /// Clusters with apps here: a cut cluster counts on every shard holding one of its slices.
     pub clusters: u64,
     pub apps: u64,
     pub load: u64,
@@ -112,7 +114,8 @@ pub(crate) struct ClusterRow {
     pub weight: u32,
     pub load: u64,
     pub pin: Option<ShardId>,
-    /// Current shard; `None` when unplaced.
+    /// Current shard (of a cut cluster: the one holding most of its apps); `None` when
+    /// unplaced.
     pub shard: Option<ShardId>,
 }
 
@@ -165,6 +168,8 @@ pub(crate) struct SliceRow {
     pub selector: String,
     pub apps: u64,
     pub shard: ShardId,
+    /// Where the slice's apps are now (see [`shard_now`]); `None` when its cluster is unplaced.
+    pub now: Option<ShardId>,
 }
 
 #[derive(Debug, Serialize)]
@@ -236,6 +241,8 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
         .iter()
         .map(|(id, p)| (id.clone(), p.shard))
         .collect();
+    // The same for strategies that slice: the recorded cut, each slice where it is.
+    let (previous_slicing, previous_slices) = recorded_slicing(fleet, &current);
 
     let mut strategies = Vec::with_capacity(request.strategies.len());
     for config in &request.strategies {
@@ -247,8 +254,8 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
                     &fleet.clusters,
                     &fleet.keys,
                     shards,
-                    Some(&previous),
-                    &Slicing::default(),
+                    Some(&previous_slices),
+                    &previous_slicing,
                 )
             };
             let (at_from, at_to) = (place(&from_shards)?, place(&to_shards)?);
@@ -305,6 +312,72 @@ fn cluster_rows(fleet: &LiveFleet, current: &Assignment) -> Vec<ClusterRow> {
     clusters
 }
 
+/// The recorded cut as a previous slicing, and the placement now by unit: each recorded slice of
+/// a cut cluster by its [`slice_id`], every other placed cluster by its id.
+fn recorded_slicing(fleet: &LiveFleet, current: &Assignment) -> (Slicing, PreviousPlacement) {
+    let mut slicing = Slicing::default();
+    for (id, cut) in &fleet.recorded_cuts {
+        let ranges = cut.iter().map(|&(range, _)| range).collect();
+        // Always some: the fleet records only cuts that tile the key space.
+        if let Some(with_cut) = slicing.clone().with(id.as_str(), ranges) {
+            slicing = with_cut;
+        }
+    }
+    let placements = current
+        .placements()
+        .iter()
+        .flat_map(|(id, p)| match fleet.recorded_cuts.get(id) {
+            Some(cut) => cut
+                .iter()
+                .map(|&(range, shard)| (slice_id(id, range), shard))
+                .collect(),
+            None => vec![(id.clone(), p.shard)],
+        })
+        .collect();
+    (slicing, placements)
+}
+
+/// Where the apps of `cluster` are now, as (shard, apps): each recorded slice of a cut cluster
+/// on its own shard, any other placed cluster whole on its shard.
+fn apps_now(fleet: &LiveFleet, current: &Assignment, cluster: &Cluster) -> Vec<(ShardId, u64)> {
+    let keys = fleet.keys.get(&cluster.id);
+    match fleet.recorded_cuts.get(&cluster.id) {
+        // Without keys (an app without a UID) apps cannot be told to a slice: then they all
+        // count on the shard the cluster is recorded on.
+        Some(cut) if keys.is_some() || cluster.apps == 0 => cut
+            .iter()
+            .map(|&(range, shard)| (shard, keys.map_or(0, |k| count_in(k, range))))
+            .collect(),
+        _ => current
+            .shard_of(&cluster.id)
+            .map(|shard| (shard, cluster.apps))
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// The shard the apps of `range` of a cluster are on now. For a cut cluster: that of the
+/// recorded slice `range` lies within or, when `range` spans several recorded slices, that of
+/// the one holding most of its apps (ties: the lowest range). Otherwise the cluster's shard.
+fn shard_now(
+    fleet: &LiveFleet,
+    current: &Assignment,
+    cluster_id: &str,
+    range: KeyRange,
+) -> Option<ShardId> {
+    let Some(cut) = fleet.recorded_cuts.get(cluster_id) else {
+        return current.shard_of(cluster_id);
+    };
+    if let Some(&(_, shard)) = cut.iter().find(|&&(recorded, _)| range.within(recorded)) {
+        return Some(shard);
+    }
+    let keys = fleet.keys.get(cluster_id).map_or(&[][..], Vec::as_slice);
+    cut.iter()
+        .filter(|&&(recorded, _)| recorded.within(range))
+        .max_by_key(|&&(recorded, _)| (count_in(keys, recorded), Reverse(recorded)))
+        .map(|&(_, shard)| shard)
+}
+
 /// The placement now (recorded or computed): loads per shard, what is unplaced, and pins that
 /// explain why a cluster is elsewhere.
 fn current_placement(
@@ -335,17 +408,36 @@ fn current_placement(
             })
         })
         .collect();
-    let current_shards: Vec<CurrentShard> = current
+    // Counted from the apps, not from `current`, which holds a cut cluster whole on one shard.
+    let empty = |shard: ShardId| CurrentShard {
+        shard,
+        clusters: 0,
+        apps: 0,
+        load: 0,
+        live: from_shards.contains(shard),
+    };
+    let mut by_shard: BTreeMap<ShardId, CurrentShard> = current
         .shard_loads()
-        .iter()
-        .map(|(&shard, load)| CurrentShard {
-            shard,
-            clusters: load.clusters,
-            apps: load.apps,
-            load: load.load,
-            live: from_shards.contains(shard),
-        })
+        .keys()
+        .map(|&shard| (shard, empty(shard)))
         .collect();
+    for cluster in &fleet.clusters {
+        let weight = u64::from(cluster.weight.unwrap_or(1));
+        let parts = apps_now(fleet, current, cluster);
+        let shards: BTreeSet<ShardId> = parts.iter().map(|&(shard, _)| shard).collect();
+        for (shard, apps) in parts {
+            let row = by_shard.entry(shard).or_insert_with(|| empty(shard));
+            row.apps += apps;
+            row.load += apps.saturating_mul(weight);
+        }
+        for shard in shards {
+            by_shard
+                .entry(shard)
+                .or_insert_with(|| empty(shard))
+                .clusters += 1;
+        }
+    }
+    let current_shards: Vec<CurrentShard> = by_shard.into_values().collect();
     let live_loads: Vec<u64> = current_shards
         .iter()
         .filter(|s| s.live)
@@ -383,8 +475,16 @@ fn recorded_assignment(fleet: &LiveFleet, replicas: u32) -> Result<Assignment, A
             })
         })
         .collect();
+    // Shards of slices too, so that a slice can be placed on its shard in `sliced_plan`.
     let shards: ShardSet = (0..replicas)
         .chain(fleet.recorded.values().copied())
+        .chain(
+            fleet
+                .recorded_cuts
+                .values()
+                .flatten()
+                .map(|&(_, shard)| shard),
+        )
         .collect();
     pinned_assignment(&placed, &shards)
 }
@@ -487,8 +587,8 @@ fn strategy_plan(
     }
 }
 
-/// The plan of a strategy that slices. Every slice is compared with where its cluster is now
-/// (the recorded placement is of whole clusters), so moves are counted per slice.
+/// The plan of a strategy that slices. Every slice is compared with where its apps are now
+/// ([`shard_now`]), so moves are counted per slice.
 fn sliced_plan(
     config: &StrategyConfig,
     fleet: &LiveFleet,
@@ -498,7 +598,7 @@ fn sliced_plan(
 ) -> Result<StrategyPlan, AssignError> {
     // The slices of the plan as clusters of their own, named `cluster#range`.
     let mut units: Vec<Cluster> = Vec::new();
-    // Where each slice is now: on its cluster's current shard (pinned there).
+    // Where each slice is now (pinned there).
     let mut now: Vec<Cluster> = Vec::new();
     let mut cut = Vec::new();
     for cluster in &fleet.clusters {
@@ -521,7 +621,8 @@ fn sliced_plan(
                 apps: placed.apps,
                 ..cluster.clone()
             };
-            if let Some(shard) = current.shard_of(&cluster.id) {
+            let current_shard = shard_now(fleet, current, &cluster.id, *range);
+            if let Some(shard) = current_shard {
                 now.push(Cluster {
                     pin: Some(shard),
                     ..slice.clone()
@@ -535,6 +636,7 @@ fn sliced_plan(
                     selector: range.selector(),
                     apps: placed.apps,
                     shard: placed.shard,
+                    now: current_shard,
                 });
             }
         }
@@ -582,6 +684,7 @@ fn layout(assignment: &Assignment) -> Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::shardwise::fixtures::cut_fleet;
 
     fn cluster(id: &str, apps: u64) -> Cluster {
         Cluster {
@@ -889,5 +992,115 @@ mod tests {
             .unwrap_err(),
             AssignError::NoLiveShards
         );
+    }
+
+    #[test]
+    fn a_cut_cluster_counts_each_recorded_slice_on_its_shard() {
+        let (fleet, cut, in_slice) = cut_fleet();
+        let kinds = [StrategyKind::StickyBalanced, StrategyKind::GreedyMinimum];
+        let report = build(&fleet, request(3, 3, Current::Recorded, &kinds)).unwrap();
+        let shards: Vec<_> = report
+            .current
+            .shards
+            .iter()
+            .map(|s| (s.shard, s.clusters, s.apps, s.load, s.live))
+            .collect();
+        assert_eq!(
+            shards,
+            [
+                (0, 2, 200, 200, true),
+                (1, 2, 200, 200, true),
+                (2, 2, 200, 200, true)
+            ]
+        );
+        assert_eq!(report.current.balance.max_over_mean, 1.0);
+        assert_eq!(report.current.unplaced, Count::default());
+        // Its row names the shard of its biggest slice, the high half.
+        assert!(in_slice[2] > in_slice[0].max(in_slice[1]));
+        let hot = report.clusters.iter().find(|c| c.name == "hot").unwrap();
+        assert_eq!(hot.shard, Some(2));
+        assert!(report.notes[0].contains(r#"are ignored: "hot-1-0""#));
+
+        // Nothing changed and the shards are balanced: sticky-balanced keeps the recorded cut
+        // where it is.
+        let sticky = &report.strategies[0];
+        assert_eq!(sticky.moves.clusters, 0, "{:?}", sticky.moved);
+        assert_eq!(sticky.moves.apps, 0);
+        assert!(sticky.placed.is_empty());
+        let slicing = sticky.slicing.as_ref().unwrap();
+        assert_eq!(slicing.cut.len(), 1);
+        let slices: Vec<_> = slicing.cut[0]
+            .slices
+            .iter()
+            .map(|r| (r.range.clone(), r.apps, r.shard, r.now))
+            .collect();
+        let expected: Vec<_> = (0..3u32)
+            .map(|i| {
+                let n = i as usize;
+                (cut[n].to_string(), in_slice[n], i, Some(i))
+            })
+            .collect();
+        assert_eq!(slices, expected);
+        // A strategy that places whole clusters (greedy-minimum puts the heaviest on shard 0)
+        // moves hot from the shard of most of its apps.
+        let greedy = &report.strategies[1];
+        assert!(greedy.slicing.is_none());
+        let hot = greedy.moved.iter().find(|m| m.cluster == "hot").unwrap();
+        assert_eq!((hot.from, hot.to, hot.apps), (2, 0, 360));
+    }
+
+    #[test]
+    fn scaling_down_forces_the_recorded_slices_off_the_removed_shard() {
+        let (fleet, _, in_slice) = cut_fleet();
+        let report = build(
+            &fleet,
+            request(3, 2, Current::Recorded, &[StrategyKind::StickyBalanced]),
+        )
+        .unwrap();
+        let plan = &report.strategies[0];
+        // The high half of hot and cluster c leave shard 2: 200 apps, however hot is cut now.
+        assert_eq!(plan.moves.forced.apps, 200);
+        assert!(plan.moved.iter().any(|m| m.cluster.starts_with("hot#")));
+        for m in &plan.moved {
+            assert_eq!(m.forced, m.from == 2, "{m:?}");
+        }
+        let hot_forced: u64 = plan
+            .moved
+            .iter()
+            .filter(|m| m.forced && m.cluster.starts_with("hot"))
+            .map(|m| m.apps)
+            .sum();
+        assert_eq!(hot_forced, in_slice[2]);
+    }
+
+    #[test]
+    fn a_plan_slice_is_where_most_of_its_recorded_apps_are() {
+        let (mut fleet, cut, in_slice) = cut_fleet();
+        let current = recorded_assignment(&fleet, 3).unwrap();
+        let range = |depth, index| KeyRange::new(depth, index).unwrap();
+        // Within a recorded slice: that slice's shard.
+        assert_eq!(shard_now(&fleet, &current, "uid-hot", range(3, 1)), Some(0));
+        assert_eq!(shard_now(&fleet, &current, "uid-hot", range(2, 3)), Some(2));
+        assert_eq!(shard_now(&fleet, &current, "uid-hot", cut[1]), Some(1));
+        // Spanning recorded slices: the shard of the one with most apps.
+        let low = if in_slice[1] > in_slice[0] { 1 } else { 0 };
+        assert_eq!(
+            shard_now(&fleet, &current, "uid-hot", range(1, 0)),
+            Some(low)
+        );
+        assert_eq!(
+            shard_now(&fleet, &current, "uid-hot", KeyRange::WHOLE),
+            Some(2)
+        );
+        // A whole cluster: its shard, whatever the range.
+        assert_eq!(shard_now(&fleet, &current, "uid-a", range(1, 1)), Some(0));
+
+        // Each slice weighs its apps times the cluster's weight, on its own shard.
+        for c in fleet.clusters.iter_mut().filter(|c| c.name == "hot") {
+            c.weight = Some(2);
+        }
+        let report = build(&fleet, request(3, 3, Current::Recorded, &[])).unwrap();
+        let loads: Vec<u64> = report.current.shards.iter().map(|s| s.load).collect();
+        assert_eq!(loads, in_slice.map(|apps| 200 + apps).to_vec());
     }
 }

@@ -6,14 +6,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ListParams;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 use shard_assign::{
-    Cluster, PreviousPlacement, ShardSet, StrategyConfig, StrategyKind, assign, fnv1a_32,
+    Cluster, KeyRange, PreviousPlacement, ShardSet, StrategyConfig, StrategyKind, app_key, assign,
+    count_in, fnv1a_32,
 };
-use shardwise_api::FleetCluster;
+use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_e2e::{Environment, Identity};
+use shardwise_handoff::plan::ObjectKey;
+use shardwise_runtime::slice::{UnitSlice, UnitSliceSpec};
 
 fn shardwise(kubeconfig: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_shardwise"))
@@ -414,6 +417,95 @@ fn check_fallbacks_and_failures(kubeconfig: &Path) {
         empty.contains("no clusters in namespace elsewhere"),
         "{empty}"
     );
+}
+
+/// A cut FleetCluster is placed by its UnitSlices, each counting on its own shard; without
+/// them (or without their CRD, as with shardwise's CRDs from before slices) it is unplaced.
+#[tokio::test]
+async fn plans_a_cut_cluster_from_its_unit_slices() {
+    let env = Environment::builder().start().unwrap();
+    let cp = env.control_plane();
+    let crds = std::fs::read_to_string(repo_file("deploy/crds.yaml")).unwrap();
+    let without_slices: Vec<&str> = crds
+        .split("---\n")
+        .filter(|doc| !doc.contains("name: unitslices.shardwise.io"))
+        .collect();
+    cp.apply_yaml("admin", &without_slices.join("---\n"))
+        .await
+        .unwrap();
+    let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: shardwise}\n");
+    yaml.push_str("---\n");
+    yaml.push_str(&statefulset("shardwise", "shardwise", 2, ""));
+    yaml.push_str("---\napiVersion: shardwise.io/v1alpha1\nkind: FleetCluster\nmetadata: {name: hot, namespace: shardwise, labels: {shardwise.io/slices: \"2\"}}\nspec: {server: \"https://hot.example:6443\"}\n");
+    yaml.push_str("---\napiVersion: shardwise.io/v1alpha1\nkind: FleetCluster\nmetadata: {name: cold, namespace: shardwise, labels: {shardwise.io/shard: \"1\"}}\nspec: {server: \"https://cold.example:6443\"}\n");
+    for j in 0..40 {
+        yaml.push_str(&fleet_app(&format!("hot-{j}"), "hot"));
+    }
+    for j in 0..10 {
+        yaml.push_str(&fleet_app(&format!("cold-{j}"), "cold"));
+    }
+    cp.apply_yaml("admin", &yaml).await.unwrap();
+    let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+    let args = ["--strategy", "sticky-balanced", "--format", "json"];
+
+    let unsliced = json(&shardwise(&kubeconfig, &args));
+    assert_eq!(unsliced["current"]["unplaced"]["clusters"], 1);
+    let notes = unsliced["notes"].to_string();
+    assert!(
+        notes.contains(r#"FleetCluster \"hot\" is cut (shardwise.io/slices) but its UnitSlices do not cover the key space exactly once"#),
+        "{notes}"
+    );
+
+    cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
+        .await
+        .unwrap();
+    let client = cp.client("admin").await.unwrap();
+    let clusters: Api<FleetCluster> = Api::namespaced(client.clone(), "shardwise");
+    let uid = clusters.get("hot").await.unwrap().uid().unwrap();
+    let apps: Api<FleetApp> = Api::namespaced(client.clone(), "shardwise");
+    let mut keys: Vec<u64> = apps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|a| a.spec.destination.cluster == "hot")
+        .map(|a| app_key(&a.uid().unwrap()))
+        .collect();
+    keys.sort_unstable();
+    let (low, high) = KeyRange::WHOLE.halves().unwrap();
+    let slices: Api<UnitSlice> = Api::namespaced(client, "shardwise");
+    for (range, shard) in [(low, "0"), (high, "1")] {
+        let spec = UnitSliceSpec::new(&ObjectKey::new("shardwise", "hot"), &uid, range);
+        let mut slice = UnitSlice::new(&format!("hot-1-{:x}", range.index()), spec);
+        slice
+            .labels_mut()
+            .insert("shardwise.io/shard".into(), shard.into());
+        slices.create(&PostParams::default(), &slice).await.unwrap();
+    }
+
+    let report = json(&shardwise(&kubeconfig, &args));
+    assert_eq!(report["notes"], serde_json::json!([]));
+    assert_eq!(report["current"]["unplaced"]["clusters"], 0);
+    let shards: Vec<(u64, u64, u64)> = report["current"]["shards"]
+        .as_array()
+        .expect("in the report")
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().expect("in the report");
+            (n("shard"), n("clusters"), n("apps"))
+        })
+        .collect();
+    let (on_low, on_high) = (count_in(&keys, low), count_in(&keys, high));
+    assert_eq!(on_low + on_high, 40);
+    assert_eq!(shards, [(0, 1, on_low), (1, 2, on_high + 10)]);
+    let hot = report["clusters"]
+        .as_array()
+        .expect("in the report")
+        .iter()
+        .find(|c| c["name"] == "hot")
+        .expect("in the report");
+    assert_eq!(hot["shard"], if on_high > on_low { 1 } else { 0 });
 }
 
 const APPLICATION_CRD: &str = r#"

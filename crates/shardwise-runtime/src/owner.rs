@@ -116,7 +116,10 @@ impl<C: Sharded> Owner<C> {
                 info!(unit = %key, %range, "slice of {} active on this shard", C::NOUNS.unit);
             }
         }
-        if observed.activated || (observed.active && spec_changed) {
+        // Work under the record may start now; or the record is gone while others of the unit
+        // remain (a merge or a split finished), and work it held back now falls to them.
+        let handed_down = observed.removed && !observed.unit_removed;
+        if observed.activated || (observed.active && spec_changed) || handed_down {
             if range.contains(UNIT_KEY) {
                 self.term.unit_queue.add(key.clone());
             }

@@ -233,11 +233,16 @@ async fn follow_slices<C: Sharded>(planner: Arc<Planner<C>>) {
             Ok(watcher::Event::Delete(slice)) => {
                 planner.update(|index| index.delete_slice(&key_of(&slice)));
             }
+            // Not installed (404), or not granted (403, which RBAC answers before it looks for
+            // the resource): a controller that does not cut units needs neither.
             Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
-                if status.code == 404 =>
+                if status.code == 404 || status.code == 403 =>
             {
                 if !std::mem::replace(&mut missing_reported, true) {
-                    warn!("UnitSlices cannot be listed (is their CRD installed?): no unit is cut");
+                    warn!(
+                        code = status.code,
+                        "UnitSlices cannot be listed (is their CRD installed, and may this replica list them?): no unit is cut"
+                    );
                 }
                 planner.update(Index::slices_unavailable);
             }

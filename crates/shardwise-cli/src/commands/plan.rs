@@ -15,7 +15,7 @@ pub(crate) fn run(args: &PlanArgs) -> Result<()> {
     if args.source == Source::Shardwise {
         if args.current_strategy.is_some() {
             bail!(
-                "--current-strategy applies to --source argocd only: shardwise records the current placement in shard labels"
+                "--current-strategy applies to --source argocd only: shardwise records the current placement in shard labels (of FleetClusters and UnitSlices)"
             );
         }
         if !args.app_namespaces.is_empty() {
@@ -53,7 +53,8 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
         Source::Shardwise => {
             let clusters = connection.fleet_clusters(namespace).await?;
             let apps = connection.fleet_apps(namespace).await?;
-            fleet::shardwise::fleet(&clusters, &apps)?
+            let slices = connection.unit_slices(namespace).await?;
+            fleet::shardwise::fleet(&clusters, &apps, &slices)?
         }
         Source::Argocd => {
             let secrets = connection.cluster_secrets(namespace).await?;

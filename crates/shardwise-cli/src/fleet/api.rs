@@ -12,6 +12,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde::de::DeserializeOwned;
 use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_runtime::slice::UnitSlice;
 use thiserror::Error;
 
 use super::argocd::CLUSTER_SECRET_SELECTOR;
@@ -78,6 +79,11 @@ const FLEET_APPS: Resource = Resource {
     name: "fleetapps.shardwise.io",
     missing: Some("shardwise's CRDs are not installed (`shardwise crds | kubectl apply -f -`)"),
 };
+/// Not being served is no error: shardwise's CRDs from before slices, so nothing is cut.
+const UNIT_SLICES: Resource = Resource {
+    name: "unitslices.shardwise.io",
+    missing: None,
+};
 const APPLICATIONS: Resource = Resource {
     name: "applications.argoproj.io",
     missing: Some("Argo CD's Application CRD is not installed in this cluster"),
@@ -141,6 +147,23 @@ impl Connection {
     pub async fn fleet_apps(&self, namespace: &str) -> Result<Vec<FleetApp>, FetchError> {
         let api = Api::namespaced(self.client.clone(), namespace);
         self.list_all(&api, None, FLEET_APPS, Some(namespace)).await
+    }
+
+    /// The records of the slices of cut FleetClusters; none when the UnitSlice CRD is not
+    /// installed (shardwise's CRDs from before slices: nothing can be cut).
+    pub async fn unit_slices(&self, namespace: &str) -> Result<Vec<UnitSlice>, FetchError> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        match list_pages(&api, None).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+            listed => listed.map_err(|e| {
+                self.error(
+                    e,
+                    "list",
+                    UNIT_SLICES,
+                    listed_what(UNIT_SLICES, Some(namespace)),
+                )
+            }),
+        }
     }
 
     /// Argo CD's cluster Secrets.
@@ -225,26 +248,9 @@ impl Connection {
     where
         K: Clone + DeserializeOwned + Debug,
     {
-        let what = match namespace {
-            Some(ns) => format!("{} in namespace {ns}", resource.name),
-            None => format!("{} in all namespaces", resource.name),
-        };
-        let mut params = ListParams::default().limit(PAGE);
-        if let Some(selector) = selector {
-            params = params.labels(selector);
-        }
-        let mut items = Vec::new();
-        loop {
-            let page = api
-                .list(&params)
-                .await
-                .map_err(|e| self.error(e, "list", resource, what.clone()))?;
-            items.extend(page.items);
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => return Ok(items),
-            }
-        }
+        list_pages(api, selector)
+            .await
+            .map_err(|e| self.error(e, "list", resource, listed_what(resource, namespace)))
     }
 
     fn error(
@@ -289,6 +295,34 @@ impl Connection {
                 reason: describe(&e),
             },
         }
+    }
+}
+
+/// Every object of `api`, a page at a time.
+async fn list_pages<K>(api: &Api<K>, selector: Option<&str>) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let mut params = ListParams::default().limit(PAGE);
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
+    let mut items = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        items.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
+}
+
+/// What a list reads, for messages.
+fn listed_what(resource: Resource, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) => format!("{} in namespace {ns}", resource.name),
+        None => format!("{} in all namespaces", resource.name),
     }
 }
 

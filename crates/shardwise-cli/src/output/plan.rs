@@ -133,17 +133,19 @@ fn write_csv(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
             .map(|c| (c.id.as_str(), c))
             .collect();
         for c in &report.clusters {
-            // One row per slice of a cut cluster, one for a whole one.
-            let rows: Vec<(&str, Option<&str>, u64)> = match cut.get(c.id.as_str()) {
+            // One row per slice of a cut cluster (with the shard its apps are on now), one for a
+            // whole one.
+            let rows: Vec<(&str, Option<&str>, u64, Option<ShardId>)> = match cut.get(c.id.as_str())
+            {
                 Some(cluster) => cluster
                     .slices
                     .iter()
-                    .map(|r| (r.id.as_str(), Some(r.range.as_str()), r.apps))
+                    .map(|r| (r.id.as_str(), Some(r.range.as_str()), r.apps, r.now))
                     .collect(),
-                None => vec![(c.id.as_str(), None, c.apps)],
+                None => vec![(c.id.as_str(), None, c.apps, c.shard)],
             };
-            for (unit, range, apps) in rows {
-                let (planned, change) = match (moved.get(unit), c.shard) {
+            for (unit, range, apps, current) in rows {
+                let (planned, change) = match (moved.get(unit), current) {
                     (Some(&(to, true)), _) => (Some(to), "forced"),
                     (Some(&(to, false)), _) => (Some(to), "voluntary"),
                     (None, Some(shard)) => (Some(shard), "stay"),
@@ -156,7 +158,7 @@ fn write_csv(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
                     c.id.clone(),
                     apps.to_string(),
                     (apps * u64::from(c.weight)).to_string(),
-                    shard(c.shard),
+                    shard(current),
                     shard(planned),
                     change.to_string(),
                 ];
@@ -618,6 +620,35 @@ mod tests {
                 "{r:?}"
             );
         }
+    }
+
+    #[test]
+    fn csv_gives_each_recorded_slice_its_own_current_shard() {
+        let (fleet, cut, _) = crate::fleet::shardwise::fixtures::cut_fleet();
+        let request = PlanRequest {
+            source: Source::Shardwise,
+            server: "https://example:6443".into(),
+            namespace: "shardwise".into(),
+            replicas: 3,
+            replicas_origin: "--replicas".into(),
+            to: 3,
+            current: Current::Recorded,
+            strategies: vec![StrategyConfig::new(StrategyKind::StickyBalanced)],
+            slicing: shard_assign::SliceSwitch::Auto,
+        };
+        let csv = render(&build(&fleet, request).unwrap(), Format::Csv, 0);
+        let hot: Vec<(String, String, String, String)> = csv
+            .lines()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .filter(|r| r[1] == "hot")
+            .map(|r| (r[2].into(), r[6].into(), r[7].into(), r[8].into()))
+            .collect();
+        let expected: Vec<_> = cut
+            .iter()
+            .zip(["0", "1", "2"])
+            .map(|(range, shard)| (range.to_string(), shard.into(), shard.into(), "stay".into()))
+            .collect();
+        assert_eq!(hot, expected);
     }
 
     #[test]

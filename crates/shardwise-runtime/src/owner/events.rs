@@ -173,9 +173,12 @@ pub(super) async fn follow_slices<C: Sharded>(
                 }
             }
             Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
-                if status.code == 404 =>
+                if status.code == 404 || status.code == 403 =>
             {
-                info!("UnitSlices cannot be listed (their CRD is not installed): no unit is cut");
+                info!(
+                    code = status.code,
+                    "UnitSlices cannot be listed (not installed, or not granted): no unit is cut"
+                );
                 return;
             }
             Err(e) => warn!(what = "unitslices", error = %e, "watch failed; retrying"),

@@ -429,6 +429,7 @@ fn figures(strategy: &StrategyConfig, plan: &Plan) -> Figures {
 mod tests {
     use shard_assign::StrategyKind;
 
+    use super::super::index::SliceEntry;
     use super::super::index::fixtures::{identity, item, members, unit};
     use super::*;
 
@@ -582,5 +583,202 @@ mod tests {
             Recall::Forgotten,
         );
         assert!(matches!(result, Err(PlanError::NoLiveShards)));
+    }
+
+    /// A UUID-like UID whose key spreads like a real one (sequential names do not).
+    fn spread_uid(i: u64) -> String {
+        let mut x = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            x >> 32,
+            x & 0xffff,
+            i & 0xfff,
+            (x >> 20) & 0xfff,
+            x & 0xffff_ffff_ffff
+        )
+    }
+
+    /// The UnitSlice a create made, as the planner's watch would see it.
+    fn landed(write: &Write) -> SliceEntry {
+        let Write::CreateSlice(slice) = write else {
+            panic!("not a create: {write:?}");
+        };
+        let mut slice = (**slice).clone();
+        slice.metadata.resource_version = Some("1".into());
+        SliceEntry::of(&slice)
+    }
+
+    #[test]
+    fn a_hot_unit_is_cut_through_unit_slices_and_its_whole_record_retired_then_deleted() {
+        let mut index = Index::default();
+        index.set_expected(Some(3));
+        for (name, owner, items) in [("hot", 0, 40), ("a", 1, 5), ("b", 2, 5)] {
+            index.apply_unit(unit(name, Some(owner)));
+            for i in 0..items {
+                let mut view = item(&format!("{name}-{i}"), name, Some(owner));
+                view.uid = spread_uid(i as u64 + 1000 * owner as u64);
+                index.apply_item(view);
+            }
+        }
+        let strategy = sticky();
+        let rules = rules(&strategy);
+        let membership = members(3, &[0, 1, 2]);
+        let first = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
+        let creates: Vec<&RecordWrite> = first
+            .record_writes
+            .iter()
+            .filter(|w| w.record.cluster.name == "hot")
+            .collect();
+        assert!(creates.len() >= 2, "{creates:?}");
+        for write in &creates {
+            let Write::CreateSlice(slice) = &write.write else {
+                panic!("a cut starts with creates only: {write:?}");
+            };
+            let labels = slice.metadata.labels.clone().unwrap();
+            let annotations = slice.metadata.annotations.clone().unwrap();
+            assert_eq!(
+                labels[SHARD_LABEL], "0",
+                "created on the owner of the whole"
+            );
+            assert_eq!(labels[STATEFULSET_LABEL], "shardwise");
+            assert_eq!(annotations[HOLDER_ANNOTATION], identity(0));
+            assert_eq!(annotations[EPOCH_ANNOTATION], "2");
+            assert_eq!(slice.metadata.namespace.as_deref(), Some("fleet"));
+            assert_eq!(slice.spec.unit.uid, "uid-hot");
+            assert_eq!(slice.spec.key_range(), Some(write.record.range));
+            assert_eq!(
+                slice.metadata.name.as_deref(),
+                Some(slice_name("shardwise", &write.record.cluster, write.record.range).as_str())
+            );
+        }
+        assert!(
+            creates.iter().any(|w| matches!(
+                w.action,
+                SliceAction::Create { drain_to: Some(to), .. } if to != 0
+            )),
+            "some slice is headed to another shard"
+        );
+        // No app of the hot unit moves before its slice does.
+        assert!(
+            first
+                .item_writes
+                .iter()
+                .all(|w| !w.key.name.starts_with("hot"))
+        );
+
+        // The slices landed: the whole record is retired (a drain to its own shard).
+        for write in &creates {
+            index.apply_slice(landed(&write.write));
+        }
+        let second = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
+        let retire = second
+            .record_writes
+            .iter()
+            .find(|w| {
+                w.record
+                    == RecordKey {
+                        cluster: ObjectKey::new("fleet", "hot"),
+                        range: KeyRange::WHOLE,
+                    }
+            })
+            .expect("the whole record is written");
+        assert_eq!(
+            retire.action,
+            SliceAction::Retire {
+                range: KeyRange::WHOLE
+            }
+        );
+        let Write::Unit { patch, .. } = &retire.write else {
+            panic!("{retire:?}");
+        };
+        assert_eq!(patch["metadata"]["annotations"][DRAIN_TO_ANNOTATION], "0");
+        assert_eq!(patch["metadata"]["resourceVersion"], "rv-hot");
+
+        // The owner released it: the record is deleted, and the unit marked as cut.
+        let mut released = unit("hot", Some(0));
+        released.view.record.drain_to = Some(0);
+        released.view.record.drained_epoch = Some(1);
+        index.apply_unit(released);
+        let third = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
+        let delete = third
+            .record_writes
+            .iter()
+            .find(|w| w.record.range == KeyRange::WHOLE && w.record.cluster.name == "hot")
+            .expect("the whole record is deleted");
+        assert_eq!(
+            delete.action,
+            SliceAction::Delete {
+                range: KeyRange::WHOLE
+            }
+        );
+        let Write::Unit { patch, .. } = &delete.write else {
+            panic!("{delete:?}");
+        };
+        let metadata = &patch["metadata"];
+        assert_eq!(metadata["labels"][SHARD_LABEL], Value::Null);
+        let count: usize = metadata["labels"][SLICES_LABEL]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            count,
+            third.plan.layouts[&ObjectKey::new("fleet", "hot")].len()
+        );
+        assert!(
+            metadata["annotations"][SLICE_SHARDS_ANNOTATION]
+                .as_str()
+                .unwrap()
+                .contains('0')
+        );
+        assert_eq!(metadata["annotations"][HOLDER_ANNOTATION], Value::Null);
+        assert!(third.figures.cut_units == 1 && third.figures.cache_copies >= 1);
+    }
+
+    #[test]
+    fn unit_slices_of_a_unit_that_is_gone_are_deleted() {
+        let mut index = index(&[("a", Some(0), 2)]);
+        let (low, _) = KeyRange::WHOLE.halves().unwrap();
+        let mut slice = UnitSlice::new(
+            "gone-0",
+            UnitSliceSpec::new(&ObjectKey::new("fleet", "gone"), "uid-gone", low),
+        );
+        slice.metadata.namespace = Some("fleet".into());
+        slice.metadata.resource_version = Some("7".into());
+        index.apply_slice(SliceEntry::of(&slice));
+        // Made again under another UID: the old unit's slice is not the new one's.
+        let mut recreated = slice.clone();
+        recreated.metadata.name = Some("a-0".into());
+        recreated.spec = UnitSliceSpec::new(&ObjectKey::new("fleet", "a"), "uid-old-a", low);
+        index.apply_slice(SliceEntry::of(&recreated));
+        let decision = decide(
+            &rules(&sticky()),
+            &index,
+            &members(1, &[0]),
+            Recall::Forgotten,
+        )
+        .unwrap();
+        let deleted: Vec<&Write> = decision
+            .other_writes
+            .iter()
+            .filter(|w| matches!(w, Write::DeleteSlice { .. }))
+            .collect();
+        assert_eq!(
+            deleted,
+            [
+                &Write::DeleteSlice {
+                    key: ObjectKey::new("fleet", "a-0"),
+                    resource_version: Some("7".into())
+                },
+                &Write::DeleteSlice {
+                    key: ObjectKey::new("fleet", "gone-0"),
+                    resource_version: Some("7".into())
+                },
+            ]
+        );
+        assert!(decision.plan.layouts[&ObjectKey::new("fleet", "a")] == [(KeyRange::WHOLE, 0)]);
     }
 }
