@@ -80,6 +80,16 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
         apps: 4000,
         hot_percent: Some(60),
         audit: true,
+        // Client limits raised so that 4,000 apps settle in CI's time: what is tested here is
+        // where work goes, not how fast (the fleet benchmark keeps the defaults).
+        args: [
+            "--kube-qps=200",
+            "--kube-burst=400",
+            "--planner-qps=1000",
+            "--planner-burst=2000",
+        ]
+        .map(String::from)
+        .to_vec(),
         ..FleetOptions::default()
     })
     .await

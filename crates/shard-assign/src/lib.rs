@@ -44,5 +44,7 @@ pub use model::{
 };
 pub use ratio::Ratio;
 pub use sliced::{SliceMoves, SliceSwitch, SlicedAssignment, assign_sliced, slice_id, slices};
-pub use slicing::{AppKeys, KeyRange, SliceConfig, Slicing, app_key, count_in, slice_fleet};
+pub use slicing::{
+    AppKeys, KeyRange, SliceConfig, Slicing, app_key, count_in, recorded_cut, slice_fleet,
+};
 pub use strategy::{StrategyConfig, StrategyKind};

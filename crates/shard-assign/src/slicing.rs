@@ -274,6 +274,30 @@ impl Slicing {
     }
 }
 
+/// The cut that the records of a cluster's slices describe, when a recut may be under way
+/// (records overlap then): the finest records if they tile the key space (a split under way
+/// counts as made), else the widest ones (a split written only in part is made again). Aligned
+/// ranges nest or are apart, so the widest never overlap; they tile unless records are missing.
+/// Sorted, without repeats.
+pub fn recorded_cut(ranges: &[KeyRange]) -> Vec<KeyRange> {
+    let mut ranges = ranges.to_vec();
+    ranges.sort();
+    ranges.dedup();
+    let finest: Vec<KeyRange> = ranges
+        .iter()
+        .copied()
+        .filter(|r| !ranges.iter().any(|o| o != r && o.within(*r)))
+        .collect();
+    if covers_exactly_once(&finest) {
+        return finest;
+    }
+    ranges
+        .iter()
+        .copied()
+        .filter(|r| !ranges.iter().any(|o| o != r && r.within(*o)))
+        .collect()
+}
+
 /// Whether sorted `slices` tile the key space: each starts right after the previous one ends.
 fn covers_exactly_once(slices: &[KeyRange]) -> bool {
     let mut next = Some(0u64);
@@ -394,6 +418,21 @@ mod tests {
         assert_eq!(app_key(""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(app_key("a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(app_key("foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn a_recut_under_way_reads_as_its_finest_tiling_else_its_widest() {
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        let (hl, hh) = high.halves().unwrap();
+        // A split of the high half under way: the finest records tile.
+        assert_eq!(recorded_cut(&[hh, low, high, hl]), [low, hl, hh]);
+        // Only one quarter written yet: the widest records stand.
+        assert_eq!(recorded_cut(&[high, low, hh]), [low, high]);
+        // A merge into the whole under way, parts all there: the parts.
+        assert_eq!(recorded_cut(&[KeyRange::WHOLE, low, high]), [low, high]);
+        // A record missing: neither tiles, and the widest say so.
+        assert_eq!(recorded_cut(&[low, hl]), [low, hl]);
+        assert_eq!(recorded_cut(&[]), []);
     }
 
     #[test]

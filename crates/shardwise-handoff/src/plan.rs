@@ -223,39 +223,17 @@ impl<'a> Fleet<'a> {
     }
 }
 
-/// The cut a cluster's records describe, with the record of each slice: its finest records if
-/// they tile the key space (a split under way counts as done), else its widest ones (a split
-/// written only in part is made again). Aligned ranges nest or are apart, so the widest
-/// records never overlap.
+/// The cut a cluster's records describe ([`shard_assign::recorded_cut`]), with the record of
+/// each slice.
 fn recorded_cut(records: &[SliceRecord]) -> Vec<(KeyRange, ClusterRecord)> {
-    let finest: Vec<&SliceRecord> = records
-        .iter()
-        .filter(|r| {
-            !records
-                .iter()
-                .any(|o| o.range != r.range && o.range.within(r.range))
+    let ranges: Vec<KeyRange> = records.iter().map(|r| r.range).collect();
+    shard_assign::recorded_cut(&ranges)
+        .into_iter()
+        .filter_map(|range| {
+            let record = records.iter().find(|r| r.range == range)?;
+            Some((range, record.record))
         })
-        .collect();
-    let widest = || {
-        records
-            .iter()
-            .filter(|r| {
-                !records
-                    .iter()
-                    .any(|o| o.range != r.range && r.range.within(o.range))
-            })
-            .collect::<Vec<_>>()
-    };
-    let tiles = |list: &[&SliceRecord]| {
-        Slicing::default()
-            .with("cluster", list.iter().map(|r| r.range).collect())
-            .is_some()
-    };
-    let chosen = if tiles(&finest) { finest } else { widest() };
-    let mut cut: Vec<(KeyRange, ClusterRecord)> =
-        chosen.into_iter().map(|r| (r.range, r.record)).collect();
-    cut.sort_by_key(|(range, _)| *range);
-    cut
+        .collect()
 }
 
 /// One planning pass. Clusters are identified by UID for placement, slices by
@@ -868,24 +846,7 @@ mod slicing_tests {
                     records.remove(i);
                 }
                 (SliceAction::Place { action, .. }, Some(i)) => {
-                    let r = &mut records[i].record;
-                    match action {
-                        PlannerAction::Assign {
-                            shard,
-                            holder,
-                            epoch,
-                        } => {
-                            *r = ClusterRecord {
-                                owner: Some(shard),
-                                holder: Some(holder),
-                                epoch,
-                                ..Default::default()
-                            }
-                        }
-                        PlannerAction::RequestDrain { to } => r.drain_to = Some(to),
-                        PlannerAction::CancelDrain => r.drain_to = None,
-                        PlannerAction::Keep => {}
-                    }
+                    crate::drain::tests::apply(&mut records[i].record, action);
                 }
                 other => panic!("cannot apply {other:?}"),
             }
@@ -997,19 +958,24 @@ mod slicing_tests {
         assert!(p.app_labels.is_empty());
     }
 
-    #[test]
-    fn slicing_off_places_the_hot_cluster_whole() {
+    /// The first pass of sticky-balanced over the skewed fleet on four shards.
+    fn first_pass(slicing: SliceConfig) -> Plan {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
         let (clusters, apps) = skewed();
-        let p = plan(
+        plan(
             &config,
-            &SliceConfig::disabled(),
+            &slicing,
             &clusters,
             &apps,
             &members(4, &[0, 1, 2, 3]),
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn slicing_off_places_the_hot_cluster_whole() {
+        let p = first_pass(SliceConfig::disabled());
         assert!(
             p.cluster_actions
                 .iter()
@@ -1020,17 +986,7 @@ mod slicing_tests {
 
     #[test]
     fn a_split_names_where_each_half_goes_and_apps_wait_for_it() {
-        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
-        let (clusters, apps) = skewed();
-        let p = plan(
-            &config,
-            &SliceConfig::enabled(),
-            &clusters,
-            &apps,
-            &members(4, &[0, 1, 2, 3]),
-            None,
-        )
-        .unwrap();
+        let p = first_pass(SliceConfig::enabled());
         let creates: Vec<&SliceAction> = p
             .cluster_actions
             .iter()

@@ -71,10 +71,13 @@ pub fn new_uid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// Splits a simple JSON path (`.spec.replicas`, `.status.conditions[0].type`) into steps.
+/// Splits a simple JSON path (`.spec.replicas`, `.status.conditions[0].type`) into steps. As in
+/// Kubernetes' JSONPath, `\.` is a dot within a field name
+/// (`.metadata.labels.example\.com/tier`).
 fn path_steps(path: &str) -> Option<Vec<Step>> {
     let mut steps = Vec::new();
-    for part in path.trim_start_matches('.').split('.') {
+    for part in split_unescaped(path.trim_start_matches('.')) {
+        let part = part.as_str();
         if part.is_empty() {
             return None;
         }
@@ -95,6 +98,29 @@ fn path_steps(path: &str) -> Option<Vec<Step>> {
         }
     }
     Some(steps)
+}
+
+/// `path` split at dots not escaped by a backslash, with `\.` unescaped.
+fn split_unescaped(path: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut chars = path.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '.' => parts.push(String::new()),
+            c => {
+                let c = if c == '\\' && chars.peek() == Some(&'.') {
+                    chars.next();
+                    '.'
+                } else {
+                    c
+                };
+                if let Some(p) = parts.last_mut() {
+                    p.push(c);
+                }
+            }
+        }
+    }
+    parts
 }
 
 enum Step {
@@ -150,5 +176,15 @@ mod tests {
         assert_eq!(v["status"]["replicas"], 3);
         assert!(set_path(&mut v, ".a.b.c", json!(true)));
         assert_eq!(v["a"]["b"]["c"], true);
+        // Escaped dots belong to the field name, as in printer columns of label values.
+        let labelled = json!({"metadata": {"labels": {"shardwise.io/shard": "2"}}});
+        assert_eq!(
+            get_path(&labelled, r".metadata.labels.shardwise\.io/shard"),
+            Some(&json!("2"))
+        );
+        assert_eq!(
+            get_path(&labelled, ".metadata.labels.shardwise.io/shard"),
+            None
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
-use shard_assign::{Cluster, KeyRange, ShardId, Slicing, count_in};
+use shard_assign::{Cluster, KeyRange, ShardId, Slicing, count_in, recorded_cut};
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::keys::{SHARD_LABEL, SLICES_LABEL, parse_shard};
 use shardwise_runtime::slice::UnitSlice;
@@ -135,11 +135,16 @@ fn record_cuts(
                 Some((s.spec.key_range()?, shard))
             })
             .collect();
+        // Read as the planner reads them: a recut under way counts as made if its records
+        // tile the key space, as not begun otherwise.
+        let ranges: Vec<KeyRange> = records.iter().map(|&(range, _)| range).collect();
+        let cut = recorded_cut(&ranges);
+        records.retain(|(range, _)| cut.contains(range));
         records.sort();
-        let ranges = records.iter().map(|&(range, _)| range).collect();
-        if Slicing::default().with(id.as_str(), ranges).is_none() {
+        records.dedup_by_key(|(range, _)| *range);
+        if Slicing::default().with(id.as_str(), cut).is_none() {
             fleet.notes.push(format!(
-                "FleetCluster {name:?} is cut ({SLICES_LABEL}) but its UnitSlices do not cover the key space exactly once (a recut under way, or UnitSlices missing; {} with a valid range and shard label, {} without); counted as unplaced",
+                "FleetCluster {name:?} is cut ({SLICES_LABEL}) but its UnitSlices do not cover the key space (UnitSlices missing; {} kept with a valid range and shard label, {} without); counted as unplaced",
                 records.len(),
                 mine.len() - records.len()
             ));
@@ -452,7 +457,7 @@ mod tests {
         assert!(fleet.notes[0].contains(r#"being deleted are left out: "gone""#));
         assert_eq!(
             fleet.notes[1],
-            r#"FleetCluster "torn" is cut (shardwise.io/slices) but its UnitSlices do not cover the key space exactly once (a recut under way, or UnitSlices missing; 1 with a valid range and shard label, 1 without); counted as unplaced"#
+            r#"FleetCluster "torn" is cut (shardwise.io/slices) but its UnitSlices do not cover the key space (UnitSlices missing; 1 kept with a valid range and shard label, 1 without); counted as unplaced"#
         );
         assert_eq!(
             fleet.notes[2],
@@ -465,7 +470,7 @@ mod tests {
         let fleet = fleet(&[cut_cluster("hot", 2)], &keyed_apps("hot", 4), &[]).unwrap();
         assert!(fleet.recorded.is_empty());
         assert!(fleet.recorded_cuts.is_empty());
-        assert!(fleet.notes[0].contains("0 with a valid range and shard label, 0 without"));
+        assert!(fleet.notes[0].contains("0 kept with a valid range and shard label, 0 without"));
         assert_eq!(fleet.shards_in_use(), None);
     }
 }
