@@ -87,6 +87,8 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
             "--kube-burst=400",
             "--planner-qps=1000",
             "--planner-burst=2000",
+            "--cluster-qps=100",
+            "--cluster-burst=200",
         ]
         .map(String::from)
         .to_vec(),
