@@ -471,6 +471,24 @@ mod tests {
     use super::*;
     use shard_assign::StrategyKind;
 
+    /// A pass that places whole clusters only.
+    pub(super) fn plan_whole(
+        config: &StrategyConfig,
+        clusters: &[ClusterView],
+        apps: &[AppView],
+        membership: &Membership,
+        memory: Option<&PlanMemory>,
+    ) -> Result<Plan, PlanError> {
+        plan(
+            config,
+            &SliceConfig::disabled(),
+            clusters,
+            apps,
+            membership,
+            memory,
+        )
+    }
+
     fn whole(action: PlannerAction) -> SliceAction {
         SliceAction::Place {
             range: KeyRange::WHOLE,
@@ -492,15 +510,8 @@ mod tests {
         let m = members(3, &[0, 2, 3]);
         assert_eq!(m.live(), [0, 2].into_iter().collect());
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
-        let err = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &[cluster("a", None)],
-            &[],
-            &members(0, &[0]),
-            None,
-        )
-        .unwrap_err();
+        let err =
+            plan_whole(&config, &[cluster("a", None)], &[], &members(0, &[0]), None).unwrap_err();
         assert_eq!(err, PlanError::NoLiveShards);
     }
 
@@ -513,15 +524,7 @@ mod tests {
             app("y", "a", None),
             app("z", "b", None),
         ];
-        let p = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &clusters,
-            &apps,
-            &members(2, &[0, 1]),
-            None,
-        )
-        .unwrap();
+        let p = plan_whole(&config, &clusters, &apps, &members(2, &[0, 1]), None).unwrap();
         // a (2 apps) goes first to shard 0, b to shard 1.
         assert_eq!(
             p.cluster_actions,
@@ -565,15 +568,7 @@ mod tests {
         // Both on shard 0; greedy wants one on each.
         let clusters = [cluster("a", Some(0)), cluster("b", Some(0))];
         let apps = [app("x", "a", Some(0)), app("z", "b", Some(0))];
-        let p = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &clusters,
-            &apps,
-            &members(2, &[0, 1]),
-            None,
-        )
-        .unwrap();
+        let p = plan_whole(&config, &clusters, &apps, &members(2, &[0, 1]), None).unwrap();
         assert_eq!(p.cluster_actions.len(), 1);
         assert_eq!(
             p.cluster_actions[0].1,
@@ -589,15 +584,7 @@ mod tests {
         let clusters = [cluster("a", Some(0)), cluster("b", Some(1))];
         let apps = [app("x", "a", Some(0)), app("z", "b", Some(1))];
         // Shard 1 is expected but its lease expired.
-        let p = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &clusters,
-            &apps,
-            &members(2, &[0]),
-            None,
-        )
-        .unwrap();
+        let p = plan_whole(&config, &clusters, &apps, &members(2, &[0]), None).unwrap();
         assert_eq!(
             p.cluster_actions,
             vec![(
@@ -630,15 +617,7 @@ mod tests {
         // Shard 1 restarted: its lease is valid again, held by a new process.
         let mut membership = members(2, &[0, 1]);
         membership.alive.insert(1, "fleet-1_second".into());
-        let p = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &clusters,
-            &apps,
-            &membership,
-            None,
-        )
-        .unwrap();
+        let p = plan_whole(&config, &clusters, &apps, &membership, None).unwrap();
         assert_eq!(
             p.cluster_actions,
             vec![(
@@ -663,15 +642,7 @@ mod tests {
             app("kept", "nowhere", Some(1)),
             app("stale", "nowhere", Some(7)),
         ];
-        let p = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &[],
-            &apps,
-            &members(3, &[0, 1, 2]),
-            None,
-        )
-        .unwrap();
+        let p = plan_whole(&config, &[], &apps, &members(3, &[0, 1, 2]), None).unwrap();
         let shards: BTreeMap<String, ShardId> = p
             .app_labels
             .iter()
@@ -680,15 +651,7 @@ mod tests {
         assert!(!shards.contains_key("kept"), "a live label is kept");
         assert!(shards["lost"] < 3 && shards["stale"] < 3);
         // Deterministic: the same pass gives the same labels.
-        let again = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &[],
-            &apps,
-            &members(3, &[0, 1, 2]),
-            None,
-        )
-        .unwrap();
+        let again = plan_whole(&config, &[], &apps, &members(3, &[0, 1, 2]), None).unwrap();
         assert_eq!(p.app_labels, again.app_labels);
     }
 
@@ -701,15 +664,7 @@ mod tests {
             cluster("c", Some(2)),
         ];
         // replicas 3 -> 2, replica 2 still running.
-        let p = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &clusters,
-            &[],
-            &members(2, &[0, 1, 2]),
-            None,
-        )
-        .unwrap();
+        let p = plan_whole(&config, &clusters, &[], &members(2, &[0, 1, 2]), None).unwrap();
         assert_eq!(p.cluster_actions.len(), 1);
         assert_eq!(p.cluster_actions[0].0.name, "c");
         assert!(matches!(
@@ -726,15 +681,7 @@ mod tests {
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
         let mut pinned = cluster("p", Some(0));
         pinned.pin = Some(5);
-        let p = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &[pinned],
-            &[],
-            &members(2, &[0, 1]),
-            None,
-        )
-        .unwrap();
+        let p = plan_whole(&config, &[pinned], &[], &members(2, &[0, 1]), None).unwrap();
         assert_eq!(
             p.unhonoured_pins,
             vec![(ObjectKey::new("fleet", "p"), 5, 0)]
@@ -745,6 +692,7 @@ mod tests {
 #[cfg(test)]
 mod memory_tests {
     use super::fixtures::{cluster, members};
+    use super::tests::plan_whole;
     use super::*;
     use shard_assign::StrategyKind;
 
@@ -773,29 +721,13 @@ mod memory_tests {
                 .collect(),
             shards: members.live(),
         };
-        let quiet = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &clusters,
-            &apps,
-            &members,
-            Some(&remembered),
-        )
-        .unwrap();
+        let quiet = plan_whole(&config, &clusters, &apps, &members, Some(&remembered)).unwrap();
         assert!(
             quiet.cluster_actions.is_empty(),
             "{:?}",
             quiet.cluster_actions
         );
-        let converging = plan(
-            &config,
-            &SliceConfig::disabled(),
-            &clusters,
-            &apps,
-            &members,
-            None,
-        )
-        .unwrap();
+        let converging = plan_whole(&config, &clusters, &apps, &members, None).unwrap();
         assert!(!converging.cluster_actions.is_empty());
         assert!(
             converging.cluster_actions.len() <= 3,
