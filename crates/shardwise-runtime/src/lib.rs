@@ -15,6 +15,8 @@
 //!   holder's lease identity; items get the label of their unit.
 //! - **Drained handoffs**: a unit changes owner only after its old owner has stopped every
 //!   reconcile of it and said so; a dead owner's units move once its lease has expired.
+//! - **Slices**: a unit too big for one shard is cut into slices of its items, recorded on
+//!   [`slice::UnitSlice`]s and handed off one by one (`--slicing`).
 //! - **Fencing**: every request of a term (control plane or elsewhere, through
 //!   [`TermContext::fence`]) stops when the lease stops being held, even in a process that was
 //!   frozen.

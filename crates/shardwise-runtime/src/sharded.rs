@@ -54,7 +54,10 @@ pub enum Action {
 ///
 /// The runtime calls `reconcile_unit` and `reconcile_item` only on the replica that owns the
 /// unit, only while it holds its shard lease under the identity the unit is stamped with, and
-/// never during a handoff; every request made through [`TermContext::client`] (or a client
+/// never during a handoff. A unit too big for one shard may be cut into slices of its items
+/// (keyed by the FNV-1a hash of their UIDs), each owned and handed off on its own: then
+/// `reconcile_item` runs on the owner of the item's slice, and `reconcile_unit` on the owner of
+/// the slice holding key 0 only, so that one replica reports on the unit; every request made through [`TermContext::client`] (or a client
 /// built with [`TermContext::fence`]) stops at the lease's fence. A controller needs nothing
 /// else to be safe: it must not write what belongs to a unit by any other path.
 ///
@@ -159,8 +162,8 @@ pub trait Sharded: Send + Sync + Sized + 'static {
         async { Ok(None) }
     }
 
-    /// A unit left this term (released for a handoff, reassigned or deleted): drop what was
-    /// kept for it.
+    /// A unit left this term (released for a handoff, reassigned or deleted; of a cut unit,
+    /// the last of its slices this term held): drop what was kept for it.
     fn released(&self, term: &TermOf<Self>, unit: &ObjectKey) {
         let _ = (term, unit);
     }
