@@ -6,11 +6,10 @@
 mod events;
 mod workers;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-use std::collections::BTreeMap;
 
 use kube::{Api, Client, Resource};
 use kube_runtime::reflector;
