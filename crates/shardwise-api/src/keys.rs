@@ -26,5 +26,15 @@ pub const CLUSTER_SECRET_TYPE: &str = "cluster";
 /// Key of a cluster Secret that holds the only API server URL its credentials may be sent to.
 pub const CLUSTER_SECRET_SERVER_KEY: &str = "server";
 
+/// Argo CD's label on its cluster Secrets; with the value [`CLUSTER_SECRET_TYPE`] it marks a
+/// Secret as cluster credentials just as [`CLUSTER_SECRET_LABEL`] does.
+pub const ARGOCD_SECRET_LABEL: &str = "argocd.argoproj.io/secret-type";
+
+/// Key of an Argo CD cluster Secret that holds its connection settings (JSON).
+pub const ARGOCD_CONFIG_KEY: &str = "config";
+
+/// Keys of a cluster Secret that may hold a kubeconfig: shardwise's own, and Cluster API's.
+pub const KUBECONFIG_KEYS: [&str; 2] = ["kubeconfig", "value"];
+
 /// Field manager of every server-side apply shardwise makes.
 pub const FIELD_MANAGER: &str = "shardwise";

@@ -1,16 +1,29 @@
 //! The client configuration of a destination cluster, from its FleetCluster and Secret.
+//!
+//! A cluster Secret holds one of three layouts, told apart by its keys: a kubeconfig
+//! (`kubeconfig`, or Cluster API's `value`), Argo CD's connection settings (`config`), or a
+//! bearer token with an optional CA bundle (the keys `secretRef` names). Whatever the layout,
+//! credentials go only over https to the server the Secret names, and nothing a Secret says
+//! makes the controller read a file or run a command.
 
 use std::time::Duration;
 
+use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Config;
-use secrecy::SecretString;
-use shardwise_api::FleetClusterSpec;
-use shardwise_api::keys::{CLUSTER_SECRET_LABEL, CLUSTER_SECRET_SERVER_KEY, CLUSTER_SECRET_TYPE};
+use kube::config::{AuthInfo, Kubeconfig};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use shardwise_api::keys::{
+    ARGOCD_CONFIG_KEY, ARGOCD_SECRET_LABEL, CLUSTER_SECRET_LABEL, CLUSTER_SECRET_SERVER_KEY,
+    CLUSTER_SECRET_TYPE, KUBECONFIG_KEYS,
+};
+use shardwise_api::{FleetClusterSpec, SecretCredentials};
 use thiserror::Error;
+use tracing::warn;
 
-/// Why a FleetCluster's spec cannot give a client. Messages name objects and keys, never
-/// credential contents.
+/// Why a FleetCluster's spec cannot give a client. Messages name objects, keys and fields, never
+/// credential contents, nor the text of a parser's error (which may quote them).
 #[derive(Debug, Error)]
 pub enum ClusterConfigError {
     #[error("spec.server {0:?} is not a valid http(s) URL")]
@@ -20,7 +33,7 @@ pub enum ClusterConfigError {
     #[error("Secret {0:?} not found")]
     SecretMissing(String),
     #[error(
-        "Secret {0:?} is not cluster credentials: only a Secret labelled {CLUSTER_SECRET_LABEL}={CLUSTER_SECRET_TYPE} is used"
+        "Secret {0:?} is not cluster credentials: only a Secret labelled {CLUSTER_SECRET_LABEL}={CLUSTER_SECRET_TYPE} or {ARGOCD_SECRET_LABEL}={CLUSTER_SECRET_TYPE} is used"
     )]
     NotClusterSecret(String),
     #[error(
@@ -43,9 +56,81 @@ pub enum ClusterConfigError {
         key: String,
         what: &'static str,
     },
+    #[error("{field} in key {key:?} of Secret {secret:?} is not valid {what}")]
+    BadField {
+        secret: String,
+        key: String,
+        field: String,
+        what: &'static str,
+    },
+    #[error("Secret {secret:?} holds more than one kind of credentials (keys {keys}): keep one")]
+    Ambiguous { secret: String, keys: String },
+    #[error(
+        "secretRef.tokenKey and secretRef.caKey apply to a Secret with a bearer token, and Secret {secret:?} holds {layout}: remove them"
+    )]
+    KeysNotApplicable {
+        secret: String,
+        layout: &'static str,
+    },
+    #[error("key {key:?} of Secret {secret:?} sets {present} but not {missing}")]
+    Incomplete {
+        secret: String,
+        key: String,
+        present: &'static str,
+        missing: &'static str,
+    },
+    #[error("key {key:?} of Secret {secret:?} holds no credentials: {needed}")]
+    Empty {
+        secret: String,
+        key: String,
+        needed: &'static str,
+    },
+    #[error(
+        "{plugin} are not supported: key {key:?} of Secret {secret:?} sets {field}, and the controller runs no command or login flow a Secret names: give a bearer token or a client certificate instead"
+    )]
+    Plugin {
+        secret: String,
+        key: String,
+        field: String,
+        plugin: &'static str,
+    },
+    #[error(
+        "key {key:?} of Secret {secret:?} names a file ({field}): the controller reads no file a Secret names; embed its contents ({instead}) instead"
+    )]
+    FileReference {
+        secret: String,
+        key: String,
+        field: String,
+        instead: &'static str,
+    },
+    #[error("{field} in key {key:?} of Secret {secret:?} is not supported: {why}")]
+    Unsupported {
+        secret: String,
+        key: String,
+        field: String,
+        why: &'static str,
+    },
+    #[error("the kubeconfig in key {key:?} of Secret {secret:?} cannot be used: {reason}")]
+    Kubeconfig {
+        secret: String,
+        key: String,
+        reason: String,
+    },
+    #[error(
+        "Secret {secret:?} is Argo CD's entry for the cluster it runs in ({server}) and holds no credentials (Argo CD uses its own service account there): set credentials: {{inCluster: true}} instead"
+    )]
+    ArgoInCluster { secret: String, server: String },
     #[error("inCluster is set but the controller's own service account is not available: {0}")]
     InCluster(String),
 }
+
+/// What the token layout accepts as a bearer token.
+const TOKEN: &str = "bearer token (printable ASCII without spaces)";
+/// What a client certificate must be, in the kubeconfig and Argo CD layouts.
+const CLIENT_CERTIFICATE: &str = "base64 of PEM certificates";
+/// What a client key must be: the PEM kinds kube's TLS setup reads.
+const CLIENT_KEY: &str = "base64 of a PEM private key (PKCS#8, PKCS#1 or SEC1)";
+const PRIVATE_KEY_TAGS: [&str; 3] = ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"];
 
 /// The client configuration of a destination cluster.
 pub fn destination_config(
@@ -59,76 +144,549 @@ pub fn destination_config(
             Config::incluster().map_err(|e| ClusterConfigError::InCluster(e.to_string()))?
         }
         (Some(reference), None | Some(false)) => {
-            let uri = parse_server(&spec.server)?;
-            if uri.scheme_str() != Some("https") {
-                return Err(ClusterConfigError::PlainHttp(spec.server.clone()));
-            }
             let secret =
-                secret.ok_or_else(|| ClusterConfigError::SecretMissing(reference.name.clone()))?;
-            // Nothing of a Secret is read before it is known to be cluster credentials, and
-            // they go only to the server the Secret names: a FleetCluster's author chooses
-            // neither.
-            let marked = secret
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(CLUSTER_SECRET_LABEL))
-                .is_some_and(|v| v == CLUSTER_SECRET_TYPE);
-            if !marked {
-                return Err(ClusterConfigError::NotClusterSecret(reference.name.clone()));
-            }
-            let data = secret.data.as_ref();
-            let key = |name: &str| data.and_then(|d| d.get(name)).map(|b| b.0.as_slice());
-            let bound = key(CLUSTER_SECRET_SERVER_KEY)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .map(str::trim)
-                .filter(|b| !b.is_empty())
-                .ok_or_else(|| ClusterConfigError::ServerUnbound(reference.name.clone()))?;
-            if !same_server(&uri, bound) {
-                return Err(ClusterConfigError::ServerMismatch {
-                    secret: reference.name.clone(),
-                    bound: bound.to_string(),
-                    server: spec.server.clone(),
-                });
-            }
-            let token =
-                key(reference.token_key()).ok_or_else(|| ClusterConfigError::KeyMissing {
-                    secret: reference.name.clone(),
-                    key: reference.token_key().to_string(),
-                })?;
-            // A token travels in an HTTP header: printable ASCII, no spaces. Anything else
-            // could not be sent, and a client would go on without it.
-            let token = std::str::from_utf8(token)
-                .map(|t| t.trim().to_string())
-                .ok()
-                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
-                .ok_or_else(|| ClusterConfigError::BadKey {
-                    secret: reference.name.clone(),
-                    key: reference.token_key().to_string(),
-                    what: "bearer token (printable ASCII without spaces)",
-                })?;
-            let mut config = Config::new(uri);
-            config.auth_info.token = Some(SecretString::from(token));
-            if let Some(ca) = key(reference.ca_key()) {
-                let certs = pem::parse_many(ca)
-                    .ok()
-                    .filter(|c| !c.is_empty())
-                    .ok_or_else(|| ClusterConfigError::BadKey {
-                        secret: reference.name.clone(),
-                        key: reference.ca_key().to_string(),
-                        what: "PEM certificates",
-                    })?;
-                config.root_cert = Some(certs.into_iter().map(|c| c.into_contents()).collect());
-            }
-            config
+                secret.ok_or_else(|| ClusterConfigError::SecretMissing(reference.name.clone()));
+            secret_config(&spec.server, reference, secret)?
         }
         _ => return Err(ClusterConfigError::NoCredentials),
     };
-    config.accept_invalid_certs = credentials.insecure_skip_tls_verify.unwrap_or(false);
+    if credentials.insecure_skip_tls_verify == Some(true) {
+        config.accept_invalid_certs = true;
+    }
     config.connect_timeout = Some(timeout.min(Duration::from_secs(10)));
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
     Ok(config)
+}
+
+/// How a cluster Secret lays out its credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Token,
+    /// A kubeconfig, in this key.
+    Kubeconfig(&'static str),
+    ArgoCd,
+}
+
+impl Layout {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Token => "a bearer token",
+            Self::Kubeconfig(_) => "a kubeconfig",
+            Self::ArgoCd => "Argo CD's cluster config",
+        }
+    }
+}
+
+/// The entries of one Secret, and its name for messages.
+struct Entries<'a> {
+    name: &'a str,
+    secret: &'a Secret,
+}
+
+impl<'a> Entries<'a> {
+    fn get(&self, key: &str) -> Option<&'a [u8]> {
+        self.secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.as_slice())
+    }
+
+    /// The layout its keys say, when they say one only.
+    fn layout(&self) -> Result<Layout, ClusterConfigError> {
+        let mut found: Vec<(&'static str, Layout)> = KUBECONFIG_KEYS
+            .iter()
+            .map(|&key| (key, Layout::Kubeconfig(key)))
+            .chain([(ARGOCD_CONFIG_KEY, Layout::ArgoCd)])
+            .filter(|(key, _)| self.get(key).is_some())
+            .collect();
+        match found.len() {
+            0 => Ok(Layout::Token),
+            1 => Ok(found.remove(0).1),
+            _ => Err(ClusterConfigError::Ambiguous {
+                secret: self.name.to_string(),
+                keys: found
+                    .iter()
+                    .map(|(key, _)| format!("{key:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    /// Only admins label Secrets so; Argo CD's label says the same of its cluster Secrets.
+    fn is_cluster_credentials(&self) -> bool {
+        let labels = self.secret.metadata.labels.as_ref();
+        [CLUSTER_SECRET_LABEL, ARGOCD_SECRET_LABEL]
+            .iter()
+            .any(|label| {
+                labels
+                    .and_then(|l| l.get(*label))
+                    .is_some_and(|v| v == CLUSTER_SECRET_TYPE)
+            })
+    }
+}
+
+/// One key of a Secret, for messages.
+#[derive(Clone, Copy)]
+struct Source<'a> {
+    secret: &'a str,
+    key: &'a str,
+}
+
+impl Source<'_> {
+    fn bad_key(self, what: &'static str) -> ClusterConfigError {
+        ClusterConfigError::BadKey {
+            secret: self.secret.to_string(),
+            key: self.key.to_string(),
+            what,
+        }
+    }
+
+    fn bad_field(self, field: impl Into<String>, what: &'static str) -> ClusterConfigError {
+        ClusterConfigError::BadField {
+            secret: self.secret.to_string(),
+            key: self.key.to_string(),
+            field: field.into(),
+            what,
+        }
+    }
+
+    fn incomplete(self, present: &'static str, missing: &'static str) -> ClusterConfigError {
+        ClusterConfigError::Incomplete {
+            secret: self.secret.to_string(),
+            key: self.key.to_string(),
+            present,
+            missing,
+        }
+    }
+
+    fn plugin(self, plugin: &'static str, field: impl Into<String>) -> ClusterConfigError {
+        ClusterConfigError::Plugin {
+            secret: self.secret.to_string(),
+            key: self.key.to_string(),
+            field: field.into(),
+            plugin,
+        }
+    }
+
+    fn file(self, field: impl Into<String>, instead: &'static str) -> ClusterConfigError {
+        ClusterConfigError::FileReference {
+            secret: self.secret.to_string(),
+            key: self.key.to_string(),
+            field: field.into(),
+            instead,
+        }
+    }
+
+    fn unsupported(self, field: impl Into<String>, why: &'static str) -> ClusterConfigError {
+        ClusterConfigError::Unsupported {
+            secret: self.secret.to_string(),
+            key: self.key.to_string(),
+            field: field.into(),
+            why,
+        }
+    }
+
+    fn empty(self, needed: &'static str) -> ClusterConfigError {
+        ClusterConfigError::Empty {
+            secret: self.secret.to_string(),
+            key: self.key.to_string(),
+            needed,
+        }
+    }
+}
+
+/// The configuration a cluster Secret gives for `server`.
+fn secret_config(
+    server: &str,
+    reference: &SecretCredentials,
+    secret: Result<&Secret, ClusterConfigError>,
+) -> Result<Config, ClusterConfigError> {
+    let uri = parse_server(server)?;
+    if uri.scheme_str() != Some("https") {
+        return Err(ClusterConfigError::PlainHttp(server.to_string()));
+    }
+    let entries = Entries {
+        name: &reference.name,
+        secret: secret?,
+    };
+    // Nothing of a Secret is read before it is known to be cluster credentials, and they go
+    // only to the server the Secret names: a FleetCluster's author chooses neither.
+    if !entries.is_cluster_credentials() {
+        return Err(ClusterConfigError::NotClusterSecret(reference.name.clone()));
+    }
+    let layout = entries.layout()?;
+    if layout != Layout::Token && (reference.token_key.is_some() || reference.ca_key.is_some()) {
+        return Err(ClusterConfigError::KeysNotApplicable {
+            secret: reference.name.clone(),
+            layout: layout.describe(),
+        });
+    }
+    let bound = entries
+        .get(CLUSTER_SECRET_SERVER_KEY)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .map(str::trim)
+        .filter(|b| !b.is_empty());
+    let mismatch = |bound: &str| ClusterConfigError::ServerMismatch {
+        secret: reference.name.clone(),
+        bound: bound.to_string(),
+        server: server.to_string(),
+    };
+    match bound {
+        // A kubeconfig names its server itself; the `server` key may repeat it.
+        None if matches!(layout, Layout::Kubeconfig(_)) => {}
+        None => return Err(ClusterConfigError::ServerUnbound(reference.name.clone())),
+        Some(bound) if !same_server(&uri, bound) => return Err(mismatch(bound)),
+        Some(_) => {}
+    }
+    let config = match layout {
+        Layout::Token => token_config(uri, reference, &entries)?,
+        Layout::Kubeconfig(key) => {
+            let source = Source {
+                secret: &reference.name,
+                key,
+            };
+            let config = kubeconfig_config(source, entries.get(key).unwrap_or_default())?;
+            let bound = config.cluster_url.to_string();
+            if !same_server(&uri, &bound) {
+                return Err(mismatch(bound.trim_end_matches('/')));
+            }
+            config
+        }
+        Layout::ArgoCd => {
+            let source = Source {
+                secret: &reference.name,
+                key: ARGOCD_CONFIG_KEY,
+            };
+            let data = entries.get(ARGOCD_CONFIG_KEY).unwrap_or_default();
+            argocd_config(uri, source, data)?
+        }
+    };
+    if config.accept_invalid_certs {
+        warn!(
+            secret = %reference.name,
+            %server,
+            "a cluster Secret turns off verification of the server's certificate: its credentials \
+             go to whoever answers at that address"
+        );
+    }
+    Ok(config)
+}
+
+/// A bearer token and an optional CA bundle, in the keys `secretRef` names.
+fn token_config(
+    uri: http::Uri,
+    reference: &SecretCredentials,
+    entries: &Entries<'_>,
+) -> Result<Config, ClusterConfigError> {
+    let token =
+        entries
+            .get(reference.token_key())
+            .ok_or_else(|| ClusterConfigError::KeyMissing {
+                secret: reference.name.clone(),
+                key: reference.token_key().to_string(),
+            })?;
+    let source = |key| Source {
+        secret: &reference.name,
+        key,
+    };
+    let token = bearer_token(token).ok_or_else(|| source(reference.token_key()).bad_key(TOKEN))?;
+    let mut config = Config::new(uri);
+    config.auth_info.token = Some(token);
+    if let Some(ca) = entries.get(reference.ca_key()) {
+        let certs = pem_certificates(ca)
+            .ok_or_else(|| source(reference.ca_key()).bad_key("PEM certificates"))?;
+        config.root_cert = Some(certs);
+    }
+    Ok(config)
+}
+
+/// A kubeconfig, read by kube; its current context gives the server and credentials.
+fn kubeconfig_config(source: Source<'_>, data: &[u8]) -> Result<Config, ClusterConfigError> {
+    // A parser's error quotes the text it stopped at, which may be a credential: none is shown.
+    let kubeconfig = std::str::from_utf8(data)
+        .ok()
+        .and_then(|text| Kubeconfig::from_yaml(text).ok())
+        .ok_or_else(|| source.bad_key("kubeconfig (YAML)"))?;
+    refuse_files_and_plugins(source, &kubeconfig)?;
+    // kube's own errors here name contexts, clusters and URLs, never credentials.
+    let mut config = Config::try_from(kubeconfig).map_err(|e| ClusterConfigError::Kubeconfig {
+        secret: source.secret.to_string(),
+        key: source.key.to_string(),
+        reason: e.to_string(),
+    })?;
+    if config.root_cert.as_ref().is_some_and(Vec::is_empty) {
+        return Err(source.bad_field("certificate-authority-data", "PEM certificates"));
+    }
+    check_user(source, &mut config.auth_info)?;
+    // kube fills the proxy from the controller's environment; the other layouts use none.
+    config.proxy_url = None;
+    Ok(config)
+}
+
+/// Refuses, anywhere in the kubeconfig, what would make the controller read its own files, run
+/// a command or go through a proxy: a Secret's author may ask for none of these.
+fn refuse_files_and_plugins(
+    source: Source<'_>,
+    kubeconfig: &Kubeconfig,
+) -> Result<(), ClusterConfigError> {
+    for named in &kubeconfig.clusters {
+        let Some(cluster) = &named.cluster else {
+            continue;
+        };
+        let field = |name: &str| format!("clusters[{:?}].{name}", named.name);
+        if cluster.certificate_authority.is_some() {
+            return Err(source.file(field("certificate-authority"), "certificate-authority-data"));
+        }
+        if cluster.proxy_url.is_some() {
+            return Err(source.unsupported(
+                field("proxy-url"),
+                "the controller connects to destination clusters directly",
+            ));
+        }
+    }
+    for named in &kubeconfig.auth_infos {
+        let Some(user) = &named.auth_info else {
+            continue;
+        };
+        let field = |name: &str| format!("users[{:?}].{name}", named.name);
+        if user.exec.is_some() {
+            return Err(source.plugin("exec credential plugins", field("exec")));
+        }
+        if user.auth_provider.is_some() {
+            return Err(source.plugin("auth-provider plugins", field("auth-provider")));
+        }
+        let files = [
+            (&user.token_file, "tokenFile", "token"),
+            (
+                &user.client_certificate,
+                "client-certificate",
+                "client-certificate-data",
+            ),
+            (&user.client_key, "client-key", "client-key-data"),
+        ];
+        if let Some((_, name, instead)) = files.iter().find(|(path, _, _)| path.is_some()) {
+            return Err(source.file(field(name), instead));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the credentials of the kubeconfig's current user and keeps only what kube uses.
+fn check_user(source: Source<'_>, user: &mut AuthInfo) -> Result<(), ClusterConfigError> {
+    if let Some(token) = &user.token {
+        let token = bearer_token(token.expose_secret().as_bytes())
+            .ok_or_else(|| source.bad_field("token", TOKEN))?;
+        user.token = Some(token);
+    }
+    let basic = match (&user.username, &user.password) {
+        (Some(_), Some(_)) => true,
+        (Some(_), None) => return Err(source.incomplete("username", "password")),
+        (None, Some(_)) => return Err(source.incomplete("password", "username")),
+        (None, None) => false,
+    };
+    let identity = match (&user.client_certificate_data, &user.client_key_data) {
+        (Some(cert), Some(key)) => {
+            check_identity(
+                source,
+                ("client-certificate-data", cert),
+                ("client-key-data", key.expose_secret()),
+            )?;
+            true
+        }
+        (Some(_), None) => {
+            return Err(source.incomplete("client-certificate-data", "client-key-data"));
+        }
+        (None, Some(_)) => {
+            return Err(source.incomplete("client-key-data", "client-certificate-data"));
+        }
+        (None, None) => false,
+    };
+    if user.token.is_none() && !basic && !identity {
+        return Err(source.empty(
+            "the current context's user needs a token, client-certificate-data and client-key-data, or a username and password",
+        ));
+    }
+    // Kept by kube for round trips, used by nothing, and printed by Debug.
+    user.other.clear();
+    user.extensions = None;
+    Ok(())
+}
+
+/// Argo CD's `config` key: what Argo CD's `ClusterConfig` holds.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ArgoConfig {
+    bearer_token: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+    tls_client_config: Option<ArgoTls>,
+    exec_provider_config: Option<serde_json::Value>,
+    aws_auth_config: Option<serde_json::Value>,
+    proxy_url: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ArgoTls {
+    ca_data: Option<String>,
+    cert_data: Option<String>,
+    key_data: Option<String>,
+    insecure: Option<bool>,
+    server_name: Option<String>,
+}
+
+/// Argo CD leaves out empty fields, and reads an empty one as absent.
+fn set(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.is_empty())
+}
+
+/// Argo CD's cluster config, for the server of its Secret.
+fn argocd_config(
+    uri: http::Uri,
+    source: Source<'_>,
+    data: &[u8],
+) -> Result<Config, ClusterConfigError> {
+    const WHAT: &str = "Argo CD cluster config (JSON)";
+    // Only the path of a decoding error is shown: its message may quote a value.
+    let argo: ArgoConfig = serde_path_to_error::deserialize(
+        &mut serde_json::Deserializer::from_slice(data),
+    )
+    .map_err(|e| match e.path().to_string() {
+        path if path == "." => source.bad_key(WHAT),
+        path => source.bad_field(path, WHAT),
+    })?;
+    if argo.exec_provider_config.is_some() {
+        return Err(source.plugin("exec credential plugins", "execProviderConfig"));
+    }
+    if argo.aws_auth_config.is_some() {
+        return Err(source.plugin(
+            "exec credential plugins",
+            "awsAuthConfig (which Argo CD runs as the command argocd-k8s-auth)",
+        ));
+    }
+    if set(argo.proxy_url).is_some() {
+        return Err(source.unsupported(
+            "proxyUrl",
+            "the controller connects to destination clusters directly",
+        ));
+    }
+    let tls = argo.tls_client_config.unwrap_or_default();
+    let mut config = Config::new(uri);
+    if let Some(token) = set(argo.bearer_token) {
+        let token =
+            bearer_token(token.as_bytes()).ok_or_else(|| source.bad_field("bearerToken", TOKEN))?;
+        config.auth_info.token = Some(token);
+    }
+    match (set(argo.username), set(argo.password)) {
+        (Some(username), Some(password)) => {
+            config.auth_info.username = Some(username);
+            config.auth_info.password = Some(SecretString::from(password));
+        }
+        (Some(_), None) => return Err(source.incomplete("username", "password")),
+        (None, Some(_)) => return Err(source.incomplete("password", "username")),
+        (None, None) => {}
+    }
+    match (set(tls.cert_data), set(tls.key_data)) {
+        (Some(cert), Some(key)) => {
+            check_identity(
+                source,
+                ("tlsClientConfig.certData", &cert),
+                ("tlsClientConfig.keyData", &key),
+            )?;
+            // kube reads both as base64 of PEM, as Argo CD stores them.
+            config.auth_info.client_certificate_data = Some(cert);
+            config.auth_info.client_key_data = Some(SecretString::from(key));
+        }
+        (Some(_), None) => {
+            return Err(source.incomplete("tlsClientConfig.certData", "tlsClientConfig.keyData"));
+        }
+        (None, Some(_)) => {
+            return Err(source.incomplete("tlsClientConfig.keyData", "tlsClientConfig.certData"));
+        }
+        (None, None) => {}
+    }
+    if let Some(ca) = set(tls.ca_data) {
+        let certs = decode(&ca)
+            .and_then(|pem| pem_certificates(&pem))
+            .ok_or_else(|| {
+                source.bad_field("tlsClientConfig.caData", "base64 of PEM certificates")
+            })?;
+        config.root_cert = Some(certs);
+    }
+    config.accept_invalid_certs = tls.insecure.unwrap_or(false);
+    config.tls_server_name = set(tls.server_name);
+    let auth = &config.auth_info;
+    if auth.token.is_none() && auth.username.is_none() && auth.client_key_data.is_none() {
+        // Argo CD's own entry for its cluster: it needs no credentials there, the controller does.
+        if config.cluster_url.host() == Some("kubernetes.default.svc") {
+            return Err(ClusterConfigError::ArgoInCluster {
+                secret: source.secret.to_string(),
+                server: config
+                    .cluster_url
+                    .to_string()
+                    .trim_end_matches('/')
+                    .to_string(),
+            });
+        }
+        return Err(source.empty(
+            "its config needs bearerToken, tlsClientConfig.certData and keyData, or username and password",
+        ));
+    }
+    Ok(config)
+}
+
+/// A token as an HTTP header carries it: printable ASCII, no spaces. Anything else could not be
+/// sent, and a client would go on without it.
+fn bearer_token(bytes: &[u8]) -> Option<SecretString> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+        .map(|t| SecretString::from(t.to_string()))
+}
+
+/// Base64 as kube decodes it (standard alphabet, padded).
+fn decode(data: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD.decode(data).ok()
+}
+
+/// The DER of the certificates in a PEM bundle; none is an error.
+fn pem_certificates(pem: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let certs: Vec<Vec<u8>> = pem::parse_many(pem)
+        .ok()?
+        .into_iter()
+        .filter(|block| block.tag() == "CERTIFICATE")
+        .map(pem::Pem::into_contents)
+        .collect();
+    (!certs.is_empty()).then_some(certs)
+}
+
+/// A client certificate and key that kube's TLS setup will read: base64 of PEM, certificates
+/// only in the one, one private key of a kind it knows in the other. Checked here so that a bad
+/// one is reported by field, and kube's decoding errors (which quote a byte) never are.
+fn check_identity(
+    source: Source<'_>,
+    (cert_field, cert): (&'static str, &str),
+    (key_field, key): (&'static str, &str),
+) -> Result<(), ClusterConfigError> {
+    let certs_only = decode(cert)
+        .and_then(|pem| pem::parse_many(pem).ok())
+        .is_some_and(|blocks| {
+            !blocks.is_empty() && blocks.iter().all(|b| b.tag() == "CERTIFICATE")
+        });
+    if !certs_only {
+        return Err(source.bad_field(cert_field, CLIENT_CERTIFICATE));
+    }
+    let one_key = decode(key)
+        .and_then(|pem| pem::parse_many(pem).ok())
+        .is_some_and(|blocks| blocks.len() == 1 && PRIVATE_KEY_TAGS.contains(&blocks[0].tag()));
+    if !one_key {
+        return Err(source.bad_field(key_field, CLIENT_KEY));
+    }
+    Ok(())
 }
 
 fn parse_server(server: &str) -> Result<http::Uri, ClusterConfigError> {
@@ -276,7 +834,7 @@ mod tests {
             (
                 "https://x",
                 unmarked_secret(&[("password", b"hunter2"), ("server", b"https://x")]),
-                "Secret \"creds\" is not cluster credentials: only a Secret labelled shardwise.io/secret-type=cluster is used",
+                "Secret \"creds\" is not cluster credentials: only a Secret labelled shardwise.io/secret-type=cluster or argocd.argoproj.io/secret-type=cluster is used",
             ),
             (
                 "https://x",
