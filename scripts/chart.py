@@ -3,8 +3,12 @@
 behind a C ABI, no helm binary needed): lint, the values schema, renders of several releases,
 every rendered object and CRD validated against the Kubernetes schemas (kubernetes-validate),
 and what the chart promises: the RBAC of deploy/rbac.yaml, the CRDs of deploy/crds.yaml, every
-controller flag set from a value, names that match, probes, security context, autoscaling. Also
-lints e2e/kind/run.sh (`make e2e-kind` needs Docker) with shellcheck.
+controller flag set from a value, names that match, probes, security context, autoscaling,
+scheduling, the `helm test` Pod, the CRDs as templates (`crds.upgrade`), a dashboard uid per
+release, and the PrometheusRule: the alerts of docs/operations.md, on metrics the controller
+registers, checked by promtool (syntax and unit tests) when it is installed. Also checks that
+charts/shardwise/README.md is what scripts/chart_readme.py generates, and lints
+e2e/kind/run.sh (`make e2e-kind` needs Docker) with shellcheck.
 
 Run by `make chart` (part of `make test`); the pinned packages are in scripts/requirements.txt.
 Exits non-zero and lists every failure when a check fails.
@@ -16,15 +20,20 @@ import difflib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import jsonschema
 import kubernetes_validate
 import yaml
+
+import chart_readme
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "shardwise"
@@ -33,7 +42,11 @@ KIND_SCRIPT = ROOT / "e2e" / "kind" / "run.sh"
 KUBE_VERSIONS = ["1.25.0", "1.37.0"]
 # Kinds of the Prometheus operator, for which kubernetes-validate has no schema: checked by the
 # assertions below instead (port, selector, namespace).
-OPERATOR_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PodMonitor")}
+OPERATOR_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 # Chart defaults that deliberately differ from the controller's: JSON logs in a cluster.
 DIFFERENT_DEFAULTS = {"SHARDWISE_LOG_FORMAT": "json"}
 
@@ -52,6 +65,26 @@ EVERYTHING = {
     },
     "extraArgs": ["--log=info,kube=warn"],
     "extraEnv": [{"name": "RUST_BACKTRACE", "value": "1"}],
+    "envFrom": [{"secretRef": {"name": "shardwise-env"}}, {"configMapRef": {"name": "proxy"}, "prefix": "FLEET_"}],
+    "extraVolumes": [{"name": "fleet-ca", "configMap": {"name": "fleet-ca"}}],
+    "extraVolumeMounts": [{"name": "fleet-ca", "mountPath": "/etc/fleet-ca", "readOnly": True}],
+    "revisionHistoryLimit": 2,
+    "startupProbe": {"httpGet": {"path": "/healthz", "port": "health"}, "periodSeconds": 5, "failureThreshold": 12},
+    "podAntiAffinity": "hard",
+    "crds": {"upgrade": True, "keep": False},
+    "tests": {"image": {"repository": "registry.example.com/busybox", "tag": "1.36.1"}, "timeoutSeconds": 30},
+    "prometheusRule": {
+        "enabled": True,
+        "namespace": "monitoring",
+        "additionalLabels": {"release": "kube-prometheus-stack"},
+        "annotations": {"example.com/owner": "platform"},
+        "alertLabels": {"team": "platform"},
+        "alerts": {
+            "ShardwiseImbalanced": {"enabled": False},
+            "ShardwiseQueueBacklog": {"for": "30m", "severity": "critical", "threshold": 500},
+        },
+        "extraRules": [{"alert": "ShardwiseDown", "expr": 'up{job="shardwise"} == 0', "for": "5m"}],
+    },
     "terminationGracePeriodSeconds": 90,
     "serviceAccount": {"annotations": {"example.com/role": "fleet"}},
     "rbac": {"create": True, "clusterSecrets": ["prod-eu-1", "prod-us-1"]},
@@ -105,6 +138,17 @@ INVALID = [
     ({"rbac": {"clusterSecrets": [""]}}, "clusterSecrets"),
     ({"metrics": {"podMonitor": {"enabled": True}}}, "bearerTokenSecret"),
     ({"metrics": {"readers": [{"name": "prometheus"}]}}, "kind"),
+    ({"podAntiAffinity": "sometimes"}, "podAntiAffinity"),
+    ({"revisionHistoryLimit": -1}, "revisionHistoryLimit"),
+    ({"envFrom": [{}]}, "envFrom"),
+    ({"extraVolumeMounts": [{"name": "ca"}]}, "mountPath"),
+    ({"extraVolumes": [{"configMap": {"name": "ca"}}]}, "name"),
+    ({"crds": {"upgrade": "yes"}}, "upgrade"),
+    ({"tests": {"image": {"tag": ""}}}, "tag"),
+    ({"prometheusRule": {"alerts": {"ShardwiseTypo": {"enabled": True}}}}, "ShardwiseTypo"),
+    ({"prometheusRule": {"alerts": {"ShardwiseQueueBacklog": {"threshold": "lots"}}}}, "threshold"),
+    ({"prometheusRule": {"alerts": {"ShardwiseFenced": {"for": "15 minutes"}}}}, "for"),
+    ({"prometheusRule": {"extraRules": [{"alert": "Empty", "expr": ""}]}}, "expr"),
 ]
 
 
@@ -198,6 +242,13 @@ def check_release(
                 o["metadata"]["namespace"] == values["dashboards"]["namespace"],
                 f"{where}: dashboard namespace",
             )
+        elif o["kind"] == "PrometheusRule" and values["prometheusRule"]["namespace"]:
+            f.check(
+                o["metadata"]["namespace"] == values["prometheusRule"]["namespace"],
+                f"{where}: PrometheusRule namespace",
+            )
+        elif o["kind"] == "CustomResourceDefinition":
+            f.check("namespace" not in o["metadata"], f"{where}: CRD {o['metadata']['name']} has a namespace")
         elif o["kind"] in ("ClusterRole", "ClusterRoleBinding"):
             # Cluster-scoped, so named after the release and its namespace: two releases of the
             # same name in different namespaces do not collide.
@@ -208,6 +259,10 @@ def check_release(
         else:
             f.check(o["metadata"].get("namespace") == namespace, f"{where}: {o['kind']} not in {namespace}")
     f.check(len(name) <= 52, f"{where}: StatefulSet name {name!r} longer than 52 characters")
+    f.check(
+        sts["spec"].get("revisionHistoryLimit") == values["revisionHistoryLimit"],
+        f"{where}: revisionHistoryLimit {sts['spec'].get('revisionHistoryLimit')}",
+    )
     f.check(env.get("SHARDWISE_STATEFULSET") == name, f"{where}: SHARDWISE_STATEFULSET is not {name!r}")
     f.check(
         env.get("POD_NAME") == {"fieldRef": {"fieldPath": "metadata.name"}},
@@ -406,12 +461,27 @@ def check_release(
             f"{where}: dashboard ConfigMap without the sidecar label",
         )
         shipped = json.loads((CHART / "dashboards" / "shardwise.json").read_text())
+        served = json.loads(dashboards[0]["data"]["shardwise.json"])
         f.check(
-            json.loads(dashboards[0]["data"]["shardwise.json"]) == shipped,
-            f"{where}: dashboard differs from the file",
+            {k: v for k, v in served.items() if k not in ("uid", "title")}
+            == {k: v for k, v in shipped.items() if k not in ("uid", "title")},
+            f"{where}: dashboard differs from the file (uid and title aside)",
+        )
+        f.check(
+            served["title"] == f"{shipped['title']} ({namespace}/{release})",
+            f"{where}: dashboard title {served['title']!r} does not name the release",
+        )
+        f.check(
+            re.fullmatch(r"[A-Za-z0-9_-]{1,40}", served["uid"]) is not None and served["uid"] != shipped["uid"],
+            f"{where}: dashboard uid {served['uid']!r} is the file's or not a valid Grafana uid",
         )
     else:
         f.check(not dashboards, f"{where}: dashboard rendered although disabled")
+
+    check_pod_options(f, pod, container, values, selector, where)
+    check_test_pod(f, objects, values, name, service["metadata"]["name"], namespace, selector, where)
+    check_crd_templates(f, objects, values, where)
+    check_prometheus_rule(f, objects, values, namespace, where)
 
     if c["auditFile"]:
         mount = container["volumeMounts"][0]["mountPath"]
@@ -419,6 +489,572 @@ def check_release(
             c["auditFile"].startswith(mount + "/"),
             f"{where}: audit file {c['auditFile']} not on a writable volume",
         )
+
+
+def check_pod_options(
+    f: Failures,
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    values: dict[str, Any],
+    selector: dict[str, str],
+    where: str,
+) -> None:
+    """Scheduling, probes, extra environment and volumes: what the values ask, and no more."""
+    spec = pod["spec"]
+    f.check(
+        container.get("envFrom", []) == values["envFrom"], f"{where}: envFrom {container.get('envFrom')}"
+    )
+    mounts = container.get("volumeMounts", [])
+    volumes = spec.get("volumes", [])
+    f.check(
+        mounts[len(mounts) - len(values["extraVolumeMounts"]) :] == values["extraVolumeMounts"]
+        and volumes[len(volumes) - len(values["extraVolumes"]) :] == values["extraVolumes"],
+        f"{where}: extra volumes or mounts missing",
+    )
+    names = [v["name"] for v in volumes]
+    f.check(len(names) == len(set(names)), f"{where}: volume names repeat: {names}")
+    f.check(
+        {m["name"] for m in mounts} <= set(names), f"{where}: a mount names no volume: {mounts} {names}"
+    )
+    if values["startupProbe"]:
+        f.check(
+            container.get("startupProbe") == values["startupProbe"]
+            and container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "health"},
+            f"{where}: startupProbe {container.get('startupProbe')} is not the value on /healthz",
+        )
+    else:
+        f.check("startupProbe" not in container, f"{where}: startupProbe rendered although {{}}")
+
+    affinity = spec.get("affinity")
+    term = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": selector}}
+    if values["affinity"]:
+        f.check(affinity == values["affinity"], f"{where}: affinity is not the value, whole")
+    elif values["podAntiAffinity"] == "soft":
+        f.check(
+            affinity
+            == {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
+                }
+            },
+            f"{where}: no soft anti-affinity on the replicas' labels: {affinity}",
+        )
+    elif values["podAntiAffinity"] == "hard":
+        f.check(
+            affinity == {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+            f"{where}: no hard anti-affinity on the replicas' labels: {affinity}",
+        )
+    else:
+        f.check(affinity is None, f"{where}: affinity {affinity} although podAntiAffinity is none")
+
+
+def check_test_pod(
+    f: Failures,
+    objects: list[dict[str, Any]],
+    values: dict[str, Any],
+    statefulset: str,
+    service: str,
+    namespace: str,
+    selector: dict[str, str],
+    where: str,
+) -> None:
+    """`helm test`: one hook Pod asking every replica's /readyz by its pod DNS name."""
+    tests = [o for o in objects if o["kind"] == "Pod"]
+    if not values["tests"]["enabled"]:
+        f.check(not tests, f"{where}: test Pod rendered although tests.enabled is false")
+        return
+    if not f.check(len(tests) == 1, f"{where}: {len(tests)} test Pods"):
+        return
+    test = tests[0]
+    annotations = test["metadata"].get("annotations", {})
+    f.check(annotations.get("helm.sh/hook") == "test", f"{where}: the test Pod is not a test hook")
+    f.check(
+        not selector.items() <= test["metadata"]["labels"].items(),
+        f"{where}: the test Pod carries the replicas' selector labels (the Service and PDB would count it)",
+    )
+    f.check(
+        test["spec"].get("automountServiceAccountToken") is False and "serviceAccountName" not in test["spec"],
+        f"{where}: the test Pod gets API credentials it does not need",
+    )
+    container = test["spec"]["containers"][0]
+    image = values["tests"]["image"]
+    f.check(
+        container["image"] == f"{image['repository']}:{image['tag']}", f"{where}: test image {container['image']}"
+    )
+    f.check(
+        container["securityContext"].get("readOnlyRootFilesystem") is True
+        and test["spec"]["securityContext"].get("runAsNonRoot") is True,
+        f"{where}: the test Pod is not locked down like the replicas",
+    )
+    replicas = values["autoscaling"]["minReplicas"] if values["autoscaling"]["enabled"] else values["replicas"]
+    port = values["controller"]["healthPort"]
+    expected = [f"http://{statefulset}-{i}.{service}.{namespace}.svc:{port}/readyz" for i in range(replicas)]
+    f.check(
+        [a for a in container["args"] if a.startswith("http://")] == expected,
+        f"{where}: the test does not ask each of the {replicas} replicas' /readyz: {container['args'][1:]}",
+    )
+    f.check(
+        f"+ {values['tests']['timeoutSeconds']} ))" in container["args"][0], f"{where}: test timeout not applied"
+    )
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((CHART / "crds" / "crds.yaml").read_text()) if d]
+
+
+def check_crd_templates(f: Failures, objects: list[dict[str, Any]], values: dict[str, Any], where: str) -> None:
+    """`crds.upgrade`: the CRDs of crds/ as release objects, kept on uninstall with `crds.keep`."""
+    rendered = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    if not values["crds"]["upgrade"]:
+        f.check(not rendered, f"{where}: CRDs rendered as templates although crds.upgrade is false")
+        return
+    keep = values["crds"]["keep"]
+    for o in rendered:
+        policy = o["metadata"].get("annotations", {}).get("helm.sh/resource-policy")
+        f.check(policy == ("keep" if keep else None), f"{where}: CRD {o['metadata']['name']} resource policy {policy}")
+        f.check(
+            o["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm",
+            f"{where}: CRD {o['metadata']['name']} without the release's labels",
+        )
+    bare = [dict(o, metadata={"name": o["metadata"]["name"]}) for o in rendered]
+    f.check(bare == crd_documents(), f"{where}: the CRD templates differ from crds/crds.yaml (labels aside)")
+
+
+# What kubernetes-validate cannot check of a PrometheusRule: the parts Prometheus reads.
+PROMETHEUS_RULE_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object", "required": ["name", "namespace"]},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "rules": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["expr"],
+                                    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                    "properties": {
+                                        "alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                                        "record": {"type": "string", "minLength": 1},
+                                        "expr": {"type": "string", "minLength": 1},
+                                        "for": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h|d|w|y))+$"},
+                                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                                        "annotations": {
+                                            "type": "object",
+                                            "additionalProperties": {"type": "string"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+
+
+def check_prometheus_rule(
+    f: Failures, objects: list[dict[str, Any]], values: dict[str, Any], namespace: str, where: str
+) -> None:
+    """The PrometheusRule: the structure Prometheus reads, the alerts enabled with their settings,
+    every selector narrowed to the release namespace, the user's extra rules."""
+    v = values["prometheusRule"]
+    found = [o for o in objects if o["kind"] == "PrometheusRule"]
+    if not f.check(len(found) == int(v["enabled"]), f"{where}: PrometheusRule rendered {len(found)} times"):
+        return
+    if not found:
+        return
+    rule = found[0]
+    errors = sorted(jsonschema.Draft202012Validator(PROMETHEUS_RULE_SCHEMA).iter_errors(rule), key=str)
+    for e in errors:
+        f.check(False, f"{where}: PrometheusRule at {'.'.join(map(str, e.absolute_path))}: {e.message}")
+    if errors:
+        return
+    f.check(
+        v["additionalLabels"].items() <= rule["metadata"]["labels"].items()
+        and v["annotations"].items() <= rule["metadata"].get("annotations", {}).items(),
+        f"{where}: PrometheusRule labels or annotations",
+    )
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    ours = rules[: len(rules) - len(v["extraRules"])]
+    f.check(rules[len(ours) :] == v["extraRules"], f"{where}: extraRules not appended as given")
+    enabled = [name for name, a in v["alerts"].items() if a["enabled"]]
+    f.check(
+        sorted(r.get("alert", "") for r in ours) == sorted(enabled),
+        f"{where}: alerts {sorted(r.get('alert', '') for r in ours)}, enabled {sorted(enabled)}",
+    )
+    matcher = f'namespace="{namespace}"'
+    for r in ours:
+        settings = v["alerts"].get(r["alert"], {})
+        f.check(
+            r.get("for") == settings.get("for")
+            and r["labels"] == {"severity": settings.get("severity"), **v["alertLabels"]},
+            f"{where}: {r['alert']}: for {r.get('for')}, labels {r['labels']}, not the values' {settings}",
+        )
+        if "threshold" in settings:
+            f.check(
+                re.search(rf"(^|\s){re.escape(str(settings['threshold']))}(\s|$)", r["expr"]) is not None,
+                f"{where}: {r['alert']}: threshold {settings['threshold']} not in {r['expr']!r}",
+            )
+        for metric, labels in re.findall(r"\b(shardwise_[a-z_]+)(\{[^}]*\})?", r["expr"]):
+            f.check(
+                labels.startswith("{" + matcher),
+                f"{where}: {r['alert']}: {metric} is not narrowed to {matcher}",
+            )
+        f.check(
+            {"summary", "description", "runbook_url"} <= r["annotations"].keys(),
+            f"{where}: {r['alert']}: annotations {sorted(r['annotations'])}",
+        )
+
+
+def exposed_metrics() -> set[str]:
+    """The sample names shardwise-controller exposes, from the runtime's registrations
+    (crates/shardwise-runtime/src/metrics.rs) and the controller's nouns: `_total` for counters,
+    `_bucket`, `_sum` and `_count` for histograms. Fails loudly if the parse misses one."""
+    source = (ROOT / "crates" / "shardwise-runtime" / "src" / "metrics.rs").read_text()
+    fleet = (ROOT / "crates" / "shardwise-controller" / "src" / "fleet.rs").read_text()
+    nouns = dict(re.findall(r"\b(unit|units|item|items): \"([a-z_]+)\"", fleet))
+    kinds = dict(re.findall(r"pub (\w+): Family<\w+, (Gauge|Counter|Histogram)\b", source))
+    body = source[source.index("fn register(") : source.index("fn start_at_zero")]
+    calls = re.findall(r'r\.register\(\s*(?:format!\(\s*)?"([a-z_{}]+)"\)?,.*?self\.(\w+)\.clone\(\)', body, re.S)
+    if len(calls) != body.count("r.register(") or set(nouns) != {"unit", "units", "item", "items"}:
+        raise AssertionError("could not read the metric registrations of metrics.rs: update exposed_metrics()")
+    names = set()
+    for template, field in calls:
+        base = "shardwise_" + template.format(**nouns)
+        suffixes = {"Counter": ["_total"], "Histogram": ["_bucket", "_sum", "_count"], "Gauge": [""]}[kinds[field]]
+        names.update(base + suffix for suffix in suffixes)
+    return names
+
+
+def docs_alerts() -> dict[str, dict[str, str]]:
+    """The table of docs/operations.md, "Metrics worth an alert": name -> expr, for, severity."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text[text.index("### Metrics worth an alert") :]
+    section = section[: section.index("\n## ")]
+    alerts = {}
+    for row in re.findall(r"^\|.*\(`(Shardwise\w+)`\) \| `(.*)` \| (\w+) \| (\w+) \|$", section, re.M):
+        name, expr, duration, severity = row
+        alerts[name] = {"expr": expr.replace("\\|", "|"), "for": duration, "severity": severity}
+    return alerts
+
+
+def unscoped(expr: str, namespace: str) -> str:
+    """A rendered expression without the release-namespace matcher: the docs' form."""
+    matcher = f'namespace="{namespace}"'
+    return expr.replace("{" + matcher + "}", "").replace("{" + matcher + ",", "{")
+
+
+# Unit tests of the default alerts for `promtool test rules`, on the rules of a release in namespace
+# "shardwise": per alert, series of a broken fleet (which must fire, with these labels, and must
+# not fire when the same series come from another namespace) and of a healthy one (silent).
+P0 = {"pod": "shardwise-0", "shard": "0"}
+P1 = {"pod": "shardwise-1", "shard": "1"}
+P2 = {"pod": "shardwise-2", "shard": "2"}
+LEADER = [("shardwise_planner_leader", P0, "1x90"), ("shardwise_planner_leader", P1, "0x90")]
+BUCKETS = ["5.12", "10.24", "20.48", "+Inf"]
+ALERT_TESTS: list[dict[str, Any]] = [
+    {
+        "alert": "ShardwiseShardMissing",
+        "at": "10m",
+        "broken": LEADER
+        + [
+            ("shardwise_members", {"pod": "shardwise-0", "state": "expected"}, "3x20"),
+            ("shardwise_members", {"pod": "shardwise-0", "state": "live"}, "2x20"),
+        ],
+        "healthy": LEADER
+        + [
+            ("shardwise_members", {"pod": "shardwise-0", "state": "expected"}, "3x20"),
+            ("shardwise_members", {"pod": "shardwise-0", "state": "live"}, "3x20"),
+            # A former planner's stale view: not the planner's, so not read.
+            ("shardwise_members", {"pod": "shardwise-1", "state": "expected"}, "4x20"),
+            ("shardwise_members", {"pod": "shardwise-1", "state": "live"}, "2x20"),
+        ],
+        "labels": {"severity": "critical"},
+    },
+    {
+        "alert": "ShardwiseNoPlanner",
+        "at": "5m",
+        "broken": [
+            ("shardwise_lease_held", P0, "1x10"),
+            ("shardwise_lease_held", P1, "1x10"),
+            ("shardwise_planner_leader", P0, "0x10"),
+            ("shardwise_planner_leader", P1, "0x10"),
+        ],
+        "healthy": [("shardwise_lease_held", P0, "1x10"), ("shardwise_lease_held", P1, "1x10")] + LEADER,
+        "labels": {"severity": "critical"},
+    },
+    {
+        "alert": "ShardwiseLeaseNotHeld",
+        "at": "10m",
+        "broken": [("shardwise_lease_held", P0, "1x20"), ("shardwise_lease_held", P1, "0x20")],
+        "healthy": [("shardwise_lease_held", P0, "1x20"), ("shardwise_lease_held", P1, "0 0 0 0 1x20")],
+        "labels": dict(P1, severity="warning"),
+    },
+    {
+        "alert": "ShardwiseFenced",
+        "at": "25m",
+        # Shard 1 fenced at 21m; shard 2's replica started at 21m already fenced once.
+        "broken": [("shardwise_fenced_total", P1, "0x20 1x20"), ("shardwise_fenced_total", P2, "_x20 1x20")],
+        # A fence long ago; a replica started at 21m at zero (a restart is not a fence).
+        "healthy": [("shardwise_fenced_total", P1, "0x5 1x40"), ("shardwise_fenced_total", P2, "_x20 0x20")],
+        "labels": [dict(P1, severity="warning"), dict(P2, severity="warning")],
+    },
+    {
+        "alert": "ShardwisePlannerFailing",
+        "at": "20m",
+        "broken": [
+            ("shardwise_planner_runs_total", dict(P0, strategy="sticky-balanced", result="error"), "0+1x30"),
+            ("shardwise_planner_runs_total", dict(P0, strategy="sticky-balanced", result="success"), "0+2x30"),
+        ],
+        "healthy": [
+            ("shardwise_planner_runs_total", dict(P0, strategy="sticky-balanced", result="error"), "5x30"),
+            ("shardwise_planner_runs_total", dict(P0, strategy="sticky-balanced", result="success"), "0+2x30"),
+        ],
+        "labels": {"result": "error", "severity": "critical"},
+    },
+    {
+        "alert": "ShardwiseReconcileErrors",
+        "at": "25m",
+        # 3 errors in 13 reconciles; skipped ones (many) do not dilute the ratio.
+        "broken": [
+            ("shardwise_reconciles_total", dict(P0, kind="app", result="error"), "0+3x30"),
+            ("shardwise_reconciles_total", dict(P0, kind="app", result="success"), "0+10x30"),
+            ("shardwise_reconciles_total", dict(P0, kind="app", result="skipped"), "0+100x30"),
+        ],
+        "healthy": [
+            ("shardwise_reconciles_total", dict(P0, kind="app", result="error"), "0+1x30"),
+            ("shardwise_reconciles_total", dict(P0, kind="app", result="success"), "0+20x30"),
+        ],
+        "labels": {"shard": "0", "severity": "warning"},
+    },
+    {
+        "alert": "ShardwiseQueueBacklog",
+        "at": "25m",
+        "broken": [
+            ("shardwise_queue_depth", dict(P1, kind="app"), "60x30"),
+            ("shardwise_queue_depth", dict(P1, kind="cluster"), "50x30"),
+        ],
+        "healthy": [
+            ("shardwise_queue_depth", dict(P1, kind="app"), "60x30"),
+            ("shardwise_queue_depth", dict(P1, kind="cluster"), "30x30"),
+        ],
+        "labels": {"shard": "1", "severity": "warning"},
+    },
+    {
+        "alert": "ShardwiseSlowReconciles",
+        "at": "25m",
+        # Every reconcile between 10.24 s and 20.48 s, or every one under 5.12 s.
+        "broken": [
+            ("shardwise_reconcile_duration_seconds_bucket", dict(P0, kind="app", le=le), "0x30" if i < 2 else "0+10x30")
+            for i, le in enumerate(BUCKETS)
+        ],
+        "healthy": [
+            ("shardwise_reconcile_duration_seconds_bucket", dict(P0, kind="app", le=le), "0+10x30") for le in BUCKETS
+        ],
+        "labels": {"shard": "0", "severity": "warning"},
+    },
+    {
+        "alert": "ShardwiseRequestsRefused",
+        "at": "20m",
+        "broken": [
+            ("shardwise_api_requests_total", dict(P0, target="control-plane", verb="patch", code="403"), "0+1x30"),
+            ("shardwise_api_requests_total", dict(P0, target="control-plane", verb="patch", code="200"), "0+5x30"),
+        ],
+        "healthy": [
+            ("shardwise_api_requests_total", dict(P0, target="control-plane", verb="patch", code="403"), "3x30"),
+            ("shardwise_api_requests_total", dict(P0, target="destination", verb="get", code="404"), "0+1x30"),
+            ("shardwise_api_requests_total", dict(P0, target="control-plane", verb="patch", code="200"), "0+5x30"),
+        ],
+        "labels": {"pod": "shardwise-0", "target": "control-plane", "code": "403", "severity": "warning"},
+    },
+    {
+        "alert": "ShardwiseImbalanced",
+        "at": "40m",
+        "broken": LEADER + [("shardwise_assignment_balance", {"pod": "shardwise-0"}, "1.8x50")],
+        "healthy": LEADER
+        + [
+            ("shardwise_assignment_balance", {"pod": "shardwise-0"}, "1.02x50"),
+            ("shardwise_assignment_balance", {"pod": "shardwise-1"}, "3x50"),
+        ],
+        "labels": {"pod": "shardwise-0", "severity": "info"},
+    },
+    {
+        "alert": "ShardwiseManyCacheCopies",
+        "at": "70m",
+        # 7 extra caches over 3 live shards, or 6.
+        "broken": LEADER
+        + [
+            ("shardwise_cache_copies", {"pod": "shardwise-0"}, "7x80"),
+            ("shardwise_members", {"pod": "shardwise-0", "state": "live"}, "3x80"),
+        ],
+        "healthy": LEADER
+        + [
+            ("shardwise_cache_copies", {"pod": "shardwise-0"}, "6x80"),
+            ("shardwise_members", {"pod": "shardwise-0", "state": "live"}, "3x80"),
+            ("shardwise_cache_copies", {"pod": "shardwise-1"}, "9x80"),
+        ],
+        "labels": {"pod": "shardwise-0", "severity": "info"},
+    },
+]
+
+
+def series(metric: str, labels: dict[str, str], namespace: str, values: str) -> dict[str, str]:
+    matchers = ",".join(f'{k}="{v}"' for k, v in sorted(dict(labels, namespace=namespace).items()))
+    return {"series": f"{metric}{{{matchers}}}", "values": values}
+
+
+def promtool_tests(namespace: str) -> dict[str, Any]:
+    tests = []
+    for case in ALERT_TESTS:
+        expected = case["labels"] if isinstance(case["labels"], list) else [case["labels"]]
+        for kind in ("broken", "healthy"):
+            inputs = [series(m, labels, namespace, v) for m, labels, v in case[kind]]
+            if kind == "broken":
+                inputs += [series(m, labels, "elsewhere", v) for m, labels, v in case[kind]]
+            tests.append(
+                {
+                    "name": f"{case['alert']} {kind}",
+                    "interval": "1m",
+                    "input_series": inputs,
+                    "alert_rule_test": [
+                        {
+                            "eval_time": case["at"],
+                            "alertname": case["alert"],
+                            "exp_alerts": [
+                                {"exp_labels": dict(labels, namespace=namespace)} for labels in expected
+                            ]
+                            if kind == "broken"
+                            else [],
+                        }
+                    ],
+                }
+            )
+    return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+
+
+def check_alerts(f: Failures, rule: dict[str, Any], namespace: str) -> str:
+    """The default PrometheusRule against the docs, the controller's metrics and promtool.
+    Returns what promtool did."""
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    documented = docs_alerts()
+    f.check(
+        sorted(rules) == sorted(documented),
+        f"alerts: chart {sorted(rules)}, docs/operations.md {sorted(documented)}",
+    )
+    for name in sorted(rules.keys() & documented.keys()):
+        r, d = rules[name], documented[name]
+        f.check(
+            unscoped(r["expr"], namespace) == d["expr"],
+            f"alert {name}: the chart's expression differs from docs/operations.md:\n"
+            f"    chart: {unscoped(r['expr'], namespace)}\n    docs:  {d['expr']}",
+        )
+        f.check(
+            (r["for"], r["labels"]["severity"]) == (d["for"], d["severity"]),
+            f"alert {name}: for/severity {r['for']}/{r['labels']['severity']}, docs {d['for']}/{d['severity']}",
+        )
+    exposed = exposed_metrics()
+    for name, r in sorted(rules.items()):
+        for metric in sorted(set(re.findall(r"\bshardwise_[a-z_]+\b", r["expr"])) - exposed):
+            f.check(False, f"alert {name}: the controller exposes no metric {metric}")
+    f.check(
+        sorted(c["alert"] for c in ALERT_TESTS) == sorted(rules),
+        f"alerts without a promtool unit test: {sorted(set(rules) - {c['alert'] for c in ALERT_TESTS})}",
+    )
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return "promtool not found (Debian's prometheus package): rule syntax and unit tests skipped"
+    with tempfile.TemporaryDirectory() as tmp:
+        rules_file = Path(tmp) / "rules.yaml"
+        rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+        check = subprocess.run([promtool, "check", "rules", rules_file], capture_output=True, text=True)
+        f.check(check.returncode == 0, f"promtool check rules:\n{check.stdout}{check.stderr}")
+        # The unit tests compare labels; annotations (checked above as templates) are left out.
+        bare = [
+            {**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]}
+            for g in rule["spec"]["groups"]
+        ]
+        rules_file.write_text(yaml.safe_dump({"groups": bare}, sort_keys=False))
+        tests_file = Path(tmp) / "tests.yaml"
+        tests_file.write_text(yaml.safe_dump(promtool_tests(namespace), sort_keys=False))
+        test = subprocess.run([promtool, "test", "rules", tests_file], capture_output=True, text=True)
+        f.check(test.returncode == 0, f"promtool test rules:\n{test.stdout}{test.stderr}")
+    return f"promtool check rules, and {2 * len(ALERT_TESTS)} unit tests (promtool test rules)"
+
+
+def check_dashboard_uids(f: Failures, chart: helm.Chart) -> int:
+    """Releases that could collide in one Grafana get different uids: same name in two
+    namespaces, names that join to the same text, names longer than a uid."""
+    releases = [
+        ("shardwise", "shardwise"),
+        ("shardwise", "staging"),
+        ("prod-a", "x"),
+        ("prod", "a-x"),
+        ("fleet-controller-with-a-very-long-release-name", "platform-fleet-production-europe"),
+        ("fleet-controller-with-a-very-long-release-name", "platform-fleet-production-europe-2"),
+    ]
+    uids = {}
+    for release, namespace in releases:
+        objects = render(chart, {"dashboards": {"enabled": True}}, release, namespace)
+        uid = json.loads(one(objects, "ConfigMap")["data"]["shardwise.json"])["uid"]
+        f.check(
+            re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid) is not None,
+            f"dashboard uid {uid!r} of {namespace}/{release} is not a valid Grafana uid",
+        )
+        uids[(release, namespace)] = uid
+    f.check(len(set(uids.values())) == len(uids), f"dashboard uids collide: {uids}")
+    return len(uids)
+
+
+def check_chart_metadata(f: Failures) -> None:
+    """Chart.yaml's metadata for Artifact Hub: the CRDs it lists are deploy/crds.yaml's, the icon
+    is the one committed, and the README is what scripts/chart_readme.py makes of values.yaml."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    listed = yaml.safe_load(chart.get("annotations", {}).get("artifacthub.io/crds", "[]"))
+    crds = [d for d in yaml.safe_load_all((ROOT / "deploy" / "crds.yaml").read_text()) if d]
+    f.check(
+        sorted((c["kind"], c["name"], c["version"]) for c in listed)
+        == sorted(
+            (d["spec"]["names"]["kind"], d["metadata"]["name"], v["name"])
+            for d in crds
+            for v in d["spec"]["versions"]
+            if v.get("storage")
+        ),
+        "Chart.yaml annotation artifacthub.io/crds does not list the CRDs of deploy/crds.yaml",
+    )
+    icon = chart.get("icon", "")
+    f.check(
+        icon.endswith("/charts/shardwise/icon.svg") and (CHART / "icon.svg").is_file(),
+        f"Chart.yaml icon {icon!r} is not the committed charts/shardwise/icon.svg",
+    )
+    f.check(bool(chart.get("maintainers")) and bool(chart.get("sources")), "Chart.yaml without maintainers or sources")
+    values_text = (CHART / "values.yaml").read_text()
+    missing = chart_readme.undocumented(values_text)
+    f.check(not missing, f"values without a `# --` description: {', '.join(missing)}")
+    f.check(
+        (CHART / "README.md").read_text() == chart_readme.render(),
+        f"charts/shardwise/README.md is stale: run `{chart_readme.REGENERATE}`",
+    )
 
 
 def check_rbac(f: Failures, objects: list[dict[str, Any]]) -> None:
@@ -527,8 +1163,23 @@ def main() -> int:
                     "rbac": {"create": False},
                     "podDisruptionBudget": {"enabled": False},
                     "metrics": {"secure": False, "serviceMonitor": {"enabled": True, "interval": "15s"}},
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {"matchExpressions": [{"key": "fleet", "operator": "Exists"}]}
+                                ]
+                            }
+                        }
+                    },
+                    "startupProbe": {},
+                    "tests": {"enabled": False},
+                    "crds": {"upgrade": True},
+                    "prometheusRule": {"enabled": True},
+                    "dashboards": {"enabled": True},
                 },
             ),
+            ("spread", "shardwise", {"podAntiAffinity": "none", "autoscaling": {"enabled": True}}),
         ]
         rendered: dict[str, list[dict[str, Any]]] = {}
         for release, namespace, overrides in releases:
@@ -547,9 +1198,22 @@ def main() -> int:
         validated = sum(validate(f, objects, where) for where, objects in rendered.items())
         report(
             f"validate {validated} objects (CRDs included) strictly against the schemas of Kubernetes "
-            f"{' and '.join(KUBE_VERSIONS)} (ServiceMonitor, PodMonitor: no schema, checked by assertions)",
+            f"{' and '.join(KUBE_VERSIONS)} (ServiceMonitor, PodMonitor, PrometheusRule: no schema, checked by assertions)",
             before,
         )
+
+        before = len(f.items)
+        rule = one(rendered["release 'x'"], "PrometheusRule")
+        done = check_alerts(f, rule, "shardwise")
+        report(
+            f"alerts: the PrometheusRule of release 'x' is docs/operations.md's table, on metrics the "
+            f"controller registers; {done}",
+            before,
+        )
+
+        before = len(f.items)
+        count = check_dashboard_uids(f, chart)
+        report(f"dashboard: {count} releases that could collide in one Grafana get {count} valid uids", before)
 
         before = len(f.items)
         for values, text in INVALID:
@@ -570,6 +1234,10 @@ def main() -> int:
         "charts/shardwise/crds/crds.yaml differs from deploy/crds.yaml: run `make chart-crds`",
     )
     report("crds: charts/shardwise/crds/crds.yaml is deploy/crds.yaml", before)
+
+    before = len(f.items)
+    check_chart_metadata(f)
+    report("metadata: Artifact Hub CRDs and icon; README.md generated from values.yaml, every value described", before)
 
     # The chart's defaults are the controller's, except where it says otherwise.
     before = len(f.items)

@@ -100,3 +100,29 @@ The controller refuses these lease timings at startup; refuse them at install in
 {{- fail "controller.retryPeriod must be shorter than controller.renewDeadline" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The pod's affinity: the user's, whole, when given; otherwise an anti-affinity of the release's
+replicas on nodes, so that one node going down does not take several shards with it.
+*/}}
+{{- define "shardwise.affinity" -}}
+{{- if .Values.affinity }}
+{{- toYaml .Values.affinity }}
+{{- else if eq .Values.podAntiAffinity "soft" }}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "shardwise.selectorLabels" . | nindent 12 }}
+{{- else if eq .Values.podAntiAffinity "hard" }}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "shardwise.selectorLabels" . | nindent 10 }}
+{{- end }}
+{{- end }}
