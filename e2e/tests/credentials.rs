@@ -1,0 +1,293 @@
+//! End-to-end test of cluster credentials in the kubeconfig and Argo CD layouts: a real
+//! `shardwise-controller` process reconciles apps through them, refuses an exec plugin without
+//! running it, and never writes a credential to its logs, Events or statuses.
+
+// Test code: a step that fails fails the test, helpers included.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kube::config::Kubeconfig;
+use rcgen::{CertificateParams, KeyPair};
+use serde_json::json;
+use shardwise_api::{ClusterPhase, FleetApp, FleetCluster, SyncPhase};
+use shardwise_e2e::{Identity, wait_for};
+use support::{Fleet, FleetOptions, NAMESPACE, app_manifests};
+
+const SETTLE: Duration = Duration::from_secs(60);
+/// Tokens of identities on the destinations, recognisable in any output.
+const KUBECONFIG_TOKEN: &str = "e2e-kubeconfig-token-5ec12e7a";
+const ARGOCD_TOKEN: &str = "e2e-argocd-token-5ec12e7b";
+/// Credentials of refused Secrets, which must not show either.
+const EXEC_SECRET: &str = "e2e-exec-env-5ec12e7c";
+const MISBOUND_TOKEN: &str = "e2e-misbound-token-5ec12e7d";
+
+fn b64(data: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// A labelled Secret in the fleet's namespace.
+fn secret(name: &str, label: &str, data: serde_json::Value) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {label: "cluster"}},
+        "stringData": data,
+    })
+    .to_string()
+}
+
+async fn create_cluster_and_app(fleet: &Fleet, name: &str, server: &str, index: u32) {
+    let cluster: FleetCluster = serde_json::from_value(json!({
+        "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetCluster",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"server": server, "credentials": {"secretRef": {"name": name}}},
+    }))
+    .unwrap();
+    fleet
+        .clusters_api()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let app: FleetApp = serde_json::from_value(json!({
+        "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+        "metadata": {"name": format!("app-{index}"), "namespace": NAMESPACE},
+        "spec": {
+            "destination": {"cluster": name, "namespace": "team-0"},
+            "source": {"manifests": app_manifests(index, 1)},
+        },
+    }))
+    .unwrap();
+    fleet
+        .apps_api()
+        .create(&PostParams::default(), &app)
+        .await
+        .unwrap();
+}
+
+/// A FleetCluster's phase and message, once it has a status.
+async fn cluster_status(fleet: &Fleet, name: &str) -> Result<(ClusterPhase, String), String> {
+    let cluster = fleet
+        .clusters_api()
+        .get(name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = cluster.status.unwrap_or_default();
+    let phase = status.phase.ok_or(format!("{name} has no phase yet"))?;
+    Ok((phase, status.message.unwrap_or_default()))
+}
+
+/// A kubeconfig of destination `index`'s identity `user`, with a client certificate and key
+/// added to its user. The test API server authenticates by token only, so the token gets the
+/// requests through; the certificate and key go through kube's TLS setup all the same.
+fn kubeconfig_with_certificate(fleet: &Fleet, index: usize, user: &str) -> (String, String) {
+    let yaml = fleet.env.destinations()[index].kubeconfig(user).unwrap();
+    let mut kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec![user.to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let key_pem = key.serialize_pem();
+    for named in &mut kubeconfig.auth_infos {
+        let auth = named.auth_info.get_or_insert_default();
+        auth.client_certificate_data = Some(b64(&cert.pem()));
+        auth.client_key_data = Some(b64(&key_pem).into());
+    }
+    // JSON is YAML, and kube's serializer writes the credentials out.
+    (serde_json::to_string(&kubeconfig).unwrap(), key_pem)
+}
+
+/// One replica, two destinations: a kubeconfig with a client certificate and an Argo CD cluster
+/// Secret with a bearer token carry apps to their destination; a kubeconfig with an exec
+/// plugin and an Argo CD Secret bound to another server leave their clusters Invalid, saying
+/// why, without the plugin ever running; no credential shows in the controller's logs (at
+/// debug level), in Events, or in any status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 1,
+        clusters: 0,
+        apps: 0,
+        destinations: 2,
+        args: vec!["--log=debug".to_string()],
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    let destinations = fleet.env.destinations();
+    let (url0, url1) = (destinations[0].url(), destinations[1].url());
+    destinations[0]
+        .add_identity(Identity::admin("kubeconfig-user").with_token(KUBECONFIG_TOKEN))
+        .unwrap();
+    destinations[1]
+        .add_identity(Identity::admin("argocd-user").with_token(ARGOCD_TOKEN))
+        .unwrap();
+    let (kubeconfig, key_pem) = kubeconfig_with_certificate(&fleet, 0, "kubeconfig-user");
+    let ca1 = destinations[1]
+        .server()
+        .ca_pem()
+        .unwrap_or_default()
+        .to_string();
+    let exec_ran = fleet.env.dir().join("exec-ran");
+    let exec = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": url0}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": "/bin/sh",
+            "args": ["-c", format!("touch {}", exec_ran.display())],
+            "env": [{"name": "SECRET", "value": EXEC_SECRET}],
+        }}}],
+    });
+    let argocd_config = |token: &str| {
+        json!({"bearerToken": token, "tlsClientConfig": {"insecure": false, "caData": b64(&ca1)}})
+            .to_string()
+    };
+    let cp = fleet.env.control_plane();
+    for yaml in [
+        secret(
+            "kube-cert",
+            "shardwise.io/secret-type",
+            json!({"kubeconfig": kubeconfig}),
+        ),
+        secret(
+            "argo-token",
+            "argocd.argoproj.io/secret-type",
+            json!({"name": "prod", "server": url1, "config": argocd_config(ARGOCD_TOKEN)}),
+        ),
+        secret(
+            "exec",
+            "shardwise.io/secret-type",
+            json!({"value": exec.to_string()}),
+        ),
+        secret(
+            "misbound",
+            "argocd.argoproj.io/secret-type",
+            json!({"name": "other", "server": url0, "config": argocd_config(MISBOUND_TOKEN)}),
+        ),
+    ] {
+        cp.apply_yaml("admin", &yaml).await.unwrap();
+    }
+    create_cluster_and_app(&fleet, "kube-cert", &url0, 0).await;
+    create_cluster_and_app(&fleet, "argo-token", &url1, 1).await;
+    create_cluster_and_app(&fleet, "exec", &url0, 2).await;
+    create_cluster_and_app(&fleet, "misbound", &url1, 3).await;
+
+    let expected = [
+        ("kube-cert", ClusterPhase::Connected, ""),
+        ("argo-token", ClusterPhase::Connected, ""),
+        (
+            "exec",
+            ClusterPhase::Invalid,
+            "exec credential plugins are not supported: key \"value\" of Secret \"exec\" sets users[\"u\"].exec",
+        ),
+        (
+            "misbound",
+            ClusterPhase::Invalid,
+            "holds credentials for \"https://127.0.0.1:",
+        ),
+    ];
+    let settled = wait_for(
+        "two clusters Connected and their apps Synced, two Invalid",
+        SETTLE,
+        || async {
+            for (name, phase, message) in expected {
+                let (got, text) = cluster_status(&fleet, name).await?;
+                if got != phase || !text.contains(message) {
+                    return Err(format!("{name}: {got:?} {text:?}"));
+                }
+            }
+            for app in ["app-0", "app-1"] {
+                let status = fleet
+                    .apps_api()
+                    .get(app)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                if status.sync_phase != Some(SyncPhase::Synced) {
+                    return Err(format!(
+                        "{app}: {:?} {:?}",
+                        status.sync_phase, status.message
+                    ));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    if let Err(e) = settled {
+        panic!("{e}\n{}", fleet.report());
+    }
+    for (index, destination) in fleet.env.destinations().iter().enumerate() {
+        let client = destination.client("admin").await.unwrap();
+        let cm = Api::<ConfigMap>::namespaced(client, "team-0")
+            .get_opt(&format!("app-{index}"))
+            .await
+            .unwrap();
+        assert!(
+            cm.is_some(),
+            "app-{index} not applied in destination {index}"
+        );
+    }
+    assert!(!exec_ran.exists(), "the exec plugin of a Secret was run");
+    let (_, message) = cluster_status(&fleet, "misbound").await.unwrap();
+    assert!(
+        message.contains(&format!(
+            "holds credentials for \"{url0}\", not for spec.server \"{url1}\""
+        )),
+        "{message}"
+    );
+
+    // What the controller wrote anywhere: its logs, Events (the planner's, of either API), and
+    // the statuses of clusters and apps.
+    let replica = &fleet.replicas[&0].process;
+    let mut written = replica.stdout() + &replica.stderr();
+    assert!(
+        written.contains("probed"),
+        "the controller's debug logs, probes included, are among what was checked"
+    );
+    let core: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    let lp = ListParams::default();
+    let core = core.list(&lp).await.unwrap().items;
+    let events = events.list(&lp).await.unwrap().items;
+    written.push_str(&serde_json::to_string(&core).unwrap());
+    written.push_str(&serde_json::to_string(&events).unwrap());
+    let clusters = fleet.clusters_api().list(&lp).await.unwrap().items;
+    let apps = fleet.apps_api().list(&lp).await.unwrap().items;
+    for c in &clusters {
+        written.push_str(&serde_json::to_string(&c.status).unwrap());
+    }
+    for a in &apps {
+        written.push_str(&serde_json::to_string(&a.status).unwrap());
+    }
+    assert!(
+        written.contains("exec credential plugins are not supported"),
+        "the refusal is among what was checked"
+    );
+    let key_line = key_pem.lines().nth(1).unwrap()[..24].to_string();
+    for marker in [
+        KUBECONFIG_TOKEN,
+        ARGOCD_TOKEN,
+        EXEC_SECRET,
+        MISBOUND_TOKEN,
+        key_line.as_str(),
+        &b64(&key_pem)[..32],
+    ] {
+        assert!(
+            !written.contains(marker),
+            "credential {marker} written by the controller:\n{}",
+            fleet.report()
+        );
+    }
+}
