@@ -143,11 +143,7 @@ pub fn destination_config(
         (None, Some(true)) => {
             Config::incluster().map_err(|e| ClusterConfigError::InCluster(e.to_string()))?
         }
-        (Some(reference), None | Some(false)) => {
-            let secret =
-                secret.ok_or_else(|| ClusterConfigError::SecretMissing(reference.name.clone()));
-            secret_config(&spec.server, reference, secret)?
-        }
+        (Some(reference), None | Some(false)) => secret_config(&spec.server, reference, secret)?,
         _ => return Err(ClusterConfigError::NoCredentials),
     };
     if credentials.insecure_skip_tls_verify == Some(true) {
@@ -302,7 +298,7 @@ impl Source<'_> {
 fn secret_config(
     server: &str,
     reference: &SecretCredentials,
-    secret: Result<&Secret, ClusterConfigError>,
+    secret: Option<&Secret>,
 ) -> Result<Config, ClusterConfigError> {
     let uri = parse_server(server)?;
     if uri.scheme_str() != Some("https") {
@@ -310,7 +306,7 @@ fn secret_config(
     }
     let entries = Entries {
         name: &reference.name,
-        secret: secret?,
+        secret: secret.ok_or_else(|| ClusterConfigError::SecretMissing(reference.name.clone()))?,
     };
     // Nothing of a Secret is read before it is known to be cluster credentials, and they go
     // only to the server the Secret names: a FleetCluster's author chooses neither.
