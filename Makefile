@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver simulate crds clean
+.PHONY: all build test prerequisites fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver simulate demo crds clean
 
 all: build
 
@@ -15,6 +15,14 @@ build:
 ## The reference rebalancing experiment: 100 clusters, 10,000 apps, 10 -> 9 shards, 100 seeds.
 simulate:
 	$(CARGO) run --release --quiet -p shardwise-cli --bin shardwise -- simulate
+
+## The controller itself, with no Kubernetes: an embedded control plane and two destination
+## clusters (the test API server), a fleet of 20 clusters and 1,000 apps, 3 real replicas
+## scaled 3 -> 4 -> 2 and one killed, shown live, then a checked summary. Nothing is left
+## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C.
+demo:
+	$(CARGO) build --quiet -p shardwise-controller -p shardwise-demo
+	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 
 ## Everything CI checks: formatting, lints (warnings are errors), the Helm chart, every test
 ## (the dashboard's against a real Prometheus), and the image's build stage compiled in release

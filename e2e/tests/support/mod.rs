@@ -62,6 +62,9 @@ pub struct FleetOptions {
     /// The percentage of the apps that target `cluster-0`; the others are spread evenly over
     /// the other clusters. `None`: every cluster gets the same share.
     pub hot_percent: Option<u32>,
+    /// The `shardwise-controller` binary every replica runs: by default the one Cargo built for
+    /// the test that includes this module (the demo, which is not such a test, names its own).
+    pub controller: PathBuf,
 }
 
 impl Default for FleetOptions {
@@ -79,6 +82,9 @@ impl Default for FleetOptions {
             realistic_apps: false,
             secure_metrics: false,
             hot_percent: None,
+            controller: option_env!("CARGO_BIN_EXE_shardwise-controller")
+                .map(PathBuf::from)
+                .unwrap_or_default(),
         }
     }
 }
@@ -434,7 +440,7 @@ impl Fleet {
                 .dir()
                 .join(format!("audit-{ordinal}-{}.jsonl", self.audits.len()))
         });
-        let mut spec = ProcessSpec::new(name.clone(), env!("CARGO_BIN_EXE_shardwise-controller"))
+        let mut spec = ProcessSpec::new(name.clone(), &self.options.controller)
             .env("POD_NAME", &name)
             .env("POD_NAMESPACE", NAMESPACE)
             .env("KUBECONFIG", &kubeconfig)
@@ -511,6 +517,16 @@ impl Fleet {
     /// app owned by exactly one live shard, none of them draining, with each app on its
     /// cluster's (or slice's) shard and its status written by that shard.
     pub async fn check_settled(&self, live: &[u32]) -> std::result::Result<(), String> {
+        self.check_settled_but(live, &[]).await
+    }
+
+    /// [`Self::check_settled`], but the apps named in `broken` must have failed instead (with
+    /// a message), wherever they are.
+    pub async fn check_settled_but(
+        &self,
+        live: &[u32],
+        broken: &[&str],
+    ) -> std::result::Result<(), String> {
         let placement = self.placement().await.map_err(|e| e.to_string())?;
         for (cluster, slices) in &placement.clusters {
             for (range, shard, draining) in slices {
@@ -531,6 +547,17 @@ impl Fleet {
             .map_err(|e| e.to_string())?;
         let mut not_synced = Vec::new();
         for a in &apps.items {
+            if broken.contains(&a.name_any().as_str()) {
+                let status = a.status.clone().unwrap_or_default();
+                if status.sync_phase != Some(SyncPhase::Failed) || status.message.is_none() {
+                    return Err(format!(
+                        "broken app {} is {:?}, not Failed with a message",
+                        a.name_any(),
+                        status.sync_phase
+                    ));
+                }
+                continue;
+            }
             let shard =
                 shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
             let status = a.status.clone().unwrap_or_default();

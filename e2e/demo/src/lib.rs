@@ -1,0 +1,678 @@
+//! `make demo`: shardwise running for real on a laptop with no Kubernetes.
+//!
+//! The test API server plays the control plane and two destination clusters; the CRDs, RBAC
+//! and a StatefulSet come from `deploy/`; a fleet of FleetClusters and FleetApps (one cluster
+//! hot enough to be cut into slices, a few apps broken on purpose) is created; real
+//! `shardwise-controller` processes run as the replicas. The demo then scales the StatefulSet
+//! 3 -> 4 -> 2 and kills a replica, shows every shard live while it does, and ends with a
+//! summary that checks what the project promises: every healthy app Synced, the broken ones
+//! failed with their reason, no cluster or slice reconciled by two replicas at once (the
+//! merged audit).
+//!
+//! The fleet is the end-to-end suites' own (`e2e/tests/support`), so the demo shows exactly
+//! what the tests check.
+
+#[allow(clippy::unwrap_used)]
+#[path = "../../tests/support/mod.rs"]
+mod support;
+pub mod view;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+use shard_assign::KeyRange;
+use shardwise_api::{FleetApp, SyncPhase};
+use shardwise_runtime::audit;
+use thiserror::Error;
+
+use crate::support::{Fleet, FleetOptions, NAMESPACE, fast_flags, shard_label};
+use crate::view::{Frame, ShardFigures};
+
+/// The steps the demo takes, in order.
+const STEPS: usize = 5;
+
+/// Lease timings short enough that a killed replica's shard is taken over in seconds, as in
+/// the chaos suite; more requests per destination than the default so the hot cluster's
+/// slices do not dominate every settle.
+const FLAGS: [&str; 5] = [
+    "--lease-duration=6s",
+    "--renew-deadline=4s",
+    "--retry-period=1s",
+    "--cluster-qps=100",
+    "--cluster-burst=200",
+];
+
+/// Apps that cannot work, with the cluster they target and their manifests: the demo shows
+/// that they fail with a clear reason and disturb nothing else.
+const BROKEN: [(&str, &str, &str); 3] = [
+    (
+        "broken-yaml",
+        "cluster-1",
+        "apiVersion: v1\nkind: [unclosed\n",
+    ),
+    (
+        "broken-no-kind",
+        "cluster-2",
+        "apiVersion: v1\nmetadata:\n  name: nameless\n",
+    ),
+    (
+        "broken-orphan",
+        "decommissioned",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: orphan\n",
+    ),
+];
+
+/// What the demo runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The `shardwise-controller` binary the replicas run.
+    pub controller: PathBuf,
+    pub clusters: u32,
+    /// Healthy apps; the broken ones come on top.
+    pub apps: u32,
+    /// The share of the apps on `cluster-0`, in percent: a hot cluster that is cut into slices.
+    pub hot_percent: u32,
+    /// Redraw each frame in place (a terminal); otherwise print a frame every few seconds.
+    pub redraw: bool,
+    /// How long each step may take to settle.
+    pub settle_timeout: Duration,
+    /// How long no record may change owner before a step counts as settled: longer than a
+    /// planning pass (`--plan-interval=3s`), so a planner still moving clusters within its
+    /// budget is seen doing so.
+    pub stable: Duration,
+}
+
+impl Options {
+    /// The demo's fleet: 20 clusters, 1,000 apps, 40% of them on one cluster (cut into slices
+    /// while there are more than two shards).
+    pub fn new(controller: PathBuf) -> Self {
+        Self {
+            controller,
+            clusters: 20,
+            apps: 1000,
+            hot_percent: 40,
+            redraw: false,
+            settle_timeout: Duration::from_secs(180),
+            stable: Duration::from_secs(7),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum DemoError {
+    #[error(
+        "no controller binary at {0}: build it with `cargo build -p shardwise-controller`, or name one with --controller"
+    )]
+    NoController(PathBuf),
+    #[error("{what}: {source}")]
+    Step {
+        what: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("step {step:?} did not settle within {timeout:?}: {last}\nreplica logs:\n{logs}")]
+    NotSettled {
+        step: String,
+        timeout: Duration,
+        last: String,
+        logs: String,
+    },
+    #[error("cannot write to the terminal: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+fn step<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    what: &str,
+) -> impl FnOnce(E) -> DemoError {
+    let what = what.to_string();
+    move |source| DemoError::Step {
+        what,
+        source: source.into(),
+    }
+}
+
+/// How the demo ended.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Healthy apps, and how many of them ended Synced.
+    pub healthy: usize,
+    pub synced: usize,
+    /// Each broken app with the message of its status (`None`: it did not fail).
+    pub broken: Vec<(String, Option<String>)>,
+    /// Clusters and slices seen to change owner.
+    pub handoffs: u64,
+    /// Owner changes the planners reported writing: of clusters and slices, of apps.
+    pub moves: (u64, u64),
+    /// Reconcile intervals in the merged audit of every replica, and how many overlapped.
+    pub intervals: usize,
+    pub overlaps: Vec<String>,
+    /// Each step and how long it took to settle.
+    pub steps: Vec<(String, Duration)>,
+}
+
+impl Summary {
+    /// Everything the demo promises held.
+    pub fn passed(&self) -> bool {
+        self.synced == self.healthy
+            && self.broken.iter().all(|(_, message)| message.is_some())
+            && self.intervals > 0
+            && self.overlaps.is_empty()
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "summary")?;
+        for (name, took) in &self.steps {
+            writeln!(f, "  {name:<40} settled in {:>5.1} s", took.as_secs_f64())?;
+        }
+        writeln!(
+            f,
+            "  healthy apps Synced:        {} of {}",
+            self.synced, self.healthy
+        )?;
+        for (name, message) in &self.broken {
+            match message {
+                Some(m) => writeln!(f, "  {name:<27} failed: {m}")?,
+                None => writeln!(f, "  {name:<27} did NOT fail")?,
+            }
+        }
+        writeln!(f, "  handoffs seen:              {}", self.handoffs)?;
+        writeln!(
+            f,
+            "  planner moves:              {} of clusters and slices, {} of apps",
+            self.moves.0, self.moves.1
+        )?;
+        writeln!(
+            f,
+            "  overlaps in the merged audit: {} ({} reconcile intervals checked)",
+            self.overlaps.len(),
+            self.intervals
+        )?;
+        for overlap in self.overlaps.iter().take(5) {
+            writeln!(f, "    {overlap}")?;
+        }
+        write!(
+            f,
+            "  result: {}",
+            if self.passed() { "PASS" } else { "FAIL" }
+        )
+    }
+}
+
+/// Counters of one replica process, as last scraped.
+#[derive(Clone, Copy, Debug)]
+struct Counters {
+    reconciles: f64,
+    /// Owner changes of clusters or slices, and of apps.
+    moves: (f64, f64),
+    at: Instant,
+}
+
+/// A running demo fleet.
+pub struct Demo {
+    fleet: Fleet,
+    options: Options,
+    started: Instant,
+    /// The StatefulSet's `spec.replicas`, as the demo set it.
+    expected: u32,
+    /// Last counters per process id (a restarted replica starts its counters anew).
+    counters: BTreeMap<u32, Counters>,
+    /// Owner of every record at the previous sample, to count handoffs.
+    owners: BTreeMap<(String, KeyRange), u32>,
+    /// When a record last changed owner, appeared or went.
+    changed: Instant,
+    handoffs: u64,
+    /// Killed processes: pid -> when, for the audit (a killed process's open intervals end
+    /// there).
+    deaths: BTreeMap<u32, u64>,
+    steps: Vec<(String, Duration)>,
+    last_printed: Option<Instant>,
+}
+
+impl fmt::Debug for Demo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Demo")
+            .field("dir", &self.fleet.env.dir())
+            .field("replicas", &self.fleet.replicas.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Demo {
+    /// Starts the API servers, creates the fleet and starts 3 replicas.
+    pub async fn start(options: Options) -> Result<Self, DemoError> {
+        if !options.controller.is_file() {
+            return Err(DemoError::NoController(options.controller));
+        }
+        let mut args = fast_flags();
+        args.extend(FLAGS.map(String::from));
+        let fleet = Fleet::start(FleetOptions {
+            replicas: 3,
+            clusters: options.clusters,
+            apps: options.apps,
+            hot_percent: Some(options.hot_percent),
+            audit: true,
+            args,
+            controller: options.controller.clone(),
+            ..FleetOptions::default()
+        })
+        .await
+        .map_err(step("start the fleet"))?;
+        let apps = fleet.apps_api();
+        for (name, cluster, manifests) in BROKEN {
+            let app: FleetApp = serde_json::from_value(json!({
+                "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"destination": {"cluster": cluster, "namespace": "broken"},
+                         "source": {"manifests": manifests}},
+            }))
+            .map_err(step("describe a broken app"))?;
+            apps.create(&PostParams::default(), &app)
+                .await
+                .map_err(step("create a broken app"))?;
+        }
+        Ok(Self {
+            fleet,
+            options,
+            started: Instant::now(),
+            expected: 3,
+            counters: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            changed: Instant::now(),
+            handoffs: 0,
+            deaths: BTreeMap::new(),
+            steps: Vec::new(),
+            last_printed: None,
+        })
+    }
+
+    /// The folder of kubeconfigs and logs.
+    pub fn dir(&self) -> &Path {
+        self.fleet.env.dir()
+    }
+
+    /// Keeps the folder after the demo ends.
+    pub fn keep(&mut self) -> &Path {
+        self.fleet.env.keep()
+    }
+
+    /// A kubeconfig for the control plane as its administrator.
+    pub fn kubeconfig(&self) -> Result<PathBuf, DemoError> {
+        self.fleet
+            .env
+            .control_plane()
+            .kubeconfig_path("admin")
+            .map_err(step("write the kubeconfig"))
+    }
+
+    /// The scenario: settle on 3 replicas, scale to 4, scale to 2, kill one, check.
+    pub async fn play(&mut self, out: &mut dyn Write) -> Result<Summary, DemoError> {
+        self.settle(
+            1,
+            "3 replicas place and reconcile the fleet",
+            &[0, 1, 2],
+            out,
+        )
+        .await?;
+
+        self.fleet.scale(4).await.map_err(step("scale to 4"))?;
+        self.expected = 4;
+        self.fleet
+            .spawn_replica(3)
+            .map_err(step("start replica 3"))?;
+        self.settle(2, "scale 3 -> 4", &[0, 1, 2, 3], out).await?;
+
+        self.fleet.scale(2).await.map_err(step("scale to 2"))?;
+        self.expected = 2;
+        // A StatefulSet stops the highest ordinals first, each gracefully.
+        for ordinal in [3, 2] {
+            self.fleet
+                .stop_replica(ordinal)
+                .await
+                .map_err(step(&format!("stop replica {ordinal}")))?;
+        }
+        self.settle(3, "scale 4 -> 2", &[0, 1], out).await?;
+
+        let pid = self
+            .fleet
+            .replicas
+            .get(&1)
+            .map(|r| r.process.pid())
+            .unwrap_or_default();
+        self.fleet.kill_replica(1).map_err(step("kill replica 1"))?;
+        self.deaths.insert(pid, audit::now_nanos());
+        // The StatefulSet recreates the pod a moment later; its lease must expire first.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.fleet
+            .spawn_replica(1)
+            .map_err(step("restart replica 1"))?;
+        self.settle(4, "kill replica 1 (SIGKILL); it restarts", &[0, 1], out)
+            .await?;
+
+        self.summarize(out).await
+    }
+
+    /// Shows the fleet, with `note` under it, until `stop` completes (`--keep`).
+    pub async fn watch(
+        &mut self,
+        note: &str,
+        stop: impl std::future::Future<Output = ()>,
+        out: &mut dyn Write,
+    ) -> Result<(), DemoError> {
+        tokio::pin!(stop);
+        if !self.options.redraw {
+            writeln!(out, "{note}")?;
+        }
+        loop {
+            let frame = self.sample("kept running", (STEPS, STEPS)).await?;
+            if self.options.redraw {
+                write!(out, "\x1b[H\x1b[2J{}{note}", view::render(&frame))?;
+                out.flush()?;
+            } else {
+                self.show(&frame, out)?;
+            }
+            tokio::select! {
+                () = &mut stop => return Ok(()),
+                () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+        }
+    }
+
+    /// Stops every replica gracefully; the API servers stop when the demo is dropped.
+    pub async fn shutdown(mut self) -> Result<(), DemoError> {
+        let ordinals: Vec<u32> = self.fleet.replicas.keys().rev().copied().collect();
+        for ordinal in ordinals {
+            self.fleet
+                .stop_replica(ordinal)
+                .await
+                .map_err(step(&format!("stop replica {ordinal}")))?;
+        }
+        Ok(())
+    }
+
+    /// Shows frames until the fleet is settled on `live`, with the broken apps failed and
+    /// every live shard owning something.
+    async fn settle(
+        &mut self,
+        number: usize,
+        phase: &str,
+        live: &[u32],
+        out: &mut dyn Write,
+    ) -> Result<(), DemoError> {
+        let began = Instant::now();
+        let broken: Vec<&str> = BROKEN.iter().map(|(name, _, _)| *name).collect();
+        self.last_printed = None;
+        loop {
+            let frame = self.sample(phase, (number, STEPS)).await?;
+            self.show(&frame, out)?;
+            let idle: Vec<u32> = frame
+                .shards
+                .iter()
+                .filter(|s| live.contains(&s.shard) && s.apps == 0)
+                .map(|s| s.shard)
+                .collect();
+            let settled = match self.fleet.check_settled_but(live, &broken).await {
+                Ok(()) if !idle.is_empty() => Err(format!("shards {idle:?} own no apps yet")),
+                Ok(()) if self.changed.elapsed() < self.options.stable => {
+                    Err("the planner is still moving clusters".to_string())
+                }
+                Ok(()) => self.leases_held(live).await,
+                Err(e) => Err(e),
+            };
+            match settled {
+                Ok(()) => {
+                    let took = began.elapsed();
+                    if !self.options.redraw {
+                        self.last_printed = None;
+                        self.show(&frame, out)?;
+                    }
+                    writeln!(out, "settled: {phase} ({:.1} s)\n", took.as_secs_f64())?;
+                    self.steps.push((phase.to_string(), took));
+                    return Ok(());
+                }
+                Err(last) if began.elapsed() > self.options.settle_timeout => {
+                    return Err(DemoError::NotSettled {
+                        step: phase.to_string(),
+                        timeout: self.options.settle_timeout,
+                        last,
+                        logs: self.fleet.report(),
+                    });
+                }
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    }
+
+    /// Owner changes the planners wrote so far: of clusters and slices, of apps.
+    fn moves(&self) -> (u64, u64) {
+        self.counters.values().fold((0, 0), |(units, items), c| {
+            (units + c.moves.0 as u64, items + c.moves.1 as u64)
+        })
+    }
+
+    /// The process ids of the running replicas.
+    pub fn pids(&self) -> Vec<u32> {
+        self.fleet
+            .replicas
+            .values()
+            .map(|r| r.process.pid())
+            .collect()
+    }
+
+    /// Every live shard's replica holds its lease (a restarted replica has taken its shard
+    /// back).
+    async fn leases_held(&self, live: &[u32]) -> Result<(), String> {
+        for &ordinal in live {
+            let metrics = self
+                .fleet
+                .scrape(ordinal)
+                .await
+                .map_err(|e| format!("replica {ordinal}: {e}"))?;
+            let shard = ordinal.to_string();
+            if metrics.get("shardwise_lease_held", &[("shard", &shard)]) != Some(1.0) {
+                return Err(format!("replica {ordinal} does not hold its lease yet"));
+            }
+        }
+        Ok(())
+    }
+
+    fn show(&mut self, frame: &Frame, out: &mut dyn Write) -> Result<(), DemoError> {
+        let text = view::render(frame);
+        if self.options.redraw {
+            // Home and clear, then the frame: the table stays in place.
+            write!(out, "\x1b[H\x1b[2J{text}")?;
+        } else if self
+            .last_printed
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
+        {
+            writeln!(out, "{text}")?;
+            self.last_printed = Some(Instant::now());
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    /// One frame: records and apps from the control plane, rates from each replica.
+    async fn sample(&mut self, phase: &str, step_of: (usize, usize)) -> Result<Frame, DemoError> {
+        // Until the planner has written a record for every cluster, there is no placement.
+        let placement = self.fleet.placement().await.unwrap_or_default();
+        let apps = self
+            .fleet
+            .apps_api()
+            .list(&ListParams::default())
+            .await
+            .map_err(step("list the apps"))?
+            .items;
+
+        let mut shards: BTreeMap<u32, ShardFigures> = (0..self.expected)
+            .chain(self.fleet.replicas.keys().copied())
+            .map(|shard| {
+                (
+                    shard,
+                    ShardFigures {
+                        shard,
+                        ..ShardFigures::default()
+                    },
+                )
+            })
+            .collect();
+        let mut owners = BTreeMap::new();
+        let mut draining = 0;
+        for (cluster, records) in &placement.clusters {
+            for &(range, shard, drain) in records {
+                let figures = shards.entry(shard).or_insert_with(|| ShardFigures {
+                    shard,
+                    ..ShardFigures::default()
+                });
+                if range == KeyRange::WHOLE {
+                    figures.clusters += 1;
+                } else {
+                    figures.slices += 1;
+                }
+                draining += usize::from(drain);
+                owners.insert((cluster.clone(), range), shard);
+            }
+        }
+        self.handoffs += owners
+            .iter()
+            .filter(|(key, shard)| self.owners.get(*key).is_some_and(|before| before != *shard))
+            .count() as u64;
+        if owners != self.owners {
+            self.changed = Instant::now();
+        }
+        self.owners = owners;
+
+        let (mut synced, mut failed) = (0, 0);
+        for app in &apps {
+            if let Some(shard) = shard_label(app) {
+                shards
+                    .entry(shard)
+                    .or_insert_with(|| ShardFigures {
+                        shard,
+                        ..ShardFigures::default()
+                    })
+                    .apps += 1;
+            }
+            let status = app.status.as_ref();
+            match status.and_then(|s| s.sync_phase.as_ref()) {
+                Some(SyncPhase::Synced)
+                    if status.and_then(|s| s.observed_generation) == app.metadata.generation =>
+                {
+                    synced += 1
+                }
+                Some(SyncPhase::Failed) => failed += 1,
+                _ => {}
+            }
+        }
+
+        for (&ordinal, replica) in &self.fleet.replicas {
+            let Some(figures) = shards.get_mut(&ordinal) else {
+                continue;
+            };
+            figures.running = true;
+            // A replica that is starting or stopping may not answer; it shows no rate.
+            let Ok(metrics) = self.fleet.scrape(ordinal).await else {
+                continue;
+            };
+            figures.planner = metrics.sum("shardwise_planner_leader", &[]) == 1.0;
+            let now = Counters {
+                reconciles: metrics.sum("shardwise_reconciles_total", &[]),
+                moves: (
+                    metrics.sum("shardwise_planner_moves_total", &[("kind", "cluster")]),
+                    metrics.sum("shardwise_planner_moves_total", &[("kind", "app")]),
+                ),
+                at: Instant::now(),
+            };
+            let pid = replica.process.pid();
+            if let Some(before) = self.counters.get(&pid) {
+                let seconds = now.at.duration_since(before.at).as_secs_f64();
+                if seconds > 0.0 {
+                    figures.reconciles_per_second =
+                        Some((now.reconciles - before.reconciles).max(0.0) / seconds);
+                }
+            }
+            // The planner's counters vanish when it stops planning: keep the highest seen.
+            let moves = self.counters.get(&pid).map_or(now.moves, |before| {
+                (
+                    before.moves.0.max(now.moves.0),
+                    before.moves.1.max(now.moves.1),
+                )
+            });
+            self.counters.insert(pid, Counters { moves, ..now });
+        }
+
+        Ok(Frame {
+            phase: phase.to_string(),
+            step: step_of,
+            elapsed: self.started.elapsed(),
+            expected: self.expected,
+            shards: shards.into_values().collect(),
+            apps: apps.len(),
+            synced,
+            failed,
+            moves: self.moves(),
+            handoffs: self.handoffs,
+            draining,
+        })
+    }
+
+    async fn summarize(&mut self, out: &mut dyn Write) -> Result<Summary, DemoError> {
+        let apps = self
+            .fleet
+            .apps_api()
+            .list(&ListParams::default())
+            .await
+            .map_err(step("list the apps"))?
+            .items;
+        let is_broken = |name: &str| BROKEN.iter().any(|(b, _, _)| *b == name);
+        let healthy: Vec<&FleetApp> = apps.iter().filter(|a| !is_broken(&a.name_any())).collect();
+        let synced = healthy
+            .iter()
+            .filter(|a| {
+                a.status.as_ref().is_some_and(|s| {
+                    s.sync_phase == Some(SyncPhase::Synced)
+                        && s.observed_generation == a.metadata.generation
+                })
+            })
+            .count();
+        let broken = BROKEN
+            .iter()
+            .map(|(name, _, _)| {
+                let status = apps
+                    .iter()
+                    .find(|a| a.name_any() == *name)
+                    .and_then(|a| a.status.as_ref());
+                let message = status
+                    .filter(|s| s.sync_phase == Some(SyncPhase::Failed))
+                    .and_then(|s| s.message.clone());
+                ((*name).to_string(), message)
+            })
+            .collect();
+        // The replicas still run: an interval open now lasts until they stop, so any later
+        // start by another process on the same cluster counts as an overlap.
+        let files = self.fleet.audits.clone();
+        let intervals = audit::read(&files, "cluster").map_err(step("read the audit"))?;
+        let overlaps = audit::overlaps(&intervals, &self.deaths)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let summary = Summary {
+            healthy: healthy.len(),
+            synced,
+            broken,
+            handoffs: self.handoffs,
+            moves: self.moves(),
+            intervals: intervals.len(),
+            overlaps,
+            steps: self.steps.clone(),
+        };
+        writeln!(out, "{summary}")?;
+        Ok(summary)
+    }
+}

@@ -1,0 +1,201 @@
+//! What the demo shows: one frame of the fleet as text. Pure, so it is tested by feeding it
+//! figures; the sampling that fills a frame is in the crate root.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// One shard as the demo sees it: from the records (clusters, slices and apps labelled with
+/// it) and from its replica's metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardFigures {
+    pub shard: u32,
+    /// A replica process runs for this shard.
+    pub running: bool,
+    /// Its replica reports that it is the planner.
+    pub planner: bool,
+    /// Whole clusters whose record names this shard.
+    pub clusters: usize,
+    /// Slices of cut clusters whose record names this shard.
+    pub slices: usize,
+    /// Apps labelled with this shard.
+    pub apps: usize,
+    /// Reconciles per second since the previous frame (`None` before two scrapes).
+    pub reconciles_per_second: Option<f64>,
+}
+
+/// Everything one frame shows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Frame {
+    /// What the demo is doing, e.g. "scale 3 -> 4".
+    pub phase: String,
+    /// (this step, of steps), from 1.
+    pub step: (usize, usize),
+    pub elapsed: Duration,
+    /// The StatefulSet's `spec.replicas`.
+    pub expected: u32,
+    pub shards: Vec<ShardFigures>,
+    pub apps: usize,
+    pub synced: usize,
+    /// Apps that failed (the broken ones, when all is well).
+    pub failed: usize,
+    /// Owner changes the planners wrote so far: of clusters and slices, of apps.
+    pub moves: (u64, u64),
+    /// Clusters and slices released by a shard after a drain or at shutdown, so far.
+    pub handoffs: u64,
+    /// Records with a drain in progress.
+    pub draining: usize,
+}
+
+/// Width of the load bar of the shard with the most apps.
+const BAR: usize = 24;
+
+/// The frame as lines of text, with no terminal control codes.
+pub fn render(frame: &Frame) -> String {
+    let mut out = String::new();
+    let seconds = frame.elapsed.as_secs();
+    let _ = writeln!(
+        out,
+        "[{}/{}] {:<48} {:>02}:{:>02}",
+        frame.step.0,
+        frame.step.1,
+        frame.phase,
+        seconds / 60,
+        seconds % 60
+    );
+    let running = frame.shards.iter().filter(|s| s.running).count();
+    let planner = frame
+        .shards
+        .iter()
+        .find(|s| s.planner)
+        .map_or_else(|| "none yet".to_string(), |s| format!("shard {}", s.shard));
+    let _ = writeln!(
+        out,
+        "StatefulSet replicas: {}   replicas running: {running}   planner: {planner}",
+        frame.expected
+    );
+    let _ = writeln!(
+        out,
+        "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12}  apps",
+        "shard", "replica", "clusters", "slices", "apps", "reconciles/s"
+    );
+    let most = frame.shards.iter().map(|s| s.apps).max().unwrap_or(0);
+    for s in &frame.shards {
+        let role = match (s.running, s.planner, s.shard < frame.expected) {
+            (true, true, _) => "planner",
+            (true, false, true) => "running",
+            (true, false, false) => "leaving",
+            (false, _, true) => "starting",
+            (false, _, false) => "gone",
+        };
+        let rate = s
+            .reconciles_per_second
+            .map_or_else(|| "-".to_string(), |r| format!("{r:.1}"));
+        let bar = if most == 0 {
+            0
+        } else {
+            (s.apps * BAR).div_ceil(most)
+        };
+        let _ = writeln!(
+            out,
+            "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12}  {}",
+            s.shard,
+            role,
+            s.clusters,
+            s.slices,
+            s.apps,
+            rate,
+            "#".repeat(bar)
+        );
+    }
+    let pending = frame.apps.saturating_sub(frame.synced + frame.failed);
+    let _ = writeln!(
+        out,
+        "apps: {} Synced, {} failed, {pending} pending   moves: {} clusters/slices, {} apps   handoffs: {}   draining: {}",
+        frame.synced, frame.failed, frame.moves.0, frame.moves.1, frame.handoffs, frame.draining
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(shard: u32, running: bool, apps: usize) -> ShardFigures {
+        ShardFigures {
+            shard,
+            running,
+            planner: false,
+            clusters: apps / 50,
+            slices: 0,
+            apps,
+            reconciles_per_second: None,
+        }
+    }
+
+    fn frame() -> Frame {
+        let mut planner = shard(0, true, 400);
+        planner.planner = true;
+        planner.reconciles_per_second = Some(12.345);
+        Frame {
+            phase: "scale 3 -> 2".into(),
+            step: (3, 5),
+            elapsed: Duration::from_secs(75),
+            expected: 2,
+            shards: vec![planner, shard(1, false, 200), shard(2, true, 100)],
+            apps: 1000,
+            synced: 690,
+            failed: 3,
+            moves: (17, 480),
+            handoffs: 9,
+            draining: 2,
+        }
+    }
+
+    fn row<'a>(text: &'a str, shard: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(shard))
+            .unwrap_or_else(|| panic!("no row for shard {shard} in\n{text}"))
+    }
+
+    #[test]
+    fn each_shard_shows_its_role_figures_and_a_bar_scaled_to_the_busiest() {
+        let text = render(&frame());
+        let planner: Vec<&str> = row(&text, "0").split_whitespace().collect();
+        assert_eq!(planner[..6], ["0", "planner", "8", "0", "400", "12.3"]);
+        assert_eq!(planner[6].len(), BAR);
+        let starting: Vec<&str> = row(&text, "1").split_whitespace().collect();
+        assert_eq!(starting[..6], ["1", "starting", "4", "0", "200", "-"]);
+        assert_eq!(starting[6].len(), BAR / 2);
+        // Above the StatefulSet's count but still running: on its way out.
+        assert!(row(&text, "2").contains("leaving"));
+    }
+
+    #[test]
+    fn the_header_and_footer_say_where_the_fleet_is() {
+        let text = render(&frame());
+        let first = text.lines().next().unwrap_or_default();
+        assert!(first.starts_with("[3/5] scale 3 -> 2"), "{first}");
+        assert!(first.ends_with("01:15"), "{first}");
+        assert!(
+            text.contains("replicas running: 2   planner: shard 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("apps: 690 Synced, 3 failed, 307 pending   moves: 17 clusters/slices, 480 apps   handoffs: 9   draining: 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_fleet_with_no_apps_and_no_planner_yet_renders() {
+        let text = render(&Frame {
+            phase: "start".into(),
+            step: (1, 5),
+            expected: 3,
+            shards: vec![shard(0, true, 0)],
+            ..Frame::default()
+        });
+        assert!(text.contains("planner: none yet"), "{text}");
+        assert!(!row(&text, "0").contains('#'), "{text}");
+    }
+}

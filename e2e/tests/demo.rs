@@ -1,0 +1,59 @@
+//! `make demo`, end to end: the demo's whole scenario (3 replicas, scaled to 4, then 2, one
+//! killed and restarted) on a smaller fleet, run by this test's controller binary.
+
+use std::time::Duration;
+
+use shardwise_demo::{Demo, Options};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_plays_every_step_and_its_summary_holds() {
+    let options = Options {
+        clusters: 10,
+        apps: 300,
+        stable: Duration::from_secs(4),
+        ..Options::new(env!("CARGO_BIN_EXE_shardwise-controller").into())
+    };
+    let mut demo = Demo::start(options).await.unwrap();
+    let mut shown = Vec::new();
+    let summary = demo.play(&mut shown).await.unwrap();
+    let shown = String::from_utf8(shown).unwrap();
+
+    assert!(summary.passed(), "{summary}\n{shown}");
+    assert_eq!(summary.healthy, 300, "{summary}");
+    assert_eq!(summary.synced, 300, "{summary}");
+    let steps: Vec<&str> = summary.steps.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        steps,
+        [
+            "3 replicas place and reconcile the fleet",
+            "scale 3 -> 4",
+            "scale 4 -> 2",
+            "kill replica 1 (SIGKILL); it restarts"
+        ]
+    );
+    // Scaling moved clusters between shards, and the planner said so.
+    assert!(summary.handoffs > 0, "{summary}");
+    assert!(summary.moves.0 > 0 && summary.moves.1 > 0, "{summary}");
+    // The terminal showed each step with a row per shard, and the summary.
+    for step in &steps {
+        assert!(shown.contains(&format!("settled: {step}")), "{shown}");
+    }
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("3      ") && l.contains("running")),
+        "no frame shows shard 3 running:\n{shown}"
+    );
+    assert!(shown.contains("result: PASS"), "{shown}");
+
+    // Nothing is left running.
+    let pids = demo.pids();
+    assert_eq!(pids.len(), 2);
+    demo.shutdown().await.unwrap();
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "replica process {pid} still runs"
+        );
+    }
+}
