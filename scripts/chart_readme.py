@@ -70,9 +70,9 @@ def documented_keys(text: str) -> dict[str, tuple[str, str | None, str | None]]:
         start = next((i for i, b in enumerate(block) if b.startswith("-- ") or b == "--"), None)
         if start is not None:
             lines = [block[start][3:]] + block[start + 1 :]
-            default = None
-            if lines and DEFAULT.match(lines[-1]):
-                default = DEFAULT.match(lines[-1]).group("text")  # type: ignore[union-attr]
+            override = DEFAULT.match(lines[-1])
+            default = override.group("text") if override else None
+            if override:
                 lines = lines[:-1]
             description = " ".join(line.strip() for line in lines).strip()
             typed = TYPED.match(description)
