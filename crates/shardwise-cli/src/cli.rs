@@ -7,10 +7,18 @@ use serde::Serialize;
 use shard_assign::{Ratio, StrategyConfig, StrategyKind};
 use shardwise_sim::AppDistribution;
 
+/// The version and the commit it was built from (build.rs; "unknown" without git).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SHARDWISE_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "shardwise",
-    version,
+    version = VERSION,
     about = "Spread a fleet's clusters over the replicas of a sharded controller",
     long_about = "Simulate how shard-assignment strategies balance a fleet and how much they move \
                   when replicas or clusters change, and show where clusters would go."
@@ -32,6 +40,12 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the CustomResourceDefinitions of shardwise (FleetCluster, FleetApp) as YAML.
     Crds,
+    /// Print a completion script for a shell (e.g. `shardwise completions bash >
+    /// /etc/bash_completion.d/shardwise`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Whether clusters are cut into slices, for `simulate`.
@@ -158,7 +172,8 @@ pub struct SimulateArgs {
     /// How apps are spread: uniform, random (uniform weights), zipf or zipf:EXPONENT.
     #[arg(long, default_value = "random")]
     pub distribution: AppDistribution,
-    /// Read the fleet from a YAML or JSON inventory instead of drawing one.
+    /// Read the fleet from a YAML or JSON inventory instead of drawing one (`-`: standard
+    /// input).
     #[arg(long, value_name = "FILE")]
     pub inventory: Option<PathBuf>,
     /// What changes after the first assignment.
@@ -202,6 +217,10 @@ pub struct SimulateArgs {
     /// Also draw the results to a PNG or SVG file (by extension).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Also time every assignment (an "assign ms" column). Off, the output depends on the
+    /// inputs only, byte for byte.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 #[derive(Debug, Args)]
@@ -216,7 +235,7 @@ pub struct AssignArgs {
     /// Live shard ids, comma-separated, when they are not 0..N-1 (e.g. 0,1,3).
     #[arg(long, value_delimiter = ',', value_parser = count::<u32>)]
     pub live_shards: Vec<u32>,
-    /// YAML or JSON inventory of clusters.
+    /// YAML or JSON inventory of clusters (`-`: standard input).
     #[arg(long, value_name = "FILE")]
     pub inventory: PathBuf,
     #[command(flatten)]

@@ -3,6 +3,8 @@
 mod cli;
 mod commands;
 mod fleet;
+mod inventory;
+mod limits;
 mod output;
 mod planning;
 mod plot;
@@ -11,36 +13,20 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use clap::error::ErrorKind;
 
 use crate::cli::{Cli, Command};
+use crate::limits::Usage;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) =>
-        {
-            // Help and version go to stdout with success, as clap does.
-            let _ = e.print();
-            return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-        Err(e) => return fail(&first_line(&e.to_string())),
-    };
+    // clap prints its whole error (what is missing, the closest valid name, the accepted values)
+    // and exits with code 2; help and the version go to stdout with success.
+    let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => commands::simulate::run(&args),
         Command::Assign(args) => commands::assign::run(&args),
         Command::Plan(args) => commands::plan::run(&args),
         Command::Crds => commands::crds::run(),
+        Command::Completions { shell } => commands::completions::run(shell),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -51,17 +37,19 @@ fn main() -> ExitCode {
         {
             ExitCode::SUCCESS
         }
-        Err(e) => fail(&format!("{e:#}")),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "shardwise: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
     }
 }
 
-/// Bad input gets one clear line on stderr and exit code 2.
-fn fail(message: &str) -> ExitCode {
-    let _ = writeln!(std::io::stderr(), "shardwise: {message}");
-    ExitCode::from(2)
-}
-
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or(text);
-    line.strip_prefix("error: ").unwrap_or(line).to_string()
+/// 2 for a command line that cannot run as given, as clap's own refusals; 1 for a failure
+/// while running (a file that cannot be read, an API server that cannot be reached).
+fn exit_code(error: &anyhow::Error) -> u8 {
+    if error.chain().any(|cause| cause.is::<Usage>()) {
+        2
+    } else {
+        1
+    }
 }

@@ -1,5 +1,6 @@
 //! Rendering of results as aligned tables, CSV or JSON.
 
+mod json;
 mod plan;
 
 use std::io::{self, Write};
@@ -136,10 +137,7 @@ pub(crate) fn write_simulation(
     format: Format,
 ) -> io::Result<()> {
     match format {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, report)?;
-            writeln!(out)
-        }
+        Format::Json => json::write(out, "simulation", report),
         Format::Table => {
             writeln!(out, "{}", describe(report))?;
             writeln!(
@@ -162,7 +160,10 @@ pub(crate) fn write_simulation(
             if sliced {
                 header.extend(["apps excl. removed", "cache copies", "extra slices"]);
             }
-            header.push("assign ms");
+            let timed = report.strategies.iter().any(|s| s.assign_ms.is_some());
+            if timed {
+                header.push("assign ms");
+            }
             let mut table = Table::new(&header);
             for s in &report.strategies {
                 let mut row = vec![
@@ -185,13 +186,20 @@ pub(crate) fn write_simulation(
                         pair(s.extra_slices, 0),
                     ]);
                 }
-                row.push(format!("{:.3}", s.assign_ms.median));
+                if timed {
+                    row.push(
+                        s.assign_ms
+                            .map(|ms| format!("{:.3}", ms.median))
+                            .unwrap_or_default(),
+                    );
+                }
                 table.push(row);
             }
             table.write_text(out)
         }
         Format::Csv => {
-            let mut table = Table::new(&[
+            let timed = report.strategies.iter().any(|s| s.assign_ms.is_some());
+            let mut header = vec![
                 "strategy",
                 "max_over_mean_median",
                 "max_over_mean_p95",
@@ -205,8 +213,11 @@ pub(crate) fn write_simulation(
                 "clusters_moved_excluding_removed_p95",
                 "apps_moved_median",
                 "apps_moved_p95",
-                "assign_ms_median",
-            ]);
+            ];
+            if timed {
+                header.push("assign_ms_median");
+            }
+            let mut table = Table::new(&header);
             for s in &report.strategies {
                 let values = [
                     s.balance.max_over_mean,
@@ -218,10 +229,16 @@ pub(crate) fn write_simulation(
                 ];
                 let mut row = vec![s.strategy.to_string()];
                 for v in values {
-                    row.push(format!("{}", v.median));
-                    row.push(format!("{}", v.p95));
+                    row.push(format!("{}", json::round(v.median)));
+                    row.push(format!("{}", json::round(v.p95)));
                 }
-                row.push(format!("{}", s.assign_ms.median));
+                if timed {
+                    row.push(
+                        s.assign_ms
+                            .map(|ms| format!("{}", json::round(ms.median)))
+                            .unwrap_or_default(),
+                    );
+                }
                 table.push(row);
             }
             table.write_csv(out)
@@ -297,7 +314,7 @@ pub(crate) fn write_assignment(
     let any_cut = rows.iter().any(|r| r.range.is_some());
     match format {
         Format::Json => {
-            let json = AssignmentJson {
+            let document = AssignmentJson {
                 strategy: assignment.strategy().to_string(),
                 balance: assignment.balance(),
                 cache_copies: sliced.cache_copies(),
@@ -310,8 +327,7 @@ pub(crate) fn write_assignment(
                 clusters: rows,
                 warnings: assignment.warnings(),
             };
-            serde_json::to_writer_pretty(&mut *out, &json)?;
-            writeln!(out)
+            json::write(out, "assignment", &document)
         }
         Format::Csv => {
             let mut header = vec!["cluster", "id", "apps", "shard", "pinned"];

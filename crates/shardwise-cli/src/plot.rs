@@ -4,11 +4,13 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use shardwise_sim::{Report, Scenario, SeedRun, StrategyReport};
+
+use crate::limits::Usage;
 
 const WIDTH: u32 = 1500;
 const HEIGHT: u32 = 1100;
@@ -22,29 +24,64 @@ const PALETTE: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
-/// Draws the report to `path`, as PNG or SVG according to its extension.
-pub(crate) fn draw(report: &Report, path: &Path) -> Result<()> {
+/// The kind of picture a `--plot` path asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PlotFormat {
+    Png,
+    Svg,
+}
+
+impl PlotFormat {
+    /// The format of `path` by its extension, once its folder is known to exist: a plot that
+    /// could not be written is refused before the simulation, not after.
+    pub(crate) fn check(path: &Path) -> Result<Self, Usage> {
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        let format = match extension.as_deref() {
+            Some("png") => PlotFormat::Png,
+            Some("svg") => PlotFormat::Svg,
+            _ => {
+                return Err(Usage(format!(
+                    "--plot {}: the plot file must end in .png or .svg",
+                    path.display()
+                )));
+            }
+        };
+        let folder = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        if !folder.is_dir() {
+            return Err(Usage(format!(
+                "--plot {}: there is no folder {}",
+                path.display(),
+                folder.display()
+            )));
+        }
+        Ok(format)
+    }
+}
+
+/// Draws the report to `path`.
+pub(crate) fn draw(report: &Report, path: &Path, format: PlotFormat) -> Result<()> {
     // The font is embedded so that a plot looks the same on a machine without fonts.
     plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
         .map_err(|_| anyhow!("the embedded font could not be loaded"))?;
     plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold())
         .map_err(|_| anyhow!("the embedded font could not be loaded"))?;
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match extension.as_deref() {
-        Some("png") => {
+    match format {
+        PlotFormat::Png => {
             let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
             render(&root, report)?;
             root.present().context("cannot write the PNG file")
         }
-        Some("svg") => {
+        PlotFormat::Svg => {
             let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
             render(&root, report)?;
             root.present().context("cannot write the SVG file")
         }
-        _ => bail!("the plot file must end in .png or .svg"),
     }
 }
 

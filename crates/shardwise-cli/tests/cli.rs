@@ -59,12 +59,15 @@ fn simulate_json_has_the_documented_shape_for_every_strategy() {
             assert!(s["moves"][metric]["median"].is_number(), "{s}");
             assert!(s["moves"][metric]["p95"].is_number(), "{s}");
         }
-        assert!(s["assign_ms"]["median"].as_f64().unwrap() > 0.0);
+        // Timings only with --timings.
+        assert!(s.get("assign_ms").is_none(), "{s}");
         let max_over_mean = s["balance"]["max_over_mean"]["median"].as_f64().unwrap();
         assert!(max_over_mean >= 1.0);
     }
     assert_eq!(json["fleet"]["clusters"], 100);
     assert_eq!(json["scenario"]["kind"], "scale");
+    assert_eq!(json["kind"], "simulation");
+    assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
 }
 
 #[test]
@@ -154,16 +157,6 @@ fn simulate_plots_png_and_svg() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&whole).unwrap();
     assert!(!text.contains("+slices") && !text.contains("Slicing: "));
-
-    let out = shardwise(&[
-        "simulate",
-        "--seeds",
-        "1",
-        "--plot",
-        dir.path().join("plot.gif").to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains(".png or .svg"), "{}", stderr(&out));
 }
 
 #[test]
@@ -327,31 +320,23 @@ fn assign_cuts_a_hot_cluster_with_sticky_balanced_unless_slicing_is_off() {
     );
 }
 
+/// A refusal of ours: exit code 2, one line on stderr, nothing on stdout.
+fn refused(args: &[&str]) -> String {
+    let out = shardwise(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(err.starts_with("shardwise: "), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?}: partial output");
+    err
+}
+
 #[test]
 fn bad_input_gets_one_line_and_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
     let negative = write(dir.path(), "neg.yaml", "- name: a\n  apps: -4\n");
     let malformed = write(dir.path(), "bad.json", "{\"clusters\": [ {\"name\": ");
-    let good = write(dir.path(), "ok.yaml", "- name: a\n  apps: 4\n");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (
-            vec!["simulate", "--strategies", "consistent-hashing"],
-            "unknown strategy",
-        ),
-        (vec!["simulate", "--from", "0"], "--from"),
-        (
-            vec!["simulate", "--clusters", "-5"],
-            "must be a whole number from 1",
-        ),
-        (
-            vec!["simulate", "--apps", "-5"],
-            "must be 0 or more, got -5",
-        ),
-        (
-            vec!["simulate", "--distribution", "normal"],
-            "invalid app distribution",
-        ),
-        (vec!["simulate", "--load-factor", "0.5"], "load factor"),
         (
             vec![
                 "simulate",
@@ -363,20 +348,8 @@ fn bad_input_gets_one_line_and_exit_code_2() {
             "cannot remove 101 clusters",
         ),
         (
-            vec!["simulate", "--inventory", "/nonexistent/fleet.yaml"],
-            "cannot read inventory",
-        ),
-        (
-            vec![
-                "assign",
-                "--strategy",
-                "round-robin",
-                "--shards",
-                "0",
-                "--inventory",
-                &good,
-            ],
-            "--shards",
+            vec!["simulate", "--first-seed", "18446744073709551610"],
+            "go past the largest seed",
         ),
         (
             vec![
@@ -402,6 +375,63 @@ fn bad_input_gets_one_line_and_exit_code_2() {
             ],
             "not valid JSON",
         ),
+    ];
+    for (args, expected) in cases {
+        let err = refused(&args);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn the_load_factor_refusal_says_it_once() {
+    let err = refused(&["simulate", "--load-factor", "0.5"]);
+    assert_eq!(err.matches("below 1").count(), 1, "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "shardwise: invalid load factor: 0.5 is below 1; the cap would be under the mean load"
+    );
+}
+
+#[test]
+fn clap_refusals_are_printed_whole_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "ok.yaml", "- name: a\n  apps: 4\n");
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        // A missing argument is named, with the usage line.
+        (
+            vec!["assign", "--strategy", "round-robin", "--shards", "2"],
+            vec![
+                "the following required arguments were not provided",
+                "--inventory <FILE>",
+                "Usage: shardwise assign",
+            ],
+        ),
+        // A typo gets the closest flag.
+        (
+            vec!["simulate", "--sedes", "3"],
+            vec![
+                "unexpected argument '--sedes'",
+                "a similar argument exists: '--seeds'",
+            ],
+        ),
+        // A value outside a list gets the list.
+        (
+            vec!["simulate", "--format", "xml"],
+            vec!["invalid value 'xml'", "[possible values: table, json, csv]"],
+        ),
+        (
+            vec!["simulate", "--strategies", "consistent-hashing"],
+            vec!["unknown strategy", "--help"],
+        ),
+        (vec!["simulate", "--from", "0"], vec!["--from <FROM>"]),
+        (
+            vec!["simulate", "--clusters", "-5"],
+            vec!["must be a whole number from 1"],
+        ),
+        (
+            vec!["simulate", "--distribution", "normal"],
+            vec!["invalid app distribution"],
+        ),
         (
             vec![
                 "assign",
@@ -412,18 +442,459 @@ fn bad_input_gets_one_line_and_exit_code_2() {
                 "--inventory",
                 &good,
             ],
-            "unknown strategy",
+            vec!["unknown strategy"],
         ),
     ];
     for (args, expected) in cases {
         let out = shardwise(&args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        for text in expected {
+            assert!(err.contains(text), "{args:?}: {text:?} not in {err}");
+        }
+    }
+}
+
+#[test]
+fn failures_while_running_exit_with_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["simulate", "--inventory", "/nonexistent/fleet.yaml"],
+            "cannot read inventory /nonexistent/fleet.yaml",
+        ),
+        // A folder is no file to read.
+        (
+            vec![
+                "assign",
+                "--strategy",
+                "round-robin",
+                "--shards",
+                "2",
+                "--inventory",
+                dir.path().to_str().unwrap(),
+            ],
+            "cannot read inventory",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = shardwise(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(expected), "{args:?}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+
+    // `plan` against a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let kubeconfig = write(
+        dir.path(),
+        "kubeconfig",
+        &format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: k, cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n"
+        ),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_shardwise"))
+        .args(["plan", "--replicas", "2", "--kubeconfig", &kubeconfig])
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot reach the API server at https://127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn every_size_is_bounded_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let two = write(
+        dir.path(),
+        "two.yaml",
+        "- {name: a, apps: 3}\n- {name: b, apps: 4}\n",
+    );
+    let huge = write(dir.path(), "huge.yaml", "- {name: a, apps: 10000001}\n");
+    let assign = |extra: &[&str], inventory: &str| {
+        let mut args = vec!["assign", "--strategy", "sticky-balanced", "--inventory"];
+        args.push(inventory);
+        args.extend(extra.iter().copied());
+        refused(&args)
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            refused(&["simulate", "--clusters", "4000000000"]),
+            "--clusters 4000000000 is over the limit of 1000000",
+        ),
+        (
+            refused(&["simulate", "--apps", "10000001"]),
+            "--apps 10000001 is over the limit of 10000000",
+        ),
+        (
+            refused(&["simulate", "--from", "4294967295"]),
+            "--from 4294967295 is over the limit of 10000",
+        ),
+        (
+            refused(&["simulate", "--to", "10001"]),
+            "--to 10001 is over the limit of 10000",
+        ),
+        (
+            refused(&["simulate", "--seeds", "100001"]),
+            "--seeds 100001 is over the limit of 100000",
+        ),
+        (
+            refused(&["simulate", "--scenario", "churn", "--steps", "10001"]),
+            "--steps 10001 is over the limit of 10000",
+        ),
+        (
+            refused(&["simulate", "--max-lifetime", "4294967295"]),
+            "--max-lifetime 4294967295 is over the limit of 10000",
+        ),
+        (
+            refused(&["simulate", "--arrivals", "1000001"]),
+            "--arrivals 1000001 is over the limit of 1000000",
+        ),
+        (
+            refused(&["simulate", "--count", "4294967295"]),
+            "--count 4294967295 is over the limit of 1000000",
+        ),
+        (
+            refused(&[
+                "simulate",
+                "--scenario",
+                "add-clusters",
+                "--clusters",
+                "1000000",
+                "--count",
+                "1",
+            ]),
+            "the scenario grows the fleet to 1000001 clusters, over the limit of 1000000",
+        ),
+        (
+            refused(&[
+                "simulate",
+                "--scenario",
+                "churn",
+                "--clusters",
+                "100000",
+                "--steps",
+                "10000",
+            ]),
+            "the scenario holds up to 1000600050 clusters over its 10001 states",
+        ),
+        (
+            refused(&[
+                "simulate",
+                "--scenario",
+                "churn",
+                "--clusters",
+                "1",
+                "--apps",
+                "10000000",
+                "--steps",
+                "2",
+                "--arrivals",
+                "1",
+            ]),
+            "the scenario may reach 50000000 apps (2 joining clusters of up to 20000000 apps each), over the limit of 20000000",
+        ),
+        (
+            assign(&["--shards", "4294967295"], &two),
+            "--shards 4294967295 is over the limit of 10000",
+        ),
+        (
+            assign(&["--live-shards", "0,4294967295"], &two),
+            "--live-shards 4294967295 is over the limit of 9999",
+        ),
+        (
+            assign(&["--shards", "2"], &huge),
+            "holds 10000001 apps, over the limit of 10000000",
+        ),
+    ];
+    for (err, expected) in cases {
+        assert!(err.contains(expected), "{expected:?} not in {err}");
+    }
+}
+
+#[test]
+fn plot_paths_are_checked_before_any_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let gif = dir.path().join("plot.gif");
+    let err = refused(&["simulate", "--seeds", "1", "--plot", gif.to_str().unwrap()]);
+    assert!(err.contains("must end in .png or .svg"), "{err}");
+    let missing = dir.path().join("no-such-folder/plot.png");
+    let err = refused(&[
+        "simulate",
+        "--seeds",
+        "1",
+        "--plot",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(err.contains("there is no folder"), "{err}");
+    assert!(!missing.exists());
+}
+
+#[test]
+fn inventory_typos_name_the_entry_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = write(
+        dir.path(),
+        "fleet.yaml",
+        "- {name: prod, apps: 3}\n- name: staging\n  apss: 4\n",
+    );
+    let err = refused(&["simulate", "--inventory", &typo]);
+    assert!(
+        err.contains("entry 2 (\"staging\"): unknown field `apss`, expected one of"),
+        "{err}"
+    );
+    let wrong = write(
+        dir.path(),
+        "wrong.json",
+        r#"[{"name": "a", "apps": "many"}]"#,
+    );
+    let err = refused(&[
+        "assign",
+        "--strategy",
+        "round-robin",
+        "--shards",
+        "2",
+        "--inventory",
+        &wrong,
+    ]);
+    assert!(
+        err.contains("entry 1 (\"a\"): field `apps`: invalid type"),
+        "{err}"
+    );
+}
+
+/// `shardwise ARGS` with `input` on standard input.
+fn with_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardwise"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the shardwise binary runs");
+    let mut stdin = child.stdin.take().expect("standard input is piped");
+    stdin
+        .write_all(input.as_bytes())
+        .expect("shardwise reads its input");
+    drop(stdin);
+    child.wait_with_output().expect("shardwise ends")
+}
+
+#[test]
+fn an_inventory_of_dash_is_read_from_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "- {name: a, apps: 50}\n- {name: b, apps: 30, shard: 1}\n- {name: c, apps: 20}\n";
+    let file = write(dir.path(), "fleet.yaml", yaml);
+    let args = |inventory: &str| {
+        vec![
+            "assign".to_string(),
+            "--strategy".into(),
+            "greedy-minimum".into(),
+            "--shards".into(),
+            "2".into(),
+            "--inventory".into(),
+            inventory.into(),
+        ]
+    };
+    let from_file = shardwise(&args(&file).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(from_file.status.success(), "{}", stderr(&from_file));
+    let dash = args("-");
+    let dash: Vec<&str> = dash.iter().map(String::as_str).collect();
+    let from_stdin = with_stdin(&dash, yaml);
+    assert!(from_stdin.status.success(), "{}", stderr(&from_stdin));
+    assert_eq!(stdout(&from_stdin), stdout(&from_file));
+    assert!(stdout(&from_stdin).contains("1 (pinned)"));
+
+    // JSON on standard input reads as well.
+    let json = r#"[{"name": "a", "apps": 50}, {"name": "b", "apps": 30, "shard": 1}, {"name": "c", "apps": 20}]"#;
+    assert_eq!(stdout(&with_stdin(&dash, json)), stdout(&from_file));
+
+    let simulated = with_stdin(
+        &[
+            "simulate",
+            "--inventory",
+            "-",
+            "--from",
+            "3",
+            "--to",
+            "2",
+            "--seeds",
+            "2",
+            "--format",
+            "json",
+        ],
+        yaml,
+    );
+    assert!(simulated.status.success(), "{}", stderr(&simulated));
+    let report: serde_json::Value = serde_json::from_slice(&simulated.stdout).unwrap();
+    assert_eq!(report["fleet"]["apps"], 100);
+
+    let err = stderr(&with_stdin(&dash, "- {name: a}\n"));
+    assert!(
+        err.contains("inventory from standard input: invalid inventory: entry 1 (\"a\"): missing field `apps`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn completions_cover_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = shardwise(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        for command in ["simulate", "assign", "plan", "crds", "completions"] {
+            assert!(script.contains(command), "{shell}: no {command}");
+        }
+        assert!(script.contains("inventory"), "{shell}");
+    }
+    let out = shardwise(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("possible values: bash"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_version_names_the_commit() {
+    let out = shardwise(&["--version"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let commit = text
+        .trim_end()
+        .strip_prefix(&format!("shardwise {} (commit ", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        commit == "unknown" || (commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{text}"
+    );
+}
+
+/// Every number of a JSON document has at most four decimals.
+fn check_no_float_noise(value: &serde_json::Value, path: &str) {
+    match value {
+        serde_json::Value::Number(n) => {
+            let text = n.to_string();
+            let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 4, "{path}: {text}");
+        }
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                check_no_float_noise(item, &format!("{path}[{i}]"));
+            }
+        }
+        serde_json::Value::Object(fields) => {
+            for (key, item) in fields {
+                check_no_float_noise(item, &format!("{path}.{key}"));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn json_is_versioned_without_float_noise_and_the_same_every_run() {
+    let args = [
+        "simulate",
+        "--seeds",
+        "6",
+        "--first-seed",
+        "11",
+        "--distribution",
+        "zipf",
+        "--format",
+        "json",
+    ];
+    let first = shardwise(&args);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let json: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
+    check_no_float_noise(&json, "");
+    // The raw text too: serde_json would not print noise a reader's parser hides.
+    for line in stdout(&first).lines() {
+        if let Some((_, number)) = line.trim_end_matches(',').rsplit_once(": ")
+            && let Some((_, decimals)) = number.split_once('.')
+            && decimals.chars().all(|c| c.is_ascii_digit())
+        {
+            assert!(decimals.len() <= 4, "{line}");
+        }
+    }
+    assert_eq!(shardwise(&args).stdout, first.stdout);
+
+    // Tables and CSV too, with no timings by default.
+    for format in ["table", "csv"] {
+        let args = [
+            "simulate",
+            "--seeds",
+            "4",
+            "--scenario",
+            "churn",
+            "--steps",
+            "3",
+            "--format",
+            format,
+        ];
+        let one = shardwise(&args);
+        assert!(one.status.success(), "{}", stderr(&one));
+        assert_eq!(one.stdout, shardwise(&args).stdout, "{format}");
+        assert!(
+            !stdout(&one).contains("assign"),
+            "{format}: {}",
+            stdout(&one)
+        );
+    }
+    let timed = shardwise(&["simulate", "--seeds", "2", "--timings"]);
+    assert!(stdout(&timed).contains("assign ms"), "{}", stdout(&timed));
+    let timed = shardwise(&["simulate", "--seeds", "2", "--timings", "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&timed.stdout).unwrap();
+    assert!(
+        json["strategies"][0]["assign_ms"]["median"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = write(
+        dir.path(),
+        "fleet.yaml",
+        "- {name: a, apps: 7}\n- {name: b, apps: 5}\n- {name: c, apps: 1}\n",
+    );
+    let assigned = shardwise(&[
+        "assign",
+        "--strategy",
+        "round-robin",
+        "--shards",
+        "3",
+        "--inventory",
+        &fleet,
+        "--format",
+        "json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&assigned.stdout).unwrap();
+    assert_eq!(json["kind"], "assignment");
+    assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
+    // 7 / (13 / 3) = 1.6153846...
+    assert_eq!(json["balance"]["max_over_mean"].as_f64(), Some(1.6154));
 }
 
 #[test]

@@ -39,10 +39,15 @@ fn json(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).expect("plan prints JSON")
 }
 
-/// The one line an error gives, checked to be alone on stderr with exit code 2 and no stdout.
-fn failure(output: &Output) -> String {
+/// Exit code of a failure while running (the API server, the kubeconfig, the fleet read).
+const RUNTIME: i32 = 1;
+/// Exit code of a command line refused as given.
+const USAGE: i32 = 2;
+
+/// The one line an error gives, checked to be alone on stderr with its exit code and no stdout.
+fn failure(output: &Output, code: i32) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
     assert!(output.stdout.is_empty(), "partial output on failure");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     stderr
@@ -181,13 +186,81 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
         .unwrap();
     let kubeconfig = cp.kubeconfig_path("admin").unwrap();
 
-    let report = json(&shardwise(&kubeconfig, &["--to", "2", "--format", "json"]));
+    let output = shardwise(&kubeconfig, &["--to", "2", "--format", "json"]);
+    let report = json(&output);
     check_fleet_and_replicas(&report, &cp.url());
+    check_plan_is_an_inventory(&output.stdout, &report);
     check_current_placement(&report);
     check_strategies_empty_the_removed_shard(&report);
     check_moves_are_shard_assigns(&report, cp.client("admin").await.unwrap()).await;
     check_table_and_csv(&kubeconfig);
     check_fallbacks_and_failures(&kubeconfig);
+}
+
+/// `plan --format json` read back as an inventory, from a file and from standard input, is the
+/// fleet it describes: names, ids, apps, weights and pins, and no current shard taken for a pin.
+fn check_plan_is_an_inventory(plan: &[u8], report: &Value) {
+    assert_eq!(report["kind"], "plan");
+    assert!(report["version"].is_string());
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plan_file = dir.path().join("plan.json");
+    std::fs::write(&plan_file, plan).expect("the directory is writable");
+    // The same fleet written by hand.
+    let mut inventory = String::new();
+    for c in report["clusters"].as_array().expect("clusters is a list") {
+        inventory.push_str(&format!(
+            "- {{name: {}, id: {}, apps: {}, weight: {}",
+            c["name"], c["id"], c["apps"], c["weight"]
+        ));
+        if let Some(pin) = c["pin"].as_u64() {
+            inventory.push_str(&format!(", pin: {pin}"));
+        }
+        inventory.push_str("}\n");
+    }
+    let inventory_file = dir.path().join("fleet.yaml");
+    std::fs::write(&inventory_file, inventory).expect("the directory is writable");
+
+    // Eight shards: every current shard label (0 to 2) is live, so a label read as a pin
+    // would show as one.
+    let assign = |inventory: &Path, stdin: Option<&[u8]>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_shardwise"));
+        command
+            .args(["assign", "--strategy", "greedy-minimum", "--shards", "8"])
+            .args(["--format", "json", "--inventory"])
+            .arg(inventory)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().expect("the shardwise binary runs");
+        let mut input = child.stdin.take().expect("standard input is piped");
+        if let Some(bytes) = stdin {
+            std::io::Write::write_all(&mut input, bytes).expect("shardwise reads its input");
+        }
+        drop(input);
+        let output = child.wait_with_output().expect("shardwise ends");
+        json(&output);
+        output.stdout
+    };
+    let from_plan = assign(&plan_file, None);
+    assert_eq!(
+        String::from_utf8_lossy(&from_plan),
+        String::from_utf8_lossy(&assign(&inventory_file, None))
+    );
+    assert_eq!(from_plan, assign(Path::new("-"), Some(plan)));
+
+    let assignment: Value = serde_json::from_slice(&from_plan).expect("assign prints JSON");
+    let clusters = assignment["clusters"]
+        .as_array()
+        .expect("clusters is a list");
+    assert_eq!(clusters.len(), FLEET.len());
+    for c in clusters {
+        let spec = FLEET
+            .iter()
+            .find(|s| c["name"] == s.name)
+            .expect("a cluster of the fleet");
+        assert_eq!(c["apps"], u64::from(spec.apps), "{c}");
+        assert_eq!(c["pinned"], spec.pin.is_some(), "{c}");
+    }
 }
 
 /// Where the fleet was read, its size, and the replica counts with their origin.
@@ -400,10 +473,10 @@ fn check_fallbacks_and_failures(kubeconfig: &Path) {
     );
 
     // Argo CD's Application CRD is not installed here.
-    let missing = failure(&shardwise(
-        kubeconfig,
-        &["--source", "argocd", "--replicas", "2"],
-    ));
+    let missing = failure(
+        &shardwise(kubeconfig, &["--source", "argocd", "--replicas", "2"]),
+        RUNTIME,
+    );
     assert!(
         missing.starts_with("shardwise: applications.argoproj.io is not served by the API server at https://127.0.0.1:"),
         "{missing}"
@@ -412,7 +485,10 @@ fn check_fallbacks_and_failures(kubeconfig: &Path) {
         missing.contains("Argo CD's Application CRD is not installed"),
         "{missing}"
     );
-    let empty = failure(&shardwise(kubeconfig, &["--namespace", "elsewhere"]));
+    let empty = failure(
+        &shardwise(kubeconfig, &["--namespace", "elsewhere"]),
+        RUNTIME,
+    );
     assert!(
         empty.contains("no clusters in namespace elsewhere"),
         "{empty}"
@@ -563,7 +639,7 @@ async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
     cp.apply_yaml("admin", &yaml).await.unwrap();
     let kubeconfig = cp.kubeconfig_path("admin").unwrap();
 
-    let missing = failure(&shardwise(&kubeconfig, &["--source", "argocd"]));
+    let missing = failure(&shardwise(&kubeconfig, &["--source", "argocd"]), RUNTIME);
     assert!(
         missing.contains("applications.argoproj.io is not served"),
         "{missing}"
@@ -687,10 +763,10 @@ async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
     assert_eq!(round_robin["current"]["strategy"], "round-robin");
     assert_eq!(round_robin["strategies"][0]["moves"]["clusters"], 0);
 
-    let refused = failure(&shardwise(
-        &kubeconfig,
-        &["--current-strategy", "round-robin"],
-    ));
+    let refused = failure(
+        &shardwise(&kubeconfig, &["--current-strategy", "round-robin"]),
+        USAGE,
+    );
     assert!(
         refused.contains("--current-strategy applies to --source argocd only"),
         "{refused}"
@@ -709,7 +785,7 @@ async fn forbidden_and_unreachable_servers_give_one_line() {
         .await
         .unwrap();
     let viewer = cp.kubeconfig_path("viewer").unwrap();
-    let forbidden = failure(&shardwise(&viewer, &["--replicas", "2"]));
+    let forbidden = failure(&shardwise(&viewer, &["--replicas", "2"]), RUNTIME);
     assert!(
         forbidden.starts_with("shardwise: forbidden (403): cannot list fleetclusters.shardwise.io in namespace shardwise: "),
         "{forbidden}"
@@ -727,7 +803,7 @@ async fn forbidden_and_unreachable_servers_give_one_line() {
             &text.replace(&url, &format!("https://127.0.0.1:{port}")),
         )
         .unwrap();
-    let down = failure(&shardwise(&unreachable, &[]));
+    let down = failure(&shardwise(&unreachable, &[]), RUNTIME);
     assert!(
         down.starts_with(&format!(
             "shardwise: cannot reach the API server at https://127.0.0.1:{port}: "
@@ -735,11 +811,25 @@ async fn forbidden_and_unreachable_servers_give_one_line() {
         "{down}"
     );
 
-    let no_file = failure(&shardwise(Path::new("/nonexistent/kubeconfig"), &[]));
+    let no_file = failure(
+        &shardwise(Path::new("/nonexistent/kubeconfig"), &[]),
+        RUNTIME,
+    );
     assert!(
         no_file.contains("cannot load a Kubernetes configuration"),
         "{no_file}"
     );
-    let zero = failure(&shardwise(&viewer, &["--to", "0"]));
-    assert!(zero.contains("--to"), "{zero}");
+    // clap's refusal, whole: what is wrong and where to read more.
+    let zero = shardwise(&viewer, &["--to", "0"]);
+    assert_eq!(zero.status.code(), Some(USAGE));
+    let text = String::from_utf8_lossy(&zero.stderr);
+    assert!(
+        text.contains("'--to <TO>'") && text.contains("--help"),
+        "{text}"
+    );
+    let over = failure(&shardwise(&viewer, &["--to", "10001"]), USAGE);
+    assert!(
+        over.contains("--to 10001 is over the limit of 10000"),
+        "{over}"
+    );
 }

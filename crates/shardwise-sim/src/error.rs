@@ -13,6 +13,8 @@ pub enum SimError {
     InvalidScenario(String),
     #[error("invalid inventory: {0}")]
     InvalidInventory(String),
-    #[error("assignment failed: {0}")]
+    // Transparent: the assignment error says what failed, and a wrapper that repeated it would
+    // print it twice in an error chain.
+    #[error(transparent)]
     Assign(#[from] AssignError),
 }

@@ -8,11 +8,14 @@
 //!   weight: 2              # optional cost multiplier per app, at least 1
 //! ```
 //!
-//! A top-level object `{clusters: [...]}` is accepted too.
+//! A top-level object `{clusters: [...]}` is accepted too, and so is the JSON of `shardwise
+//! plan` (`kind: plan`): its clusters' `pin` is the pin, and their current `shard` and `load`
+//! are left aside.
 
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
+use serde_json::Value;
 use shard_assign::Cluster;
 
 use crate::error::SimError;
@@ -34,13 +37,6 @@ impl InventoryFormat {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Document {
-    List(Vec<Entry>),
-    Wrapped { clusters: Vec<Entry> },
-}
-
 // Numbers are read signed so that a negative count gets its own message rather than a type error.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,33 +51,39 @@ struct Entry {
     weight: Option<i64>,
 }
 
+/// The `kind` of `shardwise plan --format json`, whose `clusters` list is a fleet too.
+const PLAN_KIND: &str = "plan";
+
+/// Keys of a plan's clusters that describe where they are, not what they are: the current
+/// shard is no pin (that is `pin`), and the load follows from apps and weight.
+const PLAN_PLACEMENT_KEYS: [&str; 2] = ["shard", "load"];
+
 /// Parses an inventory. Every entry is checked; the first problem is reported with the entry's
-/// position and name.
+/// position and name, and the field at fault.
 pub fn parse_inventory(text: &str, format: InventoryFormat) -> Result<Vec<Cluster>, SimError> {
-    let document: Document = match format {
+    // Read as a generic document first, so that a mistake in one entry is reported for that
+    // entry and field rather than as a document that matches no shape.
+    let document: Value = match format {
         InventoryFormat::Json => serde_json::from_str(text)
             .map_err(|e| SimError::InvalidInventory(format!("not valid JSON: {e}")))?,
         InventoryFormat::Yaml => serde_saphyr::from_str(text)
             .map_err(|e| SimError::InvalidInventory(format!("not valid YAML: {e}")))?,
     };
-    let entries = match document {
-        Document::List(entries) | Document::Wrapped { clusters: entries } => entries,
-    };
-    if entries.is_empty() {
+    let (values, from_plan) = entry_values(document)?;
+    if values.is_empty() {
         return Err(SimError::InvalidInventory("it lists no clusters".into()));
     }
+    let entries = values
+        .into_iter()
+        .enumerate()
+        .map(|(position, value)| entry(position, value, from_plan))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut seen = BTreeSet::new();
     entries
         .into_iter()
         .enumerate()
         .map(|(position, entry)| {
-            let at = |what: String| {
-                SimError::InvalidInventory(format!(
-                    "entry {} ({:?}): {what}",
-                    position + 1,
-                    entry.name
-                ))
-            };
+            let at = |what: String| at_entry(position, Some(&entry.name), what);
             if entry.name.trim().is_empty() {
                 return Err(at("name is empty".into()));
             }
@@ -115,6 +117,89 @@ pub fn parse_inventory(text: &str, format: InventoryFormat) -> Result<Vec<Cluste
             })
         })
         .collect()
+}
+
+fn at_entry(position: usize, name: Option<&str>, what: String) -> SimError {
+    SimError::InvalidInventory(match name {
+        Some(name) => format!("entry {} ({name:?}): {what}", position + 1),
+        None => format!("entry {}: {what}", position + 1),
+    })
+}
+
+/// The entries of a document: a list, an object with only a `clusters` list, or a plan's JSON
+/// (`kind: plan`, whose other keys are the plan). The flag says the latter.
+fn entry_values(document: Value) -> Result<(Vec<Value>, bool), SimError> {
+    let shape = "an inventory is a list of clusters, or an object with a `clusters` list";
+    match document {
+        Value::Array(entries) => Ok((entries, false)),
+        Value::Object(mut object) => {
+            let from_plan = object.get("kind").and_then(Value::as_str) == Some(PLAN_KIND);
+            if !from_plan && let Some(key) = object.keys().find(|k| *k != "clusters") {
+                return Err(SimError::InvalidInventory(format!(
+                    "unknown key `{key}` at the top: {shape}"
+                )));
+            }
+            match object.remove("clusters") {
+                Some(Value::Array(entries)) => Ok((entries, from_plan)),
+                Some(other) => Err(SimError::InvalidInventory(format!(
+                    "`clusters` must be a list, got {}",
+                    kind_of(&other)
+                ))),
+                None => Err(SimError::InvalidInventory(format!(
+                    "no `clusters` list: {shape}"
+                ))),
+            }
+        }
+        other => Err(SimError::InvalidInventory(format!(
+            "{shape}, got {}",
+            kind_of(&other)
+        ))),
+    }
+}
+
+/// One entry, with the entry and the field named when it does not fit.
+fn entry(position: usize, value: Value, from_plan: bool) -> Result<Entry, SimError> {
+    let Value::Object(mut object) = value else {
+        return Err(at_entry(
+            position,
+            None,
+            format!(
+                "a cluster is a map of name, apps and so on, got {}",
+                kind_of(&value)
+            ),
+        ));
+    };
+    if from_plan {
+        for key in PLAN_PLACEMENT_KEYS {
+            object.remove(key);
+        }
+    }
+    let name = object
+        .get("name")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    serde_path_to_error::deserialize(Value::Object(object)).map_err(|e| {
+        let field = format!("`{}`", e.path());
+        let message = e.into_inner().to_string();
+        // serde names the field itself for unknown and missing fields, not for wrong types.
+        let what = if message.contains(&field) || field == "`.`" {
+            message
+        } else {
+            format!("field {field}: {message}")
+        };
+        at_entry(position, name.as_deref(), what)
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
 }
 
 #[cfg(test)]
@@ -155,7 +240,20 @@ mod tests {
                 "- name: a\n  apps: 1\n  shard: -1\n",
                 "shard must be 0 or more",
             ),
-            ("- name: a\n  apss: 1\n", "not valid YAML"),
+            (
+                "- name: a\n  apps: 1\n- name: b\n  apss: 1\n",
+                "entry 2 (\"b\"): unknown field `apss`, expected one of",
+            ),
+            (
+                "- name: a\n  apps: many\n",
+                "entry 1 (\"a\"): field `apps`: invalid type: string \"many\"",
+            ),
+            ("- apps: 1\n", "entry 1: missing field `name`"),
+            ("- just-a-name\n", "entry 1: a cluster is a map"),
+            ("clusterz: []\n", "unknown key `clusterz` at the top"),
+            ("clusters: 3\n", "`clusters` must be a list, got a number"),
+            ("a string\n", "got a string"),
+            ("- name: a\n  apps: [\n", "not valid YAML"),
             ("[]", "lists no clusters"),
             ("- name: ''\n  apps: 1\n", "name is empty"),
         ];
@@ -167,5 +265,43 @@ mod tests {
         }
         let err = parse_inventory("{not json", InventoryFormat::Json).unwrap_err();
         assert!(err.to_string().contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn a_plans_json_is_its_fleet_with_pins_and_without_current_shards() {
+        let plan = r#"{
+            "version": "0.1.0",
+            "kind": "plan",
+            "source": "shardwise",
+            "fleet": {"clusters": 2, "apps": 15},
+            "clusters": [
+                {"name": "a", "id": "uid-a", "apps": 10, "weight": 1, "load": 10, "pin": null, "shard": 0},
+                {"name": "b", "id": "uid-b", "apps": 5, "weight": 2, "load": 10, "pin": 1, "shard": 3}
+            ],
+            "strategies": []
+        }"#;
+        let fleet = parse_inventory(plan, InventoryFormat::Json).unwrap();
+        let inventory = "- {name: a, id: uid-a, apps: 10, weight: 1}\n\
+                         - {name: b, id: uid-b, apps: 5, weight: 2, pin: 1}\n";
+        assert_eq!(
+            fleet,
+            parse_inventory(inventory, InventoryFormat::Yaml).unwrap()
+        );
+        assert_eq!(fleet[0].pin, None);
+        assert_eq!(fleet[1].pin, Some(1));
+
+        // Without `kind: plan`, other top-level keys are refused, and `shard` is a pin.
+        let err = parse_inventory(
+            &plan.replace("\"plan\"", "\"other\""),
+            InventoryFormat::Json,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown key"), "{err}");
+        let pinned = parse_inventory(
+            r#"{"clusters": [{"name": "a", "apps": 1, "shard": 2}]}"#,
+            InventoryFormat::Json,
+        )
+        .unwrap();
+        assert_eq!(pinned[0].pin, Some(2));
     }
 }

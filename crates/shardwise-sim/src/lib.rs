@@ -3,8 +3,8 @@
 //! A [`Simulation`] draws a fleet for each seed (or takes an inventory), walks it through a
 //! [`Scenario`] — a scale change, clusters joining or leaving, or ephemeral clusters coming and
 //! going — with every selected strategy, and summarises balance (max/mean, spread/mean and
-//! coefficient of variation of load per shard), churn (clusters and apps that change shard) and
-//! the time each assignment took, as medians and 95th percentiles over seeds.
+//! coefficient of variation of load per shard), churn (clusters and apps that change shard) and,
+//! when asked, the time each assignment took, as medians and 95th percentiles over seeds.
 //!
 //! Everything is reproducible: a seed fixes the fleet and the scenario's draws (ChaCha8).
 

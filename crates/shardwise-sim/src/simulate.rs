@@ -50,6 +50,9 @@ pub struct Simulation {
     pub slicing: SliceMode,
     pub first_seed: u64,
     pub seeds: u32,
+    /// Whether to time every assignment ([`StrategyReport::assign_ms`]); off, a report depends
+    /// on its inputs only.
+    pub timings: bool,
 }
 
 impl Simulation {
@@ -63,6 +66,7 @@ impl Simulation {
             slicing: SliceMode::default(),
             first_seed: 0,
             seeds: 100,
+            timings: false,
         }
     }
 
@@ -74,6 +78,14 @@ impl Simulation {
             return Err(SimError::InvalidScenario(
                 "at least one seed is needed".into(),
             ));
+        }
+        if self.first_seed.checked_add(u64::from(self.seeds)).is_none() {
+            return Err(SimError::InvalidScenario(format!(
+                "{} seeds from {} go past the largest seed, {}",
+                self.seeds,
+                self.first_seed,
+                u64::MAX
+            )));
         }
         for config in &self.strategies {
             config.validate()?;
@@ -111,7 +123,11 @@ impl Simulation {
             let slice_config = SliceConfig::enabled();
             for ((config, sliced), runs) in variants.iter().zip(&mut runs) {
                 let slicing = sliced.then_some((&slice_config, &keys));
-                runs.push(run_steps(config, slicing, &steps)?);
+                let mut run = run_steps(config, slicing, &steps)?;
+                if !self.timings {
+                    run.assign_ms.clear();
+                }
+                runs.push(run);
             }
             on_seed();
         }
@@ -134,7 +150,7 @@ impl Simulation {
             strategies: variants
                 .iter()
                 .zip(runs)
-                .map(|(&(config, sliced), runs)| runs.summarise(config, sliced))
+                .map(|(&(config, sliced), runs)| runs.summarise(config, sliced, self.timings))
                 .collect(),
         })
     }
@@ -170,7 +186,7 @@ pub struct SeedRun {
     /// Shard loads of the initial and final assignments.
     pub loads_before: Vec<u64>,
     pub loads_after: Vec<u64>,
-    /// Duration of every assignment, in milliseconds.
+    /// Duration of every assignment, in milliseconds (empty when the simulation is not timed).
     pub assign_ms: Vec<f64>,
     /// Per step after the first: cache copies (cluster, shard pairs beyond one per cluster) and
     /// slices beyond one per cluster. Zero without slicing.
@@ -297,7 +313,7 @@ impl StrategyRuns {
         self.seeds.push(run);
     }
 
-    fn summarise(self, config: StrategyConfig, sliced: bool) -> StrategyReport {
+    fn summarise(self, config: StrategyConfig, sliced: bool, timed: bool) -> StrategyReport {
         let after: Vec<Balance> = self
             .seeds
             .iter()
@@ -356,7 +372,7 @@ impl StrategyRuns {
                 apps: field(|d| d.apps),
                 apps_excluding_removed: field(|d| d.apps_excluding_removed),
             },
-            assign_ms: Summary::of(&times),
+            assign_ms: timed.then(|| Summary::of(&times)),
             per_step,
             runs: self.seeds,
         }
@@ -433,8 +449,9 @@ pub struct StrategyReport {
     /// Of the initial assignment.
     pub balance_before: BalanceSummary,
     pub moves: MovesSummary,
-    /// Time of one assignment, in milliseconds.
-    pub assign_ms: Summary,
+    /// Time of one assignment, in milliseconds, when the simulation was timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assign_ms: Option<Summary>,
     pub per_step: Vec<StepSummary>,
     /// Raw per-seed results, for plots and checks.
     #[serde(skip)]

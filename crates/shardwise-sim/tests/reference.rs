@@ -140,17 +140,24 @@ fn a_seed_gives_the_same_report_every_time() {
         seeds: 5,
         ..Simulation::reference()
     };
-    let strip = |mut r: Report| {
-        // Timings differ between runs; everything else must not.
-        for s in &mut r.strategies {
-            s.assign_ms = Default::default();
-            for run in &mut s.runs {
-                run.assign_ms.clear();
-            }
-        }
-        r
-    };
-    let a = strip(simulation.run(|| {}).unwrap());
-    let b = strip(simulation.run(|| {}).unwrap());
+    // Untimed, as by default, a report depends on its inputs only.
+    let a = simulation.run(|| {}).unwrap();
+    let b = simulation.run(|| {}).unwrap();
     assert_eq!(a, b);
+    assert!(a.strategies.iter().all(|s| s.assign_ms.is_none()));
+
+    let timed = Simulation {
+        timings: true,
+        ..simulation
+    }
+    .run(|| {})
+    .unwrap();
+    for s in &timed.strategies {
+        assert!(
+            s.assign_ms.is_some_and(|ms| ms.median > 0.0),
+            "{}",
+            s.strategy
+        );
+        assert!(s.runs.iter().all(|r| r.assign_ms.len() == 2));
+    }
 }

@@ -2,23 +2,29 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use shard_assign::{AppKeys, ShardSet, Slicing, assign_sliced};
-use shardwise_sim::{InventoryFormat, app_keys, parse_inventory};
+use shardwise_sim::app_keys;
 
 use crate::cli::AssignArgs;
-use crate::output;
+use crate::limits::{self, Usage};
+use crate::{inventory, output};
 
 pub(crate) fn run(args: &AssignArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&args.inventory)
-        .with_context(|| format!("cannot read inventory {}", args.inventory.display()))?;
-    let clusters = parse_inventory(&text, InventoryFormat::from_path(&args.inventory))
-        .with_context(|| format!("inventory {}", args.inventory.display()))?;
+    // Options first, then the inventory: every refusal comes before any work.
+    if let Some(count) = args.shards {
+        limits::at_most("--shards", count, limits::MAX_SHARDS)?;
+    }
+    for &id in &args.live_shards {
+        limits::at_most("--live-shards", id, limits::MAX_SHARDS - 1)?;
+    }
+    let config = args.strategy_args.config(args.strategy);
+    config.validate().map_err(Usage::of)?;
+    let clusters = inventory::read(&args.inventory)?;
     let shards: ShardSet = match args.shards {
         Some(count) => ShardSet::contiguous(count),
         None => args.live_shards.iter().copied().collect(),
     };
-    let config = args.strategy_args.config(args.strategy);
     let switch = shard_assign::SliceSwitch::from(args.slicing);
     let keys = if switch.slices(args.strategy) {
         app_keys(&clusters)

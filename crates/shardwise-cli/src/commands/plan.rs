@@ -8,22 +8,12 @@ use shard_assign::{StrategyConfig, StrategyKind};
 use crate::cli::{Format, PlanArgs, Source};
 use crate::fleet::api::Connection;
 use crate::fleet::{self, LiveFleet};
+use crate::limits::{self, Usage};
 use crate::output;
 use crate::planning::{self, Current, PlanRequest};
 
 pub(crate) fn run(args: &PlanArgs) -> Result<()> {
-    if args.source == Source::Shardwise {
-        if args.current_strategy.is_some() {
-            bail!(
-                "--current-strategy applies to --source argocd only: shardwise records the current placement in shard labels (of FleetClusters and UnitSlices)"
-            );
-        }
-        if !args.app_namespaces.is_empty() {
-            bail!(
-                "--app-namespaces applies to --source argocd only: FleetApps are read from --namespace"
-            );
-        }
-    }
+    check(args)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -37,6 +27,32 @@ pub(crate) fn run(args: &PlanArgs) -> Result<()> {
         for line in output::plan_messages(&report) {
             eprintln!("{line}");
         }
+    }
+    Ok(())
+}
+
+/// The options alone, before anything is read.
+fn check(args: &PlanArgs) -> Result<(), Usage> {
+    if args.source == Source::Shardwise {
+        if args.current_strategy.is_some() {
+            return Err(Usage(
+                "--current-strategy applies to --source argocd only: shardwise records the current placement in shard labels (of FleetClusters and UnitSlices)".into(),
+            ));
+        }
+        if !args.app_namespaces.is_empty() {
+            return Err(Usage(
+                "--app-namespaces applies to --source argocd only: FleetApps are read from --namespace".into(),
+            ));
+        }
+    }
+    if let Some(replicas) = args.replicas {
+        limits::at_most("--replicas", replicas, limits::MAX_SHARDS)?;
+    }
+    if let Some(to) = args.to {
+        limits::at_most("--to", to, limits::MAX_SHARDS)?;
+    }
+    for config in strategies(args) {
+        config.validate().map_err(Usage::of)?;
     }
     Ok(())
 }
@@ -102,6 +118,12 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
     if replicas == 0 {
         bail!(
             "zero replicas: {replicas_origin} is 0, so nothing reconciles the fleet now; pass --replicas N to plan from N replicas"
+        );
+    }
+    if u64::from(replicas) > limits::MAX_SHARDS {
+        bail!(
+            "{replicas} replicas ({replicas_origin}) is over the limit of {}; pass --replicas N",
+            limits::MAX_SHARDS
         );
     }
     let current = match args.source {

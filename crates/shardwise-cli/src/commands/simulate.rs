@@ -5,16 +5,22 @@ use std::io::{IsTerminal, Write};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use shard_assign::{SliceSwitch, StrategyKind};
-use shardwise_sim::{
-    FleetSource, FleetSpec, InventoryFormat, Scenario, Simulation, SliceMode, parse_inventory,
-};
+use shardwise_sim::{FleetSource, FleetSpec, Scenario, Simulation, SliceMode};
 
 use crate::cli::{ScenarioKind, SimulateArgs, Slicing};
-use crate::{output, plot};
+use crate::limits::{self, Usage};
+use crate::plot::PlotFormat;
+use crate::{inventory, output, plot};
 
 pub(crate) fn run(args: &SimulateArgs) -> Result<()> {
+    // Every option is checked before the first seed runs, so that a refusal comes before any
+    // output, and a size too large for this machine before any work.
+    check_sizes(args)?;
+    let plot_format = args.plot.as_deref().map(PlotFormat::check).transpose()?;
     let simulation = simulation(args)?;
-    simulation.validate()?;
+    simulation.validate().map_err(Usage::of)?;
+    check_scenario(&simulation)?;
+
     let progress = progress_bar(u64::from(simulation.seeds));
     let report = simulation.run(|| progress.inc(1))?;
     progress.finish_and_clear();
@@ -22,22 +28,81 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     output::write_simulation(&mut stdout, &report, args.format)?;
     stdout.flush()?;
-    if let Some(path) = &args.plot {
-        plot::draw(&report, path).with_context(|| format!("cannot draw {}", path.display()))?;
+    if let (Some(path), Some(format)) = (&args.plot, plot_format) {
+        plot::draw(&report, path, format)
+            .with_context(|| format!("cannot draw {}", path.display()))?;
         eprintln!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Each size within its limit.
+fn check_sizes(args: &SimulateArgs) -> Result<(), Usage> {
+    limits::at_most("--clusters", args.clusters, limits::MAX_CLUSTERS)?;
+    limits::at_most("--apps", args.apps, limits::MAX_APPS)?;
+    limits::at_most("--from", args.from, limits::MAX_SHARDS)?;
+    limits::at_most("--to", args.to, limits::MAX_SHARDS)?;
+    limits::at_most("--count", args.count, limits::MAX_CLUSTERS)?;
+    limits::at_most("--steps", args.steps, limits::MAX_STEPS)?;
+    limits::at_most("--arrivals", args.arrivals, limits::MAX_CLUSTERS)?;
+    limits::at_most("--max-lifetime", args.max_lifetime, limits::MAX_STEPS)?;
+    limits::at_most("--seeds", args.seeds, limits::MAX_SEEDS)
+}
+
+/// What the scenario makes of the fleet within the limits: the clusters of its largest step,
+/// the clusters of all its steps (held at once), and the apps of the clusters that join it
+/// (each draws up to twice the fleet's mean).
+fn check_scenario(simulation: &Simulation) -> Result<(), Usage> {
+    let (clusters, apps) = match &simulation.fleet {
+        FleetSource::Synthetic(spec) => (u64::from(spec.clusters), spec.apps),
+        FleetSource::Inventory(fleet) => (
+            fleet.len() as u64,
+            fleet.iter().fold(0u64, |sum, c| sum.saturating_add(c.apps)),
+        ),
+    };
+    let (steps, largest, joining) = match simulation.scenario {
+        Scenario::Scale { .. } | Scenario::RemoveClusters { .. } => (1, clusters, 0),
+        Scenario::AddClusters { count, .. } => (1, clusters + u64::from(count), u64::from(count)),
+        Scenario::Churn {
+            steps,
+            arrivals,
+            max_lifetime,
+            ..
+        } => (
+            u64::from(steps),
+            clusters + u64::from(arrivals) * u64::from(max_lifetime.min(steps)),
+            u64::from(arrivals) * u64::from(steps),
+        ),
+    };
+    if largest > limits::MAX_CLUSTERS {
+        return Err(Usage(format!(
+            "the scenario grows the fleet to {largest} clusters, over the limit of {}",
+            limits::MAX_CLUSTERS
+        )));
+    }
+    let states = largest * (steps + 1);
+    if states > limits::MAX_CLUSTER_STATES {
+        return Err(Usage(format!(
+            "the scenario holds up to {states} clusters over its {} states ({steps} steps and the start), over the limit of {}: fewer --steps, --arrivals or --max-lifetime",
+            steps + 1,
+            limits::MAX_CLUSTER_STATES
+        )));
+    }
+    let mean = apps / clusters.max(1);
+    let reach = apps.saturating_add(joining.saturating_mul(2 * mean));
+    if reach > limits::MAX_SCENARIO_APPS {
+        return Err(Usage(format!(
+            "the scenario may reach {reach} apps ({joining} joining clusters of up to {} apps each), over the limit of {}",
+            2 * mean,
+            limits::MAX_SCENARIO_APPS
+        )));
     }
     Ok(())
 }
 
 fn simulation(args: &SimulateArgs) -> Result<Simulation> {
     let fleet = match &args.inventory {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read inventory {}", path.display()))?;
-            let clusters = parse_inventory(&text, InventoryFormat::from_path(path))
-                .with_context(|| format!("inventory {}", path.display()))?;
-            FleetSource::Inventory(clusters)
-        }
+        Some(path) => FleetSource::Inventory(inventory::read(path)?),
         None => FleetSource::Synthetic(FleetSpec {
             clusters: args.clusters,
             apps: args.apps,
@@ -64,13 +129,18 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation> {
             max_lifetime: args.max_lifetime,
         },
     };
-    let kinds: Vec<StrategyKind> = if args.strategies.is_empty() {
-        StrategyKind::ALL.to_vec()
+    // Once each, in the order given.
+    let mut kinds: Vec<StrategyKind> = Vec::new();
+    let asked = if args.strategies.is_empty() {
+        &StrategyKind::ALL[..]
     } else {
-        let mut kinds = args.strategies.clone();
-        kinds.dedup();
-        kinds
+        &args.strategies[..]
     };
+    for &kind in asked {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
     Ok(Simulation {
         fleet,
         scenario,
@@ -83,6 +153,7 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation> {
         },
         first_seed: args.first_seed,
         seeds: args.seeds,
+        timings: args.timings,
     })
 }
 

@@ -21,10 +21,7 @@ pub(crate) fn write_plan(
     limit: usize,
 ) -> io::Result<()> {
     match format {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, report)?;
-            writeln!(out)
-        }
+        Format::Json => super::json::write(out, "plan", report),
         Format::Csv => write_csv(out, report),
         Format::Table => write_table(out, report, limit),
     }
