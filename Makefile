@@ -69,9 +69,11 @@ crds:
 
 .PHONY: chart chart-crds image-binaries image-check image e2e-kind dashboard-picture
 
-## Lint, render and validate the Helm chart with Helm's engine (scripts/requirements.txt).
+## Lint, render and validate the Helm chart with Helm's engine (scripts/requirements.txt), and
+## type-check the dashboard against Grafana's published schema (scripts/dashboard-schema).
 chart:
 	CARGO="$(CARGO)" $(PYTHON) scripts/chart.py
+	node scripts/dashboard-schema/check.mjs
 
 ## Copy the CRDs into the chart after `make crds` (`make chart` fails while they differ).
 chart-crds:
