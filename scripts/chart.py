@@ -25,6 +25,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -1048,6 +1051,22 @@ def check_chart_metadata(f: Failures) -> None:
         f"Chart.yaml icon {icon!r} is not the committed charts/shardwise/icon.svg",
     )
     f.check(bool(chart.get("maintainers")) and bool(chart.get("sources")), "Chart.yaml without maintainers or sources")
+    # The generator on a sample of what helm-docs reads: continued lines, a type and a default
+    # named by hand, a described parent covering its keys, a plain comment describing nothing.
+    sample = (
+        "# -- The count,\n# of things.\ncount: 3\n# -- (int) Empty: computed.\n# @default -- 35\ngrace: null\n"
+        "# -- All of it.\nwhole:\n  part: 1\nplain:\n  # not a description\n  key: x\n"
+    )
+    f.check(
+        [(r.key, r.type, r.default, r.description) for r in chart_readme.rows(sample)]
+        == [
+            ("count", "int", "`3`", "The count, of things."),
+            ("grace", "int", "35", "Empty: computed."),
+            ("whole", "object", '`{"part":1}`', "All of it."),
+        ]
+        and chart_readme.undocumented(sample) == ["plain.key"],
+        f"scripts/chart_readme.py reads the sample values wrongly: {chart_readme.rows(sample)}",
+    )
     values_text = (CHART / "values.yaml").read_text()
     missing = chart_readme.undocumented(values_text)
     f.check(not missing, f"values without a `# --` description: {', '.join(missing)}")
@@ -1055,6 +1074,63 @@ def check_chart_metadata(f: Failures) -> None:
         (CHART / "README.md").read_text() == chart_readme.render(),
         f"charts/shardwise/README.md is stale: run `{chart_readme.REGENERATE}`",
     )
+
+
+def check_test_script(f: Failures, chart: helm.Chart) -> str:
+    """The `helm test` Pod's script, run here against replicas served by a local HTTP server:
+    it passes when all answer ready, waits for a late one, and fails naming one that never is.
+    Returns what was done."""
+    objects = render(chart, {"replicas": 2, "tests": {"timeoutSeconds": 3}}, "shardwise", "shardwise")
+    container = one(objects, "Pod")["spec"]["containers"][0]
+    script = container["args"][0]
+    shellcheck = Path(sysconfig.get_path("scripts")) / "shellcheck"
+    lint = subprocess.run([shellcheck, "-s", "sh", "-"], input=script, capture_output=True, text=True)
+    f.check(lint.returncode == 0, f"shellcheck of the helm test script:\n{lint.stdout}{lint.stderr}")
+    if shutil.which("wget") is None:
+        return "shellcheck of its script (wget not found: not run)"
+
+    ready_at: dict[str, float] = {}
+
+    class Replica(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+            ready = time.monotonic() >= ready_at.get(self.path, float("inf"))
+            self.send_response(200 if ready else 503)
+            self.end_headers()
+            self.wfile.write(b"ready" if ready else b"not ready")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Replica)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    paths = [f"/replica-{i}/readyz" for i in range(2)]
+    urls = [f"http://127.0.0.1:{server.server_address[1]}{path}" for path in paths]
+    try:
+        for case, delays, passes in (
+            ("both ready", [0, 0], True),
+            ("one ready after 1s", [0, 1], True),
+            ("one never ready", [0, None], False),
+        ):
+            now = time.monotonic()
+            ready_at.clear()
+            ready_at.update({path: now + d for path, d in zip(paths, delays) if d is not None})
+            run = subprocess.run(
+                [container["command"][0], container["command"][1], script, "readiness", *urls],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            f.check(
+                (run.returncode == 0) == passes,
+                f"helm test script, {case}: exit {run.returncode}, output {run.stdout}{run.stderr}",
+            )
+            if not passes:
+                f.check(
+                    f"not ready: {urls[1]}" in run.stdout, f"helm test script does not name the replica: {run.stdout}"
+                )
+    finally:
+        server.shutdown()
+    return "shellcheck of its script, run against ready, late and never-ready replicas"
 
 
 def check_rbac(f: Failures, objects: list[dict[str, Any]]) -> None:
@@ -1210,6 +1286,10 @@ def main() -> int:
             f"controller registers; {done}",
             before,
         )
+
+        before = len(f.items)
+        done = check_test_script(f, chart)
+        report(f"helm test: {done}", before)
 
         before = len(f.items)
         count = check_dashboard_uids(f, chart)
