@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Draws a picture of the Grafana dashboard (charts/shardwise/dashboards/shardwise.json) from real
 data: the series that the dashboard test (e2e/tests/dashboard.rs, with SHARDWISE_DASHBOARD_DATA)
-queried from Prometheus while a fleet of replicas ran on the test API server. Everything shown
+or `make demo` queried from Prometheus while a fleet of replicas ran on the test API server. Everything shown
 comes from the dashboard itself: grid, titles, panel types, units, decimals, thresholds and their
 colors, legends (tables with their calculations and sort order). The drawing imitates Grafana's
 dark theme with matplotlib; it is not a screenshot. `make dashboard-picture` runs the test and
-this script.
+this script; the demo runs it when Prometheus and matplotlib are installed.
 
 Usage: dashboard_picture.py DATA.json OUTPUT.png
 """
@@ -352,8 +352,8 @@ def main() -> int:
         0.005,
         0.12 / fig.get_figheight(),
         f"Real data, drawn by scripts/dashboard_picture.py: the dashboard's queries on Prometheus, which scraped "
-        f"the replicas of e2e/tests/dashboard.rs ({minutes:.1f} minutes from {start:%Y-%m-%d %H:%M} UTC: 3 replicas, "
-        f"scaled to 4, replica 1 partitioned until it fenced, then 12 invalid apps). Not a Grafana screenshot.",
+        f"the replicas of {data['source']} ({minutes:.1f} minutes from {start:%Y-%m-%d %H:%M} UTC). "
+        f"Not a Grafana screenshot.",
         color=MUTED,
         fontsize=8,
     )

@@ -16,14 +16,13 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_e2e::{FaultScope, Poll, Process, ProcessSpec, free_port, wait_for, wait_with};
+use shardwise_e2e::{FaultScope, Poll, wait_for, wait_with};
+use support::prometheus::{Prometheus, dashboard, export, panels, substitute, unix_now};
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, shard_label};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SETTLE: Duration = Duration::from_secs(120);
 /// Short leases, so that a partition fences a replica within seconds.
@@ -32,263 +31,6 @@ const LEASE_FLAGS: [&str; 3] = [
     "--renew-deadline=4s",
     "--retry-period=1s",
 ];
-/// Prometheus scrapes every second; Grafana's `$__rate_interval` is at least four scrapes.
-const SCRAPE_INTERVAL: &str = "1s";
-const RATE_INTERVAL: &str = "15s";
-
-fn dashboard() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../charts/shardwise/dashboards/shardwise.json");
-    let text = std::fs::read_to_string(&path).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-/// Every panel with queries, including those nested in collapsed rows.
-fn panels(dashboard: &Value) -> Vec<Value> {
-    fn walk(list: &[Value], out: &mut Vec<Value>) {
-        for panel in list {
-            if panel["targets"].as_array().is_some_and(|t| !t.is_empty()) {
-                out.push(panel.clone());
-            }
-            if let Some(nested) = panel["panels"].as_array() {
-                walk(nested, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dashboard["panels"].as_array().unwrap(), &mut out);
-    out
-}
-
-/// A query with the dashboard's variables replaced as Grafana does: `$shard` by the regex of the
-/// selection (`.*` for All), `$__rate_interval` by four scrape intervals or more.
-fn substitute(expr: &str, shard: &str) -> String {
-    expr.replace("$__rate_interval", RATE_INTERVAL)
-        .replace("$namespace", NAMESPACE)
-        .replace("$shard", shard)
-}
-
-/// `%`-encoding of a query parameter (everything but RFC 3986's unreserved characters).
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
-/// A Prometheus server started by the test, scraping the targets of a file it watches.
-struct Prometheus {
-    process: Process,
-    address: String,
-    targets: PathBuf,
-}
-
-impl Prometheus {
-    async fn start(fleet: &Fleet) -> Self {
-        let dir = fleet.env.dir().join("prometheus");
-        std::fs::create_dir_all(&dir).unwrap();
-        let targets = dir.join("targets.json");
-        std::fs::write(&targets, "[]").unwrap();
-        // Secure metrics, scraped as the chart's ServiceMonitor has Prometheus do it: https,
-        // the serving certificate's CA, and a token bound to the metrics-reader role.
-        let access = fleet
-            .metrics_access
-            .as_ref()
-            .expect("the dashboard fleet serves secure metrics");
-        let config = format!(
-            "global:\n  scrape_interval: {SCRAPE_INTERVAL}\n  scrape_timeout: {SCRAPE_INTERVAL}\n\
-             scrape_configs:\n  - job_name: shardwise\n    scheme: https\n    tls_config:\n      ca_file: {}\n    \
-             authorization:\n      credentials: {}\n    file_sd_configs:\n      - files: [{}]\n        refresh_interval: 1s\n",
-            access.certificates.join("ca.crt").display(),
-            access.token,
-            targets.display()
-        );
-        let config_path = dir.join("prometheus.yml");
-        std::fs::write(&config_path, config).unwrap();
-        let address = format!("127.0.0.1:{}", free_port().unwrap());
-        let program = std::env::var("PROMETHEUS").unwrap_or_else(|_| "prometheus".into());
-        let spec = ProcessSpec::new("prometheus", program)
-            .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={address}"))
-            .arg("--log.level=warn");
-        let process = fleet.env.spawn(&spec).unwrap_or_else(|e| {
-            panic!("{e}: install Prometheus (apt-get install prometheus) or set $PROMETHEUS")
-        });
-        let prometheus = Self {
-            process,
-            address,
-            targets,
-        };
-        let ready = wait_for("Prometheus to answer", Duration::from_secs(30), || {
-            prometheus.get("/api/v1/status/buildinfo")
-        })
-        .await;
-        if let Err(e) = ready {
-            panic!("{e}\n{}", prometheus.process.report());
-        }
-        prometheus
-    }
-
-    /// Scrapes every replica of `fleet` as a PodMonitor would: `namespace` and `pod` labels.
-    /// Written by rename, so that Prometheus never reads half a file.
-    fn scrape_replicas(&self, fleet: &Fleet) {
-        let groups: Vec<Value> = fleet
-            .replicas
-            .iter()
-            .map(|(ordinal, replica)| {
-                let target = replica
-                    .metrics_url
-                    .trim_start_matches("https://")
-                    .trim_end_matches("/metrics");
-                json!({
-                    "targets": [target],
-                    "labels": {"namespace": NAMESPACE, "pod": format!("{STATEFULSET}-{ordinal}")},
-                })
-            })
-            .collect();
-        let partial = self.targets.with_extension("json.tmp");
-        std::fs::write(&partial, serde_json::to_string(&groups).unwrap()).unwrap();
-        std::fs::rename(&partial, &self.targets).unwrap();
-    }
-
-    /// GET `path` of the HTTP API, as JSON. HTTP/1.0, so that the answer is the plain body up
-    /// to the end of the connection.
-    async fn get(&self, path: &str) -> Result<Value, String> {
-        let mut stream = tokio::net::TcpStream::connect(&self.address)
-            .await
-            .map_err(|e| format!("cannot reach Prometheus at {}: {e}", self.address))?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.address);
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut response = Vec::new();
-        stream
-            .read_to_end(&mut response)
-            .await
-            .map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&response);
-        let (_, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("not an HTTP response: {text:?}"))?;
-        let value: Value =
-            serde_json::from_str(body).map_err(|e| format!("{e} in answer {body:?}"))?;
-        if value["status"] == "success" {
-            Ok(value["data"].clone())
-        } else {
-            Err(format!("{}: {}", value["errorType"], value["error"]))
-        }
-    }
-
-    /// Ok once every target's last scrape succeeded; else the targets' errors.
-    async fn all_up(&self, targets: usize) -> Result<(), String> {
-        let data = self.get("/api/v1/targets").await?;
-        let active = data["activeTargets"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let down: Vec<String> = active
-            .iter()
-            .filter(|t| t["health"] != "up")
-            .map(|t| format!("{} {}: {}", t["scrapeUrl"], t["health"], t["lastError"]))
-            .collect();
-        if active.len() == targets && down.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} of {targets} targets, down: {down:?}",
-                active.len()
-            ))
-        }
-    }
-
-    /// The result of an instant query: the label set and value of each series.
-    async fn query(&self, expr: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>, String> {
-        let data = self
-            .get(&format!("/api/v1/query?query={}", encode(expr)))
-            .await?;
-        let series = data["result"]
-            .as_array()
-            .ok_or_else(|| format!("no result in {data}"))?;
-        series
-            .iter()
-            .map(|s| {
-                let labels = s["metric"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                    .collect();
-                // Prometheus writes sample values as strings ("NaN" and "+Inf" included).
-                let value = s["value"][1]
-                    .as_str()
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .ok_or_else(|| format!("no value in {s}"))?;
-                Ok((labels, value))
-            })
-            .collect()
-    }
-
-    /// The series of a range query from `start` to now (Unix seconds), one point per second.
-    async fn query_range(&self, expr: &str, start: f64) -> Result<Value, String> {
-        let end = unix_now();
-        let data = self
-            .get(&format!(
-                "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step=1",
-                encode(expr)
-            ))
-            .await?;
-        Ok(data["result"].clone())
-    }
-
-    /// The values of `label` over the series matching `selector` (Grafana's `label_values`).
-    async fn label_values(&self, selector: &str, label: &str) -> Result<BTreeSet<String>, String> {
-        let data = self
-            .get(&format!(
-                "/api/v1/label/{label}/values?match[]={}",
-                encode(selector)
-            ))
-            .await?;
-        Ok(data
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str().map(String::from))
-            .collect())
-    }
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// Writes every panel's series since `start` (all shards selected) to `path`, for
-/// `scripts/dashboard_picture.py` to draw (`make dashboard-picture`).
-async fn export(prometheus: &Prometheus, dashboard: &Value, start: f64, path: &std::ffi::OsStr) {
-    let mut exported = Vec::new();
-    for panel in panels(dashboard) {
-        let mut targets = Vec::new();
-        for target in panel["targets"].as_array().unwrap() {
-            let expr = substitute(target["expr"].as_str().unwrap_or_default(), ".*");
-            let result = prometheus.query_range(&expr, start).await.unwrap();
-            targets.push(json!({"legendFormat": target["legendFormat"], "result": result}));
-        }
-        exported.push(json!({"id": panel["id"], "targets": targets}));
-    }
-    let data = json!({"start": start, "end": unix_now(), "panels": exported});
-    std::fs::write(path, serde_json::to_string(&data).unwrap()).unwrap();
-}
-
 /// What the series of one query must look like.
 enum Expect {
     /// At least one series.
@@ -454,7 +196,7 @@ async fn check_dashboard(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_panel_of_the_dashboard_shows_real_data() {
-    let dashboard = dashboard();
+    let dashboard = dashboard().unwrap();
     let mut fleet = Fleet::start(FleetOptions {
         replicas: 3,
         clusters: 12,
@@ -465,9 +207,9 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
     })
     .await
     .unwrap();
-    let prometheus = Prometheus::start(&fleet).await;
+    let prometheus = Prometheus::start(&fleet, None).await.unwrap();
     let scraping_since = unix_now();
-    prometheus.scrape_replicas(&fleet);
+    prometheus.scrape_replicas(&fleet).unwrap();
     // For a picture, each phase runs long enough to show in the graphs.
     let export_to = std::env::var_os("SHARDWISE_DASHBOARD_DATA");
     let pace = Duration::from_secs(if export_to.is_some() { 30 } else { 0 });
@@ -477,7 +219,7 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
     // Scale up: the new shard takes clusters through drains (handoffs).
     fleet.scale(4).await.unwrap();
     fleet.spawn_replica(3).unwrap();
-    prometheus.scrape_replicas(&fleet);
+    prometheus.scrape_replicas(&fleet).unwrap();
     let clusters = fleet.clusters_api();
     wait_for("shard 3 to own clusters", SETTLE, || async {
         let list = clusters
@@ -571,6 +313,15 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
     }
     if let Some(path) = export_to {
         tokio::time::sleep(pace).await;
-        export(&prometheus, &dashboard, scraping_since, &path).await;
+        let source = "e2e/tests/dashboard.rs: 3 replicas, scaled to 4, replica 1 partitioned until it fenced, then 12 invalid apps";
+        export(
+            &prometheus,
+            &dashboard,
+            scraping_since,
+            source,
+            path.as_ref(),
+        )
+        .await
+        .unwrap();
     }
 }

@@ -1,5 +1,7 @@
 //! `make demo`, end to end: the demo's whole scenario (3 replicas, scaled to 4, then 2, one
-//! killed and restarted) on a smaller fleet, run by this test's controller binary.
+//! killed and restarted) on a smaller fleet, run by this test's controller binary, with a real
+//! Prometheus scraping the replicas (Debian's `prometheus`, or `$PROMETHEUS`, as the dashboard
+//! test needs).
 
 use std::time::Duration;
 
@@ -11,6 +13,9 @@ async fn the_demo_plays_every_step_and_its_summary_holds() {
         clusters: 10,
         apps: 300,
         stable: Duration::from_secs(4),
+        prometheus: Some(
+            std::env::var_os("PROMETHEUS").map_or_else(|| "prometheus".into(), Into::into),
+        ),
         ..Options::new(env!("CARGO_BIN_EXE_shardwise-controller").into())
     };
     let mut demo = Demo::start(options).await.unwrap();
@@ -45,6 +50,38 @@ async fn the_demo_plays_every_step_and_its_summary_holds() {
         "no frame shows shard 3 running:\n{shown}"
     );
     assert!(shown.contains("result: PASS"), "{shown}");
+
+    // Prometheus recorded the replicas throughout: the dashboard's per-shard panels have a
+    // series for every shard the demo ran (0 to 3).
+    let data = summary.dashboard_data.as_ref().expect("Prometheus ran");
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data).unwrap()).unwrap();
+    let dashboard = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../charts/shardwise/dashboards/shardwise.json"
+    ))
+    .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let owned_apps = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["title"] == "Owned apps per shard")
+        .expect("the dashboard has an 'Owned apps per shard' panel")["id"]
+        .clone();
+    let panel = data["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == owned_apps)
+        .unwrap();
+    let shards: std::collections::BTreeSet<&str> = panel["targets"][0]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|series| series["metric"]["shard"].as_str())
+        .collect();
+    assert_eq!(shards, ["0", "1", "2", "3"].into(), "{panel}");
 
     // Nothing is left running.
     let pids = demo.pids();

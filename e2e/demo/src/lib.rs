@@ -31,7 +31,8 @@ use shardwise_api::{FleetApp, SyncPhase};
 use shardwise_runtime::audit;
 use thiserror::Error;
 
-use crate::support::{Fleet, FleetOptions, NAMESPACE, fast_flags, shard_label};
+use crate::support::prometheus::{Prometheus, dashboard, export, unix_now};
+use crate::support::{Fleet, FleetOptions, NAMESPACE, fast_flags, repo_file, shard_label};
 use crate::view::{Frame, ShardFigures};
 
 /// The steps the demo takes, in order.
@@ -86,6 +87,11 @@ pub struct Options {
     /// planning pass (`--plan-interval=3s`), so a planner still moving clusters within its
     /// budget is seen doing so.
     pub stable: Duration,
+    /// A Prometheus binary: when set, Prometheus scrapes the replicas and the dashboard's
+    /// series are exported at the end.
+    pub prometheus: Option<PathBuf>,
+    /// Where to draw the dashboard picture from those series (needs python3 with matplotlib).
+    pub picture: Option<PathBuf>,
 }
 
 impl Options {
@@ -100,6 +106,8 @@ impl Options {
             redraw: false,
             settle_timeout: Duration::from_secs(180),
             stable: Duration::from_secs(7),
+            prometheus: None,
+            picture: None,
         }
     }
 }
@@ -153,6 +161,8 @@ pub struct Summary {
     pub overlaps: Vec<String>,
     /// Each step and how long it took to settle.
     pub steps: Vec<(String, Duration)>,
+    /// The dashboard's series as Prometheus recorded them (with Prometheus only).
+    pub dashboard_data: Option<PathBuf>,
 }
 
 impl Summary {
@@ -233,6 +243,8 @@ pub struct Demo {
     deaths: BTreeMap<u32, u64>,
     steps: Vec<(String, Duration)>,
     last_printed: Option<Instant>,
+    /// Prometheus scraping the replicas, and since when (Unix seconds).
+    prometheus: Option<(Prometheus, f64)>,
 }
 
 impl fmt::Debug for Demo {
@@ -277,7 +289,20 @@ impl Demo {
                 .await
                 .map_err(step("create a broken app"))?;
         }
+        let prometheus = match &options.prometheus {
+            Some(program) => {
+                let prometheus = Prometheus::start(&fleet, Some(program))
+                    .await
+                    .map_err(step("start Prometheus"))?;
+                prometheus
+                    .scrape_replicas(&fleet)
+                    .map_err(step("point Prometheus at the replicas"))?;
+                Some((prometheus, unix_now()))
+            }
+            None => None,
+        };
         Ok(Self {
+            prometheus,
             fleet,
             options,
             started: Instant::now(),
@@ -326,6 +351,7 @@ impl Demo {
         self.fleet
             .spawn_replica(3)
             .map_err(step("start replica 3"))?;
+        self.retarget()?;
         self.settle(2, "scale 3 -> 4", &[0, 1, 2, 3], out).await?;
 
         self.fleet.scale(2).await.map_err(step("scale to 2"))?;
@@ -337,6 +363,7 @@ impl Demo {
                 .await
                 .map_err(step(&format!("stop replica {ordinal}")))?;
         }
+        self.retarget()?;
         self.settle(3, "scale 4 -> 2", &[0, 1], out).await?;
 
         let pid = self
@@ -352,10 +379,78 @@ impl Demo {
         self.fleet
             .spawn_replica(1)
             .map_err(step("restart replica 1"))?;
+        self.retarget()?;
         self.settle(4, "kill replica 1 (SIGKILL); it restarts", &[0, 1], out)
             .await?;
 
-        self.summarize(out).await
+        let mut summary = self.summarize().await?;
+        summary.dashboard_data = self.export().await?;
+        writeln!(out, "{summary}")?;
+        if let Some(data) = &summary.dashboard_data {
+            self.draw(data, out)?;
+        }
+        Ok(summary)
+    }
+
+    /// The address of the demo's Prometheus, if it runs one.
+    pub fn prometheus(&self) -> Option<&str> {
+        self.prometheus.as_ref().map(|(p, _)| p.address())
+    }
+
+    /// Points Prometheus at the replicas that run now.
+    fn retarget(&self) -> Result<(), DemoError> {
+        match &self.prometheus {
+            Some((prometheus, _)) => prometheus
+                .scrape_replicas(&self.fleet)
+                .map_err(step("point Prometheus at the replicas")),
+            None => Ok(()),
+        }
+    }
+
+    /// Every panel's series since the start, from Prometheus, into the demo's folder.
+    async fn export(&self) -> Result<Option<PathBuf>, DemoError> {
+        let Some((prometheus, since)) = &self.prometheus else {
+            return Ok(None);
+        };
+        let dashboard = dashboard().map_err(step("read the dashboard"))?;
+        let path = self.fleet.env.dir().join("dashboard-data.json");
+        let source =
+            "make demo: 3 replicas, scaled to 4, then to 2, replica 1 killed and restarted";
+        export(prometheus, &dashboard, *since, source, &path)
+            .await
+            .map_err(step("export the dashboard's series"))?;
+        Ok(Some(path))
+    }
+
+    /// Draws the dashboard picture with `scripts/dashboard_picture.py`; a machine without
+    /// python3 or matplotlib gets a hint, not a failure.
+    fn draw(&self, data: &Path, out: &mut dyn Write) -> Result<(), DemoError> {
+        let Some(picture) = &self.options.picture else {
+            return Ok(());
+        };
+        if let Some(folder) = picture.parent() {
+            std::fs::create_dir_all(folder)?;
+        }
+        let drawn = std::process::Command::new("python3")
+            .arg(repo_file("scripts/dashboard_picture.py"))
+            .arg(data)
+            .arg(picture)
+            .output();
+        match drawn {
+            Ok(output) if output.status.success() => {
+                writeln!(out, "dashboard picture: {}", picture.display())?;
+            }
+            Ok(output) => writeln!(
+                out,
+                "no dashboard picture: scripts/dashboard_picture.py failed (it needs `pip install -r scripts/requirements-picture.txt`): {}",
+                String::from_utf8_lossy(&output.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+            )?,
+            Err(e) => writeln!(out, "no dashboard picture: cannot run python3: {e}")?,
+        }
+        Ok(())
     }
 
     /// Shows the fleet, with `note` under it, until `stop` completes (`--keep`).
@@ -622,7 +717,7 @@ impl Demo {
         })
     }
 
-    async fn summarize(&mut self, out: &mut dyn Write) -> Result<Summary, DemoError> {
+    async fn summarize(&self) -> Result<Summary, DemoError> {
         let apps = self
             .fleet
             .apps_api()
@@ -671,8 +766,8 @@ impl Demo {
             intervals: intervals.len(),
             overlaps,
             steps: self.steps.clone(),
+            dashboard_data: None,
         };
-        writeln!(out, "{summary}")?;
         Ok(summary)
     }
 }

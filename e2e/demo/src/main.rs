@@ -28,6 +28,23 @@ struct Args {
     /// Seconds each step may take to settle.
     #[arg(long, default_value_t = 180)]
     timeout: u64,
+    /// The Prometheus that scrapes the replicas (default: `prometheus` on PATH, or
+    /// $PROMETHEUS; without one, no dashboard picture).
+    #[arg(long)]
+    prometheus: Option<PathBuf>,
+    /// Where to draw the dashboard picture from Prometheus's data.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/demo-dashboard.png"))]
+    picture: PathBuf,
+}
+
+/// `$PROMETHEUS`, or the first `prometheus` on `PATH`.
+fn find_prometheus() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("PROMETHEUS") {
+        return Some(PathBuf::from(path));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("prometheus"))
+        .find(|path| path.is_file())
 }
 
 #[tokio::main]
@@ -56,8 +73,13 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         apps: args.apps,
         redraw: stdout.is_terminal(),
         settle_timeout: Duration::from_secs(args.timeout),
+        prometheus: args.prometheus.or_else(find_prometheus),
+        picture: Some(args.picture),
         ..Options::new(controller)
     };
+    if options.prometheus.is_none() {
+        eprintln!("no Prometheus on PATH: no dashboard picture (apt-get install prometheus)");
+    }
     eprintln!(
         "starting an embedded control plane, 2 destination clusters, {} clusters, {} apps and 3 replicas...",
         options.clusters, options.apps
@@ -68,8 +90,12 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         let dir = demo.keep().to_path_buf();
         let kubeconfig = demo.kubeconfig()?;
         let note = format!(
-            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise -l shardwise.io/shard=0\n  kubectl get leases -n shardwise\n\nReplica logs: {}\nCtrl-C stops everything.\n",
+            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise -l shardwise.io/shard=0\n  kubectl get leases -n shardwise\n{}\nReplica logs: {}\nCtrl-C stops everything.\n",
             kubeconfig.display(),
+            demo.prometheus()
+                .map_or_else(String::new, |address| format!(
+                    "\nPrometheus: http://{address}/graph?g0.expr=shardwise_owned_apps\n"
+                )),
             dir.display()
         );
         demo.watch(

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod fencing;
+pub mod prometheus;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,7 +30,7 @@ pub const DESTINATION_IDENTITY: &str = "shardwise-destination";
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-fn repo_file(path: &str) -> PathBuf {
+pub fn repo_file(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .join(path)
