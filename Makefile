@@ -67,13 +67,18 @@ crds:
 	$(CARGO) run --quiet -p shardwise-cli --bin shardwise -- crds > deploy/crds.yaml
 	cp deploy/crds.yaml charts/shardwise/crds/crds.yaml
 
-.PHONY: chart chart-crds image-binaries image-check image e2e-kind dashboard-picture
+.PHONY: chart chart-crds chart-readme image-binaries image-check image e2e-kind dashboard-picture
 
 ## Lint, render and validate the Helm chart with Helm's engine (scripts/requirements.txt), and
 ## type-check the dashboard against Grafana's published schema (scripts/dashboard-schema).
 chart:
 	CARGO="$(CARGO)" $(PYTHON) scripts/chart.py
 	node scripts/dashboard-schema/check.mjs
+
+## Regenerate the chart's README from the `# --` comments of values.yaml (`make chart` fails
+## while it is stale).
+chart-readme:
+	$(PYTHON) scripts/chart_readme.py
 
 ## Copy the CRDs into the chart after `make crds` (`make chart` fails while they differ).
 chart-crds:

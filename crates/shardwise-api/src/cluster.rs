@@ -102,9 +102,10 @@ fn bounded_weight<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>,
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterCredentials {
-    /// A Secret in the FleetCluster's namespace, labelled `shardwise.io/secret-type: cluster`,
-    /// with the server its credentials are for (`server`), a bearer token and, optionally, a CA
-    /// bundle.
+    /// A Secret in the FleetCluster's namespace, labelled `shardwise.io/secret-type: cluster`
+    /// (or Argo CD's `argocd.argoproj.io/secret-type: cluster`), holding credentials for one
+    /// server: a bearer token with `server` and optionally a CA bundle, a kubeconfig (key
+    /// `kubeconfig` or `value`), or Argo CD's cluster config (`server` and `config`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretCredentials>,
     /// Use the controller's own service account (the cluster it runs in).
@@ -125,10 +126,11 @@ pub struct ClusterCredentials {
 pub struct SecretCredentials {
     /// Secret name, in the FleetCluster's namespace.
     pub name: String,
-    /// Key of the bearer token (default `token`).
+    /// Key of the bearer token (default `token`; a Secret with a bearer token only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_key: Option<String>,
-    /// Key of the PEM CA bundle (default `ca.crt`; absent means the system roots).
+    /// Key of the PEM CA bundle (default `ca.crt`; absent means the system roots; a Secret
+    /// with a bearer token only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_key: Option<String>,
 }
