@@ -156,6 +156,9 @@ helm install "$RELEASE" charts/shardwise --namespace "$NAMESPACE" --create-names
     --wait --timeout "${TIMEOUT}s"
 k get statefulset,pods,leases
 
+step "helm test: every replica ready"
+helm test "$RELEASE" --namespace "$NAMESPACE" --logs --timeout "${TIMEOUT}s"
+
 k create serviceaccount scraper
 
 step "destination: the kind cluster itself, through a token of its own"
@@ -279,6 +282,9 @@ k rollout restart statefulset "$STATEFULSET"
 k rollout status statefulset "$STATEFULSET" --timeout="${TIMEOUT}s"
 wait_until "the fleet settled after the restart" "$TIMEOUT" settled '^[0-3]$'
 wait_until "no request refused by RBAC" 10 no_forbidden
+
+step "helm test after the restart"
+helm test "$RELEASE" --namespace "$NAMESPACE" --logs --timeout "${TIMEOUT}s"
 
 step "e2e-kind passed"
 k get fleetclusters
