@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 use shard_assign::{Balance, Cluster, ShardId, ShardLoad, SlicedAssignment, Warning};
-use shardwise_sim::{Report, Scenario, Summary};
+use shardwise_sim::{Report, Scenario, StrategyReport, Summary};
 
 use crate::cli::Format;
 
@@ -102,6 +102,16 @@ fn pair(s: Summary, decimals: usize) -> String {
     format!("{:.d$} / {:.d$}", s.median, s.p95, d = decimals)
 }
 
+/// A strategy's name in tables, legends and captions, marked when its clusters were cut: with
+/// `--slicing both` a strategy appears twice.
+pub(crate) fn strategy_label(s: &StrategyReport) -> String {
+    if s.sliced {
+        format!("{} +slices", s.strategy)
+    } else {
+        s.strategy.to_string()
+    }
+}
+
 fn describe(report: &Report) -> String {
     let scenario = match report.scenario {
         Scenario::Scale { from, to } => format!("{from} -> {to} shards"),
@@ -167,11 +177,7 @@ pub(crate) fn write_simulation(
             let mut table = Table::new(&header);
             for s in &report.strategies {
                 let mut row = vec![
-                    if s.sliced {
-                        format!("{} +slices", s.strategy)
-                    } else {
-                        s.strategy.to_string()
-                    },
+                    strategy_label(s),
                     pair(s.balance.max_over_mean, 3),
                     pair(s.balance.spread_over_mean, 3),
                     pair(s.balance.cv, 3),
@@ -227,7 +233,7 @@ pub(crate) fn write_simulation(
                     s.moves.clusters_excluding_removed,
                     s.moves.apps,
                 ];
-                let mut row = vec![s.strategy.to_string()];
+                let mut row = vec![strategy_label(s)];
                 for v in values {
                     row.push(format!("{}", json::round(v.median)));
                     row.push(format!("{}", json::round(v.p95)));

@@ -13,6 +13,7 @@ use shard_assign::StrategyKind;
 use shardwise_sim::{Report, Scenario, SeedRun, StrategyReport};
 
 use crate::limits::Usage;
+use crate::output::strategy_label as label;
 
 const WIDTH: u32 = 1500;
 /// The trade-off chart with its title, then the title of the load panels.
@@ -125,15 +126,6 @@ fn churn_axis(report: &Report) -> ChurnAxis {
             of_seed: |r| r.total_moves().clusters as f64,
             of_strategy: |s| s.moves.clusters.median,
         },
-    }
-}
-
-/// A strategy's name in legends and captions, marked when its clusters were cut.
-fn label(s: &StrategyReport) -> String {
-    if s.sliced {
-        format!("{} +slices", s.strategy)
-    } else {
-        s.strategy.to_string()
     }
 }
 

@@ -106,6 +106,26 @@ fn simulate_table_and_csv_list_the_selected_strategies() {
     assert_eq!(lines.len(), 7, "{text}");
     assert!(lines[0].starts_with("strategy,max_over_mean_median,max_over_mean_p95"));
     assert_eq!(lines[0].split(',').count(), lines[6].split(',').count());
+
+    // With and without slices side by side, each row says which.
+    let out = shardwise(&[
+        "simulate",
+        "--seeds",
+        "2",
+        "--format",
+        "csv",
+        "--slicing",
+        "both",
+        "--strategies",
+        "bounded-load",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<String> = stdout(&out)
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').next().map(str::to_string))
+        .collect();
+    assert_eq!(names, ["bounded-load", "bounded-load +slices"]);
 }
 
 #[test]
