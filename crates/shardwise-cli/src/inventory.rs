@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use shard_assign::Cluster;
-use shardwise_sim::{InventoryFormat, parse_inventory};
+use shardwise_sim::{InventoryFormat, SimError, parse_inventory};
 
 use crate::limits::{self, Usage};
 
@@ -31,7 +31,10 @@ pub(crate) fn read(path: &Path) -> Result<Vec<Cluster>> {
             format!("inventory {}", path.display()),
         )
     };
-    let clusters = parse_inventory(&text, format).map_err(|e| Usage(format!("{what}: {e}")))?;
+    let clusters = parse_inventory(&text, format).map_err(|e| match e {
+        SimError::InvalidInventory(reason) => Usage(format!("invalid {what}: {reason}")),
+        other => Usage(format!("{what}: {other}")),
+    })?;
     let apps = clusters
         .iter()
         .fold(0u64, |sum, c| sum.saturating_add(c.apps));

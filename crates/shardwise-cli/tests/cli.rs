@@ -768,7 +768,7 @@ fn an_inventory_of_dash_is_read_from_standard_input() {
 
     let err = stderr(&with_stdin(&dash, "- {name: a}\n"));
     assert!(
-        err.contains("inventory from standard input: invalid inventory: entry 1 (\"a\"): missing field `apps`"),
+        err.contains("shardwise: invalid inventory from standard input: entry 1 (\"a\"): missing field `apps`"),
         "{err}"
     );
 }
