@@ -73,6 +73,12 @@ impl PlotFormat {
                 folder.display()
             )));
         }
+        if path.is_dir() {
+            return Err(Usage(format!(
+                "--plot {}: that is a folder, not a file",
+                path.display()
+            )));
+        }
         Ok(format)
     }
 }

@@ -663,6 +663,16 @@ fn plot_paths_are_checked_before_any_table() {
     ]);
     assert!(err.contains("there is no folder"), "{err}");
     assert!(!missing.exists());
+    let folder = dir.path().join("taken.svg");
+    std::fs::create_dir(&folder).unwrap();
+    let err = refused(&[
+        "simulate",
+        "--seeds",
+        "1",
+        "--plot",
+        folder.to_str().unwrap(),
+    ]);
+    assert!(err.contains("that is a folder"), "{err}");
 }
 
 #[test]
