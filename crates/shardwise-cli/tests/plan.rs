@@ -201,7 +201,14 @@ async fn plans_a_shardwise_fleet_from_its_labels() {
 /// fleet it describes: names, ids, apps, weights and pins, and no current shard taken for a pin.
 fn check_plan_is_an_inventory(plan: &[u8], report: &Value) {
     assert_eq!(report["kind"], "plan");
-    assert!(report["version"].is_string());
+    assert_eq!(report["version"], env!("CARGO_PKG_VERSION"));
+    // Numbers are rounded where they are written: 4 decimals at most.
+    let mut fractions = Vec::new();
+    numbers(report, &mut fractions);
+    assert!(fractions.iter().any(|n| n.contains('.')), "{fractions:?}");
+    for n in fractions {
+        assert!(n.split_once('.').is_none_or(|(_, d)| d.len() <= 4), "{n}");
+    }
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, plan).expect("the directory is writable");
@@ -260,6 +267,16 @@ fn check_plan_is_an_inventory(plan: &[u8], report: &Value) {
             .expect("a cluster of the fleet");
         assert_eq!(c["apps"], u64::from(spec.apps), "{c}");
         assert_eq!(c["pinned"], spec.pin.is_some(), "{c}");
+    }
+}
+
+/// Every number of a document, as written.
+fn numbers(value: &Value, into: &mut Vec<String>) {
+    match value {
+        Value::Number(n) => into.push(n.to_string()),
+        Value::Array(items) => items.iter().for_each(|item| numbers(item, into)),
+        Value::Object(fields) => fields.values().for_each(|item| numbers(item, into)),
+        _ => {}
     }
 }
 
