@@ -593,17 +593,21 @@ impl Demo {
         Ok(())
     }
 
-    /// One frame: records and apps from the control plane, rates from each replica.
-    async fn sample(&mut self, phase: &str, step_of: (usize, usize)) -> Result<Frame, DemoError> {
-        // Until the planner has written a record for every cluster, there is no placement.
-        let placement = self.fleet.placement().await.unwrap_or_default();
-        let apps = self
+    async fn apps(&self) -> Result<Vec<FleetApp>, DemoError> {
+        Ok(self
             .fleet
             .apps_api()
             .list(&ListParams::default())
             .await
             .map_err(step("list the apps"))?
-            .items;
+            .items)
+    }
+
+    /// One frame: records and apps from the control plane, rates from each replica.
+    async fn sample(&mut self, phase: &str, step_of: (usize, usize)) -> Result<Frame, DemoError> {
+        // Until the planner has written a record for every cluster, there is no placement.
+        let placement = self.fleet.placement().await.unwrap_or_default();
+        let apps = self.apps().await?;
 
         let mut shards: BTreeMap<u32, ShardFigures> = (0..self.expected)
             .chain(self.fleet.replicas.keys().copied())
@@ -718,13 +722,7 @@ impl Demo {
     }
 
     async fn summarize(&self) -> Result<Summary, DemoError> {
-        let apps = self
-            .fleet
-            .apps_api()
-            .list(&ListParams::default())
-            .await
-            .map_err(step("list the apps"))?
-            .items;
+        let apps = self.apps().await?;
         let is_broken = |name: &str| BROKEN.iter().any(|(b, _, _)| *b == name);
         let healthy: Vec<&FleetApp> = apps.iter().filter(|a| !is_broken(&a.name_any())).collect();
         let synced = healthy
