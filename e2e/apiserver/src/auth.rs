@@ -118,6 +118,30 @@ impl Authenticator {
             .collect()
     }
 
+    /// The identity a verified client certificate stands for: its user and groups are the
+    /// certificate's, as RBAC must see them; its name (for fault scoping and the write log) is
+    /// that of the first identity with that user and those groups, else the user.
+    pub fn for_certificate(&self, user: &str, groups: &[String]) -> Arc<Identity> {
+        let mut wanted = groups.to_vec();
+        wanted.sort();
+        let name = self
+            .identities()
+            .into_iter()
+            .find(|i| {
+                let mut have = i.groups.clone();
+                have.sort();
+                i.user == user && have == wanted
+            })
+            .map_or_else(|| user.to_string(), |i| i.name);
+        Arc::new(Identity {
+            name,
+            user: user.to_string(),
+            groups: groups.to_vec(),
+            // Not a token client: nothing can authenticate with this.
+            token: String::new(),
+        })
+    }
+
     pub fn by_name(&self, name: &str) -> Option<Identity> {
         self.by_token
             .read()
@@ -156,5 +180,21 @@ mod tests {
         assert!(a.authenticate("t1").is_none());
         assert_eq!(a.authenticate("t2").unwrap().user, "u2");
         assert_eq!(a.identities().len(), 1);
+    }
+
+    #[test]
+    fn certificates_take_the_name_of_the_identity_they_match() {
+        let a = Authenticator::default();
+        a.add(Identity::service_account("sa", "ns", "app"));
+        let groups = vec![
+            "system:serviceaccounts:ns".to_string(),
+            "system:serviceaccounts".to_string(),
+        ];
+        let i = a.for_certificate("system:serviceaccount:ns:app", &groups);
+        assert_eq!(i.name, "sa");
+        assert_eq!(i.groups, groups);
+        let other = a.for_certificate("system:serviceaccount:ns:app", &groups[..1]);
+        assert_eq!(other.name, "system:serviceaccount:ns:app");
+        assert!(a.authenticate(&other.token).is_none());
     }
 }

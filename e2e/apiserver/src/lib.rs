@@ -53,4 +53,5 @@ pub use faults::{
     ScopedErrors, ScopedLatency, ScopedPeriod,
 };
 pub use server::{ApiServer, ServerConfig, StartError};
+pub use tls::{CertificateError, ClientCertificate};
 pub use writes::{WriteLog, WriteRecord};

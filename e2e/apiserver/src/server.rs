@@ -22,7 +22,7 @@ use crate::lifecycle::{self, WriteCtx};
 use crate::registry::GroupResource;
 use crate::shared::Shared;
 use crate::store::Store;
-use crate::tls::{self, TlsError};
+use crate::tls::{self, CertificateError, ClientCert, ClientCertificate, TlsError};
 use crate::writes::WriteLog;
 use crate::{object, service};
 
@@ -304,13 +304,11 @@ impl ApiServer {
             .or_else(|| identities.first())
             .map(|i| i.name.clone())
             .unwrap_or_default();
-        kubeconfig_yaml(
-            &self.name,
-            &self.url(),
-            self.ca_pem(),
-            &identities,
-            &current,
-        )
+        let users: Vec<_> = identities
+            .iter()
+            .map(|i| (i.name.as_str(), Credential::Token(&i.token)))
+            .collect();
+        kubeconfig_yaml(&self.name, &self.url(), self.ca_pem(), &users, &current)
     }
 
     /// A kubeconfig holding only `identity`.
@@ -320,7 +318,37 @@ impl ApiServer {
             &self.name,
             &self.url(),
             self.ca_pem(),
-            std::slice::from_ref(&i),
+            &[(identity, Credential::Token(&i.token))],
+            identity,
+        ))
+    }
+
+    /// A client certificate for `identity`, signed by the server's CA (which is also its client
+    /// CA): CommonName = the identity's user, one Organization per group, so requests made with
+    /// it are authenticated and authorized as that identity's user and groups.
+    pub fn issue_client_certificate(
+        &self,
+        identity: &str,
+    ) -> Result<ClientCertificate, CertificateError> {
+        let i = self
+            .identity(identity)
+            .ok_or_else(|| CertificateError::UnknownIdentity(identity.to_string()))?;
+        let tls = self.shared.tls.as_ref().ok_or(CertificateError::NoTls)?;
+        tls.issue_client_certificate(&i.name, &i.user, &i.groups)
+    }
+
+    /// A kubeconfig holding only `identity`, authenticating with a newly issued client
+    /// certificate ([`ApiServer::issue_client_certificate`]) instead of the token.
+    pub fn kubeconfig_with_client_certificate(
+        &self,
+        identity: &str,
+    ) -> Result<String, CertificateError> {
+        let cert = self.issue_client_certificate(identity)?;
+        Ok(kubeconfig_yaml(
+            &self.name,
+            &self.url(),
+            self.ca_pem(),
+            &[(identity, Credential::Certificate(&cert))],
             identity,
         ))
     }
@@ -354,13 +382,21 @@ fn q(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }
 
+/// How a kubeconfig user authenticates.
+enum Credential<'a> {
+    Token(&'a str),
+    Certificate(&'a ClientCertificate),
+}
+
+/// `users` are (name, credential) pairs, each with a context of the same name.
 fn kubeconfig_yaml(
     cluster: &str,
     url: &str,
     ca_pem: Option<&str>,
-    identities: &[Identity],
+    users: &[(&str, Credential<'_>)],
     current: &str,
 ) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let mut y = String::from("apiVersion: v1\nkind: Config\npreferences: {}\nclusters:\n");
     y.push_str(&format!(
         "- name: {}\n  cluster:\n    server: {}\n",
@@ -368,24 +404,30 @@ fn kubeconfig_yaml(
         q(url)
     ));
     if let Some(pem) = ca_pem {
-        let data = base64::engine::general_purpose::STANDARD.encode(pem);
-        y.push_str(&format!("    certificate-authority-data: {}\n", q(&data)));
-    }
-    y.push_str("users:\n");
-    for i in identities {
         y.push_str(&format!(
-            "- name: {}\n  user:\n    token: {}\n",
-            q(&i.name),
-            q(&i.token)
+            "    certificate-authority-data: {}\n",
+            q(&b64(pem))
         ));
     }
+    y.push_str("users:\n");
+    for (name, credential) in users {
+        y.push_str(&format!("- name: {}\n  user:\n", q(name)));
+        match credential {
+            Credential::Token(token) => y.push_str(&format!("    token: {}\n", q(token))),
+            Credential::Certificate(cert) => y.push_str(&format!(
+                "    client-certificate-data: {}\n    client-key-data: {}\n",
+                q(&b64(&cert.cert_pem)),
+                q(&b64(&cert.key_pem))
+            )),
+        }
+    }
     y.push_str("contexts:\n");
-    for i in identities {
+    for (name, _) in users {
         y.push_str(&format!(
             "- name: {}\n  context:\n    cluster: {}\n    user: {}\n    namespace: default\n",
-            q(&i.name),
+            q(name),
             q(cluster),
-            q(&i.name)
+            q(name)
         ));
     }
     y.push_str(&format!("current-context: {}\n", q(current)));
@@ -412,17 +454,25 @@ async fn accept_loop(
                 let _ = stream.set_nodelay(true);
                 let shared = Arc::clone(&shared);
                 connections.spawn(async move {
-                    let acceptor = shared.tls.as_ref().map(|t| t.acceptor.clone());
-                    let svc = service_fn(move |req| service::handle(Arc::clone(&shared), req));
-                    let served = match acceptor {
-                        Some(acceptor) => match acceptor.accept(stream).await {
-                            Ok(tls) => http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await,
+                    let served = match shared.tls.clone() {
+                        Some(tls) => match tls.acceptor.accept(stream).await {
+                            Ok(conn) => {
+                                // The certificate is the connection's: authenticated once, then
+                                // applied to every request on it.
+                                let cert = Arc::new(tls.authenticate(conn.get_ref().1.peer_certificates()));
+                                let svc = service_fn(move |req| service::handle(Arc::clone(&shared), Arc::clone(&cert), req));
+                                http1::Builder::new().serve_connection(TokioIo::new(conn), svc).await
+                            }
                             Err(e) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed");
                                 return;
                             }
                         },
-                        None => http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await,
+                        None => {
+                            let cert = Arc::new(ClientCert::Absent);
+                            let svc = service_fn(move |req| service::handle(Arc::clone(&shared), Arc::clone(&cert), req));
+                            http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await
+                        }
                     };
                     if let Err(e) = served {
                         tracing::debug!(%peer, error = %e, "connection ended");
@@ -489,14 +539,22 @@ mod tests {
 
     #[test]
     fn kubeconfig_has_a_context_per_identity() {
-        let ids = vec![
-            Identity::admin("admin").with_token("a"),
-            Identity::service_account("shardwise-0", "sw", "sw").with_token("b"),
+        let cert = ClientCertificate {
+            cert_pem: "CERT".into(),
+            key_pem: "KEY".into(),
+        };
+        let users = [
+            ("admin", Credential::Token("a")),
+            ("shardwise-0", Credential::Token("b")),
+            ("by-cert", Credential::Certificate(&cert)),
         ];
-        let y = kubeconfig_yaml("c", "https://127.0.0.1:1", Some("PEM"), &ids, "admin");
+        let y = kubeconfig_yaml("c", "https://127.0.0.1:1", Some("PEM"), &users, "admin");
         let v: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
-        assert_eq!(v["contexts"].as_array().unwrap().len(), 2);
+        assert_eq!(v["contexts"].as_array().unwrap().len(), 3);
         assert_eq!(v["users"][1]["user"]["token"], "b");
+        assert_eq!(v["users"][2]["user"]["client-certificate-data"], "Q0VSVA==");
+        assert_eq!(v["users"][2]["user"]["client-key-data"], "S0VZ");
+        assert!(v["users"][2]["user"].get("token").is_none());
         assert_eq!(v["current-context"], "admin");
         assert_eq!(
             v["clusters"][0]["cluster"]["certificate-authority-data"],

@@ -10,6 +10,7 @@ use crate::error::ApiError;
 use crate::faults::Verdict;
 use crate::respond::{self, Body};
 use crate::shared::Shared;
+use crate::tls::ClientCert;
 use crate::writes::WriteRecord;
 use crate::{admin, discovery, rest};
 
@@ -35,8 +36,12 @@ fn is_health(path: &str) -> bool {
     })
 }
 
+/// `client_cert` is what the connection's client certificate says. As in kube-apiserver, whose
+/// x509 authenticator comes before the token authenticators in its union, a trusted certificate
+/// wins over any bearer token; a rejected one leaves the decision to the token.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
+    client_cert: Arc<ClientCert>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Refused> {
     let path = req.uri().path().to_string();
@@ -45,7 +50,11 @@ pub(crate) async fn handle(
         return Ok(admin::handle(&shared, req).await);
     }
     let token = bearer(req.headers());
-    let identity = token.as_deref().and_then(|t| shared.auth.authenticate(t));
+    let identity = match &*client_cert {
+        ClientCert::User { user, groups } => Some(shared.auth.for_certificate(user, groups)),
+        ClientCert::Absent | ClientCert::Rejected(_) => None,
+    }
+    .or_else(|| token.as_deref().and_then(|t| shared.auth.authenticate(t)));
     match shared
         .faults
         .admit(identity.as_ref().map(|i| i.name.as_str()))
@@ -59,7 +68,12 @@ pub(crate) async fn handle(
         return Ok(respond::text(200, "ok"));
     }
     let Some(identity) = identity else {
-        if token.is_none() && path == "/version" {
+        // A credential that fails makes the request unauthorized, never anonymous.
+        let anonymous = token.is_none() && !matches!(*client_cert, ClientCert::Rejected(_));
+        if let ClientCert::Rejected(reason) = &*client_cert {
+            tracing::debug!(%reason, "client certificate not accepted");
+        }
+        if anonymous && path == "/version" {
             return Ok(respond::json(200, &discovery::version()));
         }
         return Ok(respond::error(&ApiError::unauthorized()));

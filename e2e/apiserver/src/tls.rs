@@ -1,5 +1,7 @@
 //! A throwaway certificate authority and serving certificate per server, because kubectl
-//! (client-go) sends credentials only over TLS.
+//! (client-go) sends credentials only over TLS. The same CA signs client certificates: like
+//! kube-apiserver with `--client-ca-file` set to the cluster CA, the server asks for a client
+//! certificate and authenticates its subject (see [`ClientCert`]).
 
 use std::sync::Arc;
 
@@ -7,7 +9,11 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::DigitallySignedStruct;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use tokio_rustls::TlsAcceptor;
 
 #[derive(Debug, thiserror::Error)]
@@ -16,18 +22,121 @@ pub enum TlsError {
     Certificate(#[from] rcgen::Error),
     #[error("cannot configure TLS: {0}")]
     Config(#[from] rustls::Error),
+    #[error("cannot configure client certificate verification: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
 }
 
-/// The acceptor and the CA certificate clients must trust.
+/// Why a client certificate cannot be issued.
+#[derive(Debug, thiserror::Error)]
+pub enum CertificateError {
+    #[error("the server has no identity {0:?}")]
+    UnknownIdentity(String),
+    #[error("the server serves plain HTTP, so it has no CA to sign client certificates")]
+    NoTls,
+    /// rcgen keeps one value per subject attribute type; the second Organization goes in under
+    /// the same OID as a custom type, so two groups are what it can encode.
+    #[error("identity {identity:?} has {groups} groups; a client certificate carries at most 2")]
+    TooManyGroups { identity: String, groups: usize },
+    #[error("cannot generate the client certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+}
+
+/// A client certificate and its private key, both PEM. `Debug` leaves the key out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientCertificate {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for ClientCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCertificate")
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a connection's client certificate says, decided as kube-apiserver's x509 authenticator
+/// (`CommonNameUserConversion`) decides it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ClientCert {
+    /// No certificate, or a trusted one without a CommonName: the bearer token decides.
+    Absent,
+    /// A trusted certificate: user = subject CommonName, groups = subject Organization values.
+    User { user: String, groups: Vec<String> },
+    /// A certificate the client CA does not vouch for (or that cannot be read). It fails
+    /// authentication unless a bearer token succeeds, and the request is never anonymous.
+    Rejected(String),
+}
+
+/// The acceptor, the CA certificate clients must trust, and the CA that signs client
+/// certificates.
 #[derive(Clone)]
 pub struct Tls {
     pub acceptor: TlsAcceptor,
     pub ca_pem: String,
+    ca: Arc<CertifiedIssuer<'static, KeyPair>>,
+    client_roots: Arc<dyn ClientCertVerifier>,
 }
 
 impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
+/// Asks for a client certificate without requiring or verifying it during the handshake, like
+/// Go's `tls.RequestClientCert`, which kube-apiserver uses when it has a client CA: the chain is
+/// verified by the authenticator ([`Tls::authenticate`]), so an untrusted certificate yields a
+/// 401 (or the token's identity) rather than a failed handshake. Possession of the key is still
+/// proven: the handshake signature is checked.
+#[derive(Debug)]
+struct RequestClientCert {
+    roots: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.roots.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.roots.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.roots.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.roots.supported_verify_schemes()
     }
 }
 
@@ -58,17 +167,100 @@ pub fn generate() -> Result<Tls, TlsError> {
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let cert = params.signed_by(&key, &ca)?;
 
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone())?;
+    let client_roots =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+            .build()?;
+
     let chain = vec![cert.der().clone(), ca.der().clone()];
     let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(chain, key_der)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(Arc::new(RequestClientCert {
+            roots: Arc::clone(&client_roots),
+        }))
+        .with_single_cert(chain, key_der)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Tls {
         acceptor: TlsAcceptor::from(Arc::new(config)),
         ca_pem: ca.pem(),
+        ca: Arc::new(ca),
+        client_roots,
     })
+}
+
+impl Tls {
+    /// A client certificate signed by the CA: CommonName `user`, one Organization per group,
+    /// for client authentication only.
+    pub fn issue_client_certificate(
+        &self,
+        identity: &str,
+        user: &str,
+        groups: &[String],
+    ) -> Result<ClientCertificate, CertificateError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, user);
+        // The OID of Organization (2.5.4.10), spelled as a custom type so that rcgen, which
+        // keeps one value per type, writes a second Organization attribute.
+        let organization = [
+            DnType::OrganizationName,
+            DnType::CustomDnType(vec![2, 5, 4, 10]),
+        ];
+        if groups.len() > organization.len() {
+            return Err(CertificateError::TooManyGroups {
+                identity: identity.to_string(),
+                groups: groups.len(),
+            });
+        }
+        for (ty, group) in organization.into_iter().zip(groups) {
+            params.distinguished_name.push(ty, group.as_str());
+        }
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.ca)?;
+        Ok(ClientCertificate {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// Authenticates the certificate chain a client presented, as kube-apiserver's x509
+    /// authenticator does: verified against the client CA for client authentication, then
+    /// user = CommonName (the last, as Go's `pkix.Name` keeps it) and groups = every
+    /// Organization value.
+    pub(crate) fn authenticate(&self, chain: Option<&[CertificateDer<'_>]>) -> ClientCert {
+        let Some((end_entity, intermediates)) = chain.and_then(<[_]>::split_first) else {
+            return ClientCert::Absent;
+        };
+        if let Err(e) =
+            self.client_roots
+                .verify_client_cert(end_entity, intermediates, UnixTime::now())
+        {
+            return ClientCert::Rejected(format!("verifying certificate failed: {e}"));
+        }
+        let cert = match x509_parser::parse_x509_certificate(end_entity) {
+            Ok((_, cert)) => cert,
+            Err(e) => return ClientCert::Rejected(format!("unreadable certificate: {e}")),
+        };
+        let subject = cert.subject();
+        let strings =
+            |attrs: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue>| {
+                attrs
+                    .filter_map(|a| a.as_str().ok().map(str::to_string))
+                    .collect::<Vec<_>>()
+            };
+        let user = strings(&mut subject.iter_common_name())
+            .pop()
+            .unwrap_or_default();
+        if user.is_empty() {
+            return ClientCert::Absent;
+        }
+        ClientCert::User {
+            user,
+            groups: strings(&mut subject.iter_organization()),
+        }
+    }
 }

@@ -2,6 +2,7 @@
 
 mod apply;
 mod binary;
+mod certificates;
 mod common;
 mod crud;
 mod faults;
