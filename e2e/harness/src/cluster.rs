@@ -8,7 +8,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
-use shardwise_test_apiserver::{ApiServer, Faults, Identity, ServerConfig};
+use shardwise_test_apiserver::{ApiServer, CertificateError, Faults, Identity, ServerConfig};
 
 use crate::HarnessError;
 use crate::process::{Process, ProcessSpec};
@@ -100,6 +100,26 @@ impl Cluster {
             .ok_or_else(|| HarnessError::UnknownIdentity {
                 cluster: self.name.clone(),
                 identity: identity.to_string(),
+            })
+    }
+
+    /// A kubeconfig holding only `identity`, authenticating with a newly issued client
+    /// certificate (CommonName = its user, Organizations = its groups) instead of its token.
+    pub fn kubeconfig_with_client_certificate(
+        &self,
+        identity: &str,
+    ) -> Result<String, HarnessError> {
+        self.server
+            .kubeconfig_with_client_certificate(identity)
+            .map_err(|source| match source {
+                CertificateError::UnknownIdentity(identity) => HarnessError::UnknownIdentity {
+                    cluster: self.name.clone(),
+                    identity,
+                },
+                source => HarnessError::Certificate {
+                    cluster: self.name.clone(),
+                    source,
+                },
             })
     }
 

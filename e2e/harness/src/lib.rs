@@ -49,8 +49,8 @@ pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use process::{Process, ProcessError, ProcessSpec};
 pub use shardwise_test_apiserver::{
-    ActiveFaults, ApiServer, ErrorFault, FaultCounters, FaultScope, FaultStatus, Faults, Identity,
-    ServerConfig, WriteRecord,
+    ActiveFaults, ApiServer, CertificateError, ClientCertificate, ErrorFault, FaultCounters,
+    FaultScope, FaultStatus, Faults, Identity, ServerConfig, WriteRecord,
 };
 pub use wait::{Poll, WaitError, wait_for, wait_with};
 
@@ -65,6 +65,12 @@ pub enum HarnessError {
     },
     #[error("cluster {cluster} has no identity {identity:?}")]
     UnknownIdentity { cluster: String, identity: String },
+    #[error("cannot issue a client certificate on {cluster}: {source}")]
+    Certificate {
+        cluster: String,
+        #[source]
+        source: shardwise_test_apiserver::CertificateError,
+    },
     #[error("invalid kubeconfig for {cluster}: {reason}")]
     Kubeconfig { cluster: String, reason: String },
     #[error("{path}: {source}")]

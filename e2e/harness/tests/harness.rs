@@ -169,6 +169,30 @@ async fn environments_with_destinations_and_yaml() {
     assert!(added.exists());
     let ops: Api<Namespace> = Api::all(cp.client("ops").await.unwrap());
     assert!(ops.list(&ListParams::default()).await.unwrap().items.len() >= 5);
+
+    // A client certificate alone authenticates, as its identity.
+    let yaml = cp.kubeconfig_with_client_certificate("ops").unwrap();
+    assert!(!yaml.contains("token"), "{yaml}");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&yaml).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let by_cert: Api<Namespace> = Api::all(kube::Client::try_from(config).unwrap());
+    assert!(
+        by_cert
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            >= 5
+    );
+    assert!(matches!(
+        cp.kubeconfig_with_client_certificate("nobody"),
+        Err(HarnessError::UnknownIdentity { .. })
+    ));
 }
 
 #[tokio::test]
