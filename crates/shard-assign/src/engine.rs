@@ -49,6 +49,9 @@ pub fn assign(
         StrategyKind::StickyBalanced => {
             strategies::sticky_balanced::place(&mut draft, config, previous)
         }
+        StrategyKind::ArgoCdConsistentHashing => {
+            strategies::argocd_consistent_hashing::place(&mut draft)
+        }
     }
     // A strategy that left a cluster out is a bug; debug builds fail on it, release builds still
     // give the cluster an owner rather than leave it unreconciled.

@@ -3,6 +3,7 @@
 
 use std::hash::Hasher;
 
+use blake2::{Blake2b512, Digest};
 use twox_hash::{XxHash3_64, xxhash64};
 
 use crate::model::ShardId;
@@ -17,6 +18,15 @@ pub fn fnv1a_32(bytes: &[u8]) -> u32 {
     bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
         (hash ^ u32::from(byte)).wrapping_mul(PRIME)
     })
+}
+
+/// A key's point on Argo CD's consistent-hashing ring: the first 8 bytes of the key's unkeyed
+/// BLAKE2b-512 digest, read little-endian.
+pub(crate) fn blake2b_point(key: &[u8]) -> u64 {
+    let digest = Blake2b512::digest(key);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first)
 }
 
 /// Position of a cluster on a ring.
@@ -58,6 +68,12 @@ mod tests {
         assert_eq!(fnv1a_32(b""), 0x811c_9dc5);
         assert_eq!(fnv1a_32(b"a"), 0xe40c_292c);
         assert_eq!(fnv1a_32(b"foobar"), 0xbf9c_f968);
+    }
+
+    // RFC 7693, appendix A: BLAKE2b-512("abc") begins ba 80 a5 3f 98 1c 4d 0d.
+    #[test]
+    fn blake2b_point_is_the_little_endian_head_of_the_digest() {
+        assert_eq!(blake2b_point(b"abc"), 0x0d4d_1c98_3fa5_80ba);
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Strategies ([`StrategyKind`]): `legacy-modulo`, `round-robin`, `greedy-minimum`,
-//! `weighted-ring-hash`, `bounded-load` and `sticky-balanced`. Every one of them places each
+//! `weighted-ring-hash`, `bounded-load` and `sticky-balanced`, plus, by name only,
+//! `argocd-consistent-hashing` (Argo CD's own bounded-load ring). Every one of them places each
 //! cluster on exactly one live shard, honours pins to live shards, places clusters pinned to a
 //! shard that is not live by the strategy (with a [`Warning`]), and ignores input order.
 

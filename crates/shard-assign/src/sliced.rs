@@ -2,8 +2,8 @@
 //! then place every slice with the chosen strategy as if it were a cluster of its own.
 //!
 //! A cluster that is not cut keeps its own id as its one unit, so that a fleet nothing needs to
-//! cut is assigned exactly as without slicing. `legacy-modulo` and `round-robin` never cut (they
-//! exist to place clusters as Argo CD does).
+//! cut is assigned exactly as without slicing. `legacy-modulo`, `round-robin` and
+//! `argocd-consistent-hashing` never cut (they exist to place clusters as Argo CD does).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -136,7 +136,12 @@ impl SlicedAssignment {
 
 /// Whether `kind` may cut clusters.
 pub fn slices(kind: StrategyKind) -> bool {
-    !matches!(kind, StrategyKind::LegacyModulo | StrategyKind::RoundRobin)
+    !matches!(
+        kind,
+        StrategyKind::LegacyModulo
+            | StrategyKind::RoundRobin
+            | StrategyKind::ArgoCdConsistentHashing
+    )
 }
 
 /// The one switch for slicing, as the front ends offer it (`--slicing` of `simulate`, `assign`
@@ -637,9 +642,13 @@ mod tests {
         );
         let mut hot = clusters.clone();
         hot.push(cluster("hot", 5000, &mut keys));
-        let legacy = StrategyConfig::new(StrategyKind::LegacyModulo);
-        let result = fresh(&legacy, &hot, &keys, &shards);
-        assert_eq!(result.slicing, Slicing::default());
+        for kind in [
+            StrategyKind::LegacyModulo,
+            StrategyKind::ArgoCdConsistentHashing,
+        ] {
+            let result = fresh(&StrategyConfig::new(kind), &hot, &keys, &shards);
+            assert_eq!(result.slicing, Slicing::default(), "{kind}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! One module per strategy. Each places the clusters the pins left unplaced.
 
+pub(crate) mod argocd_consistent_hashing;
 pub(crate) mod bounded_load;
 pub(crate) mod greedy_minimum;
 pub(crate) mod legacy_modulo;

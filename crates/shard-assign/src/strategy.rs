@@ -24,10 +24,15 @@ pub enum StrategyKind {
     BoundedLoad,
     /// Keeps clusters where they were and spends a small budget of moves on balance.
     StickyBalanced,
+    /// Argo CD v3.5's `consistent-hashing` placement, bit for bit: a BLAKE2b ring of 1000 points
+    /// per shard, clusters in id order each walking to the first shard under 1.25 × the mean
+    /// app count so far. Reads ids, app counts and pins; ignores weights and ring parameters.
+    #[serde(rename = "argocd-consistent-hashing")]
+    ArgoCdConsistentHashing,
 }
 
 impl StrategyKind {
-    /// Every strategy, in the order reports list them.
+    /// The strategies reports compare by default, in the order they list them.
     pub const ALL: [StrategyKind; 6] = [
         StrategyKind::LegacyModulo,
         StrategyKind::RoundRobin,
@@ -37,6 +42,16 @@ impl StrategyKind {
         StrategyKind::StickyBalanced,
     ];
 
+    /// Strategies selectable by name but left out of [`StrategyKind::ALL`], the default
+    /// comparison: reproductions of another system's placement, for fleets migrating from it.
+    pub const OPT_IN: [StrategyKind; 1] = [StrategyKind::ArgoCdConsistentHashing];
+
+    /// Every strategy that can be selected by name: [`StrategyKind::ALL`], then
+    /// [`StrategyKind::OPT_IN`].
+    pub fn every() -> impl Iterator<Item = StrategyKind> {
+        Self::ALL.into_iter().chain(Self::OPT_IN)
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             StrategyKind::LegacyModulo => "legacy-modulo",
@@ -45,6 +60,7 @@ impl StrategyKind {
             StrategyKind::WeightedRingHash => "weighted-ring-hash",
             StrategyKind::BoundedLoad => "bounded-load",
             StrategyKind::StickyBalanced => "sticky-balanced",
+            StrategyKind::ArgoCdConsistentHashing => "argocd-consistent-hashing",
         }
     }
 
@@ -69,11 +85,10 @@ impl FromStr for StrategyKind {
     type Err = ParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        StrategyKind::ALL
-            .into_iter()
+        StrategyKind::every()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                let names: Vec<&str> = StrategyKind::ALL.iter().map(|k| k.name()).collect();
+                let names: Vec<&str> = StrategyKind::every().map(|k| k.name()).collect();
                 ParseError::UnknownStrategy(s.to_string(), names.join(", "))
             })
     }
@@ -158,7 +173,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for kind in StrategyKind::ALL {
+        for kind in StrategyKind::every() {
             assert_eq!(kind.name().parse::<StrategyKind>().unwrap(), kind);
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.name()));
@@ -171,6 +186,22 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("consistent-hashing"), "{text}");
         assert!(text.contains("bounded-load"), "{text}");
+        assert!(text.contains("argocd-consistent-hashing"), "{text}");
+    }
+
+    #[test]
+    fn every_strategy_is_listed_once() {
+        let mut names: Vec<&str> = StrategyKind::every().map(StrategyKind::name).collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count);
+        assert_eq!(count, StrategyKind::ALL.len() + StrategyKind::OPT_IN.len());
+        assert!(!StrategyKind::ALL.contains(&StrategyKind::ArgoCdConsistentHashing));
+        assert_eq!(
+            "argocd-consistent-hashing".parse::<StrategyKind>(),
+            Ok(StrategyKind::ArgoCdConsistentHashing)
+        );
     }
 
     #[test]

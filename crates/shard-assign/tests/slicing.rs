@@ -52,7 +52,7 @@ fn fleet() -> impl Strategy<Value = (Vec<Cluster>, AppKeys)> {
 }
 
 fn strategy() -> impl Strategy<Value = StrategyConfig> {
-    prop::sample::select(StrategyKind::ALL.to_vec()).prop_map(StrategyConfig::new)
+    prop::sample::select(StrategyKind::every().collect::<Vec<_>>()).prop_map(StrategyConfig::new)
 }
 
 fn run(
