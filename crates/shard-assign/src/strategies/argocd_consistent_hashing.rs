@@ -21,8 +21,6 @@
 //! snapshot give the same map, so building it once gives the same placement. With a gap in the
 //! live set, positions index the sorted live shards, as in `legacy-modulo`.
 
-use std::fmt::Write;
-
 use crate::draft::Draft;
 use crate::hashing::blake2b_point;
 
@@ -38,12 +36,9 @@ struct Ring {
 impl Ring {
     fn build(shard_count: usize) -> Self {
         let mut points = Vec::with_capacity(shard_count * VIRTUAL_NODES as usize);
-        let mut key = String::new();
         for position in 0..shard_count {
             for vnode in 0..VIRTUAL_NODES {
-                key.clear();
-                // Writing to a String cannot fail.
-                let _ = write!(key, "{position}{vnode}");
+                let key = format!("{position}{vnode}");
                 points.push((blake2b_point(key.as_bytes()), position));
             }
         }
@@ -82,8 +77,9 @@ fn ring_positions(draft: &Draft<'_>) -> Vec<usize> {
         .map(|index| {
             let cluster = draft.cluster(index);
             let cap = cap(placed, shard_count);
-            // The lightest shard is always under the cap (its count is at most the mean), so
-            // the walk ends within one turn; the fallback only keeps this total.
+            // The lightest shard is always under the cap (its count is at most the mean) and
+            // keeps points of its own (its one-digit keys never coincide), so the walk ends
+            // within one turn; the fallback only keeps this total.
             let position = ring
                 .walk(blake2b_point(cluster.id.as_bytes()))
                 .find(|&position| apps[position] < cap)
