@@ -1,6 +1,8 @@
 //! End-to-end test of cluster credentials in the kubeconfig and Argo CD layouts: a real
-//! `shardwise-controller` process reconciles apps through them, refuses an exec plugin without
-//! running it, and never writes a credential to its logs, Events or statuses.
+//! `shardwise-controller` process reconciles apps through them (a client certificate alone
+//! authenticating one), reports a certificate the destination does not trust as Unauthorized,
+//! refuses an exec plugin without running it, and never writes a credential to its logs,
+//! Events or statuses.
 
 // Test code: a step that fails fails the test, helpers included.
 #![allow(clippy::unwrap_used)]
@@ -14,11 +16,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube::config::Kubeconfig;
-use rcgen::{CertificateParams, KeyPair};
+use secrecy::ExposeSecret;
 use serde_json::json;
 use shardwise_api::{ClusterPhase, FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{Identity, wait_for};
-use support::{Fleet, FleetOptions, NAMESPACE, app_manifests};
+use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, NAMESPACE, app_manifests};
 
 const SETTLE: Duration = Duration::from_secs(60);
 /// Tokens of identities on the destinations, recognisable in any output.
@@ -82,32 +84,44 @@ async fn cluster_status(fleet: &Fleet, name: &str) -> Result<(ClusterPhase, Stri
     Ok((phase, status.message.unwrap_or_default()))
 }
 
-/// A kubeconfig of destination `index`'s identity `user`, with a client certificate and key
-/// added to its user. The test API server authenticates by token only, so the token gets the
-/// requests through; the certificate and key go through kube's TLS setup all the same.
-fn kubeconfig_with_certificate(fleet: &Fleet, index: usize, user: &str) -> (String, String) {
-    let yaml = fleet.env.destinations()[index].kubeconfig(user).unwrap();
-    let mut kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![user.to_string()])
-        .unwrap()
-        .self_signed(&key)
+/// The client key of a kubeconfig's only user, PEM.
+fn client_key(yaml: &str) -> String {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).unwrap();
+    let auth = kubeconfig.auth_infos[0].auth_info.clone().unwrap();
+    assert!(auth.token.is_none(), "the certificate alone authenticates");
+    let data = auth.client_key_data.unwrap();
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(data.expose_secret())
         .unwrap();
-    let key_pem = key.serialize_pem();
-    for named in &mut kubeconfig.auth_infos {
-        let auth = named.auth_info.get_or_insert_default();
-        auth.client_certificate_data = Some(b64(&cert.pem()));
-        auth.client_key_data = Some(b64(&key_pem).into());
+    String::from_utf8(pem).unwrap()
+}
+
+/// A kubeconfig for destination 0 holding a client certificate its CA never signed: one that
+/// destination 1 issued to its admin.
+fn kubeconfig_with_foreign_certificate(fleet: &Fleet) -> (String, String) {
+    let destinations = fleet.env.destinations();
+    let yaml = destinations[1]
+        .kubeconfig_with_client_certificate(DESTINATION_IDENTITY)
+        .unwrap();
+    let key_pem = client_key(&yaml);
+    let mut kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
+    let ca0 = destinations[0].server().ca_pem().unwrap_or_default();
+    for named in &mut kubeconfig.clusters {
+        let cluster = named.cluster.get_or_insert_default();
+        cluster.server = Some(destinations[0].url());
+        cluster.certificate_authority_data = Some(b64(ca0));
     }
     // JSON is YAML, and kube's serializer writes the credentials out.
     (serde_json::to_string(&kubeconfig).unwrap(), key_pem)
 }
 
-/// One replica, two destinations: a kubeconfig with a client certificate and an Argo CD cluster
-/// Secret with a bearer token carry apps to their destination; a kubeconfig with an exec
-/// plugin and an Argo CD Secret bound to another server leave their clusters Invalid, saying
-/// why, without the plugin ever running; no credential shows in the controller's logs (at
-/// debug level), in Events, or in any status.
+/// One replica, two destinations: a kubeconfig with only a client certificate (the test API
+/// server authenticates it as kube-apiserver does: user = CommonName, groups = Organizations)
+/// and an Argo CD cluster Secret with a bearer token carry apps to their destination; a
+/// kubeconfig with a certificate of the other destination's CA leaves its cluster Unauthorized;
+/// a kubeconfig with an exec plugin and an Argo CD Secret bound to another server leave their
+/// clusters Invalid, saying why, without the plugin ever running; no credential shows in the
+/// controller's logs (at debug level), in Events, or in any status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
     let fleet = Fleet::start(FleetOptions {
@@ -128,7 +142,12 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
     destinations[1]
         .add_identity(Identity::admin("argocd-user").with_token(ARGOCD_TOKEN))
         .unwrap();
-    let (kubeconfig, key_pem) = kubeconfig_with_certificate(&fleet, 0, "kubeconfig-user");
+    let kubeconfig = destinations[0]
+        .kubeconfig_with_client_certificate("kubeconfig-user")
+        .unwrap();
+    assert!(!kubeconfig.contains(KUBECONFIG_TOKEN));
+    let key_pem = client_key(&kubeconfig);
+    let (foreign, foreign_key_pem) = kubeconfig_with_foreign_certificate(&fleet);
     let ca1 = destinations[1]
         .server()
         .ca_pem()
@@ -158,6 +177,11 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
             json!({"kubeconfig": kubeconfig}),
         ),
         secret(
+            "foreign-cert",
+            "shardwise.io/secret-type",
+            json!({"kubeconfig": foreign}),
+        ),
+        secret(
             "argo-token",
             "argocd.argoproj.io/secret-type",
             json!({"name": "prod", "server": url1, "config": argocd_config(ARGOCD_TOKEN)}),
@@ -179,6 +203,7 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
     create_cluster_and_app(&fleet, "argo-token", &url1, 1).await;
     create_cluster_and_app(&fleet, "exec", &url0, 2).await;
     create_cluster_and_app(&fleet, "misbound", &url1, 3).await;
+    create_cluster_and_app(&fleet, "foreign-cert", &url0, 4).await;
 
     let expected = [
         ("kube-cert", ClusterPhase::Connected, ""),
@@ -193,9 +218,14 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
             ClusterPhase::Invalid,
             "holds credentials for \"https://127.0.0.1:",
         ),
+        (
+            "foreign-cert",
+            ClusterPhase::Unauthorized,
+            "credentials rejected (401)",
+        ),
     ];
     let settled = wait_for(
-        "two clusters Connected and their apps Synced, two Invalid",
+        "two clusters Connected and their apps Synced, two Invalid, one Unauthorized",
         SETTLE,
         || async {
             for (name, phase, message) in expected {
@@ -275,17 +305,21 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
         written.contains("exec credential plugins are not supported"),
         "the refusal is among what was checked"
     );
-    let key_line = key_pem.lines().nth(1).unwrap()[..24].to_string();
+    // Parts of the keys past the encoding's fixed prefix, which every P-256 PKCS#8 key shares.
+    let key_line = |pem: &str| pem.lines().nth(2).unwrap()[..24].to_string();
+    let key_data = |pem: &str| b64(pem)[160..192].to_string();
     for marker in [
-        KUBECONFIG_TOKEN,
-        ARGOCD_TOKEN,
-        EXEC_SECRET,
-        MISBOUND_TOKEN,
-        key_line.as_str(),
-        &b64(&key_pem)[..32],
+        KUBECONFIG_TOKEN.to_string(),
+        ARGOCD_TOKEN.to_string(),
+        EXEC_SECRET.to_string(),
+        MISBOUND_TOKEN.to_string(),
+        key_line(&key_pem),
+        key_data(&key_pem),
+        key_line(&foreign_key_pem),
+        key_data(&foreign_key_pem),
     ] {
         assert!(
-            !written.contains(marker),
+            !written.contains(&marker),
             "credential {marker} written by the controller:\n{}",
             fleet.report()
         );
