@@ -80,7 +80,7 @@ impl ApplyError {
 /// A 401 or 403 in plain words.
 pub fn rejection(code: u16) -> String {
     match code {
-        401 => "credentials rejected (401): the destination does not accept the token".into(),
+        401 => "credentials rejected (401): the destination does not accept the token or client certificate".into(),
         _ => format!("credentials rejected ({code}): the destination does not allow this"),
     }
 }
