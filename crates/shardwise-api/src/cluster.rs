@@ -111,7 +111,8 @@ pub struct ClusterCredentials {
     /// Use the controller's own service account (the cluster it runs in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_cluster: Option<bool>,
-    /// Skip verification of the server's certificate (test clusters only).
+    /// Skip verification of the server's certificate, with `inCluster` only (test clusters):
+    /// a Secret's credentials are checked as the Secret says.
     #[serde(
         default,
         rename = "insecureSkipTLSVerify",

@@ -120,6 +120,10 @@ pub enum ClusterConfigError {
         "Secret {secret:?} is Argo CD's entry for the cluster it runs in ({server}) and holds no credentials (Argo CD uses its own service account there): set credentials: {{inCluster: true}} instead"
     )]
     ArgoInCluster { secret: String, server: String },
+    #[error(
+        "spec.credentials.insecureSkipTLSVerify cannot turn off certificate checks for the credentials of Secret {0:?}: only the Secret can (insecure-skip-tls-verify in its kubeconfig, insecure in Argo CD's config)"
+    )]
+    InsecureBySpec(String),
     #[error("inCluster is set but the controller's own service account is not available: {0}")]
     InCluster(String),
 }
@@ -139,14 +143,20 @@ pub fn destination_config(
     timeout: Duration,
 ) -> Result<Config, ClusterConfigError> {
     let credentials = &spec.credentials;
+    let insecure = credentials.insecure_skip_tls_verify == Some(true);
     let mut config = match (&credentials.secret_ref, credentials.in_cluster) {
         (None, Some(true)) => {
             Config::incluster().map_err(|e| ClusterConfigError::InCluster(e.to_string()))?
         }
+        // The Secret's credentials are the admin's: whoever writes the FleetCluster may not
+        // send them to a server nobody verified.
+        (Some(reference), None | Some(false)) if insecure => {
+            return Err(ClusterConfigError::InsecureBySpec(reference.name.clone()));
+        }
         (Some(reference), None | Some(false)) => secret_config(&spec.server, reference, secret)?,
         _ => return Err(ClusterConfigError::NoCredentials),
     };
-    if credentials.insecure_skip_tls_verify == Some(true) {
+    if insecure {
         config.accept_invalid_certs = true;
     }
     config.connect_timeout = Some(timeout.min(Duration::from_secs(10)));
@@ -391,10 +401,21 @@ fn token_config(
     let token = bearer_token(token).ok_or_else(|| source(reference.token_key()).bad_key(TOKEN))?;
     let mut config = Config::new(uri);
     config.auth_info.token = Some(token);
-    if let Some(ca) = entries.get(reference.ca_key()) {
-        let certs = pem_certificates(ca)
-            .ok_or_else(|| source(reference.ca_key()).bad_key("PEM certificates"))?;
-        config.root_cert = Some(certs);
+    match entries.get(reference.ca_key()) {
+        Some(ca) => {
+            let certs = pem_certificates(ca)
+                .ok_or_else(|| source(reference.ca_key()).bad_key("PEM certificates"))?;
+            config.root_cert = Some(certs);
+        }
+        // Only the default key may be absent (the system roots then): a key the FleetCluster
+        // names must be there, or its author could drop the CA the admin put in the Secret.
+        None if reference.ca_key.is_some() => {
+            return Err(ClusterConfigError::KeyMissing {
+                secret: reference.name.clone(),
+                key: reference.ca_key().to_string(),
+            });
+        }
+        None => {}
     }
     Ok(config)
 }
@@ -539,6 +560,37 @@ fn set(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.is_empty())
 }
 
+/// The fields of Argo CD's config that a decoding error's path names, up to the first one that
+/// is not a field of ours: below an unknown key, or inside `execProviderConfig`, a key may be
+/// anything the Secret holds.
+fn known_path(path: &serde_path_to_error::Path) -> String {
+    const TOP: [&str; 7] = [
+        "bearerToken",
+        "username",
+        "password",
+        "tlsClientConfig",
+        "execProviderConfig",
+        "awsAuthConfig",
+        "proxyUrl",
+    ];
+    const TLS: [&str; 5] = ["caData", "certData", "keyData", "insecure", "serverName"];
+    let mut shown: Vec<&str> = Vec::new();
+    for segment in path.iter() {
+        let fields: &[&str] = match shown.as_slice() {
+            [] => &TOP,
+            ["tlsClientConfig"] => &TLS,
+            _ => &[],
+        };
+        match segment {
+            serde_path_to_error::Segment::Map { key } if fields.contains(&key.as_str()) => {
+                shown.push(key);
+            }
+            _ => break,
+        }
+    }
+    shown.join(".")
+}
+
 /// Argo CD's cluster config, for the server of its Secret.
 fn argocd_config(
     uri: http::Uri,
@@ -550,8 +602,8 @@ fn argocd_config(
     let argo: ArgoConfig = serde_path_to_error::deserialize(
         &mut serde_json::Deserializer::from_slice(data),
     )
-    .map_err(|e| match e.path().to_string() {
-        path if path == "." => source.bad_key(WHAT),
+    .map_err(|e| match known_path(e.path()) {
+        path if path.is_empty() => source.bad_key(WHAT),
         path => source.bad_field(path, WHAT),
     })?;
     if argo.exec_provider_config.is_some() {

@@ -620,3 +620,74 @@ fn credentials_never_show_in_errors_or_debug_output() {
     // Both kinds of outcome were looked at, for every layout.
     assert_eq!((accepted, refused), (3, secrets.len() - 3));
 }
+
+#[test]
+fn the_fleet_cluster_author_cannot_weaken_the_tls_of_a_secrets_credentials() {
+    let pki = Pki::new();
+    let secret = shardwise_secret(&[
+        ("server", SERVER),
+        ("token", TOKEN),
+        ("ca.crt", &pki.ca_pem),
+    ]);
+    let mut insecure = spec(SERVER);
+    insecure.credentials.insecure_skip_tls_verify = Some(true);
+    assert_eq!(
+        error_of(&insecure, &secret),
+        "spec.credentials.insecureSkipTLSVerify cannot turn off certificate checks for the credentials of Secret \"creds\": only the Secret can (insecure-skip-tls-verify in its kubeconfig, insecure in Argo CD's config)"
+    );
+    // Nor drop the admin's CA by naming a key the Secret does not have.
+    let mut other_ca = spec(SERVER);
+    if let Some(reference) = other_ca.credentials.secret_ref.as_mut() {
+        reference.ca_key = Some("no-such-key".into());
+    }
+    assert!(
+        error_of(&other_ca, &secret).contains("has no key \"no-such-key\""),
+        "{}",
+        error_of(&other_ca, &secret)
+    );
+    // The default CA key may be absent: the system roots check the server then.
+    let without_ca = shardwise_secret(&[("server", SERVER), ("token", TOKEN)]);
+    let config = config_of(&spec(SERVER), &without_ca).unwrap();
+    assert!(config.root_cert.is_none() && !config.accept_invalid_certs);
+    // The Secret itself may ask for it.
+    let argo = argocd_secret(
+        SERVER,
+        &serde_json::json!({"bearerToken": TOKEN, "tlsClientConfig": {"insecure": true}}),
+    );
+    assert!(
+        config_of(&spec(SERVER), &argo)
+            .unwrap()
+            .accept_invalid_certs
+    );
+}
+
+#[test]
+fn a_broken_argo_cd_config_is_reported_by_its_known_fields_only() {
+    let broken = |json: &str| {
+        let mut secret = argocd_secret(SERVER, &serde_json::json!({}));
+        secret
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("config".into(), ByteString(json.as_bytes().to_vec()));
+        error_of(&spec(SERVER), &secret)
+    };
+    // A key of the Secret's own under a known field is not shown, however the JSON breaks.
+    let err = broken(&format!("{{\"tlsClientConfig\": {{\"{TOKEN}\": [}}}}"));
+    assert!(!err.contains(TOKEN), "{err}");
+    assert!(
+        err.starts_with("tlsClientConfig in key \"config\""),
+        "{err}"
+    );
+    let err = broken(&format!(
+        "{{\"execProviderConfig\": {{\"env\": {{\"{PASSWORD}\": }}}}}}"
+    ));
+    assert!(!err.contains(PASSWORD), "{err}");
+    assert!(err.starts_with("execProviderConfig in key"), "{err}");
+    let err = broken(&format!("{{\"{TOKEN}\": [1,"));
+    assert!(!err.contains(TOKEN), "{err}");
+    assert!(
+        err.starts_with("key \"config\" of Secret \"creds\" is not valid"),
+        "{err}"
+    );
+}
