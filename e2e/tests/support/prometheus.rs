@@ -100,35 +100,44 @@ impl Prometheus {
         );
         let config_path = dir.join("prometheus.yml");
         write(&config_path, &config)?;
-        let address = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
         let program = program.map_or_else(
             || std::env::var_os("PROMETHEUS").map_or_else(|| "prometheus".into(), PathBuf::from),
             Path::to_path_buf,
         );
-        let spec = ProcessSpec::new("prometheus", program)
-            .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={address}"))
-            .arg("--log.level=warn");
-        let process = fleet.env.spawn(&spec).map_err(|e| {
-            format!("{e}: install Prometheus (apt-get install prometheus) or set $PROMETHEUS")
-        })?;
-        let prometheus = Self {
-            process,
-            address,
-            targets,
-        };
-        let ready = wait_for("Prometheus to answer", Duration::from_secs(30), || {
-            prometheus.get("/api/v1/status/buildinfo")
-        })
-        .await;
-        match ready {
-            Ok(_) => Ok(prometheus),
-            Err(e) => Err(format!("{e}\n{}", prometheus.process.report())),
+        // A free port may be taken by someone else before Prometheus binds it: then Prometheus
+        // exits and a new port is tried.
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let address = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+            let spec = ProcessSpec::new("prometheus", &program)
+                .arg(format!("--config.file={}", config_path.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("data").display()
+                ))
+                .arg(format!("--web.listen-address={address}"))
+                .arg("--log.level=warn");
+            let process = fleet.env.spawn(&spec).map_err(|e| {
+                format!("{e}: install Prometheus (apt-get install prometheus) or set $PROMETHEUS")
+            })?;
+            let mut prometheus = Self {
+                process,
+                address,
+                targets: targets.clone(),
+            };
+            let ready = wait_for("Prometheus to answer", Duration::from_secs(30), || {
+                prometheus.get("/api/v1/status/buildinfo")
+            })
+            .await;
+            match ready {
+                Ok(_) => return Ok(prometheus),
+                Err(e) => {
+                    failures.push(format!("{e}\n{}", prometheus.process.report()));
+                    let _ = prometheus.process.kill();
+                }
+            }
         }
+        Err(failures.join("\n"))
     }
 
     /// Its HTTP address, `host:port`.
