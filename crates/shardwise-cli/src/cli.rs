@@ -97,6 +97,16 @@ pub enum Source {
     Argocd,
 }
 
+/// What counts as load in an Argo CD fleet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Load {
+    /// One per Application.
+    Apps,
+    /// One per resource an Application manages (`status.resources`).
+    Resources,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ScenarioKind {
     /// Change the number of shards from --from to --to.
@@ -148,6 +158,21 @@ fn at_least_one(text: &str) -> Result<u32, String> {
             u32::MAX
         )),
         Err(_) => Err(format!("must be a whole number, got {text:?}")),
+    }
+}
+
+/// Argo CD's sharding algorithm by its own name (`legacy`, `round-robin`,
+/// `consistent-hashing`) or by the name of the shardwise strategy that reproduces it.
+pub(crate) fn argocd_algorithm(text: &str) -> Result<StrategyKind, String> {
+    match text {
+        "legacy" | "legacy-modulo" => Ok(StrategyKind::LegacyModulo),
+        "round-robin" => Ok(StrategyKind::RoundRobin),
+        "consistent-hashing" | "argocd-consistent-hashing" => {
+            Ok(StrategyKind::ArgoCdConsistentHashing)
+        }
+        _ => Err(format!(
+            "Argo CD has no sharding algorithm {text:?}; it has legacy, round-robin and consistent-hashing"
+        )),
     }
 }
 
@@ -281,9 +306,14 @@ pub struct PlanArgs {
     /// Strategies to plan with, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     pub strategy: Vec<StrategyKind>,
-    /// How Argo CD places clusters today (--source argocd only; default: legacy-modulo).
-    #[arg(long, value_name = "NAME")]
+    /// Argo CD's sharding algorithm today: legacy, round-robin or consistent-hashing (or
+    /// shardwise's names for them). --source argocd only; default: read from the installation.
+    #[arg(long, value_name = "NAME", value_parser = argocd_algorithm)]
     pub current_strategy: Option<StrategyKind>,
+    /// What a cluster's load is: its Applications, or the resources they manage (the length of
+    /// each Application's status.resources). --source argocd only.
+    #[arg(long, value_enum, default_value_t = Load::Apps)]
+    pub load: Load,
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
     /// Cut clusters too big for one shard into slices of their apps, by the FNV-1a hash of each

@@ -4,6 +4,7 @@
 
 pub(crate) mod api;
 pub(crate) mod argocd;
+pub(crate) mod installation;
 pub(crate) mod shardwise;
 
 use std::collections::BTreeMap;
@@ -11,8 +12,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use shard_assign::{AppKeys, Cluster, KeyRange, ShardId};
 use thiserror::Error;
-
-use crate::cli::Source;
 
 /// Clusters of a fleet and where they are now.
 #[derive(Debug, Default)]
@@ -35,6 +34,11 @@ pub(crate) struct LiveFleet {
     pub unkeyed: std::collections::BTreeSet<String>,
     /// What a person should know about the objects read (invalid labels, ignored keys, ...).
     pub notes: Vec<String>,
+    /// Argo CD: ids of clusters with a negative `shard`, which no replica reconciles.
+    pub orphaned: std::collections::BTreeSet<String>,
+    /// Argo CD: by id, the Applications whose `destination.server` is exactly the cluster's
+    /// server, the count Argo CD's consistent-hashing weighs the cluster by.
+    pub server_apps: BTreeMap<String, u64>,
 }
 
 impl LiveFleet {
@@ -88,33 +92,13 @@ pub(crate) enum FleetError {
     ZeroWeight(String),
 }
 
-/// Argo CD's application controller shards by this variable, not by `spec.replicas`.
-const ARGOCD_REPLICAS_ENV: &str = "ARGOCD_CONTROLLER_REPLICAS";
-
-/// The replica count of a controller's StatefulSet, and where it was read. For Argo CD, a literal
-/// `ARGOCD_CONTROLLER_REPLICAS` in the pod template wins over `spec.replicas`.
-pub(crate) fn statefulset_replicas(sts: &StatefulSet, source: Source) -> (u32, &'static str) {
-    if source == Source::Argocd {
-        let from_env = sts
-            .spec
-            .iter()
-            .filter_map(|spec| spec.template.spec.as_ref())
-            .flat_map(|pod| &pod.containers)
-            .flat_map(|c| c.env.iter().flatten())
-            .find(|e| e.name == ARGOCD_REPLICAS_ENV)
-            .and_then(|e| e.value.as_deref())
-            .and_then(|v| v.trim().parse::<u32>().ok());
-        if let Some(n) = from_env {
-            return (n, "env ARGOCD_CONTROLLER_REPLICAS");
-        }
-    }
-    // An unset spec.replicas is defaulted to 1 by the API server.
-    let replicas = sts
-        .spec
+/// The replica count of a StatefulSet (an unset `spec.replicas` is defaulted to 1 by the API
+/// server).
+pub(crate) fn statefulset_replicas(sts: &StatefulSet) -> u32 {
+    sts.spec
         .as_ref()
         .and_then(|s| s.replicas)
-        .map_or(1, |r| u32::try_from(r).unwrap_or(0));
-    (replicas, "spec.replicas")
+        .map_or(1, |r| u32::try_from(r).unwrap_or(0))
 }
 
 /// A list of names for a note: the first few, then how many more.
@@ -147,35 +131,9 @@ mod tests {
         let sts = statefulset(&format!(
             r#"{{"spec": {{"replicas": 4, {TEMPLATE}, "template": {{}}}}}}"#
         ));
-        assert_eq!(
-            statefulset_replicas(&sts, Source::Shardwise),
-            (4, "spec.replicas")
-        );
+        assert_eq!(statefulset_replicas(&sts), 4);
         let unset = statefulset(&format!(r#"{{"spec": {{{TEMPLATE}, "template": {{}}}}}}"#));
-        assert_eq!(statefulset_replicas(&unset, Source::Shardwise).0, 1);
-    }
-
-    #[test]
-    fn argocd_replicas_come_from_the_controller_env_when_literal() {
-        let with_env = |value: &str| {
-            statefulset(&format!(
-                r#"{{"spec": {{"replicas": 2, {TEMPLATE}, "template": {{"spec": {{"containers": [
-                    {{"name": "c", "env": [{{"name": "X", "value": "9"}}, {{"name": "ARGOCD_CONTROLLER_REPLICAS", {value}}}]}}]}}}}}}}}"#
-            ))
-        };
-        let literal = with_env(r#""value": "3""#);
-        assert_eq!(
-            statefulset_replicas(&literal, Source::Argocd),
-            (3, "env ARGOCD_CONTROLLER_REPLICAS")
-        );
-        // shardwise's controller does not read Argo CD's variable.
-        assert_eq!(statefulset_replicas(&literal, Source::Shardwise).0, 2);
-        let from_ref =
-            with_env(r#""valueFrom": {"configMapKeyRef": {"name": "cm", "key": "replicas"}}"#);
-        assert_eq!(
-            statefulset_replicas(&from_ref, Source::Argocd),
-            (2, "spec.replicas")
-        );
+        assert_eq!(statefulset_replicas(&unset), 1);
     }
 
     #[test]

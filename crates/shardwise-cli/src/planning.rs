@@ -12,7 +12,7 @@ use shard_assign::{
     Warning, assign, assign_sliced, count_in, slice_id,
 };
 
-use crate::cli::Source;
+use crate::cli::{Load, Source};
 use crate::fleet::LiveFleet;
 
 /// How the current placement is known.
@@ -39,6 +39,20 @@ pub(crate) struct PlanRequest {
     pub strategies: Vec<StrategyConfig>,
     /// Which strategies cut hot clusters into slices.
     pub slicing: SliceSwitch,
+    /// Argo CD's settings as read, for `--source argocd`.
+    pub argocd: Option<ArgoCdSettings>,
+}
+
+/// How Argo CD is configured, and where each setting was read.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ArgoCdSettings {
+    /// Argo CD's name of its sharding algorithm.
+    pub algorithm: &'static str,
+    pub algorithm_origin: String,
+    /// The control plane's namespace, then the patterns of `application.namespaces`.
+    pub app_namespaces: Vec<String>,
+    pub app_namespaces_origin: String,
+    pub load: Load,
 }
 
 /// The whole plan; its JSON form is documented in docs/plan.md.
@@ -50,6 +64,8 @@ pub(crate) struct PlanReport {
     pub replicas: Replicas,
     pub fleet: FleetTotals,
     pub current: CurrentPlacement,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argocd: Option<ArgoCdSettings>,
     pub notes: Vec<String>,
     pub clusters: Vec<ClusterRow>,
     pub strategies: Vec<StrategyPlan>,
@@ -233,7 +249,7 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
         fleet.clusters.iter().map(|c| (c.id.as_str(), c)).collect();
     let current = match request.current {
         Current::Recorded => recorded_assignment(fleet, request.replicas)?,
-        Current::Computed(config) => assign(&config, &fleet.clusters, &from_shards, None)?,
+        Current::Computed(config) => argocd_assignment(fleet, &config, &from_shards)?,
     };
     // What sticky-balanced keeps clusters on; the loads they were placed with are not recorded.
     let previous: PreviousPlacement = current
@@ -287,6 +303,7 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
             weighted: fleet.clusters.iter().any(|c| c.weight.unwrap_or(1) > 1),
         },
         current: placement,
+        argocd: request.argocd,
         notes: fleet.notes.clone(),
         clusters,
         strategies,
@@ -457,6 +474,44 @@ fn current_placement(
         unplaced,
         warnings: current_warnings,
     }
+}
+
+/// Where Argo CD's controller puts each cluster now, as it decides it (v3.5,
+/// `ClusterSharding.updateDistribution`): a pin below the replica count wins, a pin at or above
+/// it means shard 0, and a negative pin means no shard at all (the cluster is left out, so it
+/// is unplaced). The algorithm still ranks and weighs every cluster (round-robin ranks and the
+/// consistent-hashing walk include pinned and orphaned ones), so it runs on all of them; its
+/// consistent-hashing counts the Applications that name a cluster by server.
+fn argocd_assignment(
+    fleet: &LiveFleet,
+    config: &StrategyConfig,
+    shards: &ShardSet,
+) -> Result<Assignment, AssignError> {
+    let as_argocd: Vec<Cluster> = fleet
+        .clusters
+        .iter()
+        .map(|c| Cluster {
+            pin: c.pin.map(|p| if shards.contains(p) { p } else { 0 }),
+            apps: if config.kind == StrategyKind::ArgoCdConsistentHashing {
+                fleet.server_apps.get(&c.id).copied().unwrap_or(0)
+            } else {
+                c.apps
+            },
+            weight: None,
+            ..c.clone()
+        })
+        .collect();
+    let computed = assign(config, &as_argocd, shards, None)?;
+    let placed: Vec<Cluster> = fleet
+        .clusters
+        .iter()
+        .filter(|c| !fleet.orphaned.contains(&c.id))
+        .map(|c| Cluster {
+            pin: computed.shard_of(&c.id),
+            ..c.clone()
+        })
+        .collect();
+    pinned_assignment(&placed, shards)
 }
 
 /// The recorded placement as an [`Assignment`], so that `AssignmentDiff` can compare it with a
@@ -733,6 +788,7 @@ mod tests {
             current,
             strategies: kinds.iter().map(|&k| StrategyConfig::new(k)).collect(),
             slicing: SliceSwitch::Auto,
+            argocd: None,
         }
     }
 
@@ -939,6 +995,64 @@ mod tests {
         )
         .unwrap();
         assert_eq!(same.strategies[0].moves.clusters, 0);
+    }
+
+    #[test]
+    fn argo_cd_sends_pins_out_of_range_to_shard_0_and_negative_pins_nowhere() {
+        // Ids sort as a < b < c < d < e: round-robin ranks 0..4 over 2 replicas.
+        let mut fleet = LiveFleet {
+            clusters: ["a", "b", "c", "d", "e"]
+                .iter()
+                .map(|id| cluster(id, 10))
+                .collect(),
+            ..LiveFleet::default()
+        };
+        // b is pinned past the replica count; c has a negative shard (orphaned).
+        fleet.clusters[1].pin = Some(5);
+        fleet.orphaned.insert("c".into());
+        let round_robin = StrategyConfig::new(StrategyKind::RoundRobin);
+        let report = build(
+            &fleet,
+            request(
+                2,
+                2,
+                Current::Computed(round_robin),
+                &[StrategyKind::RoundRobin],
+            ),
+        )
+        .unwrap();
+        let now: Vec<(&str, Option<ShardId>)> = report
+            .clusters
+            .iter()
+            .map(|c| (c.id.as_str(), c.shard))
+            .collect();
+        // The orphan keeps its rank, so d and e stay where Argo CD puts them.
+        assert_eq!(
+            now,
+            [
+                ("a", Some(0)),
+                ("b", Some(0)),
+                ("c", None),
+                ("d", Some(1)),
+                ("e", Some(0))
+            ]
+        );
+        assert_eq!(
+            report.current.unplaced,
+            Count {
+                clusters: 1,
+                apps: 10
+            }
+        );
+        let warnings: Vec<_> = report
+            .current
+            .warnings
+            .iter()
+            .map(|w| (w.cluster.as_str(), w.pin, w.placed_on))
+            .collect();
+        assert_eq!(warnings, [("name-b", 5, 0)]);
+        // shardwise's round-robin would reconcile the orphan: it is placed.
+        assert_eq!(report.strategies[0].moves.placed.clusters, 1);
     }
 
     #[test]

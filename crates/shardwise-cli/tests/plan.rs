@@ -601,21 +601,8 @@ async fn plans_a_cut_cluster_from_its_unit_slices() {
     assert_eq!(hot["shard"], if on_high > on_low { 1 } else { 0 });
 }
 
-const APPLICATION_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: applications.argoproj.io}
-spec:
-  group: argoproj.io
-  scope: Namespaced
-  names: {plural: applications, singular: application, kind: Application, shortNames: [app]}
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"#;
+/// Argo CD's Application CRD as released (trimmed; the file says how).
+const APPLICATION_CRD: &str = include_str!("fixtures/application-crd.yaml");
 
 fn cluster_secret(name: &str, data: &str) -> String {
     format!(
@@ -662,7 +649,7 @@ async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
         "{missing}"
     );
 
-    let mut apps = String::from(APPLICATION_CRD);
+    let mut apps = format!("---\n{APPLICATION_CRD}");
     for (i, name) in clusters.iter().enumerate() {
         for j in 0..=i {
             // Alternately by server and by name.
@@ -692,7 +679,21 @@ async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
     assert_eq!(report["replicas"]["from"], 3);
     assert_eq!(
         report["replicas"]["origin"],
-        "StatefulSet argocd/argocd-application-controller env ARGOCD_CONTROLLER_REPLICAS"
+        "env ARGOCD_CONTROLLER_REPLICAS of StatefulSet argocd/argocd-application-controller"
+    );
+    // The StatefulSet runs 4 pods for 3 shards.
+    assert!(
+        report["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("runs 4 pods but Argo CD shards over 3"),
+        "{}",
+        report["notes"]
+    );
+    assert_eq!(report["argocd"]["algorithm"], "legacy");
+    assert_eq!(
+        report["argocd"]["algorithm_origin"],
+        "Argo CD's default: ARGOCD_CONTROLLER_SHARDING_ALGORITHM is not set in StatefulSet argocd/argocd-application-controller"
     );
     assert_eq!(report["current"]["placement"], "computed");
     assert_eq!(report["current"]["strategy"], "legacy-modulo");
@@ -848,5 +849,406 @@ async fn forbidden_and_unreachable_servers_give_one_line() {
     assert!(
         over.contains("--to 10001 is over the limit of 10000"),
         "{over}"
+    );
+}
+
+/// An Argo CD Application in `namespace` with `status.resources` of `resources` entries.
+fn argocd_application(namespace: &str, name: &str, destination: &str, resources: usize) -> String {
+    let resources = vec!["{kind: ConfigMap, name: r, version: v1}"; resources].join(", ");
+    format!(
+        "---\napiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {{project: default, destination: {{{destination}, namespace: x}}}}\nstatus: {{resources: [{resources}]}}\n"
+    )
+}
+
+/// The seven ways Argo CD's controller (v3.5) reads a fleet that a naive reading gets wrong, on
+/// Argo CD's own formats: settings from argocd-cmd-params-cm through the controller's env, pins
+/// out of range and negative, no replica count, unreadable config, no name, duplicate names and
+/// servers, and Applications in the namespaces `application.namespaces` allows.
+#[tokio::test]
+async fn plans_an_argo_cd_fleet_exactly_as_argo_cd_shards_it() {
+    let env = Environment::builder().start().unwrap();
+    let cp = env.control_plane();
+    let mut yaml = String::new();
+    for ns in ["argocd", "team-a", "other"] {
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+        ));
+    }
+    yaml.push_str("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: argocd-cmd-params-cm, namespace: argocd}\ndata: {controller.sharding.algorithm: round-robin, application.namespaces: \"team-*\"}\n");
+    // As Argo CD's manifests set them, with 2 replicas.
+    let from_params = |var: &str, key: &str| {
+        format!(
+            "{{name: {var}, valueFrom: {{configMapKeyRef: {{name: argocd-cmd-params-cm, key: {key}, optional: true}}}}}}"
+        )
+    };
+    let params_env = format!(
+        "{}, {}",
+        from_params(
+            "ARGOCD_CONTROLLER_SHARDING_ALGORITHM",
+            "controller.sharding.algorithm"
+        ),
+        from_params("ARGOCD_APPLICATION_NAMESPACES", "application.namespaces")
+    );
+    yaml.push_str("---\n");
+    yaml.push_str(&statefulset(
+        "argocd",
+        "argocd-application-controller",
+        2,
+        &format!("{{name: ARGOCD_CONTROLLER_REPLICAS, value: \"2\"}}, {params_env}"),
+    ));
+    // Case 3: no ARGOCD_CONTROLLER_REPLICAS, three pods.
+    yaml.push_str("---\n");
+    yaml.push_str(&statefulset("argocd", "unsharded", 3, &params_env));
+    for name in ["alpha", "bravo", "charlie"] {
+        yaml.push_str(&cluster_secret(
+            &format!("cluster-{name}"),
+            &format!("name: {name}, server: \"https://{name}.example\""),
+        ));
+    }
+    // Case 1: pinned at or above the replica count.
+    yaml.push_str(&cluster_secret(
+        "cluster-high",
+        "name: high, server: \"https://high.example\", shard: \"5\"",
+    ));
+    // Case 2: a negative pin.
+    yaml.push_str(&cluster_secret(
+        "cluster-orphan",
+        "name: orphan, server: \"https://orphan.example\", shard: \"-1\"",
+    ));
+    // Case 4: a config that is not JSON.
+    yaml.push_str(&cluster_secret(
+        "cluster-broken",
+        "name: broken, server: \"https://broken.example\", config: \"{bearerToken: t\"",
+    ));
+    // Case 5: no name key.
+    yaml.push_str(&cluster_secret(
+        "cluster-nameless",
+        "server: \"https://nameless.example\"",
+    ));
+    // Case 6: two Secrets with one name, two with one server.
+    for (secret, server) in [("cluster-twin-1", "twin-1"), ("cluster-twin-2", "twin-2")] {
+        yaml.push_str(&cluster_secret(
+            secret,
+            &format!("name: twin, server: \"https://{server}.example\""),
+        ));
+    }
+    for secret in ["cluster-dup-a", "cluster-dup-b"] {
+        yaml.push_str(&cluster_secret(
+            secret,
+            "name: dup, server: \"https://dup.example\"",
+        ));
+    }
+    yaml.push_str("---\n");
+    yaml.push_str(APPLICATION_CRD);
+    cp.apply_yaml("admin", &yaml).await.unwrap();
+
+    let mut apps = String::new();
+    for (name, resources) in [
+        ("alpha", 3),
+        ("bravo", 1),
+        ("charlie", 2),
+        ("high", 4),
+        ("orphan", 5),
+    ] {
+        apps.push_str(&argocd_application(
+            "argocd",
+            &format!("{name}-app"),
+            &format!("server: \"https://{name}.example\""),
+            resources,
+        ));
+    }
+    // team-a matches team-*; other does not, so its Application is not read.
+    apps.push_str(&argocd_application(
+        "team-a",
+        "alpha-team",
+        "name: alpha",
+        6,
+    ));
+    apps.push_str(&argocd_application(
+        "other",
+        "alpha-other",
+        "name: alpha",
+        7,
+    ));
+    apps.push_str(&argocd_application(
+        "argocd",
+        "nameless-by-server",
+        "server: \"https://nameless.example\"",
+        1,
+    ));
+    // Unresolvable: by the nameless Secret's object name, by the ambiguous name, to the
+    // ignored cluster.
+    apps.push_str(&argocd_application(
+        "argocd",
+        "nameless-by-name",
+        "name: cluster-nameless",
+        1,
+    ));
+    apps.push_str(&argocd_application("argocd", "twin-app", "name: twin", 1));
+    apps.push_str(&argocd_application(
+        "argocd",
+        "broken-app",
+        "server: \"https://broken.example\"",
+        1,
+    ));
+    apps.push_str(&argocd_application(
+        "argocd",
+        "dup-app",
+        "server: \"https://dup.example\"",
+        1,
+    ));
+    cp.apply_yaml("admin", &apps).await.unwrap();
+    let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+
+    let report = json(&shardwise(
+        &kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--strategy",
+            "round-robin",
+            "--format",
+            "json",
+        ],
+    ));
+    // Case 7: every setting detected, with where it came from.
+    assert_eq!(report["replicas"]["from"], 2);
+    assert_eq!(
+        report["replicas"]["origin"],
+        "env ARGOCD_CONTROLLER_REPLICAS of StatefulSet argocd/argocd-application-controller"
+    );
+    assert_eq!(report["argocd"]["algorithm"], "round-robin");
+    assert_eq!(
+        report["argocd"]["algorithm_origin"],
+        "argocd-cmd-params-cm controller.sharding.algorithm"
+    );
+    assert_eq!(report["current"]["strategy"], "round-robin");
+    assert_eq!(
+        report["argocd"]["app_namespaces"],
+        serde_json::json!(["argocd", "team-*"])
+    );
+    assert_eq!(
+        report["argocd"]["app_namespaces_origin"],
+        "argocd (the control plane's) and argocd-cmd-params-cm application.namespaces"
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+    let listed = secrets.list(&ListParams::default()).await.unwrap().items;
+    let uid = |secret: &str| {
+        listed
+            .iter()
+            .find(|s| s.name_any() == secret)
+            .and_then(|s| s.uid())
+            .unwrap()
+    };
+    let rows: BTreeMap<String, (String, u64, Option<u64>, Option<u64>)> = report["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                (
+                    c["id"].as_str().unwrap().to_string(),
+                    c["apps"].as_u64().unwrap(),
+                    c["pin"].as_u64(),
+                    c["shard"].as_u64(),
+                ),
+            )
+        })
+        .collect();
+    // Case 4: the broken Secret is no cluster; case 6: one dup Secret is kept.
+    let names: Vec<&str> = rows.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "(Secret cluster-nameless)",
+            "alpha",
+            "bravo",
+            "charlie",
+            "dup",
+            "high",
+            "in-cluster",
+            "orphan",
+            "twin"
+        ]
+    );
+    // Two "twin" rows share a name; the map kept one, the JSON has both.
+    assert_eq!(report["fleet"]["clusters"], 10);
+    assert_eq!(rows["alpha"].1, 2, "argocd and team-a, not other");
+    assert_eq!(rows["(Secret cluster-nameless)"].1, 1);
+    assert_eq!(report["fleet"]["unmatched_apps"], 3);
+
+    // Argo CD's round-robin: every cluster it keeps (the orphan and the pinned one too, and
+    // in-cluster with an empty id) ranked by id, rank modulo 2; a pin at or above 2 is shard 0,
+    // a negative pin no shard.
+    let mut ids: Vec<String> = [
+        "cluster-alpha",
+        "cluster-bravo",
+        "cluster-charlie",
+        "cluster-high",
+        "cluster-orphan",
+        "cluster-nameless",
+        "cluster-twin-1",
+        "cluster-twin-2",
+        "cluster-dup-a",
+    ]
+    .iter()
+    .map(|s| uid(s))
+    .chain([String::new()])
+    .collect();
+    ids.sort();
+    let by_id: BTreeMap<String, Option<u64>> = report["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap().to_string(), c["shard"].as_u64()))
+        .collect();
+    for (rank, id) in ids.iter().enumerate() {
+        let expected = if *id == uid("cluster-high") {
+            Some(0)
+        } else if *id == uid("cluster-orphan") {
+            None
+        } else {
+            Some(rank as u64 % 2)
+        };
+        assert_eq!(by_id[id], expected, "rank {rank}");
+    }
+    assert_eq!(rows["high"].2, Some(5));
+    assert_eq!(report["current"]["unplaced"]["clusters"], 1);
+    assert_eq!(report["current"]["warnings"][0]["cluster"], "high");
+    assert_eq!(report["current"]["warnings"][0]["placed_on"], 0);
+
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let has = |text: &str| {
+        assert!(
+            notes.iter().any(|n| n.contains(text)),
+            "no note with {text:?}: {notes:#?}"
+        )
+    };
+    has(r#"Secret "cluster-orphan" has shard -1: no Argo CD replica reconciles cluster "orphan""#);
+    has(r#"Secret "cluster-broken" has a config Argo CD cannot read (not JSON"#);
+    has("Argo CD ignores this cluster, so no replica reconciles it");
+    has(r#"Secret "cluster-nameless" has no name key: Argo CD gives its cluster no name"#);
+    has(r#"Secrets "cluster-twin-1", "cluster-twin-2" all name their cluster "twin""#);
+    has(
+        r#"Secrets "cluster-dup-a" and "cluster-dup-b" have the same server "https://dup.example": Argo CD keeps one of them"#,
+    );
+    has(
+        "3 Application(s) have a destination Argo CD cannot resolve to one cluster, so every replica processes them",
+    );
+
+    // The table says it too.
+    let table = shardwise(
+        &kubeconfig,
+        &["--source", "argocd", "--strategy", "round-robin"],
+    );
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success());
+    assert!(
+        text.contains("as Argo CD's round-robin algorithm places clusters (algorithm from argocd-cmd-params-cm controller.sharding.algorithm); 1 cluster (1 app) unplaced"),
+        "{text}"
+    );
+    assert!(text.contains("application namespaces: argocd, team-* (from argocd (the control plane's) and argocd-cmd-params-cm application.namespaces)"), "{text}");
+    assert!(
+        text.contains(r#"warning: cluster "high" is pinned to shard 5, which is not live with 2 replicas; it is on shard 0"#),
+        "{text}"
+    );
+
+    // Case 3: without ARGOCD_CONTROLLER_REPLICAS, Argo CD does not shard: one shard, every
+    // cluster but the orphan on it, planned toward the 3 pods.
+    let unsharded = json(&shardwise(
+        &kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--statefulset",
+            "unsharded",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(unsharded["replicas"]["from"], 1);
+    assert_eq!(unsharded["replicas"]["to"], 3);
+    assert_eq!(
+        unsharded["replicas"]["origin"],
+        "ARGOCD_CONTROLLER_REPLICAS is not set in StatefulSet argocd/unsharded (Argo CD does not shard)"
+    );
+    assert!(
+        unsharded["notes"][0].as_str().unwrap().starts_with(
+            "Argo CD does not shard: the controller's replica count is 0 (ARGOCD_CONTROLLER_REPLICAS is not set in StatefulSet argocd/unsharded), so each of the 3 pods"
+        ),
+        "{}",
+        unsharded["notes"]
+    );
+    let shards: Vec<(u64, u64)> = unsharded["current"]["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["shard"].as_u64().unwrap(),
+                s["clusters"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shards, [(0, 9)]);
+
+    // Case 7: Argo CD's names, flags over the installation; --load resources.
+    let legacy = json(&shardwise(
+        &kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--current-strategy",
+            "legacy",
+            "--app-namespaces",
+            "other",
+            "--load",
+            "resources",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(legacy["current"]["strategy"], "legacy-modulo");
+    assert_eq!(legacy["argocd"]["algorithm"], "legacy");
+    assert_eq!(legacy["argocd"]["algorithm_origin"], "--current-strategy");
+    assert_eq!(legacy["argocd"]["load"], "resources");
+    let alpha = legacy["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "alpha")
+        .unwrap();
+    // argocd (3 resources) and other (7), not team-a.
+    assert_eq!(alpha["apps"], 3 + 7);
+    let hashing = json(&shardwise(
+        &kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--current-strategy",
+            "consistent-hashing",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(hashing["current"]["strategy"], "argocd-consistent-hashing");
+    assert_eq!(hashing["argocd"]["algorithm"], "consistent-hashing");
+    // clap refuses it, with its usage hint.
+    let refused = shardwise(
+        &kubeconfig,
+        &["--source", "argocd", "--current-strategy", "greedy-minimum"],
+    );
+    assert_eq!(refused.status.code(), Some(USAGE));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(r#"Argo CD has no sharding algorithm "greedy-minimum"; it has legacy, round-robin and consistent-hashing"#),
+        "{stderr}"
     );
 }

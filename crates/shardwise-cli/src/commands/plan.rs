@@ -1,16 +1,18 @@
 //! `shardwise plan`: reads a live fleet, plans it with each strategy, prints the plan.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
 use shard_assign::{StrategyConfig, StrategyKind};
 
-use crate::cli::{Format, PlanArgs, Source};
+use crate::cli::{Format, Load, PlanArgs, Source};
 use crate::fleet::api::Connection;
+use crate::fleet::installation::{self, Workload};
 use crate::fleet::{self, LiveFleet};
 use crate::limits::{self, Usage};
 use crate::output;
-use crate::planning::{self, Current, PlanRequest};
+use crate::planning::{self, ArgoCdSettings, Current, PlanRequest};
 
 pub(crate) fn run(args: &PlanArgs) -> Result<()> {
     check(args)?;
@@ -39,6 +41,11 @@ fn check(args: &PlanArgs) -> Result<(), Usage> {
                 "--current-strategy applies to --source argocd only: shardwise records the current placement in shard labels (of FleetClusters and UnitSlices)".into(),
             ));
         }
+        if args.load != Load::Apps {
+            return Err(Usage(
+                "--load applies to --source argocd only: a FleetCluster's load is its FleetApps times its weight".into(),
+            ));
+        }
         if !args.app_namespaces.is_empty() {
             return Err(Usage(
                 "--app-namespaces applies to --source argocd only: FleetApps are read from --namespace".into(),
@@ -64,56 +71,42 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
         Source::Argocd => ("argocd", "argocd-application-controller"),
     };
     let namespace = args.namespace.as_deref().unwrap_or(default_namespace);
+    let workload_name = args.statefulset.as_deref().unwrap_or(default_statefulset);
     let connection = Connection::new(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let fleet = match args.source {
+    let (fleet, replicas, replicas_origin, to, current, argocd) = match args.source {
         Source::Shardwise => {
             let clusters = connection.fleet_clusters(namespace).await?;
             let apps = connection.fleet_apps(namespace).await?;
             let slices = connection.unit_slices(namespace).await?;
-            fleet::shardwise::fleet(&clusters, &apps, &slices)?
-        }
-        Source::Argocd => {
-            let secrets = connection.cluster_secrets(namespace).await?;
-            let mut apps = Vec::new();
-            if args.app_namespaces.iter().any(|ns| ns == "*") {
-                apps = connection.applications(None).await?;
-            } else if args.app_namespaces.is_empty() {
-                apps = connection.applications(Some(namespace)).await?;
-            } else {
-                for ns in &args.app_namespaces {
-                    apps.extend(connection.applications(Some(ns)).await?);
-                }
+            let fleet = fleet::shardwise::fleet(&clusters, &apps, &slices)?;
+            if fleet.clusters.is_empty() {
+                bail!(
+                    "no clusters in namespace {namespace}: nothing to plan (is --namespace right?)"
+                );
             }
-            let (in_cluster_enabled, note) = connection.in_cluster_enabled(namespace).await;
-            let mut fleet = fleet::argocd::fleet(&secrets, &apps, in_cluster_enabled)?;
-            fleet.notes.extend(note);
-            fleet
-        }
-    };
-    if fleet.clusters.is_empty() {
-        bail!("no clusters in namespace {namespace}: nothing to plan (is --namespace right?)");
-    }
-
-    let (replicas, replicas_origin) = match args.replicas {
-        Some(n) => (n, "--replicas".to_string()),
-        None => {
-            let name = args.statefulset.as_deref().unwrap_or(default_statefulset);
-            match connection.statefulset(namespace, name).await? {
-                Some(sts) => {
-                    let (n, field) = fleet::statefulset_replicas(&sts, args.source);
-                    (n, format!("StatefulSet {namespace}/{name} {field}"))
-                }
-                None => match fleet.shards_in_use() {
-                    Some(n) => (
-                        n,
-                        format!("the highest shard label + 1 (no StatefulSet {namespace}/{name})"),
+            let (replicas, origin) = match args.replicas {
+                Some(n) => (n, "--replicas".to_string()),
+                None => match connection.statefulset(namespace, workload_name).await? {
+                    Some(sts) => (
+                        fleet::statefulset_replicas(&sts),
+                        format!("StatefulSet {namespace}/{workload_name} spec.replicas"),
                     ),
-                    None => bail!(
-                        "cannot tell the current replica count: there is no StatefulSet {namespace}/{name} (--statefulset) and no cluster has a shard label; pass --replicas N"
-                    ),
+                    None => match fleet.shards_in_use() {
+                        Some(n) => (
+                            n,
+                            format!(
+                                "the highest shard label + 1 (no StatefulSet {namespace}/{workload_name})"
+                            ),
+                        ),
+                        None => bail!(
+                            "cannot tell the current replica count: there is no StatefulSet {namespace}/{workload_name} (--statefulset) and no cluster has a shard label; pass --replicas N"
+                        ),
+                    },
                 },
-            }
+            };
+            (fleet, replicas, origin, args.to, Current::Recorded, None)
         }
+        Source::Argocd => read_argocd(args, &connection, namespace, workload_name).await?,
     };
     if replicas == 0 {
         bail!(
@@ -126,25 +119,167 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
             limits::MAX_SHARDS
         );
     }
-    let current = match args.source {
-        Source::Shardwise => Current::Recorded,
-        Source::Argocd => Current::Computed(
-            args.strategy_args
-                .config(args.current_strategy.unwrap_or(StrategyKind::LegacyModulo)),
-        ),
-    };
     let request = PlanRequest {
         source: args.source,
         server: connection.server().to_string(),
         namespace: namespace.to_string(),
         replicas,
         replicas_origin,
-        to: args.to.unwrap_or(replicas),
+        to: to.unwrap_or(replicas),
         current,
         strategies: strategies(args),
         slicing: args.slicing.into(),
+        argocd,
     };
     Ok((fleet, request))
+}
+
+/// What `read` gathers: the fleet, the replicas now and their origin, the replicas to plan for
+/// when not given, how the current placement is known and, for Argo CD, its settings.
+type Read = (
+    LiveFleet,
+    u32,
+    String,
+    Option<u32>,
+    Current,
+    Option<ArgoCdSettings>,
+);
+
+/// Argo CD's fleet and sharding settings: flags win; what they leave is read from the
+/// installation (the controller's StatefulSet, or Deployment, and the ConfigMaps its
+/// environment refers to).
+async fn read_argocd(
+    args: &PlanArgs,
+    connection: &Connection,
+    namespace: &str,
+    workload_name: &str,
+) -> Result<Read> {
+    let all_given = args.replicas.is_some()
+        && args.current_strategy.is_some()
+        && !args.app_namespaces.is_empty();
+    let (statefulset, deployment) = if all_given {
+        (None, None)
+    } else {
+        match connection.statefulset(namespace, workload_name).await? {
+            Some(sts) => (Some(sts), None),
+            None => (None, connection.deployment(namespace, workload_name).await?),
+        }
+    };
+    let workload = match (&statefulset, &deployment) {
+        (Some(sts), _) => sts.spec.as_ref().map(|spec| Workload {
+            what: format!("StatefulSet {namespace}/{workload_name}"),
+            replicas: Some(spec.replicas.unwrap_or(1)),
+            template: &spec.template,
+        }),
+        (None, Some(deploy)) => deploy.spec.as_ref().map(|spec| Workload {
+            what: format!("Deployment {namespace}/{workload_name}"),
+            replicas: spec.replicas,
+            template: &spec.template,
+        }),
+        (None, None) => None,
+    };
+    let mut config_maps = BTreeMap::new();
+    if !all_given {
+        for name in installation::referenced_config_maps(workload.as_ref()) {
+            if let Some(cm) = connection.config_map(namespace, &name).await? {
+                config_maps.insert(name, cm);
+            }
+        }
+    }
+    let sharding =
+        installation::sharding(workload.as_ref(), &config_maps).map_err(anyhow::Error::msg)?;
+
+    let (replicas, replicas_origin, unsharded_pods) = match (args.replicas, &workload) {
+        (Some(n), _) => (n, "--replicas".to_string(), None),
+        (None, Some(_)) => (
+            sharding.replicas.value,
+            sharding.replicas.origin.clone(),
+            sharding.unsharded_pods,
+        ),
+        (None, None) => bail!(
+            "cannot tell Argo CD's replica count: there is no StatefulSet or Deployment {namespace}/{workload_name} (--statefulset); pass --replicas N"
+        ),
+    };
+    let (kind, algorithm, algorithm_origin) = match args.current_strategy {
+        Some(kind) => (kind, argocd_name(kind), "--current-strategy".to_string()),
+        None => (
+            sharding.algorithm.value.0,
+            sharding.algorithm.value.1,
+            sharding.algorithm.origin.clone(),
+        ),
+    };
+    let (patterns, namespaces_origin) = if args.app_namespaces.is_empty() {
+        (
+            sharding.app_namespaces.value.clone(),
+            sharding.app_namespaces.origin.clone(),
+        )
+    } else {
+        (args.app_namespaces.clone(), "--app-namespaces".to_string())
+    };
+    if let Some(p) = patterns
+        .iter()
+        .find(|p| installation::unsupported_pattern(p))
+    {
+        bail!(
+            "application namespace pattern {p:?} ({namespaces_origin}) uses a regular expression or glob class shardwise does not evaluate; pass --app-namespaces with the namespaces or * patterns"
+        );
+    }
+
+    let secrets = connection.cluster_secrets(namespace).await?;
+    let apps = if patterns.iter().all(|p| installation::is_literal(p)) {
+        let mut listed: BTreeSet<&str> = BTreeSet::from([namespace]);
+        listed.extend(patterns.iter().map(String::as_str));
+        let mut apps = Vec::new();
+        for ns in listed {
+            apps.extend(connection.applications(Some(ns)).await?);
+        }
+        apps
+    } else {
+        let mut apps = connection.applications(None).await?;
+        apps.retain(|app| {
+            installation::namespace_allowed(
+                &patterns,
+                namespace,
+                app.metadata.namespace.as_deref().unwrap_or_default(),
+            )
+        });
+        apps
+    };
+    let (in_cluster_enabled, note) = connection.in_cluster_enabled(namespace).await;
+    let mut fleet = fleet::argocd::fleet(&secrets, &apps, in_cluster_enabled, args.load)?;
+    let mut notes = sharding.notes;
+    notes.extend(note);
+    notes.append(&mut fleet.notes);
+    fleet.notes = notes;
+    if fleet.clusters.is_empty() {
+        bail!("no clusters in namespace {namespace}: nothing to plan (is --namespace right?)");
+    }
+    let mut shown = vec![namespace.to_string()];
+    shown.extend(patterns);
+    let settings = ArgoCdSettings {
+        algorithm,
+        algorithm_origin,
+        app_namespaces: shown,
+        app_namespaces_origin: format!("{namespace} (the control plane's) and {namespaces_origin}"),
+        load: args.load,
+    };
+    Ok((
+        fleet,
+        replicas,
+        replicas_origin,
+        args.to.or(unsharded_pods),
+        Current::Computed(args.strategy_args.config(kind)),
+        Some(settings),
+    ))
+}
+
+/// Argo CD's name for the algorithm a strategy reproduces.
+fn argocd_name(kind: StrategyKind) -> &'static str {
+    match kind {
+        StrategyKind::RoundRobin => "round-robin",
+        StrategyKind::ArgoCdConsistentHashing => "consistent-hashing",
+        _ => "legacy",
+    }
 }
 
 /// The strategies asked for, once each, in the order given; all of them by default.

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -94,6 +94,10 @@ const SECRETS: Resource = Resource {
 };
 const STATEFULSETS: Resource = Resource {
     name: "statefulsets.apps",
+    missing: None,
+};
+const DEPLOYMENTS: Resource = Resource {
+    name: "deployments.apps",
     missing: None,
 };
 const CONFIGMAPS: Resource = Resource {
@@ -210,6 +214,40 @@ impl Connection {
                 "get",
                 STATEFULSETS,
                 format!("StatefulSet {namespace}/{name}"),
+            )
+        })
+    }
+
+    /// The Deployment, or `None` when it does not exist.
+    pub async fn deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Deployment>, FetchError> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name).await.map_err(|e| {
+            self.error(
+                e,
+                "get",
+                DEPLOYMENTS,
+                format!("Deployment {namespace}/{name}"),
+            )
+        })
+    }
+
+    /// The ConfigMap, or `None` when it does not exist.
+    pub async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ConfigMap>, FetchError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name).await.map_err(|e| {
+            self.error(
+                e,
+                "get",
+                CONFIGMAPS,
+                format!("ConfigMap {namespace}/{name}"),
             )
         })
     }

@@ -1,5 +1,5 @@
 //! Argo CD's fleet: cluster Secrets and `applications.argoproj.io`, mapped the way Argo CD's
-//! application controller shards them. Argo CD records no placement, so the fleet has none.
+//! application controller (v3.5) reads them. Argo CD records no placement, so the fleet has none.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +10,7 @@ use serde_json::Value;
 use shard_assign::{Cluster, ShardId};
 
 use super::{FleetError, LiveFleet, some_names};
+use crate::cli::Load;
 
 /// Label selector of Argo CD's cluster Secrets.
 pub(crate) const CLUSTER_SECRET_SELECTOR: &str = "argocd.argoproj.io/secret-type=cluster";
@@ -23,21 +24,29 @@ const IN_CLUSTER_ID: &str = "";
 
 /// Builds the fleet from cluster Secrets and Applications. `in_cluster_enabled` is Argo CD's
 /// `cluster.inClusterEnabled` (default true): when set, the cluster Argo CD runs in exists even
-/// without a Secret; when not, it does not exist even with one.
+/// without a Secret; when not, it does not exist even with one. `load` is what each
+/// Application weighs.
 pub(crate) fn fleet(
     secrets: &[Secret],
     apps: &[DynamicObject],
     in_cluster_enabled: bool,
+    load: Load,
 ) -> Result<LiveFleet, FleetError> {
     let mut ordered: Vec<&Secret> = secrets.iter().collect();
     ordered.sort_by_key(|s| s.name_any());
 
     let mut fleet = LiveFleet::default();
-    // Index into fleet.clusters by server and by name; the first Secret (in name order) wins.
-    let mut by_server: BTreeMap<String, usize> = BTreeMap::new();
-    let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
+    let mut index = Index::default();
     for secret in ordered {
         let secret_name = secret.name_any();
+        // Argo CD turns a Secret into a cluster with `json.Unmarshal` of `config`; when that
+        // fails the Secret stays a Secret, which every cluster lookup skips.
+        if let Some(error) = config_error(secret) {
+            fleet.notes.push(format!(
+                "Secret {secret_name:?} has a config Argo CD cannot read ({error}): Argo CD ignores this cluster, so no replica reconciles it; left out"
+            ));
+            continue;
+        }
         let server = normalise_server(&data(secret, "server").unwrap_or_default());
         if server == IN_CLUSTER_SERVER && !in_cluster_enabled {
             fleet.notes.push(format!(
@@ -45,40 +54,70 @@ pub(crate) fn fleet(
             ));
             continue;
         }
+        // The sharding cache keys clusters by server: of two Secrets with one server, it keeps
+        // one (which one is not defined) and never ranks or places the other.
+        if let Some(&kept) = index.by_server.get(&server) {
+            fleet.notes.push(format!(
+                "Secrets {:?} and {secret_name:?} have the same server {server:?}: Argo CD keeps one of them (which one is not defined) and ignores the other, which shifts round-robin ranks; the plan keeps {:?} and leaves {secret_name:?} out",
+                index.secret_names[kept], index.secret_names[kept]
+            ));
+            continue;
+        }
         let id = secret.uid().ok_or_else(|| FleetError::MissingUid {
             kind: "Secret",
             name: secret_name.clone(),
         })?;
-        let name = data(secret, "name")
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| secret_name.clone());
-        let index = fleet.clusters.len();
-        for (kind, key, map) in [
-            ("server", &server, &mut by_server),
-            ("name", &name, &mut by_name),
-        ] {
-            if key.is_empty() {
-                continue;
-            }
-            if let Some(&first) = map.get(key.as_str()) {
+        // Argo CD's cluster name is the `name` key, empty when absent: such a cluster can be
+        // targeted by server only.
+        let name = data(secret, "name").unwrap_or_default();
+        let shown = if name.is_empty() {
+            fleet.notes.push(format!(
+                "Secret {secret_name:?} has no name key: Argo CD gives its cluster no name, so Applications that name it (even as {secret_name:?}) match nothing; shown as \"(Secret {secret_name})\""
+            ));
+            format!("(Secret {secret_name})")
+        } else {
+            name.clone()
+        };
+        let pin = match shard(secret) {
+            Shard::Unset => None,
+            Shard::Unparsable(text) => {
                 fleet.notes.push(format!(
-                    "Secrets of clusters {:?} and {name:?} have the same {kind} {key:?}; apps naming it count toward {:?}",
-                    fleet.clusters[first].name, fleet.clusters[first].name
+                    "Secret {secret_name:?} has shard {text:?}, which Argo CD cannot parse and ignores; treated as unpinned"
                 ));
-            } else {
-                map.insert(key.clone(), index);
+                None
             }
+            Shard::Negative(n) => {
+                fleet.notes.push(format!(
+                    "Secret {secret_name:?} has shard {n}: no Argo CD replica reconciles cluster {shown:?} (orphaned; shown as unplaced now, and placed by each strategy below)"
+                ));
+                fleet.orphaned.insert(id.clone());
+                None
+            }
+            // Beyond u32 is beyond any replica count, which Argo CD treats like any pin at or
+            // above it.
+            Shard::Ordinal(n) => Some(ShardId::try_from(n).unwrap_or(ShardId::MAX)),
+        };
+        let position = fleet.clusters.len();
+        index.by_server.insert(server.clone(), position);
+        if !name.is_empty() {
+            index.by_name.entry(name).or_default().push(position);
         }
+        index.secret_names.push(secret_name);
+        index.servers.push(server);
         fleet.clusters.push(Cluster {
             id,
-            name,
+            name: shown,
             apps: 0,
-            pin: pin(secret, &secret_name, &mut fleet.notes),
+            pin,
             weight: None,
         });
     }
-    if in_cluster_enabled && !by_server.contains_key(IN_CLUSTER_SERVER) {
-        by_server.insert(IN_CLUSTER_SERVER.into(), fleet.clusters.len());
+    if in_cluster_enabled && !index.by_server.contains_key(IN_CLUSTER_SERVER) {
+        index
+            .by_server
+            .insert(IN_CLUSTER_SERVER.into(), fleet.clusters.len());
+        index.secret_names.push(String::new());
+        index.servers.push(IN_CLUSTER_SERVER.into());
         fleet.clusters.push(Cluster {
             id: IN_CLUSTER_ID.into(),
             name: IN_CLUSTER_NAME.into(),
@@ -88,62 +127,133 @@ pub(crate) fn fleet(
         });
     }
 
-    count_apps(&mut fleet, apps, &by_server, &by_name);
+    count_apps(&mut fleet, apps, &index, load);
     fleet
         .clusters
         .sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
     Ok(fleet)
 }
 
-/// Counts each Application toward the cluster its destination names (by server, else by
-/// name), as Argo CD resolves it; the others are noted as unmatched.
-fn count_apps(
-    fleet: &mut LiveFleet,
-    apps: &[DynamicObject],
-    by_server: &BTreeMap<String, usize>,
-    by_name: &BTreeMap<String, usize>,
-) {
+/// Clusters (positions in `fleet.clusters`) by what Applications name them with.
+#[derive(Default)]
+struct Index {
+    by_server: BTreeMap<String, usize>,
+    /// Several clusters may share a name; Argo CD then resolves the name to none of them.
+    by_name: BTreeMap<String, Vec<usize>>,
+    /// By position: the Secret's name (empty for the implicit in-cluster cluster) and server.
+    secret_names: Vec<String>,
+    servers: Vec<String>,
+}
+
+/// Where an Application's destination leads, as Argo CD's `GetDestinationCluster` resolves it.
+enum Destination {
+    Cluster(usize),
+    /// A name several clusters share.
+    Ambiguous(String),
+    /// No cluster, both name and server, or neither.
+    Unresolved,
+}
+
+fn resolve(app: &DynamicObject, index: &Index) -> Destination {
+    let field = |name: &str| {
+        app.data
+            .pointer(&format!("/spec/destination/{name}"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    match (field("server"), field("name")) {
+        // Argo CD refuses a destination with both.
+        (Some(_), Some(_)) | (None, None) => Destination::Unresolved,
+        (Some(server), None) => index
+            .by_server
+            .get(&normalise_server(server))
+            .map_or(Destination::Unresolved, |&i| Destination::Cluster(i)),
+        (None, Some(name)) => match index.by_name.get(name).map(Vec::as_slice) {
+            Some([only]) => Destination::Cluster(*only),
+            Some([_, _, ..]) => Destination::Ambiguous(name.to_string()),
+            // No cluster of that name: `in-cluster` still names the local server.
+            _ => (name == IN_CLUSTER_NAME)
+                .then(|| index.by_server.get(IN_CLUSTER_SERVER))
+                .flatten()
+                .map_or(Destination::Unresolved, |&i| Destination::Cluster(i)),
+        },
+    }
+}
+
+/// Counts each Application toward the cluster its destination resolves to. Argo CD's
+/// controller lets every replica process an Application whose destination does not resolve
+/// (it reports the error), so those are noted and counted toward no cluster.
+fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load: Load) {
     let mut unmatched = Vec::new();
+    let mut ambiguous: BTreeMap<String, u64> = BTreeMap::new();
+    let mut server_apps = vec![0u64; index.servers.len()];
     for app in apps {
-        let destination = |field: &str| {
-            app.data
-                .pointer(&format!("/spec/destination/{field}"))
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
-        // Argo CD refuses a destination with both; when both are there, the server decides.
-        let target = match (destination("server"), destination("name")) {
-            (Some(server), _) => by_server.get(&normalise_server(server)),
-            (None, Some(name)) => by_name.get(name).or_else(|| {
-                (name == IN_CLUSTER_NAME)
-                    .then(|| by_server.get(IN_CLUSTER_SERVER))
-                    .flatten()
-            }),
-            (None, None) => None,
-        };
-        match target {
-            Some(&index) => {
-                fleet.clusters[index].apps += 1;
-                let id = fleet.clusters[index].id.clone();
-                fleet.add_app_key(&id, app.metadata.uid.as_deref());
+        // Argo CD's consistent-hashing weighs a cluster by the Applications whose
+        // destination.server is, byte for byte, the cluster's (trimmed) server.
+        if let Some(server) = app
+            .data
+            .pointer("/spec/destination/server")
+            .and_then(Value::as_str)
+            && let Some(&i) = index.by_server.get(server)
+            && index.servers[i] == server
+        {
+            server_apps[i] += 1;
+        }
+        match resolve(app, index) {
+            Destination::Cluster(i) => {
+                let weight = match load {
+                    Load::Apps => 1,
+                    Load::Resources => app
+                        .data
+                        .pointer("/status/resources")
+                        .and_then(Value::as_array)
+                        .map_or(0, |r| r.len() as u64),
+                };
+                let cluster = &mut fleet.clusters[i];
+                cluster.apps += weight;
+                let id = cluster.id.clone();
+                // Slicing cuts a cluster by its apps' keys, one per app: they count apps, so
+                // they stand for no other load.
+                if load == Load::Apps {
+                    fleet.add_app_key(&id, app.metadata.uid.as_deref());
+                }
             }
-            None => unmatched.push(format!(
-                "{}/{}",
-                app.namespace().unwrap_or_default(),
-                app.name_any()
-            )),
+            Destination::Ambiguous(name) => {
+                *ambiguous.entry(name).or_default() += 1;
+                unmatched.push(app_name(app));
+            }
+            Destination::Unresolved => unmatched.push(app_name(app)),
         }
     }
     fleet.finish_keys();
+    for (i, count) in server_apps.into_iter().enumerate() {
+        fleet
+            .server_apps
+            .insert(fleet.clusters[i].id.clone(), count);
+    }
+    for (name, count) in ambiguous {
+        let secrets: Vec<String> = index.by_name[&name]
+            .iter()
+            .map(|&i| index.secret_names[i].clone())
+            .collect();
+        fleet.notes.push(format!(
+            "Secrets {} all name their cluster {name:?}: Argo CD fails the destination of the {count} Application(s) that target that name, and every replica processes them",
+            some_names(&secrets)
+        ));
+    }
     unmatched.sort();
     if !unmatched.is_empty() {
         fleet.unmatched_apps = unmatched.len() as u64;
         fleet.notes.push(format!(
-            "{} Application(s) target no known cluster and are not counted: {}",
+            "{} Application(s) have a destination Argo CD cannot resolve to one cluster, so every replica processes them (and reports the error); not counted: {}",
             unmatched.len(),
             some_names(&unmatched)
         ));
     }
+}
+
+fn app_name(app: &DynamicObject) -> String {
+    format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any())
 }
 
 /// A data key of a Secret as text.
@@ -152,31 +262,43 @@ fn data(secret: &Secret, key: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes.0).into_owned())
 }
 
+/// Why Argo CD cannot read the Secret's `config` key, if it cannot. Argo CD unmarshals a
+/// non-empty value into a struct: it must be JSON, an object or `null`. Go replaces invalid
+/// UTF-8 rather than failing, hence the lossy text.
+fn config_error(secret: &Secret) -> Option<String> {
+    let text = data(secret, "config").filter(|t| !t.is_empty())?;
+    match serde_json::from_str::<Value>(&text) {
+        Err(e) => Some(format!("not JSON: {e}")),
+        Ok(Value::Object(_) | Value::Null) => None,
+        Ok(_) => Some("JSON, but not an object".into()),
+    }
+}
+
 /// Argo CD trims trailing slashes from a Secret's server; a destination's are trimmed alike.
 fn normalise_server(server: &str) -> String {
     server.trim_end_matches('/').to_string()
 }
 
-/// The optional `shard` key. Argo CD parses it with Go's `strconv.Atoi` and ignores the key
-/// when that fails, so surrounding whitespace (a trailing newline from `echo`) unpins.
-fn pin(secret: &Secret, secret_name: &str, notes: &mut Vec<String>) -> Option<ShardId> {
-    let text = data(secret, "shard")?;
+/// The optional `shard` key, as Argo CD reads it.
+#[derive(Debug, PartialEq, Eq)]
+enum Shard {
+    Unset,
+    /// Go's `strconv.Atoi` fails (surrounding whitespace, a trailing newline from `echo`):
+    /// Argo CD ignores the key.
+    Unparsable(String),
+    /// No replica has this ordinal.
+    Negative(i64),
+    Ordinal(u64),
+}
+
+fn shard(secret: &Secret) -> Shard {
+    let Some(text) = data(secret, "shard") else {
+        return Shard::Unset;
+    };
+    // Rust's i64 parse takes what Atoi takes on 64-bit Go: an optional sign, then digits.
     match text.parse::<i64>() {
-        Ok(n) => match ShardId::try_from(n) {
-            Ok(shard) => Some(shard),
-            Err(_) => {
-                notes.push(format!(
-                    "Secret {secret_name:?} has shard {n}, which is not a shard ordinal; treated as unpinned"
-                ));
-                None
-            }
-        },
-        Err(_) => {
-            notes.push(format!(
-                "Secret {secret_name:?} has shard {text:?}, which Argo CD cannot parse and ignores; treated as unpinned"
-            ));
-            None
-        }
+        Ok(n) => u64::try_from(n).map_or(Shard::Negative(n), Shard::Ordinal),
+        Err(_) => Shard::Unparsable(text),
     }
 }
 
@@ -185,6 +307,8 @@ mod tests {
     use k8s_openapi::ByteString;
     use kube::api::ApiResource;
     use serde_json::json;
+
+    use std::collections::BTreeSet;
 
     use super::*;
 
@@ -248,7 +372,7 @@ mod tests {
             application("e", json!({"name": "nowhere"})),
             application("f", json!({})),
         ];
-        let fleet = fleet(&secrets, &apps, true).unwrap();
+        let fleet = fleet(&secrets, &apps, true, Load::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [
@@ -270,7 +394,7 @@ mod tests {
         assert_eq!(
             fleet.notes,
             [
-                r#"2 Application(s) target no known cluster and are not counted: "argocd/e", "argocd/f""#
+                r#"2 Application(s) have a destination Argo CD cannot resolve to one cluster, so every replica processes them (and reports the error); not counted: "argocd/e", "argocd/f""#
             ]
         );
     }
@@ -282,7 +406,7 @@ mod tests {
             application("b", json!({"name": "in-cluster"})),
             application("c", json!({"server": "https://kubernetes.default.svc/"})),
         ];
-        let fleet = fleet(&[], &apps, true).unwrap();
+        let fleet = fleet(&[], &apps, true, Load::Apps).unwrap();
         assert_eq!(apps_by_cluster(&fleet), [("in-cluster", "", 3, None)]);
     }
 
@@ -298,7 +422,7 @@ mod tests {
             application("b", json!({"name": "in-cluster"})),
             application("c", json!({"name": "home"})),
         ];
-        let fleet = fleet(&secrets, &apps, true).unwrap();
+        let fleet = fleet(&secrets, &apps, true, Load::Apps).unwrap();
         assert_eq!(apps_by_cluster(&fleet), [("home", "uid-local", 3, None)]);
     }
 
@@ -306,14 +430,14 @@ mod tests {
     fn a_disabled_in_cluster_cluster_does_not_exist() {
         let secrets = [secret("local", &[("server", IN_CLUSTER_SERVER)])];
         let apps = [application("a", json!({"name": "in-cluster"}))];
-        let fleet = fleet(&secrets, &apps, false).unwrap();
+        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
         assert!(fleet.clusters.is_empty());
         assert_eq!(fleet.unmatched_apps, 1);
         assert!(fleet.notes[0].contains("argocd-cm disables"));
     }
 
     #[test]
-    fn the_server_decides_when_a_destination_has_both() {
+    fn a_destination_with_both_name_and_server_resolves_to_nothing() {
         let secrets = [
             secret("one", &[("name", "one"), ("server", "https://one")]),
             secret("two", &[("name", "two"), ("server", "https://two")]),
@@ -322,53 +446,161 @@ mod tests {
             "a",
             json!({"server": "https://two", "name": "one"}),
         )];
-        let fleet = fleet(&secrets, &apps, false).unwrap();
+        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
-            [("one", "uid-one", 0, None), ("two", "uid-two", 1, None)]
+            [("one", "uid-one", 0, None), ("two", "uid-two", 0, None)]
         );
+        assert_eq!(fleet.unmatched_apps, 1);
     }
 
     #[test]
-    fn shard_keys_argo_cd_cannot_parse_are_ignored_with_a_note() {
+    fn shard_keys_are_read_as_argo_cd_reads_them() {
         let secrets = [
-            secret("a", &[("server", "https://a"), ("shard", "1\n")]),
-            secret("b", &[("server", "https://b"), ("shard", "-1")]),
-            secret("c", &[("server", "https://c"), ("shard", "+2")]),
+            secret(
+                "a",
+                &[("name", "a"), ("server", "https://a"), ("shard", "1\n")],
+            ),
+            secret(
+                "b",
+                &[("name", "b"), ("server", "https://b"), ("shard", "-1")],
+            ),
+            secret(
+                "c",
+                &[("name", "c"), ("server", "https://c"), ("shard", "+2")],
+            ),
+            secret(
+                "d",
+                &[
+                    ("name", "d"),
+                    ("server", "https://d"),
+                    ("shard", "99999999999"),
+                ],
+            ),
         ];
-        let fleet = fleet(&secrets, &[], false).unwrap();
-        // Without a name key, the Secret's name names the cluster.
+        let fleet = fleet(&secrets, &[], false, Load::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [
                 ("a", "uid-a", 0, None),
                 ("b", "uid-b", 0, None),
-                ("c", "uid-c", 0, Some(2))
+                ("c", "uid-c", 0, Some(2)),
+                ("d", "uid-d", 0, Some(u32::MAX)),
             ]
         );
+        // A negative shard is no shard: the cluster is orphaned.
+        assert_eq!(fleet.orphaned, BTreeSet::from(["uid-b".to_string()]));
         assert_eq!(fleet.notes.len(), 2);
         assert!(fleet.notes[0].contains(r#"shard "1\n", which Argo CD cannot parse"#));
-        assert!(fleet.notes[1].contains("shard -1, which is not a shard ordinal"));
+        assert!(
+            fleet.notes[1].contains(r#"has shard -1: no Argo CD replica reconciles cluster "b""#),
+            "{}",
+            fleet.notes[1]
+        );
     }
 
     #[test]
-    fn duplicate_servers_count_toward_the_first_secret() {
+    fn a_duplicate_server_keeps_one_secret_and_leaves_the_other_out() {
         let secrets = [
             secret("b", &[("name", "b"), ("server", "https://same")]),
-            secret("a", &[("name", "a"), ("server", "https://same")]),
+            secret("a", &[("name", "a"), ("server", "https://same/")]),
         ];
         let apps = [application("x", json!({"server": "https://same"}))];
-        let fleet = fleet(&secrets, &apps, false).unwrap();
+        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        assert_eq!(apps_by_cluster(&fleet), [("a", "uid-a", 1, None)]);
+        assert_eq!(fleet.notes.len(), 1);
+        assert!(
+            fleet.notes[0].starts_with(
+                r#"Secrets "a" and "b" have the same server "https://same": Argo CD keeps one of them"#
+            ),
+            "{}",
+            fleet.notes[0]
+        );
+    }
+
+    #[test]
+    fn a_duplicate_name_resolves_to_no_cluster() {
+        let secrets = [
+            secret("s1", &[("name", "prod"), ("server", "https://one")]),
+            secret("s2", &[("name", "prod"), ("server", "https://two")]),
+        ];
+        let apps = [
+            application("by-name", json!({"name": "prod"})),
+            application("by-server", json!({"server": "https://two"})),
+        ];
+        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
-            [("a", "uid-a", 1, None), ("b", "uid-b", 0, None)]
+            [("prod", "uid-s1", 0, None), ("prod", "uid-s2", 1, None)]
         );
+        assert_eq!(fleet.unmatched_apps, 1);
+        assert!(fleet.notes[0].starts_with(
+            r#"Secrets "s1", "s2" all name their cluster "prod": Argo CD fails the destination of the 1 Application(s)"#
+        ));
+    }
+
+    #[test]
+    fn a_secret_without_a_name_key_gives_a_cluster_no_name() {
+        let secrets = [secret("cluster-x", &[("server", "https://x")])];
+        let apps = [
+            application("by-object-name", json!({"name": "cluster-x"})),
+            application("by-server", json!({"server": "https://x"})),
+        ];
+        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
         assert_eq!(
-            fleet.notes,
-            [
-                r#"Secrets of clusters "a" and "b" have the same server "https://same"; apps naming it count toward "a""#
-            ]
+            apps_by_cluster(&fleet),
+            [("(Secret cluster-x)", "uid-cluster-x", 1, None)]
         );
+        assert_eq!(fleet.unmatched_apps, 1);
+        assert!(fleet.notes[0].contains("has no name key: Argo CD gives its cluster no name"));
+    }
+
+    #[test]
+    fn a_secret_whose_config_argo_cd_cannot_read_is_no_cluster() {
+        let cluster = |name: &str, config: &str| {
+            let server = format!("https://{name}");
+            secret(
+                name,
+                &[("name", name), ("server", &server), ("config", config)],
+            )
+        };
+        let secrets = [
+            cluster("bad", "{not json"),
+            cluster("list", "[]"),
+            cluster("good", r#"{"bearerToken": "t"}"#),
+            cluster("null", "null"),
+        ];
+        let apps = [application("a", json!({"server": "https://bad"}))];
+        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        assert_eq!(
+            apps_by_cluster(&fleet),
+            [("good", "uid-good", 0, None), ("null", "uid-null", 0, None)]
+        );
+        assert_eq!(fleet.unmatched_apps, 1);
+        assert!(
+            fleet.notes[0]
+                .starts_with(r#"Secret "bad" has a config Argo CD cannot read (not JSON"#),
+            "{}",
+            fleet.notes[0]
+        );
+        assert!(fleet.notes[1].contains("(JSON, but not an object): Argo CD ignores this cluster"));
+    }
+
+    #[test]
+    fn resources_load_counts_status_resources_and_consistent_hashing_counts_by_server() {
+        let secrets = [secret("s", &[("name", "prod"), ("server", "https://prod")])];
+        let mut by_server = application("a", json!({"server": "https://prod/"}));
+        by_server.data["status"] = json!({"resources": [{}, {}, {}]});
+        let mut by_name = application("b", json!({"name": "prod"}));
+        by_name.data["status"] = json!({"resources": [{}]});
+        let exact = application("c", json!({"server": "https://prod"}));
+        let apps = [by_server, by_name, exact];
+        let fleet = fleet(&secrets, &apps, false, Load::Resources).unwrap();
+        assert_eq!(apps_by_cluster(&fleet), [("prod", "uid-s", 4, None)]);
+        // Keys stand for apps, so a resource load leaves the cluster uncut.
+        assert!(fleet.keys.is_empty());
+        // Only "c" names the server byte for byte, as Argo CD's consistent-hashing counts.
+        assert_eq!(fleet.server_apps.get("uid-s"), Some(&1));
     }
 
     #[test]
@@ -376,7 +608,7 @@ mod tests {
         let mut s = secret("a", &[("server", "https://a")]);
         s.metadata.uid = None;
         assert_eq!(
-            fleet(&[s], &[], true).unwrap_err(),
+            fleet(&[s], &[], true, Load::Apps).unwrap_err(),
             FleetError::MissingUid {
                 kind: "Secret",
                 name: "a".into()

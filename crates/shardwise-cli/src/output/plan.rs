@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use shard_assign::ShardId;
 
 use super::Table;
-use crate::cli::{Format, Source};
+use crate::cli::{Format, Load, Source};
 use crate::planning::{CutCluster, PlanReport, StrategyPlan};
 
 /// Clusters, apps and load of one shard.
@@ -190,24 +190,42 @@ fn write_table(out: &mut impl Write, report: &PlanReport, limit: usize) -> io::R
         report.replicas.origin
     )?;
     let current = &report.current;
-    match current.strategy {
-        Some(strategy) => writeln!(
+    let unplaced = if current.unplaced.clusters > 0 {
+        format!(
+            "; {} ({}) unplaced",
+            count(current.unplaced.clusters, "cluster"),
+            count(current.unplaced.apps, "app")
+        )
+    } else {
+        String::new()
+    };
+    match (current.strategy, &report.argocd) {
+        (Some(strategy), Some(argocd)) => {
+            writeln!(
+                out,
+                "current placement: computed with {strategy} on {from} {}, as Argo CD's {} algorithm places clusters (algorithm from {}){unplaced}",
+                plural(u64::from(from), "replica"),
+                argocd.algorithm,
+                argocd.algorithm_origin
+            )?;
+            writeln!(
+                out,
+                "application namespaces: {} (from {})",
+                argocd.app_namespaces.join(", "),
+                argocd.app_namespaces_origin
+            )?;
+            let load = match argocd.load {
+                Load::Apps => "one per Application",
+                Load::Resources => "one per managed resource (status.resources)",
+            };
+            writeln!(out, "load: {load}")?;
+        }
+        (Some(strategy), None) => writeln!(
             out,
-            "current placement: computed with {strategy} on {from} {} (Argo CD records none; --current-strategy changes the algorithm)",
+            "current placement: computed with {strategy} on {from} {}{unplaced}",
             plural(u64::from(from), "replica")
         )?,
-        None => {
-            let unplaced = if current.unplaced.clusters > 0 {
-                format!(
-                    "; {} ({}) unplaced",
-                    count(current.unplaced.clusters, "cluster"),
-                    count(current.unplaced.apps, "app")
-                )
-            } else {
-                String::new()
-            };
-            writeln!(out, "current placement: shard labels{unplaced}")?;
-        }
+        (None, _) => writeln!(out, "current placement: shard labels{unplaced}")?,
     }
     for line in header_messages(report) {
         writeln!(out, "{line}")?;
@@ -503,6 +521,7 @@ mod tests {
                 .to_vec(),
             // Whole clusters here; the sliced table has its own test.
             slicing: shard_assign::SliceSwitch::Off,
+            argocd: None,
         };
         build(&fleet, request).unwrap()
     }
@@ -592,6 +611,7 @@ mod tests {
             current: Current::Recorded,
             strategies: vec![StrategyConfig::new(StrategyKind::StickyBalanced)],
             slicing: shard_assign::SliceSwitch::Auto,
+            argocd: None,
         };
         let report = build(&fleet, request).unwrap();
         let table = render(&report, Format::Table, 0);
@@ -632,6 +652,7 @@ mod tests {
             current: Current::Recorded,
             strategies: vec![StrategyConfig::new(StrategyKind::StickyBalanced)],
             slicing: shard_assign::SliceSwitch::Auto,
+            argocd: None,
         };
         let csv = render(&build(&fleet, request).unwrap(), Format::Csv, 0);
         let hot: Vec<(String, String, String, String)> = csv

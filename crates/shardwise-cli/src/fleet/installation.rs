@@ -1,0 +1,516 @@
+//! How an Argo CD installation configures its application controller's sharding, read the way
+//! the controller (v3.5) reads it: from the environment of its pod template, whose variables
+//! Argo CD's manifests fill from `argocd-cmd-params-cm`. No I/O: the workload and the
+//! ConfigMaps its variables refer to are passed in.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, EnvVarSource, PodTemplateSpec};
+use shard_assign::StrategyKind;
+
+/// Argo CD's parameters ConfigMap, where its manifests point the variables below.
+pub(crate) const CMD_PARAMS_CM: &str = "argocd-cmd-params-cm";
+/// The controller's container in Argo CD's manifests.
+const CONTAINER: &str = "argocd-application-controller";
+const REPLICAS_ENV: &str = "ARGOCD_CONTROLLER_REPLICAS";
+const ALGORITHM_ENV: &str = "ARGOCD_CONTROLLER_SHARDING_ALGORITHM";
+const NAMESPACES_ENV: &str = "ARGOCD_APPLICATION_NAMESPACES";
+const DYNAMIC_ENV: &str = "ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION";
+
+/// The application controller's workload: a StatefulSet, or a Deployment under dynamic cluster
+/// distribution.
+pub(crate) struct Workload<'a> {
+    /// `StatefulSet argocd/argocd-application-controller`, for messages.
+    pub what: String,
+    pub replicas: Option<i32>,
+    pub template: &'a PodTemplateSpec,
+}
+
+/// A setting, and where it was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Setting<T> {
+    pub value: T,
+    pub origin: String,
+}
+
+/// Argo CD's sharding as configured.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Sharding {
+    /// The shard count the controller computes placement with: 1 when it does not shard.
+    pub replicas: Setting<u32>,
+    /// When Argo CD does not shard although several pods run: their number, the natural
+    /// replica count to plan for.
+    pub unsharded_pods: Option<u32>,
+    /// The strategy that reproduces the algorithm, under Argo CD's name for it.
+    pub algorithm: Setting<(StrategyKind, &'static str)>,
+    /// Namespaces (patterns) Applications are reconciled from besides the control plane's.
+    pub app_namespaces: Setting<Vec<String>>,
+    pub notes: Vec<String>,
+}
+
+/// ConfigMaps the controller's variables refer to: the ones to fetch. Without a workload, the
+/// references of Argo CD's manifests.
+pub(crate) fn referenced_config_maps(workload: Option<&Workload<'_>>) -> BTreeSet<String> {
+    let Some(workload) = workload else {
+        return BTreeSet::from([CMD_PARAMS_CM.to_string()]);
+    };
+    env(workload)
+        .iter()
+        .filter_map(|e| e.value_from.as_ref()?.config_map_key_ref.as_ref())
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+/// Reads the sharding settings. `config_maps` holds the referenced ConfigMaps that exist.
+pub(crate) fn sharding(
+    workload: Option<&Workload<'_>>,
+    config_maps: &BTreeMap<String, ConfigMap>,
+) -> Result<Sharding, String> {
+    // Without a workload, the variables Argo CD's manifests set from argocd-cmd-params-cm.
+    let manifest_env = [
+        manifest_ref(ALGORITHM_ENV, "controller.sharding.algorithm"),
+        manifest_ref(NAMESPACES_ENV, "application.namespaces"),
+    ];
+    let (vars, owner): (&[EnvVar], String) = match workload {
+        Some(w) => (env(w), w.what.clone()),
+        None => (&manifest_env, "Argo CD's manifests".to_string()),
+    };
+    let mut notes = Vec::new();
+    let mut read = |name: &str| lookup(vars, name, &owner, config_maps, &mut notes);
+
+    let dynamic = read(DYNAMIC_ENV).and_then(|s| parse_bool(&s.value).filter(|&on| on).map(|_| s));
+    let algorithm_text = read(ALGORITHM_ENV);
+    let namespaces = read(NAMESPACES_ENV);
+    let replicas_text = read(REPLICAS_ENV);
+
+    let replicas = match (&dynamic, workload) {
+        (Some(dynamic), Some(w)) => {
+            // Dynamic distribution: the Deployment's replica count, pods taking shards by
+            // heartbeat in argocd-app-controller-shard-cm; placement by shard is unchanged.
+            let n = w.replicas.ok_or_else(|| {
+                format!(
+                    "{} enables dynamic cluster distribution ({}) but sets no spec.replicas; pass --replicas N",
+                    w.what, dynamic.origin
+                )
+            })?;
+            Setting {
+                value: u32::try_from(n).unwrap_or(0),
+                origin: format!("{} spec.replicas (dynamic cluster distribution)", w.what),
+            }
+        }
+        _ => go_int(replicas_text.as_ref(), &owner, &mut notes),
+    };
+    let pods = workload.map(|w| u32::try_from(w.replicas.unwrap_or(1)).unwrap_or(0));
+    let mut unsharded_pods = None;
+    let replicas = if replicas.value <= 1 {
+        // Argo CD's controller shards only with more than one replica; otherwise every pod
+        // takes shard 0 and reconciles every cluster.
+        if let Some(pods) = pods.filter(|&p| p > 1) {
+            notes.push(format!(
+                "Argo CD does not shard: the controller's replica count is {} ({}), so each of the {pods} pods of {owner} reconciles every cluster; planned as one shard, --to defaults to {pods}",
+                replicas.value, replicas.origin
+            ));
+            unsharded_pods = Some(pods);
+        }
+        Setting {
+            value: 1,
+            origin: format!("{} (Argo CD does not shard)", replicas.origin),
+        }
+    } else {
+        if let Some(pods) = pods.filter(|&p| p != replicas.value && dynamic.is_none()) {
+            notes.push(if pods < replicas.value {
+                format!(
+                    "{owner} runs {pods} pod(s) but Argo CD shards over {}: no pod reconciles the clusters of shards {pods} to {}",
+                    replicas.value,
+                    replicas.value - 1
+                )
+            } else {
+                format!(
+                    "{owner} runs {pods} pods but Argo CD shards over {}: the pods from ordinal {} on reconcile shard 0 again or nothing",
+                    replicas.value, replicas.value
+                )
+            });
+        }
+        replicas
+    };
+
+    let algorithm = match algorithm_text.filter(|s| !s.value.is_empty()) {
+        None => Setting {
+            value: (StrategyKind::LegacyModulo, "legacy"),
+            origin: format!("Argo CD's default: {ALGORITHM_ENV} is not set in {owner}"),
+        },
+        Some(Setting { value, origin }) => match argocd_name(&value) {
+            Some(named) => Setting {
+                value: named,
+                origin,
+            },
+            None => {
+                notes.push(format!(
+                    "Argo CD has no sharding algorithm {value:?} ({origin}): it falls back to legacy"
+                ));
+                Setting {
+                    value: (StrategyKind::LegacyModulo, "legacy"),
+                    origin: format!("Argo CD's fallback for {value:?} ({origin})"),
+                }
+            }
+        },
+    };
+
+    let app_namespaces = match namespaces.filter(|s| !s.value.is_empty()) {
+        // Go's StringsFromEnv: split on commas, trim each.
+        Some(Setting { value, origin }) => Setting {
+            value: value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            origin,
+        },
+        None => Setting {
+            value: Vec::new(),
+            origin: format!("{NAMESPACES_ENV} is not set in {owner}"),
+        },
+    };
+
+    Ok(Sharding {
+        replicas,
+        unsharded_pods,
+        algorithm,
+        app_namespaces,
+        notes,
+    })
+}
+
+/// The shardwise strategy that reproduces an Argo CD algorithm, and Argo CD's name for it.
+fn argocd_name(name: &str) -> Option<(StrategyKind, &'static str)> {
+    match name {
+        "legacy" => Some((StrategyKind::LegacyModulo, "legacy")),
+        "round-robin" => Some((StrategyKind::RoundRobin, "round-robin")),
+        "consistent-hashing" => Some((StrategyKind::ArgoCdConsistentHashing, "consistent-hashing")),
+        _ => None,
+    }
+}
+
+/// Whether an Application namespace is one Argo CD's controller reconciles: the control
+/// plane's, or one matching a pattern (`*` any run of characters, `?` one character).
+pub(crate) fn namespace_allowed(patterns: &[String], control_plane: &str, namespace: &str) -> bool {
+    namespace == control_plane || patterns.iter().any(|p| glob_match(p, namespace))
+}
+
+/// Patterns shardwise cannot evaluate as Argo CD does: `/regex/`, and glob classes `[...]`
+/// and alternatives `{a,b}`.
+pub(crate) fn unsupported_pattern(pattern: &str) -> bool {
+    (pattern.len() > 1 && pattern.starts_with('/') && pattern.ends_with('/'))
+        || pattern.contains(['[', '{', '\\'])
+}
+
+/// Whether a pattern names one namespace (no wildcard), so it can be listed alone.
+pub(crate) fn is_literal(pattern: &str) -> bool {
+    !pattern.contains(['*', '?'])
+}
+
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Iterative wildcard matching with one backtrack point: linear in practice.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+fn manifest_ref(name: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            config_map_key_ref: Some(k8s_openapi::api::core::v1::ConfigMapKeySelector {
+                name: CMD_PARAMS_CM.into(),
+                key: key.into(),
+                optional: Some(true),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// The controller container's variables: the one named as in Argo CD's manifests, else the
+/// first.
+fn env<'a>(workload: &Workload<'a>) -> &'a [EnvVar] {
+    let containers = workload
+        .template
+        .spec
+        .as_ref()
+        .map_or(&[][..], |s| &s.containers[..]);
+    containers
+        .iter()
+        .find(|c| c.name == CONTAINER)
+        .or_else(|| containers.first())
+        .and_then(|c| c.env.as_deref())
+        .unwrap_or_default()
+}
+
+/// A variable's value as the pod sees it (`None`: unset), with where it came from.
+fn lookup(
+    vars: &[EnvVar],
+    name: &str,
+    owner: &str,
+    config_maps: &BTreeMap<String, ConfigMap>,
+    notes: &mut Vec<String>,
+) -> Option<Setting<String>> {
+    // Kubernetes lets the last of duplicate variables win.
+    let var = vars.iter().rev().find(|e| e.name == name)?;
+    if let Some(value) = &var.value {
+        return Some(Setting {
+            value: value.clone(),
+            origin: format!("env {name} of {owner}"),
+        });
+    }
+    let source = var.value_from.as_ref()?;
+    let Some(reference) = &source.config_map_key_ref else {
+        notes.push(format!(
+            "env {name} of {owner} comes from a source shardwise does not read (only values and configMapKeyRef); taken as unset"
+        ));
+        return None;
+    };
+    let value = config_maps
+        .get(&reference.name)
+        .and_then(|cm| cm.data.as_ref()?.get(&reference.key))?;
+    Some(Setting {
+        value: value.clone(),
+        origin: format!("{} {}", reference.name, reference.key),
+    })
+}
+
+/// Go's `ParseNumFromEnv(name, 0, 0, MaxInt32)`: unset, unparsable or out of range is 0.
+fn go_int(text: Option<&Setting<String>>, owner: &str, notes: &mut Vec<String>) -> Setting<u32> {
+    let Some(Setting { value, origin }) = text.filter(|s| !s.value.is_empty()) else {
+        return Setting {
+            value: 0,
+            origin: format!("{REPLICAS_ENV} is not set in {owner}"),
+        };
+    };
+    match value
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+    {
+        Some(n) if n <= i32::MAX as u32 => Setting {
+            value: n,
+            origin: origin.clone(),
+        },
+        _ => {
+            notes.push(format!(
+                "{REPLICAS_ENV} is {value:?} ({origin}), which Argo CD does not take as a replica count: it uses 0"
+            ));
+            Setting {
+                value: 0,
+                origin: origin.clone(),
+            }
+        }
+    }
+}
+
+/// Go's `strconv.ParseBool`; `None` when it fails (Argo CD then keeps the default, false).
+fn parse_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+
+    use super::*;
+
+    fn statefulset(replicas: i32, env: &str) -> StatefulSet {
+        serde_json::from_str(&format!(
+            r#"{{"spec": {{"replicas": {replicas}, "selector": {{}}, "serviceName": "c", "template": {{"spec": {{"containers": [
+                {{"name": "sidecar", "env": [{{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "9"}}]}},
+                {{"name": "argocd-application-controller", "env": [{env}]}}]}}}}}}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn read(sts: &StatefulSet, cms: &[(&str, &[(&str, &str)])]) -> Sharding {
+        let spec = sts.spec.as_ref().unwrap();
+        let workload = Workload {
+            what: "StatefulSet argocd/argocd-application-controller".into(),
+            replicas: spec.replicas,
+            template: &spec.template,
+        };
+        let config_maps = cms
+            .iter()
+            .map(|(name, data)| {
+                let cm = ConfigMap {
+                    data: Some(
+                        data.iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                    ),
+                    ..ConfigMap::default()
+                };
+                (name.to_string(), cm)
+            })
+            .collect();
+        assert_eq!(
+            referenced_config_maps(Some(&workload)),
+            cms.iter()
+                .map(|(n, _)| n.to_string())
+                .filter(|n| n == CMD_PARAMS_CM)
+                .collect()
+        );
+        sharding(Some(&workload), &config_maps).unwrap()
+    }
+
+    const FROM_PARAMS: &str = r#"
+        {"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "3"},
+        {"name": "ARGOCD_CONTROLLER_SHARDING_ALGORITHM", "valueFrom": {"configMapKeyRef": {"name": "argocd-cmd-params-cm", "key": "controller.sharding.algorithm", "optional": true}}},
+        {"name": "ARGOCD_APPLICATION_NAMESPACES", "valueFrom": {"configMapKeyRef": {"name": "argocd-cmd-params-cm", "key": "application.namespaces", "optional": true}}}"#;
+
+    #[test]
+    fn settings_come_from_the_controller_env_and_argocd_cmd_params_cm() {
+        let sts = statefulset(3, FROM_PARAMS);
+        let read = read(
+            &sts,
+            &[(
+                CMD_PARAMS_CM,
+                &[
+                    ("controller.sharding.algorithm", "round-robin"),
+                    ("application.namespaces", " team-a, apps-* ,"),
+                ],
+            )],
+        );
+        assert_eq!(
+            read.replicas,
+            Setting {
+                value: 3,
+                origin: "env ARGOCD_CONTROLLER_REPLICAS of StatefulSet argocd/argocd-application-controller".into()
+            }
+        );
+        assert_eq!(read.unsharded_pods, None);
+        assert_eq!(
+            read.algorithm,
+            Setting {
+                value: (StrategyKind::RoundRobin, "round-robin"),
+                origin: "argocd-cmd-params-cm controller.sharding.algorithm".into()
+            }
+        );
+        assert_eq!(read.app_namespaces.value, ["team-a", "apps-*"]);
+        assert!(read.notes.is_empty(), "{:?}", read.notes);
+    }
+
+    #[test]
+    fn an_unset_or_zero_replica_count_does_not_shard() {
+        for env in [
+            "",
+            r#"{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "0"}"#,
+        ] {
+            let read = read(&statefulset(4, env), &[]);
+            assert_eq!(read.replicas.value, 1);
+            assert_eq!(read.unsharded_pods, Some(4));
+            assert!(
+                read.notes[0].starts_with("Argo CD does not shard"),
+                "{:?}",
+                read.notes
+            );
+            assert_eq!(read.algorithm.value.1, "legacy");
+        }
+        // Go's ParseInt takes no surrounding space: Argo CD then uses 0.
+        let read = read(
+            &statefulset(
+                2,
+                r#"{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": " 2"}"#,
+            ),
+            &[],
+        );
+        assert_eq!(read.replicas.value, 1);
+        assert!(read.notes[0].contains("does not take as a replica count"));
+    }
+
+    #[test]
+    fn unknown_algorithms_fall_back_to_legacy_and_pod_counts_are_compared() {
+        let env = r#"{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "3"},
+            {"name": "ARGOCD_CONTROLLER_SHARDING_ALGORITHM", "value": "fastest"}"#;
+        let read = read(&statefulset(2, env), &[]);
+        assert_eq!(read.algorithm.value, (StrategyKind::LegacyModulo, "legacy"));
+        assert!(
+            read.notes
+                .iter()
+                .any(|n| n.contains("falls back to legacy"))
+        );
+        assert!(
+            read.notes
+                .iter()
+                .any(|n| n.contains("no pod reconciles the clusters of shards 2 to 2"))
+        );
+    }
+
+    #[test]
+    fn dynamic_distribution_uses_the_workload_replicas() {
+        let env = r#"{"name": "ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION", "value": "true"},
+            {"name": "ARGOCD_CONTROLLER_SHARDING_ALGORITHM", "value": "consistent-hashing"}"#;
+        let read = read(&statefulset(5, env), &[]);
+        assert_eq!(read.replicas.value, 5);
+        assert!(
+            read.replicas
+                .origin
+                .ends_with("(dynamic cluster distribution)")
+        );
+        assert_eq!(
+            read.algorithm.value.0,
+            StrategyKind::ArgoCdConsistentHashing
+        );
+    }
+
+    #[test]
+    fn without_a_workload_the_manifests_references_are_read() {
+        let cm = ConfigMap {
+            data: Some(BTreeMap::from([(
+                "controller.sharding.algorithm".to_string(),
+                "consistent-hashing".to_string(),
+            )])),
+            ..ConfigMap::default()
+        };
+        let cms = BTreeMap::from([(CMD_PARAMS_CM.to_string(), cm)]);
+        assert_eq!(
+            referenced_config_maps(None),
+            BTreeSet::from([CMD_PARAMS_CM.to_string()])
+        );
+        let read = sharding(None, &cms).unwrap();
+        assert_eq!(read.algorithm.value.1, "consistent-hashing");
+    }
+
+    #[test]
+    fn namespaces_match_as_argo_cd_globs() {
+        let patterns = vec!["team-*".to_string(), "a?c".to_string()];
+        assert!(namespace_allowed(&patterns, "argocd", "argocd"));
+        assert!(namespace_allowed(&patterns, "argocd", "team-"));
+        assert!(namespace_allowed(&patterns, "argocd", "team-x-y"));
+        assert!(namespace_allowed(&patterns, "argocd", "abc"));
+        assert!(!namespace_allowed(&patterns, "argocd", "abbc"));
+        assert!(!namespace_allowed(&patterns, "argocd", "other"));
+        assert!(namespace_allowed(&["*".to_string()], "argocd", "any"));
+        assert!(unsupported_pattern("/team-.*/"));
+        assert!(unsupported_pattern("team-[ab]"));
+        assert!(!unsupported_pattern("team-*"));
+        assert!(is_literal("team-a") && !is_literal("team-*"));
+    }
+}
