@@ -262,7 +262,7 @@ struct AssignmentJson<'a> {
     extra_slices: usize,
     shards: Vec<ShardJson>,
     clusters: Vec<ClusterJson<'a>>,
-    warnings: &'a [Warning],
+    warnings: Vec<&'a Warning>,
 }
 
 #[derive(Serialize)]
@@ -288,13 +288,21 @@ struct ClusterJson<'a> {
     selector: Option<String>,
 }
 
+/// Writes an assignment. `redirected` are the warnings of clusters placed by Argo CD's rule for
+/// a pin that is not live (see `commands::assign`): they count as not pinned.
 pub(crate) fn write_assignment(
     out: &mut impl Write,
     sliced: &SlicedAssignment,
     clusters: &[Cluster],
+    redirected: &[Warning],
     format: Format,
 ) -> io::Result<()> {
     let assignment = &sliced.assignment;
+    let moved_by_argocd_rule = |id: &str| {
+        redirected
+            .iter()
+            .any(|w| matches!(w, Warning::PinNotLive { cluster, .. } if cluster == id))
+    };
     // Clusters in the inventory's order, which is the operator's; slices in range order.
     let mut rows: Vec<ClusterJson<'_>> = Vec::new();
     for c in clusters {
@@ -311,7 +319,7 @@ pub(crate) fn write_assignment(
                 id: &c.id,
                 apps: placed.apps,
                 shard: placed.shard,
-                pinned: placed.pinned,
+                pinned: placed.pinned && !moved_by_argocd_rule(&c.id),
                 range: cut.then(|| range.to_string()),
                 selector: cut.then(|| range.selector()),
             });
@@ -331,7 +339,7 @@ pub(crate) fn write_assignment(
                     .map(|(&shard, &load)| ShardJson { shard, load })
                     .collect(),
                 clusters: rows,
-                warnings: assignment.warnings(),
+                warnings: assignment.warnings().iter().chain(redirected).collect(),
             };
             json::write(out, "assignment", &document)
         }

@@ -276,6 +276,46 @@ fn assign_prints_each_clusters_shard_and_the_loads() {
 }
 
 #[test]
+fn argo_cd_strategies_put_a_pin_that_is_not_live_on_the_lowest_shard_as_argo_cd_does() {
+    let dir = tempfile::tempdir().unwrap();
+    // legacy-modulo alone would not put "lost" on shard 0 (FNV-1a of its id modulo 3); its pin
+    // is out of range.
+    let inventory = write(
+        dir.path(),
+        "fleet.json",
+        r#"[{"id": "lost", "name": "lost", "apps": 1, "shard": 9},
+            {"id": "free", "name": "free", "apps": 1}]"#,
+    );
+    assert_ne!(shard_assign::fnv1a_32(b"lost") % 3, 0);
+    for strategy in ["legacy-modulo", "round-robin", "argocd-consistent-hashing"] {
+        let out = shardwise(&[
+            "assign",
+            "--strategy",
+            strategy,
+            "--shards",
+            "3",
+            "--inventory",
+            &inventory,
+            "--format",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let lost = &json["clusters"][0];
+        assert_eq!(lost["name"], "lost");
+        assert_eq!(lost["shard"], 0, "{strategy}");
+        assert_eq!(lost["pinned"], false, "{strategy}");
+        assert_eq!(json["warnings"][0]["kind"], "pin-not-live", "{strategy}");
+        assert_eq!(json["warnings"][0]["placed_on"], 0, "{strategy}");
+        assert!(
+            stderr(&out).contains("pinned to shard 9, which is not live; placed on shard 0"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
 fn assign_cuts_a_hot_cluster_with_sticky_balanced_unless_slicing_is_off() {
     let dir = tempfile::tempdir().unwrap();
     let inventory = write(
