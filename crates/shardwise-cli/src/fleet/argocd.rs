@@ -22,6 +22,9 @@ const IN_CLUSTER_NAME: &str = "in-cluster";
 /// shard 0, and so does `legacy-modulo`.
 const IN_CLUSTER_ID: &str = "";
 
+/// A cluster Secret annotated with this (true) is reconciled by no replica.
+const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
+
 /// Builds the fleet from cluster Secrets and Applications. `in_cluster_enabled` is Argo CD's
 /// `cluster.inClusterEnabled` (default true): when set, the cluster Argo CD runs in exists even
 /// without a Secret; when not, it does not exist even with one. `load` is what each
@@ -97,6 +100,19 @@ pub(crate) fn fleet(
             // above it.
             Shard::Ordinal(n) => Some(ShardId::try_from(n).unwrap_or(ShardId::MAX)),
         };
+        // The annotation is copied onto the cluster, whose every shard then declines it; it
+        // still counts in the algorithm's ranks.
+        if secret
+            .annotations()
+            .get(SKIP_RECONCILE)
+            .and_then(|v| parse_go_bool(v))
+            == Some(true)
+        {
+            fleet.notes.push(format!(
+                "Secret {secret_name:?} has {SKIP_RECONCILE}: no Argo CD replica reconciles cluster {shown:?} (shown as unplaced now, and placed by each strategy below)"
+            ));
+            fleet.orphaned.insert(id.clone());
+        }
         let position = fleet.clusters.len();
         index.by_server.insert(server.clone(), position);
         if !name.is_empty() {
@@ -271,6 +287,15 @@ fn config_error(secret: &Secret) -> Option<String> {
         Err(e) => Some(format!("not JSON: {e}")),
         Ok(Value::Object(_) | Value::Null) => None,
         Ok(_) => Some("JSON, but not an object".into()),
+    }
+}
+
+/// Go's `strconv.ParseBool`; `None` when it fails.
+pub(crate) fn parse_go_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
     }
 }
 
@@ -516,6 +541,24 @@ mod tests {
             "{}",
             fleet.notes[0]
         );
+    }
+
+    #[test]
+    fn a_cluster_annotated_to_skip_reconcile_is_orphaned() {
+        let mut skipped = secret("s", &[("name", "s"), ("server", "https://s")]);
+        skipped.metadata.annotations = Some(BTreeMap::from([(
+            SKIP_RECONCILE.to_string(),
+            "True".to_string(),
+        )]));
+        let mut kept = secret("k", &[("name", "k"), ("server", "https://k")]);
+        kept.metadata.annotations = Some(BTreeMap::from([(
+            SKIP_RECONCILE.to_string(),
+            "yes".to_string(),
+        )]));
+        let fleet = fleet(&[skipped, kept], &[], false, Load::Apps).unwrap();
+        assert_eq!(fleet.orphaned, BTreeSet::from(["uid-s".to_string()]));
+        assert_eq!(fleet.notes.len(), 1);
+        assert!(fleet.notes[0].contains("argocd.argoproj.io/skip-reconcile: no Argo CD replica"));
     }
 
     #[test]

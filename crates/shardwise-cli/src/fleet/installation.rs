@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, EnvVarSource, PodTemplateSpec};
 use shard_assign::StrategyKind;
 
+use super::argocd::parse_go_bool;
+
 /// Argo CD's parameters ConfigMap, where its manifests point the variables below.
 pub(crate) const CMD_PARAMS_CM: &str = "argocd-cmd-params-cm";
 /// The controller's container in Argo CD's manifests.
@@ -78,7 +80,8 @@ pub(crate) fn sharding(
     let mut notes = Vec::new();
     let mut read = |name: &str| lookup(vars, name, &owner, config_maps, &mut notes);
 
-    let dynamic = read(DYNAMIC_ENV).and_then(|s| parse_bool(&s.value).filter(|&on| on).map(|_| s));
+    let dynamic =
+        read(DYNAMIC_ENV).and_then(|s| parse_go_bool(&s.value).filter(|&on| on).map(|_| s));
     let algorithm_text = read(ALGORITHM_ENV);
     let namespaces = read(NAMESPACES_ENV);
     let replicas_text = read(REPLICAS_ENV);
@@ -322,15 +325,6 @@ fn go_int(text: Option<&Setting<String>>, owner: &str, notes: &mut Vec<String>) 
                 origin: origin.clone(),
             }
         }
-    }
-}
-
-/// Go's `strconv.ParseBool`; `None` when it fails (Argo CD then keeps the default, false).
-fn parse_bool(text: &str) -> Option<bool> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
     }
 }
 
