@@ -4,11 +4,12 @@ behind a C ABI, no helm binary needed): lint, the values schema, renders of seve
 every rendered object and CRD validated against the Kubernetes schemas (kubernetes-validate),
 and what the chart promises: the RBAC of deploy/rbac.yaml, the CRDs of deploy/crds.yaml, every
 controller flag set from a value, names that match, probes, security context, autoscaling,
-scheduling, the `helm test` Pod, the CRDs as templates (`crds.upgrade`), a dashboard uid per
-release, and the PrometheusRule: the alerts of docs/operations.md, on metrics the controller
-registers, checked by promtool (syntax and unit tests) when it is installed. Also checks that
-charts/shardwise/README.md is what scripts/chart_readme.py generates, and lints
-e2e/kind/run.sh (`make e2e-kind` needs Docker) with shellcheck.
+scheduling, the `helm test` Pod and its script (run by busybox, as in the Pod), NOTES.txt, the
+CRDs as templates (`crds.upgrade`), a dashboard uid per release, and the PrometheusRule: the
+alerts of docs/operations.md, on metrics the controller registers, checked by promtool (syntax
+and unit tests). Also checks that charts/shardwise/README.md is what scripts/chart_readme.py
+generates, and lints e2e/kind/run.sh (`make e2e-kind` needs Docker) with shellcheck. promtool
+and busybox come from scripts/prerequisites.sh; without them the checks fail.
 
 Run by `make chart` (part of `make test`); the pinned packages are in scripts/requirements.txt.
 Exits non-zero and lists every failure when a check fails.
@@ -174,16 +175,24 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def render_with_notes(
+    chart: helm.Chart, values: dict[str, Any] | None, release: str, namespace: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The release's objects, and its NOTES.txt."""
+    manifests = chart.render(values, name=release, namespace=namespace, is_install=True)
+    objects, notes = [], ""
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            notes = text
+        elif not path.endswith(".txt"):
+            objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return objects, notes
+
+
 def render(
     chart: helm.Chart, values: dict[str, Any] | None, release: str, namespace: str
 ) -> list[dict[str, Any]]:
-    manifests = chart.render(values, name=release, namespace=namespace, is_install=True)
-    objects = []
-    for path, text in sorted(manifests.items()):
-        if path.endswith(".txt"):
-            continue
-        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    return objects
+    return render_with_notes(chart, values, release, namespace)[0]
 
 
 def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -494,6 +503,26 @@ def check_release(
         )
 
 
+def check_notes(f: Failures, notes: str, objects: list[dict[str, Any]], where: str) -> None:
+    """NOTES.txt names what was rendered, by its real names, and every layout of cluster Secret."""
+    rules = [o["metadata"]["name"] for o in objects if o["kind"] == "PrometheusRule"]
+    f.check(
+        ("PrometheusRule " in notes) == bool(rules) and all(f"PrometheusRule {n}" in notes for n in rules),
+        f"{where}: NOTES.txt and the PrometheusRules rendered ({rules}) disagree",
+    )
+    titles = [
+        json.loads(o["data"]["shardwise.json"])["title"]
+        for o in objects
+        if o["kind"] == "ConfigMap" and "shardwise.json" in o["data"]
+    ]
+    f.check(
+        ("Grafana dashboard" in notes) == bool(titles) and all(f'"{t}"' in notes for t in titles),
+        f"{where}: NOTES.txt does not name the dashboard by its title {titles}",
+    )
+    for text in ("`token`", "`kubeconfig`", "`value`", "argocd.argoproj.io/secret-type=cluster", "`config`"):
+        f.check(text in notes, f"{where}: NOTES.txt does not mention {text} among the cluster Secret layouts")
+
+
 def check_pod_options(
     f: Failures,
     pod: dict[str, Any],
@@ -551,6 +580,20 @@ def check_pod_options(
         f.check(affinity is None, f"{where}: affinity {affinity} although podAntiAffinity is none")
 
 
+# The test container's own securityContext: busybox runs as root by default, so the user is set
+# here and not left to podSecurityContext, with every field of the restricted Pod Security Standard.
+TEST_SECURITY_CONTEXT = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def check_test_pod(
     f: Failures,
     objects: list[dict[str, Any]],
@@ -585,9 +628,9 @@ def check_test_pod(
         container["image"] == f"{image['repository']}:{image['tag']}", f"{where}: test image {container['image']}"
     )
     f.check(
-        container["securityContext"].get("readOnlyRootFilesystem") is True
-        and test["spec"]["securityContext"].get("runAsNonRoot") is True,
-        f"{where}: the test Pod is not locked down like the replicas",
+        container["securityContext"] == TEST_SECURITY_CONTEXT,
+        f"{where}: the test container's own securityContext is not the restricted one with user "
+        f"65532: {container['securityContext']}",
     )
     replicas = values["autoscaling"]["minReplicas"] if values["autoscaling"]["enabled"] else values["replicas"]
     port = values["controller"]["healthPort"]
@@ -682,7 +725,12 @@ def check_prometheus_rule(
     every selector narrowed to the release namespace, the user's extra rules."""
     v = values["prometheusRule"]
     found = [o for o in objects if o["kind"] == "PrometheusRule"]
-    if not f.check(len(found) == int(v["enabled"]), f"{where}: PrometheusRule rendered {len(found)} times"):
+    # Nothing to carry (every alert off, no extraRules): no PrometheusRule, not an empty group.
+    carries = any(a["enabled"] for a in v["alerts"].values()) or bool(v["extraRules"])
+    if not f.check(
+        len(found) == int(v["enabled"] and carries),
+        f"{where}: PrometheusRule rendered {len(found)} times (enabled {v['enabled']}, any rule {carries})",
+    ):
         return
     if not found:
         return
@@ -985,8 +1033,10 @@ def check_alerts(f: Failures, rule: dict[str, Any], namespace: str) -> str:
     )
 
     promtool = shutil.which("promtool")
-    if promtool is None:
-        return "promtool not found (Debian's prometheus package): rule syntax and unit tests skipped"
+    if not f.check(
+        promtool is not None, "promtool not found (Debian's prometheus package): run scripts/prerequisites.sh"
+    ):
+        return "promtool not found"
     with tempfile.TemporaryDirectory() as tmp:
         rules_file = Path(tmp) / "rules.yaml"
         rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
@@ -1007,18 +1057,22 @@ def check_alerts(f: Failures, rule: dict[str, Any], namespace: str) -> str:
 
 def check_dashboard_uids(f: Failures, chart: helm.Chart) -> int:
     """Releases that could collide in one Grafana get different uids: same name in two
-    namespaces, names that join to the same text, names longer than a uid."""
-    releases = [
-        ("shardwise", "shardwise"),
-        ("shardwise", "staging"),
-        ("prod-a", "x"),
-        ("prod", "a-x"),
-        ("fleet-controller-with-a-very-long-release-name", "platform-fleet-production-europe"),
-        ("fleet-controller-with-a-very-long-release-name", "platform-fleet-production-europe-2"),
+    namespaces, names that join to the same text, names longer than a uid, and a release name
+    with a character a uid may not hold."""
+    releases: list[tuple[str, str, dict[str, Any]]] = [
+        ("shardwise", "shardwise", {}),
+        ("shardwise", "staging", {}),
+        ("prod-a", "x", {}),
+        ("prod", "a-x", {}),
+        # Helm allows dots in release names, Grafana not in uids (the fullname would be no
+        # valid Service name).
+        ("prod.a", "x", {"fullnameOverride": "prod-a"}),
+        ("fleet-controller-with-a-very-long-release-name", "platform-fleet-production-europe", {}),
+        ("fleet-controller-with-a-very-long-release-name", "platform-fleet-production-europe-2", {}),
     ]
     uids = {}
-    for release, namespace in releases:
-        objects = render(chart, {"dashboards": {"enabled": True}}, release, namespace)
+    for release, namespace, overrides in releases:
+        objects = render(chart, merge({"dashboards": {"enabled": True}}, overrides), release, namespace)
         uid = json.loads(one(objects, "ConfigMap")["data"]["shardwise.json"])["uid"]
         f.check(
             re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid) is not None,
@@ -1077,17 +1131,45 @@ def check_chart_metadata(f: Failures) -> None:
 
 
 def check_test_script(f: Failures, chart: helm.Chart) -> str:
-    """The `helm test` Pod's script, run here against replicas served by a local HTTP server:
-    it passes when all answer ready, waits for a late one, and fails naming one that never is.
-    Returns what was done."""
-    objects = render(chart, {"replicas": 2, "tests": {"timeoutSeconds": 3}}, "shardwise", "shardwise")
-    container = one(objects, "Pod")["spec"]["containers"][0]
+    """The `helm test` Pod's script, run here as in its busybox image (busybox's sh, and its
+    applets alone on the PATH) against replicas served by a local HTTP server: it passes when
+    all answer ready, waits for a late one, and fails naming one that never is. Rendered with a
+    podSecurityContext that sets no user, which the test Pod must not need. Returns what was done."""
+    objects = render(
+        chart,
+        {
+            "replicas": 2,
+            "tests": {"timeoutSeconds": 3},
+            "podSecurityContext": {"runAsUser": None, "runAsGroup": None},
+        },
+        "shardwise",
+        "shardwise",
+    )
+    pod = one(objects, "Pod")
+    container = pod["spec"]["containers"][0]
+    f.check(
+        "runAsUser" not in pod["spec"].get("securityContext", {})
+        and container["securityContext"].get("runAsUser", 0) != 0,
+        "helm test Pod: without podSecurityContext.runAsUser it runs as busybox's root, which "
+        "runAsNonRoot makes the kubelet refuse",
+    )
     script = container["args"][0]
     shellcheck = Path(sysconfig.get_path("scripts")) / "shellcheck"
     lint = subprocess.run([shellcheck, "-s", "sh", "-"], input=script, capture_output=True, text=True)
     f.check(lint.returncode == 0, f"shellcheck of the helm test script:\n{lint.stdout}{lint.stderr}")
-    if shutil.which("wget") is None:
-        return "shellcheck of its script (wget not found: not run)"
+    busybox = shutil.which("busybox")
+    if not f.check(
+        busybox is not None, "helm test script not run: busybox not found; run scripts/prerequisites.sh"
+    ):
+        return "shellcheck of its script; busybox not found"
+    f.check(container["command"] == ["sh", "-c"], f"helm test Pod command {container['command']}")
+
+    # The image's /bin: a link to busybox per applet, and nothing else, so that `wget`, `date`
+    # and `sleep` are busybox's (its sh runs commands from the PATH, not its own applets).
+    applets = subprocess.run([busybox, "--list"], check=True, capture_output=True, text=True).stdout.split()
+    bin_dir = tempfile.TemporaryDirectory()
+    for applet in applets:
+        (Path(bin_dir.name) / applet).symlink_to(busybox)
 
     ready_at: dict[str, float] = {}
 
@@ -1115,10 +1197,11 @@ def check_test_script(f: Failures, chart: helm.Chart) -> str:
             ready_at.clear()
             ready_at.update({path: now + d for path, d in zip(paths, delays) if d is not None})
             run = subprocess.run(
-                [container["command"][0], container["command"][1], script, "readiness", *urls],
+                [busybox, *container["command"], script, "readiness", *urls],
                 capture_output=True,
                 text=True,
                 timeout=30,
+                env={"PATH": bin_dir.name},
             )
             f.check(
                 (run.returncode == 0) == passes,
@@ -1130,7 +1213,8 @@ def check_test_script(f: Failures, chart: helm.Chart) -> str:
                 )
     finally:
         server.shutdown()
-    return "shellcheck of its script, run against ready, late and never-ready replicas"
+        bin_dir.cleanup()
+    return "shellcheck of its script, run by busybox against ready, late and never-ready replicas"
 
 
 def check_rbac(f: Failures, objects: list[dict[str, Any]]) -> None:
@@ -1255,14 +1339,26 @@ def main() -> int:
                     "dashboards": {"enabled": True},
                 },
             ),
-            ("spread", "shardwise", {"podAntiAffinity": "none", "autoscaling": {"enabled": True}}),
+            (
+                "spread",
+                "shardwise",
+                {
+                    "podAntiAffinity": "none",
+                    "autoscaling": {"enabled": True},
+                    "prometheusRule": {
+                        "enabled": True,
+                        "alerts": {name: {"enabled": False} for name in defaults["prometheusRule"]["alerts"]},
+                    },
+                },
+            ),
         ]
         rendered: dict[str, list[dict[str, Any]]] = {}
         for release, namespace, overrides in releases:
             before = len(f.items)
             chart.validate_schema(overrides)
-            objects = render(chart, overrides, release, namespace)
+            objects, notes = render_with_notes(chart, overrides, release, namespace)
             check_release(f, objects, merge(defaults, overrides), release, namespace, flags)
+            check_notes(f, notes, objects, f"release {release!r}")
             kinds = sorted({o["kind"] for o in objects})
             report(
                 f"render release {release!r} in {namespace!r}: {len(objects)} objects ({', '.join(kinds)})",

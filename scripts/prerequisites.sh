@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond the Rust toolchain, when it is missing: kubectl (the
-# end-to-end tests drive the real client), Debian's Prometheus (the dashboard test), the pinned
-# Python packages of the chart checks, and Node.js with the locked npm packages of the
-# dashboard's schema check (scripts/dashboard-schema). Idempotent and quick when everything is
-# there.
+# end-to-end tests drive the real client), Debian's Prometheus (the dashboard test, and promtool
+# for the chart's alerts), busybox (the chart's `helm test` script runs on its sh and wget, as in
+# the test pod), the pinned Python packages of the chart checks, and Node.js with the locked npm
+# packages of the dashboard's schema check (scripts/dashboard-schema). Idempotent and quick when
+# everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,9 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 packages=()
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
-command -v prometheus >/dev/null 2>&1 || packages+=(prometheus)
+# Both come from the package; a prometheus installed another way may come without promtool.
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || packages+=(prometheus)
+command -v busybox >/dev/null 2>&1 || packages+=(busybox)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 if ((${#packages[@]})); then
     export DEBIAN_FRONTEND=noninteractive

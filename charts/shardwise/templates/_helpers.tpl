@@ -126,3 +126,24 @@ podAntiAffinity:
           {{- include "shardwise.selectorLabels" . | nindent 10 }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" when the PrometheusRule has a rule to carry: an empty group is invalid for the Prometheus
+operator, so with every alert off and no extraRules nothing is rendered (and NOTES.txt says so).
+*/}}
+{{- define "shardwise.prometheusRuleRendered" -}}
+{{- $v := .Values.prometheusRule }}
+{{- $any := gt (len $v.extraRules) 0 }}
+{{- range $v.alerts }}
+{{- if .enabled }}{{ $any = true }}{{ end }}
+{{- end }}
+{{- if and $v.enabled $any }}true{{ end }}
+{{- end }}
+
+{{/*
+The dashboard's title in Grafana: the file's, with the release, since Grafana keys dashboards
+by title within a folder too.
+*/}}
+{{- define "shardwise.dashboardTitle" -}}
+{{- printf "%s (%s/%s)" (.Files.Get "dashboards/shardwise.json" | fromJson).title .Release.Namespace .Release.Name }}
+{{- end }}
