@@ -129,7 +129,7 @@ podAntiAffinity:
 
 {{/*
 "true" when the PrometheusRule has a rule to carry: an empty group is invalid for the Prometheus
-operator, so with every alert off and no extraRules nothing is rendered (and NOTES.txt says so).
+operator, so with every alert off and no extraRules nothing is rendered, nor named in NOTES.txt.
 */}}
 {{- define "shardwise.prometheusRuleRendered" -}}
 {{- $v := .Values.prometheusRule }}
