@@ -289,12 +289,14 @@ pub struct PlanArgs {
     /// What to read: FleetClusters and FleetApps, or Argo CD's cluster Secrets and Applications.
     #[arg(long, value_enum, default_value_t = Source::Shardwise)]
     pub source: Source,
-    /// Namespaces to read Argo CD Applications from, comma-separated, `*` for all
-    /// (default: --namespace).
+    /// Argo CD's application.namespaces: namespaces, or patterns with `*` and `?`, whose
+    /// Applications count besides --namespace's, comma-separated (default: read from the
+    /// installation).
     #[arg(long, value_delimiter = ',', value_name = "NS")]
     pub app_namespaces: Vec<String>,
     /// StatefulSet whose replica count is the current one (default: shardwise, or
-    /// argocd-application-controller with --source argocd).
+    /// argocd-application-controller with --source argocd, whose settings it also gives; for
+    /// Argo CD, a Deployment of that name when there is no StatefulSet).
     #[arg(long, value_name = "NAME")]
     pub statefulset: Option<String>,
     /// Replicas now (default: read from the StatefulSet).
