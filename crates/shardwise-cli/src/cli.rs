@@ -162,18 +162,19 @@ fn at_least_one(text: &str) -> Result<u32, String> {
 }
 
 /// Argo CD's sharding algorithm by its own name (`legacy`, `round-robin`,
-/// `consistent-hashing`) or by the name of the shardwise strategy that reproduces it.
-pub(crate) fn argocd_algorithm(text: &str) -> Result<StrategyKind, String> {
-    match text {
-        "legacy" | "legacy-modulo" => Ok(StrategyKind::LegacyModulo),
-        "round-robin" => Ok(StrategyKind::RoundRobin),
-        "consistent-hashing" | "argocd-consistent-hashing" => {
-            Ok(StrategyKind::ArgoCdConsistentHashing)
-        }
-        _ => Err(format!(
+/// `consistent-hashing`) or by the name of the shardwise strategy that reproduces it: that
+/// strategy, and Argo CD's name.
+fn argocd_algorithm(text: &str) -> Result<(StrategyKind, &'static str), String> {
+    let argocd = match text {
+        "legacy-modulo" => "legacy",
+        "argocd-consistent-hashing" => "consistent-hashing",
+        other => other,
+    };
+    crate::fleet::installation::argocd_algorithm(argocd).ok_or_else(|| {
+        format!(
             "Argo CD has no sharding algorithm {text:?}; it has legacy, round-robin and consistent-hashing"
-        )),
-    }
+        )
+    })
 }
 
 /// A whole number of at least 0.
@@ -311,7 +312,7 @@ pub struct PlanArgs {
     /// Argo CD's sharding algorithm today: legacy, round-robin or consistent-hashing (or
     /// shardwise's names for them). --source argocd only; default: read from the installation.
     #[arg(long, value_name = "NAME", value_parser = argocd_algorithm)]
-    pub current_strategy: Option<StrategyKind>,
+    pub current_strategy: Option<(StrategyKind, &'static str)>,
     /// What a cluster's load is: its Applications, or the resources they manage (the length of
     /// each Application's status.resources). --source argocd only.
     #[arg(long, value_enum, default_value_t = Load::Apps)]

@@ -73,7 +73,14 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
     let namespace = args.namespace.as_deref().unwrap_or(default_namespace);
     let workload_name = args.statefulset.as_deref().unwrap_or(default_statefulset);
     let connection = Connection::new(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let (fleet, replicas, replicas_origin, to, current, argocd) = match args.source {
+    let Read {
+        fleet,
+        replicas,
+        replicas_origin,
+        to,
+        current,
+        argocd,
+    } = match args.source {
         Source::Shardwise => {
             let clusters = connection.fleet_clusters(namespace).await?;
             let apps = connection.fleet_apps(namespace).await?;
@@ -104,7 +111,14 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
                     },
                 },
             };
-            (fleet, replicas, origin, args.to, Current::Recorded, None)
+            Read {
+                fleet,
+                replicas,
+                replicas_origin: origin,
+                to: args.to,
+                current: Current::Recorded,
+                argocd: None,
+            }
         }
         Source::Argocd => read_argocd(args, &connection, namespace, workload_name).await?,
     };
@@ -134,16 +148,17 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
     Ok((fleet, request))
 }
 
-/// What `read` gathers: the fleet, the replicas now and their origin, the replicas to plan for
-/// when not given, how the current placement is known and, for Argo CD, its settings.
-type Read = (
-    LiveFleet,
-    u32,
-    String,
-    Option<u32>,
-    Current,
-    Option<ArgoCdSettings>,
-);
+/// What `read` gathers besides the request's fixed parts.
+struct Read {
+    fleet: LiveFleet,
+    /// Replicas now, and where that number was read.
+    replicas: u32,
+    replicas_origin: String,
+    /// Replicas to plan for, when not `replicas`.
+    to: Option<u32>,
+    current: Current,
+    argocd: Option<ArgoCdSettings>,
+}
 
 /// Argo CD's fleet and sharding settings: flags win; what they leave is read from the
 /// installation (the controller's StatefulSet, or Deployment, and the ConfigMaps its
@@ -201,7 +216,7 @@ async fn read_argocd(
         ),
     };
     let (kind, algorithm, algorithm_origin) = match args.current_strategy {
-        Some(kind) => (kind, argocd_name(kind), "--current-strategy".to_string()),
+        Some((kind, name)) => (kind, name, "--current-strategy".to_string()),
         None => (
             sharding.algorithm.value.0,
             sharding.algorithm.value.1,
@@ -247,7 +262,12 @@ async fn read_argocd(
     };
     let (in_cluster_enabled, note) = connection.in_cluster_enabled(namespace).await;
     let mut fleet = fleet::argocd::fleet(&secrets, &apps, in_cluster_enabled, args.load)?;
-    let mut notes = sharding.notes;
+    let mut notes = if args.replicas.is_some() {
+        Vec::new()
+    } else {
+        sharding.replica_notes
+    };
+    notes.extend(sharding.notes);
     notes.extend(note);
     notes.append(&mut fleet.notes);
     fleet.notes = notes;
@@ -263,23 +283,14 @@ async fn read_argocd(
         app_namespaces_origin: format!("{namespace} (the control plane's) and {namespaces_origin}"),
         load: args.load,
     };
-    Ok((
+    Ok(Read {
         fleet,
         replicas,
         replicas_origin,
-        args.to.or(unsharded_pods),
-        Current::Computed(args.strategy_args.config(kind)),
-        Some(settings),
-    ))
-}
-
-/// Argo CD's name for the algorithm a strategy reproduces.
-fn argocd_name(kind: StrategyKind) -> &'static str {
-    match kind {
-        StrategyKind::RoundRobin => "round-robin",
-        StrategyKind::ArgoCdConsistentHashing => "consistent-hashing",
-        _ => "legacy",
-    }
+        to: args.to.or(unsharded_pods),
+        current: Current::Computed(args.strategy_args.config(kind)),
+        argocd: Some(settings),
+    })
 }
 
 /// The strategies asked for, once each, in the order given; all of them by default.

@@ -47,6 +47,9 @@ pub(crate) struct Sharding {
     pub algorithm: Setting<(StrategyKind, &'static str)>,
     /// Namespaces (patterns) Applications are reconciled from besides the control plane's.
     pub app_namespaces: Setting<Vec<String>>,
+    /// About the replica count: moot when `--replicas` overrides it.
+    pub replica_notes: Vec<String>,
+    /// About the rest.
     pub notes: Vec<String>,
 }
 
@@ -85,6 +88,7 @@ pub(crate) fn sharding(
     let algorithm_text = read(ALGORITHM_ENV);
     let namespaces = read(NAMESPACES_ENV);
     let replicas_text = read(REPLICAS_ENV);
+    let mut replica_notes = Vec::new();
 
     let replicas = match (&dynamic, workload) {
         (Some(dynamic), Some(w)) => {
@@ -101,7 +105,7 @@ pub(crate) fn sharding(
                 origin: format!("{} spec.replicas (dynamic cluster distribution)", w.what),
             }
         }
-        _ => go_int(replicas_text.as_ref(), &owner, &mut notes),
+        _ => go_int(replicas_text.as_ref(), &owner, &mut replica_notes),
     };
     let pods = workload.map(|w| u32::try_from(w.replicas.unwrap_or(1)).unwrap_or(0));
     let mut unsharded_pods = None;
@@ -109,7 +113,7 @@ pub(crate) fn sharding(
         // Argo CD's controller shards only with more than one replica; otherwise every pod
         // takes shard 0 and reconciles every cluster.
         if let Some(pods) = pods.filter(|&p| p > 1) {
-            notes.push(format!(
+            replica_notes.push(format!(
                 "Argo CD does not shard: the controller's replica count is {} ({}), so each of the {pods} pods of {owner} reconciles every cluster; planned as one shard, --to defaults to {pods}",
                 replicas.value, replicas.origin
             ));
@@ -121,11 +125,16 @@ pub(crate) fn sharding(
         }
     } else {
         if let Some(pods) = pods.filter(|&p| p != replicas.value && dynamic.is_none()) {
-            notes.push(if pods < replicas.value {
+            replica_notes.push(if pods < replicas.value {
+                let last = replicas.value - 1;
+                let missing = if pods == last {
+                    format!("shard {last}")
+                } else {
+                    format!("shards {pods} to {last}")
+                };
                 format!(
-                    "{owner} runs {pods} pod(s) but Argo CD shards over {}: no pod reconciles the clusters of shards {pods} to {}",
-                    replicas.value,
-                    replicas.value - 1
+                    "{owner} runs {pods} pod(s) but Argo CD shards over {}: no pod reconciles the clusters of {missing}",
+                    replicas.value
                 )
             } else {
                 format!(
@@ -142,7 +151,7 @@ pub(crate) fn sharding(
             value: (StrategyKind::LegacyModulo, "legacy"),
             origin: format!("Argo CD's default: {ALGORITHM_ENV} is not set in {owner}"),
         },
-        Some(Setting { value, origin }) => match argocd_name(&value) {
+        Some(Setting { value, origin }) => match argocd_algorithm(&value) {
             Some(named) => Setting {
                 value: named,
                 origin,
@@ -181,12 +190,13 @@ pub(crate) fn sharding(
         unsharded_pods,
         algorithm,
         app_namespaces,
+        replica_notes,
         notes,
     })
 }
 
 /// The shardwise strategy that reproduces an Argo CD algorithm, and Argo CD's name for it.
-fn argocd_name(name: &str) -> Option<(StrategyKind, &'static str)> {
+pub(crate) fn argocd_algorithm(name: &str) -> Option<(StrategyKind, &'static str)> {
     match name {
         "legacy" => Some((StrategyKind::LegacyModulo, "legacy")),
         "round-robin" => Some((StrategyKind::RoundRobin, "round-robin")),
@@ -409,6 +419,7 @@ mod tests {
         );
         assert_eq!(read.app_namespaces.value, ["team-a", "apps-*"]);
         assert!(read.notes.is_empty(), "{:?}", read.notes);
+        assert!(read.replica_notes.is_empty(), "{:?}", read.replica_notes);
     }
 
     #[test]
@@ -421,9 +432,9 @@ mod tests {
             assert_eq!(read.replicas.value, 1);
             assert_eq!(read.unsharded_pods, Some(4));
             assert!(
-                read.notes[0].starts_with("Argo CD does not shard"),
+                read.replica_notes[0].starts_with("Argo CD does not shard"),
                 "{:?}",
-                read.notes
+                read.replica_notes
             );
             assert_eq!(read.algorithm.value.1, "legacy");
         }
@@ -436,7 +447,7 @@ mod tests {
             &[],
         );
         assert_eq!(read.replicas.value, 1);
-        assert!(read.notes[0].contains("does not take as a replica count"));
+        assert!(read.replica_notes[0].contains("does not take as a replica count"));
     }
 
     #[test]
@@ -450,11 +461,9 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("falls back to legacy"))
         );
-        assert!(
-            read.notes
-                .iter()
-                .any(|n| n.contains("no pod reconciles the clusters of shards 2 to 2"))
-        );
+        assert!(read.replica_notes.iter().any(|n| n.ends_with(
+            "runs 2 pod(s) but Argo CD shards over 3: no pod reconciles the clusters of shard 2"
+        )));
     }
 
     #[test]
