@@ -899,6 +899,10 @@ async fn plans_an_argo_cd_fleet_exactly_as_argo_cd_shards_it() {
     // Case 3: no ARGOCD_CONTROLLER_REPLICAS, three pods.
     yaml.push_str("---\n");
     yaml.push_str(&statefulset("argocd", "unsharded", 3, &params_env));
+    // Dynamic cluster distribution: a Deployment, whose replica count Argo CD shards over.
+    yaml.push_str(&format!(
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: dynamic, namespace: argocd}}\nspec:\n  replicas: 4\n  selector: {{matchLabels: {{app: dynamic}}}}\n  template:\n    metadata: {{labels: {{app: dynamic}}}}\n    spec: {{containers: [{{name: argocd-application-controller, image: x, env: [{{name: ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION, value: \"true\"}}, {params_env}]}}]}}\n"
+    ));
     for name in ["alpha", "bravo", "charlie"] {
         yaml.push_str(&cluster_secret(
             &format!("cluster-{name}"),
@@ -1198,6 +1202,24 @@ async fn plans_an_argo_cd_fleet_exactly_as_argo_cd_shards_it() {
         })
         .collect();
     assert_eq!(shards, [(0, 9)]);
+
+    let dynamic = json(&shardwise(
+        &kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--statefulset",
+            "dynamic",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(dynamic["replicas"]["from"], 4);
+    assert_eq!(
+        dynamic["replicas"]["origin"],
+        "Deployment argocd/dynamic spec.replicas (dynamic cluster distribution)"
+    );
+    assert_eq!(dynamic["argocd"]["algorithm"], "round-robin");
 
     // Case 7: Argo CD's names, flags over the installation; --load resources.
     let legacy = json(&shardwise(
