@@ -34,6 +34,9 @@ pub(crate) struct LiveFleet {
     pub unkeyed: std::collections::BTreeSet<String>,
     /// What a person should know about the objects read (invalid labels, ignored keys, ...).
     pub notes: Vec<String>,
+    /// What hurts the fleet as read (Argo CD: clusters no replica reconciles, or reconciled
+    /// by all; Applications whose destination fails).
+    pub warnings: Vec<String>,
     /// Argo CD: ids of clusters with a negative `shard`, which no replica reconciles.
     pub orphaned: std::collections::BTreeSet<String>,
     /// Argo CD: by id, the Applications whose `destination.server` is exactly the cluster's

@@ -67,6 +67,8 @@ pub(crate) struct PlanReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub argocd: Option<ArgoCdSettings>,
     pub notes: Vec<String>,
+    /// What hurts the fleet as read (Argo CD: orphaned clusters, ignored Secrets, ...).
+    pub warnings: Vec<String>,
     pub clusters: Vec<ClusterRow>,
     pub strategies: Vec<StrategyPlan>,
 }
@@ -305,6 +307,7 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
         current: placement,
         argocd: request.argocd,
         notes: fleet.notes.clone(),
+        warnings: fleet.warnings.clone(),
         clusters,
         strategies,
     })

@@ -1123,28 +1123,54 @@ async fn plans_an_argo_cd_fleet_exactly_as_argo_cd_shards_it() {
     assert_eq!(report["current"]["warnings"][0]["cluster"], "high");
     assert_eq!(report["current"]["warnings"][0]["placed_on"], 0);
 
-    let notes: Vec<&str> = report["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
-    let has = |text: &str| {
+    let texts = |key: &str| -> Vec<String> {
+        report[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    let (notes, warnings) = (texts("notes"), texts("warnings"));
+    let has = |list: &[String], text: &str| {
         assert!(
-            notes.iter().any(|n| n.contains(text)),
-            "no note with {text:?}: {notes:#?}"
+            list.iter().any(|n| n.contains(text)),
+            "none with {text:?}: {list:#?}"
         )
     };
-    has(r#"Secret "cluster-orphan" has shard -1: no Argo CD replica reconciles cluster "orphan""#);
-    has(r#"Secret "cluster-broken" has a config Argo CD cannot read (not JSON"#);
-    has("Argo CD ignores this cluster, so no replica reconciles it");
-    has(r#"Secret "cluster-nameless" has no name key: Argo CD gives its cluster no name"#);
-    has(r#"Secrets "cluster-twin-1", "cluster-twin-2" all name their cluster "twin""#);
+    // What hurts is a warning: orphaned, ignored, ambiguous, unresolved.
     has(
+        &warnings,
+        r#"Secret "cluster-orphan" has shard -1: no Argo CD replica reconciles cluster "orphan""#,
+    );
+    has(
+        &warnings,
+        r#"Secret "cluster-broken" has a config Argo CD cannot read (not JSON"#,
+    );
+    has(
+        &warnings,
+        "Argo CD ignores this cluster, so no replica reconciles it",
+    );
+    has(
+        &warnings,
+        r#"Secrets "cluster-twin-1", "cluster-twin-2" all name their cluster "twin""#,
+    );
+    has(
+        &warnings,
         r#"Secrets "cluster-dup-a" and "cluster-dup-b" have the same server "https://dup.example": Argo CD keeps one of them"#,
     );
     has(
+        &warnings,
         "3 Application(s) have a destination Argo CD cannot resolve to one cluster, so every replica processes them",
+    );
+    has(
+        &notes,
+        r#"Secret "cluster-nameless" has no name key: Argo CD gives its cluster no name"#,
+    );
+    assert_eq!(
+        (notes.len(), warnings.len()),
+        (1, 5),
+        "{notes:#?} {warnings:#?}"
     );
 
     // The table says it too.
@@ -1159,6 +1185,10 @@ async fn plans_an_argo_cd_fleet_exactly_as_argo_cd_shards_it() {
         "{text}"
     );
     assert!(text.contains("application namespaces: argocd, team-* (from argocd (the control plane's) and argocd-cmd-params-cm application.namespaces)"), "{text}");
+    assert!(
+        text.contains(r#"warning: Secret "cluster-orphan" has shard -1"#),
+        "{text}"
+    );
     assert!(
         text.contains(r#"warning: cluster "high" is pinned to shard 5, which is not live with 2 replicas; it is on shard 0"#),
         "{text}"
@@ -1184,11 +1214,11 @@ async fn plans_an_argo_cd_fleet_exactly_as_argo_cd_shards_it() {
         "ARGOCD_CONTROLLER_REPLICAS is not set in StatefulSet argocd/unsharded (Argo CD does not shard)"
     );
     assert!(
-        unsharded["notes"][0].as_str().unwrap().starts_with(
+        unsharded["warnings"][0].as_str().unwrap().starts_with(
             "Argo CD does not shard: the controller's replica count is 0 (ARGOCD_CONTROLLER_REPLICAS is not set in StatefulSet argocd/unsharded), so each of the 3 pods"
         ),
         "{}",
-        unsharded["notes"]
+        unsharded["warnings"]
     );
     let shards: Vec<(u64, u64)> = unsharded["current"]["shards"]
         .as_array()

@@ -8,7 +8,7 @@ use shard_assign::{StrategyConfig, StrategyKind};
 
 use crate::cli::{Format, Load, PlanArgs, Source};
 use crate::fleet::api::Connection;
-use crate::fleet::installation::{self, Workload};
+use crate::fleet::installation::{self, Message, Workload};
 use crate::fleet::{self, LiveFleet};
 use crate::limits::{self, Usage};
 use crate::output;
@@ -262,15 +262,22 @@ async fn read_argocd(
     };
     let (in_cluster_enabled, note) = connection.in_cluster_enabled(namespace).await;
     let mut fleet = fleet::argocd::fleet(&secrets, &apps, in_cluster_enabled, args.load)?;
-    let mut notes = if args.replicas.is_some() {
+    let replica_notes = if args.replicas.is_some() {
         Vec::new()
     } else {
         sharding.replica_notes
     };
-    notes.extend(sharding.notes);
+    let (mut notes, mut warnings) = (Vec::new(), Vec::new());
+    for message in replica_notes.into_iter().chain(sharding.notes) {
+        match message {
+            Message::Note(text) => notes.push(text),
+            Message::Warning(text) => warnings.push(text),
+        }
+    }
     notes.extend(note);
     notes.append(&mut fleet.notes);
-    fleet.notes = notes;
+    warnings.append(&mut fleet.warnings);
+    (fleet.notes, fleet.warnings) = (notes, warnings);
     if fleet.clusters.is_empty() {
         bail!("no clusters in namespace {namespace}: nothing to plan (is --namespace right?)");
     }

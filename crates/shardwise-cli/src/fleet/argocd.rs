@@ -45,7 +45,7 @@ pub(crate) fn fleet(
         // Argo CD turns a Secret into a cluster with `json.Unmarshal` of `config`; when that
         // fails the Secret stays a Secret, which every cluster lookup skips.
         if let Some(error) = config_error(secret) {
-            fleet.notes.push(format!(
+            fleet.warnings.push(format!(
                 "Secret {secret_name:?} has a config Argo CD cannot read ({error}): Argo CD ignores this cluster, so no replica reconciles it; left out"
             ));
             continue;
@@ -60,7 +60,7 @@ pub(crate) fn fleet(
         // The sharding cache keys clusters by server: of two Secrets with one server, it keeps
         // one (which one is not defined) and never ranks or places the other.
         if let Some(&kept) = index.by_server.get(&server) {
-            fleet.notes.push(format!(
+            fleet.warnings.push(format!(
                 "Secrets {:?} and {secret_name:?} have the same server {server:?}: Argo CD keeps one of them (which one is not defined) and ignores the other, which shifts round-robin ranks; the plan keeps {:?} and leaves {secret_name:?} out",
                 index.secret_names[kept], index.secret_names[kept]
             ));
@@ -90,7 +90,7 @@ pub(crate) fn fleet(
                 None
             }
             Shard::Negative(n) => {
-                fleet.notes.push(format!(
+                fleet.warnings.push(format!(
                     "Secret {secret_name:?} has shard {n}: no Argo CD replica reconciles cluster {shown:?} (orphaned; shown as unplaced now, and placed by each strategy below)"
                 ));
                 fleet.orphaned.insert(id.clone());
@@ -108,7 +108,7 @@ pub(crate) fn fleet(
             .and_then(|v| parse_go_bool(v))
             == Some(true)
         {
-            fleet.notes.push(format!(
+            fleet.warnings.push(format!(
                 "Secret {secret_name:?} has {SKIP_RECONCILE}: no Argo CD replica reconciles cluster {shown:?} (shown as unplaced now, and placed by each strategy below)"
             ));
             fleet.orphaned.insert(id.clone());
@@ -252,7 +252,7 @@ fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load
             .iter()
             .map(|&i| index.secret_names[i].clone())
             .collect();
-        fleet.notes.push(format!(
+        fleet.warnings.push(format!(
             "Secrets {} all name their cluster {name:?}: Argo CD fails the destination of the {count} Application(s) that target that name, and every replica processes them",
             some_names(&secrets)
         ));
@@ -260,7 +260,7 @@ fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load
     unmatched.sort();
     if !unmatched.is_empty() {
         fleet.unmatched_apps = unmatched.len() as u64;
-        fleet.notes.push(format!(
+        fleet.warnings.push(format!(
             "{} Application(s) have a destination Argo CD cannot resolve to one cluster, so every replica processes them (and reports the error); not counted: {}",
             unmatched.len(),
             some_names(&unmatched)
@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(fleet.keys.get("uid-cluster-prod"), Some(&prod));
         assert_eq!(fleet.keys.get("uid-cluster-dev").map(Vec::len), Some(2));
         assert_eq!(
-            fleet.notes,
+            fleet.warnings,
             [
                 r#"2 Application(s) have a destination Argo CD cannot resolve to one cluster, so every replica processes them (and reports the error); not counted: "argocd/e", "argocd/f""#
             ]
@@ -515,12 +515,14 @@ mod tests {
         );
         // A negative shard is no shard: the cluster is orphaned.
         assert_eq!(fleet.orphaned, BTreeSet::from(["uid-b".to_string()]));
-        assert_eq!(fleet.notes.len(), 2);
+        assert_eq!(fleet.notes.len(), 1);
         assert!(fleet.notes[0].contains(r#"shard "1\n", which Argo CD cannot parse"#));
+        assert_eq!(fleet.warnings.len(), 1);
         assert!(
-            fleet.notes[1].contains(r#"has shard -1: no Argo CD replica reconciles cluster "b""#),
+            fleet.warnings[0]
+                .contains(r#"has shard -1: no Argo CD replica reconciles cluster "b""#),
             "{}",
-            fleet.notes[1]
+            fleet.warnings[0]
         );
     }
 
@@ -533,13 +535,13 @@ mod tests {
         let apps = [application("x", json!({"server": "https://same"}))];
         let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
         assert_eq!(apps_by_cluster(&fleet), [("a", "uid-a", 1, None)]);
-        assert_eq!(fleet.notes.len(), 1);
+        assert_eq!(fleet.warnings.len(), 1);
         assert!(
-            fleet.notes[0].starts_with(
+            fleet.warnings[0].starts_with(
                 r#"Secrets "a" and "b" have the same server "https://same": Argo CD keeps one of them"#
             ),
             "{}",
-            fleet.notes[0]
+            fleet.warnings[0]
         );
     }
 
@@ -557,8 +559,10 @@ mod tests {
         )]));
         let fleet = fleet(&[skipped, kept], &[], false, Load::Apps).unwrap();
         assert_eq!(fleet.orphaned, BTreeSet::from(["uid-s".to_string()]));
-        assert_eq!(fleet.notes.len(), 1);
-        assert!(fleet.notes[0].contains("argocd.argoproj.io/skip-reconcile: no Argo CD replica"));
+        assert_eq!(fleet.warnings.len(), 1);
+        assert!(
+            fleet.warnings[0].contains("argocd.argoproj.io/skip-reconcile: no Argo CD replica")
+        );
     }
 
     #[test]
@@ -577,7 +581,7 @@ mod tests {
             [("prod", "uid-s1", 0, None), ("prod", "uid-s2", 1, None)]
         );
         assert_eq!(fleet.unmatched_apps, 1);
-        assert!(fleet.notes[0].starts_with(
+        assert!(fleet.warnings[0].starts_with(
             r#"Secrets "s1", "s2" all name their cluster "prod": Argo CD fails the destination of the 1 Application(s)"#
         ));
     }
@@ -621,12 +625,14 @@ mod tests {
         );
         assert_eq!(fleet.unmatched_apps, 1);
         assert!(
-            fleet.notes[0]
+            fleet.warnings[0]
                 .starts_with(r#"Secret "bad" has a config Argo CD cannot read (not JSON"#),
             "{}",
-            fleet.notes[0]
+            fleet.warnings[0]
         );
-        assert!(fleet.notes[1].contains("(JSON, but not an object): Argo CD ignores this cluster"));
+        assert!(
+            fleet.warnings[1].contains("(JSON, but not an object): Argo CD ignores this cluster")
+        );
     }
 
     #[test]

@@ -48,9 +48,16 @@ pub(crate) struct Sharding {
     /// Namespaces (patterns) Applications are reconciled from besides the control plane's.
     pub app_namespaces: Setting<Vec<String>>,
     /// About the replica count: moot when `--replicas` overrides it.
-    pub replica_notes: Vec<String>,
+    pub replica_notes: Vec<Message>,
     /// About the rest.
-    pub notes: Vec<String>,
+    pub notes: Vec<Message>,
+}
+
+/// A sentence about the installation: something to know, or something that hurts the fleet.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Message {
+    Note(String),
+    Warning(String),
 }
 
 /// ConfigMaps the controller's variables refer to: the ones to fetch. Without a workload, the
@@ -113,10 +120,10 @@ pub(crate) fn sharding(
         // Argo CD's controller shards only with more than one replica; otherwise every pod
         // takes shard 0 and reconciles every cluster.
         if let Some(pods) = pods.filter(|&p| p > 1) {
-            replica_notes.push(format!(
+            replica_notes.push(Message::Warning(format!(
                 "Argo CD does not shard: the controller's replica count is {} ({}), so each of the {pods} pods of {owner} reconciles every cluster; planned as one shard, --to defaults to {pods}",
                 replicas.value, replicas.origin
-            ));
+            )));
             unsharded_pods = Some(pods);
         }
         Setting {
@@ -132,15 +139,15 @@ pub(crate) fn sharding(
                 } else {
                     format!("shards {pods} to {last}")
                 };
-                format!(
+                Message::Warning(format!(
                     "{owner} runs {pods} pod(s) but Argo CD shards over {}: no pod reconciles the clusters of {missing}",
                     replicas.value
-                )
+                ))
             } else {
-                format!(
+                Message::Note(format!(
                     "{owner} runs {pods} pods but Argo CD shards over {}: the pods from ordinal {} on reconcile shard 0 again or nothing",
                     replicas.value, replicas.value
-                )
+                ))
             });
         }
         replicas
@@ -157,9 +164,9 @@ pub(crate) fn sharding(
                 origin,
             },
             None => {
-                notes.push(format!(
+                notes.push(Message::Warning(format!(
                     "Argo CD has no sharding algorithm {value:?} ({origin}): it falls back to legacy"
-                ));
+                )));
                 Setting {
                     value: (StrategyKind::LegacyModulo, "legacy"),
                     origin: format!("Argo CD's fallback for {value:?} ({origin})"),
@@ -283,7 +290,7 @@ fn lookup(
     name: &str,
     owner: &str,
     config_maps: &BTreeMap<String, ConfigMap>,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Message>,
 ) -> Option<Setting<String>> {
     // Kubernetes lets the last of duplicate variables win.
     let var = vars.iter().rev().find(|e| e.name == name)?;
@@ -295,9 +302,9 @@ fn lookup(
     }
     let source = var.value_from.as_ref()?;
     let Some(reference) = &source.config_map_key_ref else {
-        notes.push(format!(
+        notes.push(Message::Note(format!(
             "env {name} of {owner} comes from a source shardwise does not read (only values and configMapKeyRef); taken as unset"
-        ));
+        )));
         return None;
     };
     let value = config_maps
@@ -310,7 +317,7 @@ fn lookup(
 }
 
 /// Go's `ParseNumFromEnv(name, 0, 0, MaxInt32)`: unset, unparsable or out of range is 0.
-fn go_int(text: Option<&Setting<String>>, owner: &str, notes: &mut Vec<String>) -> Setting<u32> {
+fn go_int(text: Option<&Setting<String>>, owner: &str, notes: &mut Vec<Message>) -> Setting<u32> {
     let Some(Setting { value, origin }) = text.filter(|s| !s.value.is_empty()) else {
         return Setting {
             value: 0,
@@ -327,9 +334,9 @@ fn go_int(text: Option<&Setting<String>>, owner: &str, notes: &mut Vec<String>) 
             origin: origin.clone(),
         },
         _ => {
-            notes.push(format!(
+            notes.push(Message::Note(format!(
                 "{REPLICAS_ENV} is {value:?} ({origin}), which Argo CD does not take as a replica count: it uses 0"
-            ));
+            )));
             Setting {
                 value: 0,
                 origin: origin.clone(),
@@ -432,7 +439,7 @@ mod tests {
             assert_eq!(read.replicas.value, 1);
             assert_eq!(read.unsharded_pods, Some(4));
             assert!(
-                read.replica_notes[0].starts_with("Argo CD does not shard"),
+                matches!(&read.replica_notes[0], Message::Warning(t) if t.starts_with("Argo CD does not shard")),
                 "{:?}",
                 read.replica_notes
             );
@@ -447,7 +454,9 @@ mod tests {
             &[],
         );
         assert_eq!(read.replicas.value, 1);
-        assert!(read.replica_notes[0].contains("does not take as a replica count"));
+        assert!(
+            matches!(&read.replica_notes[0], Message::Note(t) if t.contains("does not take as a replica count"))
+        );
     }
 
     #[test]
@@ -459,11 +468,15 @@ mod tests {
         assert!(
             read.notes
                 .iter()
-                .any(|n| n.contains("falls back to legacy"))
+                .any(|n| matches!(n, Message::Warning(t) if t.contains("falls back to legacy")))
         );
-        assert!(read.replica_notes.iter().any(|n| n.ends_with(
-            "runs 2 pod(s) but Argo CD shards over 3: no pod reconciles the clusters of shard 2"
-        )));
+        let missing =
+            "runs 2 pod(s) but Argo CD shards over 3: no pod reconciles the clusters of shard 2";
+        assert!(
+            read.replica_notes
+                .iter()
+                .any(|n| matches!(n, Message::Warning(t) if t.ends_with(missing)))
+        );
     }
 
     #[test]

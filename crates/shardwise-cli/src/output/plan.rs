@@ -45,6 +45,7 @@ pub(crate) fn messages(report: &PlanReport) -> Vec<String> {
 fn header_messages(report: &PlanReport) -> Vec<String> {
     let from = report.replicas.from;
     let mut lines: Vec<String> = report.notes.iter().map(|n| format!("note: {n}")).collect();
+    lines.extend(report.warnings.iter().map(|w| format!("warning: {w}")));
     lines.extend(report.current.warnings.iter().map(|w| {
         format!(
             "warning: cluster {:?} is pinned to shard {}, which is not live with {from} {}; it is on shard {}",
