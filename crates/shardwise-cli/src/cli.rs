@@ -228,8 +228,8 @@ pub struct SimulateArgs {
     pub strategies: Vec<StrategyKind>,
     #[command(flatten)]
     pub strategy: StrategyArgs,
-    /// Cut clusters too big for one shard into slices of their apps (legacy-modulo and
-    /// round-robin never cut).
+    /// Cut clusters too big for one shard into slices of their apps (Argo CD's algorithms,
+    /// legacy-modulo, round-robin and argocd-consistent-hashing, never cut).
     #[arg(long, value_enum, default_value_t = Slicing::Auto)]
     pub slicing: Slicing,
     /// Number of seeds (fleets drawn) to summarise over.
@@ -266,8 +266,8 @@ pub struct AssignArgs {
     pub inventory: PathBuf,
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
-    /// Cut clusters too big for one shard into slices of their apps (legacy-modulo and
-    /// round-robin never cut). An inventory counts apps without naming them, so the apps get
+    /// Cut clusters too big for one shard into slices of their apps (Argo CD's algorithms,
+    /// legacy-modulo, round-robin and argocd-consistent-hashing, never cut). An inventory counts apps without naming them, so the apps get
     /// random UIDs derived from their cluster's id, as in `simulate`.
     #[arg(long, value_enum, default_value_t = SliceSwitch::Auto)]
     pub slicing: SliceSwitch,
@@ -320,7 +320,8 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
     /// Cut clusters too big for one shard into slices of their apps, by the FNV-1a hash of each
-    /// app's UID (legacy-modulo and round-robin never cut).
+    /// app's UID (Argo CD's algorithms, legacy-modulo, round-robin and
+    /// argocd-consistent-hashing, never cut).
     #[arg(long, value_enum, default_value_t = SliceSwitch::Auto)]
     pub slicing: SliceSwitch,
     /// Moved clusters listed per strategy in table format (0 lists all).
