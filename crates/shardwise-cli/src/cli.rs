@@ -329,4 +329,15 @@ pub struct PlanArgs {
     pub limit: usize,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Pin every cluster Argo CD shards where --strategy puts it at --to replicas, by the
+    /// `shard` key of its Secret (--source argocd only). Shows the diff; writes only with --yes.
+    #[arg(long)]
+    pub apply: bool,
+    /// With --apply: remove the `shard` key of every cluster Secret instead, handing placement
+    /// back to Argo CD's algorithm.
+    #[arg(long, requires = "apply")]
+    pub unpin: bool,
+    /// With --apply: write the Secrets (without it, --apply is a dry run).
+    #[arg(long, requires = "apply")]
+    pub yes: bool,
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod apply;
 pub(crate) mod assign;
 pub(crate) mod completions;
 pub(crate) mod crds;

@@ -249,10 +249,7 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
     let to_shards = ShardSet::contiguous(request.to);
     let by_id: BTreeMap<&str, &Cluster> =
         fleet.clusters.iter().map(|c| (c.id.as_str(), c)).collect();
-    let current = match request.current {
-        Current::Recorded => recorded_assignment(fleet, request.replicas)?,
-        Current::Computed(config) => argocd_assignment(fleet, &config, &from_shards)?,
-    };
+    let current = current_assignment(fleet, &request)?;
     // What sticky-balanced keeps clusters on; the loads they were placed with are not recorded.
     let previous: PreviousPlacement = current
         .placements()
@@ -479,6 +476,64 @@ fn current_placement(
     }
 }
 
+/// What `plan --apply` writes from, for Argo CD: where its controller puts each cluster now
+/// (`now`, at the replica count read) and where `config` puts each whole cluster at
+/// `request.to` (`planned`), as the plan's strategy section computes it without slicing: Argo
+/// CD pins whole clusters.
+pub(crate) struct ApplyPlacement {
+    pub now: Assignment,
+    pub planned: Assignment,
+}
+
+pub(crate) fn apply_placement(
+    fleet: &LiveFleet,
+    request: &PlanRequest,
+    config: &StrategyConfig,
+) -> Result<ApplyPlacement, AssignError> {
+    let now = current_assignment(fleet, request)?;
+    let previous: PreviousPlacement = now
+        .placements()
+        .iter()
+        .map(|(id, p)| (id.clone(), p.shard))
+        .collect();
+    let planned = assign(
+        config,
+        &fleet.clusters,
+        &ShardSet::contiguous(request.to),
+        Some(&previous),
+    )?;
+    Ok(ApplyPlacement { now, planned })
+}
+
+/// Where Argo CD's controller, running `config` over `replicas` shards, puts each cluster of
+/// `fleet` once each cluster's pin is the one `pins` gives (by id; `None` removes it).
+/// Clusters `pins` does not name keep theirs.
+pub(crate) fn argocd_placement_with(
+    fleet: &LiveFleet,
+    config: &StrategyConfig,
+    replicas: u32,
+    pins: &BTreeMap<String, Option<ShardId>>,
+) -> Result<Assignment, AssignError> {
+    let clusters: Vec<Cluster> = fleet
+        .clusters
+        .iter()
+        .map(|c| Cluster {
+            pin: pins.get(&c.id).copied().unwrap_or(c.pin),
+            ..c.clone()
+        })
+        .collect();
+    argocd_assignment_of(fleet, &clusters, config, &ShardSet::contiguous(replicas))
+}
+
+fn current_assignment(fleet: &LiveFleet, request: &PlanRequest) -> Result<Assignment, AssignError> {
+    match request.current {
+        Current::Recorded => recorded_assignment(fleet, request.replicas),
+        Current::Computed(config) => {
+            argocd_assignment(fleet, &config, &ShardSet::contiguous(request.replicas))
+        }
+    }
+}
+
 /// Where Argo CD's controller puts each cluster now, as it decides it (v3.5,
 /// `ClusterSharding.updateDistribution`): a pin below the replica count wins, a pin at or above
 /// it means shard 0, and a negative pin means no shard at all (the cluster is left out, so it
@@ -490,8 +545,17 @@ fn argocd_assignment(
     config: &StrategyConfig,
     shards: &ShardSet,
 ) -> Result<Assignment, AssignError> {
-    let as_argocd: Vec<Cluster> = fleet
-        .clusters
+    argocd_assignment_of(fleet, &fleet.clusters, config, shards)
+}
+
+/// [`argocd_assignment`] of `clusters`, the clusters of `fleet` with other pins.
+fn argocd_assignment_of(
+    fleet: &LiveFleet,
+    clusters: &[Cluster],
+    config: &StrategyConfig,
+    shards: &ShardSet,
+) -> Result<Assignment, AssignError> {
+    let as_argocd: Vec<Cluster> = clusters
         .iter()
         .map(|c| Cluster {
             pin: c.pin.map(|p| if shards.contains(p) { p } else { 0 }),
@@ -505,8 +569,7 @@ fn argocd_assignment(
         })
         .collect();
     let computed = assign(config, &as_argocd, shards, None)?;
-    let placed: Vec<Cluster> = fleet
-        .clusters
+    let placed: Vec<Cluster> = clusters
         .iter()
         .filter(|c| !fleet.orphaned.contains(&c.id))
         .map(|c| Cluster {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Secret;
 use shard_assign::{StrategyConfig, StrategyKind};
 
 use crate::cli::{Format, Load, PlanArgs, Source};
@@ -20,7 +21,11 @@ pub(crate) fn run(args: &PlanArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (fleet, request) = runtime.block_on(read(args))?;
+    let gathered = runtime.block_on(read(args))?;
+    if args.apply {
+        return runtime.block_on(super::apply::run(args, gathered));
+    }
+    let Gathered { fleet, request, .. } = gathered;
     let report = planning::build(&fleet, request)?;
     let mut stdout = std::io::stdout().lock();
     output::write_plan(&mut stdout, &report, args.format, args.limit)?;
@@ -35,6 +40,9 @@ pub(crate) fn run(args: &PlanArgs) -> Result<()> {
 
 /// The options alone, before anything is read.
 fn check(args: &PlanArgs) -> Result<(), Usage> {
+    if args.apply {
+        super::apply::check(args)?;
+    }
     if args.source == Source::Shardwise {
         if args.current_strategy.is_some() {
             return Err(Usage(
@@ -64,8 +72,20 @@ fn check(args: &PlanArgs) -> Result<(), Usage> {
     Ok(())
 }
 
+/// What `read` returns: the fleet, the request to plan it, and for `--apply` the cluster
+/// Secrets as read, the controller's workload and the connection to write with.
+pub(crate) struct Gathered {
+    pub fleet: LiveFleet,
+    pub request: PlanRequest,
+    /// Argo CD's cluster Secrets (none for shardwise).
+    pub secrets: Vec<Secret>,
+    /// The controller's workload as messages name it (`StatefulSet ns/name`), when read.
+    pub workload: Option<String>,
+    pub connection: Connection,
+}
+
 /// Reads the fleet and everything the plan needs from the API server.
-async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
+async fn read(args: &PlanArgs) -> Result<Gathered> {
     let (default_namespace, default_statefulset) = match args.source {
         Source::Shardwise => ("shardwise", "shardwise"),
         Source::Argocd => ("argocd", "argocd-application-controller"),
@@ -80,6 +100,8 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
         to,
         current,
         argocd,
+        secrets,
+        workload,
     } = match args.source {
         Source::Shardwise => {
             let clusters = connection.fleet_clusters(namespace).await?;
@@ -118,6 +140,8 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
                 to: args.to,
                 current: Current::Recorded,
                 argocd: None,
+                secrets: Vec::new(),
+                workload: None,
             }
         }
         Source::Argocd => read_argocd(args, &connection, namespace, workload_name).await?,
@@ -145,7 +169,13 @@ async fn read(args: &PlanArgs) -> Result<(LiveFleet, PlanRequest)> {
         slicing: args.slicing.into(),
         argocd,
     };
-    Ok((fleet, request))
+    Ok(Gathered {
+        fleet,
+        request,
+        secrets,
+        workload,
+        connection,
+    })
 }
 
 /// What `read` gathers besides the request's fixed parts.
@@ -158,6 +188,8 @@ struct Read {
     to: Option<u32>,
     current: Current,
     argocd: Option<ArgoCdSettings>,
+    secrets: Vec<Secret>,
+    workload: Option<String>,
 }
 
 /// Argo CD's fleet and sharding settings: flags win; what they leave is read from the
@@ -281,6 +313,7 @@ async fn read_argocd(
     if fleet.clusters.is_empty() {
         bail!("no clusters in namespace {namespace}: nothing to plan (is --namespace right?)");
     }
+    let workload = workload.map(|w| w.what);
     let mut shown = vec![namespace.to_string()];
     shown.extend(patterns);
     let settings = ArgoCdSettings {
@@ -297,11 +330,13 @@ async fn read_argocd(
         to: args.to.or(unsharded_pods),
         current: Current::Computed(args.strategy_args.config(kind)),
         argocd: Some(settings),
+        secrets,
+        workload,
     })
 }
 
 /// The strategies asked for, once each, in the order given; all of them by default.
-fn strategies(args: &PlanArgs) -> Vec<StrategyConfig> {
+pub(crate) fn strategies(args: &PlanArgs) -> Vec<StrategyConfig> {
     let mut kinds: Vec<StrategyKind> = Vec::new();
     let asked = if args.strategy.is_empty() {
         &StrategyKind::ALL[..]

@@ -5,12 +5,14 @@ use std::fmt::Debug;
 use std::path::Path;
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde::de::DeserializeOwned;
+use shard_assign::ShardId;
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_runtime::slice::UnitSlice;
 use thiserror::Error;
@@ -22,6 +24,9 @@ const PAGE: u32 = 500;
 /// A plan lists a few resources: an API server that does not answer in this time is down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Who writes `shard` keys, in each Secret's managedFields.
+const FIELD_MANAGER: &str = "shardwise";
 
 /// Argo CD's settings ConfigMap, which holds `cluster.inClusterEnabled`.
 const ARGOCD_CM: &str = "argocd-cm";
@@ -55,6 +60,16 @@ pub(crate) enum FetchError {
         what: String,
         reason: String,
     },
+}
+
+/// A failed write of a cluster Secret's `shard` key.
+#[derive(Debug, Error)]
+pub(crate) enum WriteError {
+    /// The Secret's resourceVersion is no longer the one read: someone wrote it since.
+    #[error("Secret {0:?} changed since it was read (409 Conflict)")]
+    Conflict(String),
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
 }
 
 /// A client and the server it talks to.
@@ -180,6 +195,38 @@ impl Connection {
             Some(namespace),
         )
         .await
+    }
+
+    /// Sets (`Some`) or removes (`None`) the `shard` key of cluster Secret `name`, on
+    /// condition that its resourceVersion is still `resource_version`. A JSON merge patch that
+    /// names only `data.shard` changes nothing else; the resourceVersion it carries makes the
+    /// API server refuse it (409) when the Secret changed since.
+    pub async fn write_shard(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        shard: Option<ShardId>,
+    ) -> Result<(), WriteError> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let value = shard.map(|s| ByteString(s.to_string().into_bytes()));
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": resource_version},
+            "data": {"shard": value},
+        });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        match api.patch(name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                Err(WriteError::Conflict(name.to_string()))
+            }
+            Err(e) => Err(self
+                .error(e, "patch", SECRETS, format!("Secret {namespace}/{name}"))
+                .into()),
+        }
     }
 
     /// Argo CD Applications of a namespace, or of every namespace when `namespace` is `None`.

@@ -150,6 +150,70 @@ pub(crate) fn fleet(
     Ok(fleet)
 }
 
+/// A cluster Secret `plan --apply` may write: one of a cluster Argo CD shards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PinTarget {
+    pub secret: String,
+    /// The Secret's UID, the cluster's id.
+    pub id: String,
+    /// The cluster's name as the plan shows it.
+    pub cluster: String,
+    /// As read: the precondition of every write.
+    pub resource_version: String,
+    /// The `shard` key as read, if any.
+    pub key: Option<String>,
+}
+
+/// The cluster Secrets of `fleet`'s clusters that Argo CD shards, by Secret name, and why each
+/// other cluster Secret is left as it is. A cluster no replica reconciles (negative `shard`,
+/// skip-reconcile) or one Argo CD ignores (a config it cannot read, a duplicate server, a
+/// disabled in-cluster) would change what Argo CD does with it if pinned, which no plan asks.
+pub(crate) fn pin_targets(secrets: &[Secret], fleet: &LiveFleet) -> (Vec<PinTarget>, Vec<String>) {
+    let names: BTreeMap<&str, &str> = fleet
+        .clusters
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str()))
+        .collect();
+    let mut ordered: Vec<&Secret> = secrets.iter().collect();
+    ordered.sort_by_key(|s| s.name_any());
+    let (mut targets, mut left) = (Vec::new(), Vec::new());
+    for secret in ordered {
+        let name = secret.name_any();
+        let uid = secret.uid().unwrap_or_default();
+        let Some(&cluster) = names.get(uid.as_str()) else {
+            left.push(format!(
+                "Secret {name:?} left as it is: Argo CD does not shard its cluster (see the warnings of the plan)"
+            ));
+            continue;
+        };
+        if fleet.orphaned.contains(&uid) {
+            left.push(format!(
+                "Secret {name:?} left as it is: no Argo CD replica reconciles cluster {cluster:?} (negative shard or {SKIP_RECONCILE}), and pinning it would change that"
+            ));
+            continue;
+        }
+        let Some(resource_version) = secret.resource_version().filter(|v| !v.is_empty()) else {
+            left.push(format!(
+                "Secret {name:?} left as it is: it has no resourceVersion to write it on condition of"
+            ));
+            continue;
+        };
+        targets.push(PinTarget {
+            secret: name,
+            id: uid,
+            cluster: cluster.to_string(),
+            resource_version,
+            key: data(secret, "shard"),
+        });
+    }
+    (targets, left)
+}
+
+/// The in-cluster cluster that no Secret describes, if `fleet` has it.
+pub(crate) fn implicit_in_cluster(fleet: &LiveFleet) -> Option<&Cluster> {
+    fleet.clusters.iter().find(|c| c.id == IN_CLUSTER_ID)
+}
+
 /// Clusters (positions in `fleet.clusters`) by what Applications name them with.
 #[derive(Default)]
 struct Index {

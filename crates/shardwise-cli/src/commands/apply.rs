@@ -1,0 +1,399 @@
+//! `shardwise plan --source argocd --apply`: pins every cluster Argo CD shards where a strategy
+//! puts it, by the `shard` key of its cluster Secret, or (`--unpin`) removes those keys. The
+//! diff comes first; only `--yes` writes, each Secret on condition of the resourceVersion read.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::{Result, anyhow, bail};
+use shard_assign::{Assignment, ShardId};
+
+use super::plan::{Gathered, strategies};
+use crate::cli::{Format, PlanArgs, Source};
+use crate::fleet::LiveFleet;
+use crate::fleet::api::{Connection, WriteError};
+use crate::fleet::argocd::{self, PinTarget};
+use crate::limits::Usage;
+use crate::planning::{self, Current, PlanRequest};
+
+/// The options of `--apply`, before anything is read.
+pub(crate) fn check(args: &PlanArgs) -> Result<(), Usage> {
+    if args.source != Source::Argocd {
+        return Err(Usage(
+            "--apply writes the shard keys of Argo CD's cluster Secrets: it needs --source argocd (shardwise's controller places clusters itself)".into(),
+        ));
+    }
+    if args.format != Format::Table {
+        return Err(Usage(
+            "--apply prints its diff as text: --format applies to plans only".into(),
+        ));
+    }
+    if args.replicas.is_some() {
+        return Err(Usage(
+            "--apply reads Argo CD's replica count from the installation, so that the pins match it: drop --replicas".into(),
+        ));
+    }
+    if args.unpin {
+        if !args.strategy.is_empty() || args.to.is_some() {
+            return Err(Usage(
+                "--unpin hands placement back to Argo CD's own algorithm: it takes no --strategy or --to".into(),
+            ));
+        }
+    } else if strategies(args).len() != 1 || args.strategy.is_empty() {
+        return Err(Usage(
+            "--apply pins the placement of one strategy: pass exactly one --strategy".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One cluster Secret of the diff.
+struct Row {
+    target: PinTarget,
+    /// The `shard` key after the apply (`None`: no key).
+    key: Option<String>,
+    /// Argo CD's shard for the cluster now and after the apply (`None`: unplaced).
+    now: Option<ShardId>,
+    after: Option<ShardId>,
+}
+
+impl Row {
+    fn changes(&self) -> bool {
+        self.target.key != self.key
+    }
+}
+
+pub(crate) async fn run(args: &PlanArgs, gathered: Gathered) -> Result<()> {
+    let Gathered {
+        fleet,
+        request,
+        secrets,
+        workload,
+        connection,
+    } = gathered;
+    let Current::Computed(algorithm) = request.current else {
+        bail!("--apply needs Argo CD's current algorithm");
+    };
+    let (targets, left_out) = argocd::pin_targets(&secrets, &fleet);
+    let mut out = std::io::stdout().lock();
+    let (rows, header, note, now, after) = if args.unpin {
+        let pins: BTreeMap<String, Option<ShardId>> =
+            targets.iter().map(|t| (t.id.clone(), None)).collect();
+        let now = planning::argocd_placement_with(
+            &fleet,
+            &algorithm,
+            request.replicas,
+            &BTreeMap::new(),
+        )?;
+        let after = planning::argocd_placement_with(&fleet, &algorithm, request.replicas, &pins)?;
+        let rows = rows(targets, &now, &after, |_| None);
+        let header = format!(
+            "Remove the shard key of Argo CD's cluster Secrets in {} at {}: Argo CD's {} algorithm then places every cluster over {} replicas",
+            request.namespace,
+            request.server,
+            algorithm_name(&request),
+            request.replicas
+        );
+        (rows, header, None, now, after)
+    } else {
+        refuse_other_replicas(&request, args.to.is_some(), workload.as_deref())?;
+        let config = strategies(args)
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow!("--apply needs one --strategy"))?;
+        let placement = planning::apply_placement(&fleet, &request, &config)?;
+        let mut pins = BTreeMap::new();
+        for target in &targets {
+            let shard = placement.planned.shard_of(&target.id).ok_or_else(|| {
+                anyhow!(
+                    "{} leaves cluster {:?} unplaced",
+                    config.kind,
+                    target.cluster
+                )
+            })?;
+            pins.insert(target.id.clone(), Some(shard));
+        }
+        let after = planning::argocd_placement_with(&fleet, &algorithm, request.to, &pins)?;
+        let rows = rows(targets, &placement.now, &after, |id| {
+            pins.get(id).copied().flatten().map(|s| s.to_string())
+        });
+        let header = format!(
+            "Pin Argo CD's clusters in {} at {} where {} puts them at {} replicas (whole clusters: Argo CD cannot cut one)",
+            request.namespace, request.server, config.kind, request.to
+        );
+        let note = in_cluster_note(&fleet, &placement.planned, &after, &request);
+        (rows, header, note, placement.now, after)
+    };
+    writeln!(out, "{header}")?;
+    write_table(&mut out, &rows)?;
+    let changed: Vec<&Row> = rows.iter().filter(|r| r.changes()).collect();
+    // Every cluster Argo CD places, the in-cluster one without a Secret too.
+    let moving = fleet
+        .clusters
+        .iter()
+        .filter(|c| now.shard_of(&c.id) != after.shard_of(&c.id))
+        .count();
+    writeln!(
+        out,
+        "{} Secret(s) to change, {} unchanged; {} cluster(s) move",
+        changed.len(),
+        rows.len() - changed.len(),
+        moving
+    )?;
+    for line in &left_out {
+        writeln!(out, "warning: {line}")?;
+    }
+    if let Some(note) = note {
+        writeln!(out, "note: {note}")?;
+    }
+    if changed.is_empty() {
+        writeln!(out, "nothing to write")?;
+        return Ok(());
+    }
+    if !args.yes {
+        writeln!(
+            out,
+            "dry run: nothing written; pass --yes to write these {} Secret(s)",
+            changed.len()
+        )?;
+        return Ok(());
+    }
+    out.flush()?;
+    let writes: Vec<(PinTarget, Option<ShardId>)> = changed
+        .iter()
+        .map(|r| {
+            let shard = r.key.as_deref().and_then(|k| k.parse().ok());
+            (r.target.clone(), shard)
+        })
+        .collect();
+    let written = write_pins(&connection, &request.namespace, &writes).await?;
+    writeln!(out, "wrote {written} Secret(s)")?;
+    Ok(())
+}
+
+fn rows(
+    targets: Vec<PinTarget>,
+    now: &Assignment,
+    after: &Assignment,
+    key: impl Fn(&str) -> Option<String>,
+) -> Vec<Row> {
+    targets
+        .into_iter()
+        .map(|target| Row {
+            key: key(&target.id),
+            now: now.shard_of(&target.id),
+            after: after.shard_of(&target.id),
+            target,
+        })
+        .collect()
+}
+
+fn algorithm_name(request: &PlanRequest) -> &'static str {
+    request.argocd.as_ref().map_or("", |a| a.algorithm)
+}
+
+/// Pins are ordinals of the shards Argo CD runs: written for N shards while it runs M, a pin at
+/// or above M sends its cluster to shard 0, and the plan's balance is lost. So the two must
+/// agree before anything is written.
+fn refuse_other_replicas(
+    request: &PlanRequest,
+    to_given: bool,
+    workload: Option<&str>,
+) -> Result<(), Usage> {
+    if request.replicas == request.to {
+        return Ok(());
+    }
+    let (m, n) = (request.replicas, request.to);
+    let asked = if to_given {
+        format!("--to is {n}")
+    } else {
+        format!("the plan is for its {n} pods")
+    };
+    let workload = workload.unwrap_or("the application controller");
+    Err(Usage(format!(
+        "Argo CD shards over {m} replicas ({}) and {asked}: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of {workload} to {n}), then apply; or plan --to {m}",
+        request.replicas_origin
+    )))
+}
+
+/// The in-cluster cluster without a Secret cannot be pinned: where Argo CD will put it.
+fn in_cluster_note(
+    fleet: &LiveFleet,
+    planned: &Assignment,
+    after: &Assignment,
+    request: &PlanRequest,
+) -> Option<String> {
+    let cluster = argocd::implicit_in_cluster(fleet)?;
+    let shard = |a: &Assignment| {
+        a.shard_of(&cluster.id)
+            .map_or("none".to_string(), |s| s.to_string())
+    };
+    Some(format!(
+        "cluster {:?} has no Secret, so it cannot be pinned (shardwise creates no Secret): Argo CD's {} algorithm puts it on shard {} (the plan: shard {})",
+        cluster.name,
+        algorithm_name(request),
+        shard(after),
+        shard(planned)
+    ))
+}
+
+fn write_table(out: &mut impl Write, rows: &[Row]) -> Result<()> {
+    let shard = |s: Option<ShardId>| s.map_or("none".to_string(), |s| s.to_string());
+    let key = |k: &Option<String>| k.as_ref().map_or("none".to_string(), |k| format!("{k:?}"));
+    let table: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.target.secret.clone(),
+                r.target.cluster.clone(),
+                key(&r.target.key),
+                key(&r.key),
+                format!("{} -> {}", shard(r.now), shard(r.after)),
+                if r.changes() {
+                    String::new()
+                } else {
+                    "unchanged".into()
+                },
+            ]
+        })
+        .collect();
+    let head = [
+        "SECRET",
+        "CLUSTER",
+        "SHARD KEY",
+        "-> KEY",
+        "ARGO CD SHARD",
+        "",
+    ];
+    let mut widths = head.map(str::len);
+    for row in &table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    writeln!(out, "{}", line(head))?;
+    for row in &table {
+        writeln!(out, "{}", line(row.each_ref().map(String::as_str)))?;
+    }
+    Ok(())
+}
+
+/// Writes each `(Secret, shard)` in order, on condition of the resourceVersion read, and stops
+/// at the first failure: the error says which Secrets were written and which were not.
+pub(crate) async fn write_pins(
+    connection: &Connection,
+    namespace: &str,
+    writes: &[(PinTarget, Option<ShardId>)],
+) -> Result<usize> {
+    for (i, (target, shard)) in writes.iter().enumerate() {
+        if let Err(e) = connection
+            .write_shard(namespace, &target.secret, &target.resource_version, *shard)
+            .await
+        {
+            let names = |part: &[(PinTarget, Option<ShardId>)]| {
+                if part.is_empty() {
+                    "none".to_string()
+                } else {
+                    part.iter()
+                        .map(|(t, _)| t.secret.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            };
+            let again = match e {
+                WriteError::Conflict(_) => "; run the plan again, which reads the Secrets anew",
+                WriteError::Fetch(_) => "",
+            };
+            bail!(
+                "{e}: stopped; written: {}; not written: {}{again}",
+                names(&writes[..i]),
+                names(&writes[i..])
+            );
+        }
+    }
+    Ok(writes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::{Api, ResourceExt};
+    use shardwise_e2e::Environment;
+
+    use super::*;
+
+    fn shard_key(secret: &Secret) -> Option<String> {
+        let bytes = secret.data.as_ref()?.get("shard")?;
+        Some(String::from_utf8_lossy(&bytes.0).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_secret_changed_since_it_was_read_stops_the_writes() {
+        let env = Environment::builder().start().unwrap();
+        let cp = env.control_plane();
+        let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n");
+        for name in ["a", "b", "c"] {
+            yaml.push_str(&format!(
+                "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: cluster-{name}, namespace: argocd}}\nstringData: {{server: \"https://{name}.example\"}}\n"
+            ));
+        }
+        cp.apply_yaml("admin", &yaml).await.unwrap();
+        let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+        let connection = Connection::new(Some(&kubeconfig), None).await.unwrap();
+        let api: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+        let read = api.list(&ListParams::default()).await.unwrap().items;
+        let writes: Vec<(PinTarget, Option<ShardId>)> = read
+            .iter()
+            .map(|s| {
+                let target = PinTarget {
+                    secret: s.name_any(),
+                    id: s.uid().unwrap(),
+                    cluster: s.name_any(),
+                    resource_version: s.resource_version().unwrap(),
+                    key: None,
+                };
+                (target, Some(1))
+            })
+            .collect();
+        assert_eq!(writes.len(), 3);
+
+        // Someone writes cluster-b after the plan read it.
+        let label = serde_json::json!({"metadata": {"labels": {"team": "x"}}});
+        let changed = api
+            .patch("cluster-b", &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .unwrap();
+
+        let error = write_pins(&connection, "argocd", &writes)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "Secret \"cluster-b\" changed since it was read (409 Conflict): stopped; written: cluster-a; not written: cluster-b, cluster-c; run the plan again, which reads the Secrets anew"
+        );
+        let now = |name: &str| {
+            let api = api.clone();
+            let name = name.to_string();
+            async move { api.get(&name).await.unwrap() }
+        };
+        assert_eq!(shard_key(&now("cluster-a").await).as_deref(), Some("1"));
+        let b = now("cluster-b").await;
+        assert_eq!(shard_key(&b), None);
+        assert_eq!(b.resource_version(), changed.resource_version());
+        let c = now("cluster-c").await;
+        assert_eq!(shard_key(&c), None);
+        assert_eq!(c.resource_version(), read[2].resource_version());
+    }
+}

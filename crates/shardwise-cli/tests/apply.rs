@@ -1,0 +1,353 @@
+//! `shardwise plan --source argocd --apply` end to end: the real binary against the test
+//! Kubernetes API server of `e2e/`, writing the `shard` keys of Argo CD's cluster Secrets.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+use shardwise_e2e::Environment;
+
+/// Argo CD's Application CRD as released (trimmed; the file says how).
+const APPLICATION_CRD: &str = include_str!("fixtures/application-crd.yaml");
+
+const USAGE: i32 = 2;
+const STRATEGY: &str = "sticky-balanced";
+
+fn shardwise(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shardwise"))
+        .arg("plan")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("the shardwise binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("UTF-8")
+}
+
+/// The one line of a refusal, alone on stderr, with exit code 2 and no stdout.
+fn refusal(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(USAGE), "{stderr}");
+    assert!(output.stdout.is_empty(), "partial output on failure");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
+}
+
+fn cluster_secret(name: &str, data: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: argocd, labels: {{argocd.argoproj.io/secret-type: cluster}}, annotations: {{team: platform}}}}\nstringData: {{{data}}}\n"
+    )
+}
+
+fn application(name: &str, cluster: &str) -> String {
+    format!(
+        "---\napiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: argocd}}\nspec: {{project: default, destination: {{name: {cluster}, namespace: x}}}}\n"
+    )
+}
+
+/// Argo CD with 3 shards, six clusters of uneven load, one pinned, one orphaned by a negative
+/// pin, one whose server another Secret already has, and the in-cluster cluster without a
+/// Secret; then its Applications (once the CRD is served).
+fn installation() -> (String, String) {
+    let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n---\n");
+    yaml.push_str("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: argocd-application-controller, namespace: argocd}\nspec:\n  replicas: 3\n  serviceName: c\n  selector: {matchLabels: {app: c}}\n  template:\n    metadata: {labels: {app: c}}\n    spec: {containers: [{name: c, image: x, env: [{name: ARGOCD_CONTROLLER_REPLICAS, value: \"3\"}]}]}\n");
+    let loads = [
+        ("alpha", 9),
+        ("bravo", 7),
+        ("charlie", 5),
+        ("delta", 3),
+        ("echo", 2),
+        ("foxtrot", 1),
+    ];
+    for (name, _) in loads {
+        yaml.push_str(&cluster_secret(
+            &format!("cluster-{name}"),
+            &format!("name: {name}, server: \"https://{name}.example\""),
+        ));
+    }
+    yaml.push_str(&cluster_secret(
+        "cluster-pinned",
+        "name: pinned, server: \"https://pinned.example\", shard: \"2\"",
+    ));
+    yaml.push_str(&cluster_secret(
+        "cluster-orphan",
+        "name: orphan, server: \"https://orphan.example\", shard: \"-1\"",
+    ));
+    yaml.push_str(&cluster_secret(
+        "cluster-twin",
+        "name: twin, server: \"https://alpha.example\"",
+    ));
+    yaml.push_str("---\n");
+    yaml.push_str(APPLICATION_CRD);
+    let mut apps = String::new();
+    for (name, count) in loads {
+        for i in 0..count {
+            apps.push_str(&application(&format!("{name}-{i}"), name));
+        }
+    }
+    apps.push_str(&application("local", "in-cluster"));
+    (yaml, apps)
+}
+
+async fn secrets(api: &Api<Secret>) -> BTreeMap<String, Secret> {
+    api.list(&ListParams::default())
+        .await
+        .expect("Secrets are listed")
+        .items
+        .into_iter()
+        .map(|s| (s.name_any(), s))
+        .collect()
+}
+
+fn shard_key(secret: &Secret) -> Option<String> {
+    let bytes = secret.data.as_ref()?.get("shard")?;
+    Some(String::from_utf8(bytes.0.clone()).expect("the key is text"))
+}
+
+/// The Secret with its `shard` key, resourceVersion and managedFields dropped: what the apply
+/// must leave as it is.
+fn without_shard(secret: &Secret) -> Value {
+    let mut value = serde_json::to_value(secret).expect("a Secret is JSON");
+    value["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
+        .retain(|k, _| !["resourceVersion", "managedFields"].contains(&k.as_str()));
+    if let Some(data) = value["data"].as_object_mut() {
+        data.remove("shard");
+    }
+    value
+}
+
+/// Where `plan --strategy STRATEGY --slicing off` puts each cluster (by id) at 3 replicas: its
+/// shard now unless the plan moves or places it.
+fn planned(report: &Value) -> BTreeMap<String, u64> {
+    let mut shards: BTreeMap<String, u64> = report["clusters"]
+        .as_array()
+        .expect("clusters is a list")
+        .iter()
+        .filter_map(|c| Some((c["id"].as_str()?.to_string(), c["shard"].as_u64()?)))
+        .collect();
+    let plan = &report["strategies"][0];
+    assert_eq!(plan["strategy"], STRATEGY);
+    for entry in plan["moved"]
+        .as_array()
+        .expect("moved is a list")
+        .iter()
+        .chain(plan["placed"].as_array().expect("placed is a list"))
+    {
+        shards.insert(
+            entry["id"].as_str().expect("an id").to_string(),
+            entry["to"].as_u64().expect("a shard"),
+        );
+    }
+    shards
+}
+
+fn plan_json(kubeconfig: &Path) -> Value {
+    let output = shardwise(
+        kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--strategy",
+            STRATEGY,
+            "--slicing",
+            "off",
+            "--limit",
+            "0",
+            "--format",
+            "json",
+        ],
+    );
+    serde_json::from_str(&stdout(&output)).expect("plan prints JSON")
+}
+
+#[tokio::test]
+async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
+    let env = Environment::builder().start().unwrap();
+    let cp = env.control_plane();
+    let (yaml, apps) = installation();
+    cp.apply_yaml("admin", &yaml).await.unwrap();
+    cp.apply_yaml("admin", &apps).await.unwrap();
+    let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+    let api: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+    let apply = ["--source", "argocd", "--apply", "--strategy", STRATEGY];
+
+    // Refusals, before anything is read or written.
+    let refused = refusal(&shardwise(
+        &kubeconfig,
+        &["--apply", "--strategy", STRATEGY],
+    ));
+    assert!(refused.contains("it needs --source argocd"), "{refused}");
+    let refused = refusal(&shardwise(&kubeconfig, &["--source", "argocd", "--apply"]));
+    assert!(refused.contains("pass exactly one --strategy"), "{refused}");
+    let refused = refusal(&shardwise(
+        &kubeconfig,
+        &[
+            "--source",
+            "argocd",
+            "--apply",
+            "--strategy",
+            "round-robin,legacy-modulo",
+        ],
+    ));
+    assert!(refused.contains("pass exactly one --strategy"), "{refused}");
+    let mut too_many = apply.to_vec();
+    too_many.extend(["--to", "4", "--yes"]);
+    let refused = refusal(&shardwise(&kubeconfig, &too_many));
+    assert!(
+        refused.contains("Argo CD shards over 3 replicas (env ARGOCD_CONTROLLER_REPLICAS of StatefulSet argocd/argocd-application-controller) and --to is 4: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of StatefulSet argocd/argocd-application-controller to 4), then apply; or plan --to 3"),
+        "{refused}"
+    );
+
+    let before = secrets(&api).await;
+    let report = plan_json(&kubeconfig);
+    let expected = planned(&report);
+    let moved = report["strategies"][0]["moves"]["clusters"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        moved > 0,
+        "the fixture must make the strategy move clusters"
+    );
+
+    // A dry run writes nothing.
+    let dry = stdout(&shardwise(&kubeconfig, &apply));
+    assert!(
+        dry.contains(r#"cluster-pinned   pinned   "2"        "2"     2 -> 2         unchanged"#),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("dry run: nothing written; pass --yes"),
+        "{dry}"
+    );
+    assert!(
+        dry.contains(r#"warning: Secret "cluster-orphan" left as it is"#),
+        "{dry}"
+    );
+    assert!(
+        dry.contains(r#"warning: Secret "cluster-twin" left as it is"#),
+        "{dry}"
+    );
+    assert!(
+        dry.contains(r#"note: cluster "in-cluster" has no Secret, so it cannot be pinned"#),
+        "{dry}"
+    );
+    let after_dry = secrets(&api).await;
+    for (name, secret) in &before {
+        assert_eq!(
+            after_dry[name].resource_version(),
+            secret.resource_version(),
+            "{name}"
+        );
+    }
+
+    // --yes writes the planned shard key of each Secret whose cluster Argo CD shards, and
+    // nothing else.
+    let mut yes = apply.to_vec();
+    yes.push("--yes");
+    let wrote = stdout(&shardwise(&kubeconfig, &yes));
+    let changed: Vec<&str> = before
+        .iter()
+        .filter(|(name, s)| {
+            !["cluster-orphan", "cluster-twin"].contains(&name.as_str())
+                && s.uid()
+                    .is_some_and(|id| shard_key(s) != Some(expected[&id].to_string()))
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert!(
+        wrote.contains(&format!("wrote {} Secret(s)", changed.len())),
+        "{wrote}"
+    );
+    assert!(
+        wrote.contains(&format!("{} Secret(s) to change", changed.len())),
+        "{wrote}"
+    );
+    let applied = secrets(&api).await;
+    for (name, old) in &before {
+        let new = &applied[name];
+        assert_eq!(without_shard(new), without_shard(old), "{name}");
+        let id = old.uid().unwrap();
+        if ["cluster-orphan", "cluster-twin"].contains(&name.as_str()) {
+            assert_eq!(new.resource_version(), old.resource_version(), "{name}");
+        } else {
+            assert_eq!(shard_key(new), Some(expected[&id].to_string()), "{name}");
+            let written = changed.contains(&name.as_str());
+            assert_eq!(
+                new.resource_version() != old.resource_version(),
+                written,
+                "{name}: only changed Secrets are written"
+            );
+        }
+    }
+
+    // Argo CD, reading the pins, places every Secret's cluster as the plan said.
+    let replanned = plan_json(&kubeconfig);
+    for cluster in replanned["clusters"].as_array().unwrap() {
+        let id = cluster["id"].as_str().unwrap();
+        let secret = before.values().find(|s| s.uid().as_deref() == Some(id));
+        if secret.is_some_and(|s| s.name_any() != "cluster-orphan") {
+            assert_eq!(cluster["pin"].as_u64(), Some(expected[id]), "{cluster}");
+            assert_eq!(cluster["shard"].as_u64(), Some(expected[id]), "{cluster}");
+        }
+    }
+
+    // A second apply has nothing to write.
+    let again = stdout(&shardwise(&kubeconfig, &yes));
+    assert!(again.contains("0 Secret(s) to change"), "{again}");
+    assert!(again.contains("nothing to write"), "{again}");
+    let unchanged = secrets(&api).await;
+    for (name, secret) in &applied {
+        assert_eq!(
+            unchanged[name].resource_version(),
+            secret.resource_version(),
+            "{name}"
+        );
+    }
+
+    // --unpin removes every key it wrote; the orphan keeps its negative pin.
+    let refused = refusal(&shardwise(
+        &kubeconfig,
+        &["--source", "argocd", "--apply", "--unpin", "--to", "3"],
+    ));
+    assert!(refused.contains("takes no --strategy or --to"), "{refused}");
+    let unpin = ["--source", "argocd", "--apply", "--unpin"];
+    let dry = stdout(&shardwise(&kubeconfig, &unpin));
+    assert!(dry.contains("7 Secret(s) to change"), "{dry}");
+    assert!(
+        dry.contains("Argo CD's legacy algorithm then places"),
+        "{dry}"
+    );
+    let mut yes = unpin.to_vec();
+    yes.push("--yes");
+    let wrote = stdout(&shardwise(&kubeconfig, &yes));
+    assert!(wrote.contains("wrote 7 Secret(s)"), "{wrote}");
+    let unpinned = secrets(&api).await;
+    for (name, secret) in &unpinned {
+        assert_eq!(
+            without_shard(secret),
+            without_shard(&before[name]),
+            "{name}"
+        );
+        let key = shard_key(secret);
+        match name.as_str() {
+            "cluster-orphan" => assert_eq!(key.as_deref(), Some("-1")),
+            _ => assert_eq!(key, None, "{name}"),
+        }
+    }
+}
