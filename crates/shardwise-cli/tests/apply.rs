@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
-use shardwise_e2e::Environment;
+use shardwise_e2e::{Environment, Identity};
 
 /// Argo CD's Application CRD as released (trimmed; the file says how).
 const APPLICATION_CRD: &str = include_str!("fixtures/application-crd.yaml");
@@ -350,4 +350,49 @@ async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
             _ => assert_eq!(key, None, "{name}"),
         }
     }
+}
+
+/// The Role docs/argocd.md gives, as written there.
+fn documented_role() -> String {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/argocd.md"))
+            .expect("docs/argocd.md is read");
+    docs.split("```yaml\n")
+        .filter_map(|block| block.split("```").next())
+        .find(|block| block.contains("kind: Role\n"))
+        .expect("docs/argocd.md gives a Role")
+        .to_string()
+}
+
+/// The documented Role is enough to plan, dry-run and write.
+#[tokio::test]
+async fn the_documented_role_is_enough_to_apply() {
+    let env = Environment::builder()
+        .rbac(true)
+        .identity(Identity::new("operator", "ada"))
+        .start()
+        .unwrap();
+    let cp = env.control_plane();
+    let (yaml, apps) = installation();
+    cp.apply_yaml("admin", &yaml).await.unwrap();
+    cp.apply_yaml("admin", &apps).await.unwrap();
+    let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: shardwise-argocd, namespace: argocd}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: shardwise-argocd}\nsubjects: [{kind: User, name: ada, apiGroup: rbac.authorization.k8s.io}]\n";
+    cp.apply_yaml("admin", &format!("{}{binding}", documented_role()))
+        .await
+        .unwrap();
+    let operator = cp.kubeconfig_path("operator").unwrap();
+
+    let yes = [
+        "--source",
+        "argocd",
+        "--apply",
+        "--strategy",
+        STRATEGY,
+        "--yes",
+    ];
+    let wrote = stdout(&shardwise(&operator, &yes));
+    assert!(wrote.contains("wrote 6 Secret(s)"), "{wrote}");
+    let unpin = ["--source", "argocd", "--apply", "--unpin", "--yes"];
+    let wrote = stdout(&shardwise(&operator, &unpin));
+    assert!(wrote.contains("wrote 7 Secret(s)"), "{wrote}");
 }
