@@ -50,16 +50,22 @@ pub(crate) fn check(args: &PlanArgs) -> Result<(), Usage> {
 /// One cluster Secret of the diff.
 struct Row {
     target: PinTarget,
-    /// The `shard` key after the apply (`None`: no key).
-    key: Option<String>,
+    /// The pin after the apply (`None`: no `shard` key).
+    pin: Option<ShardId>,
     /// Argo CD's shard for the cluster now and after the apply (`None`: unplaced).
     now: Option<ShardId>,
     after: Option<ShardId>,
 }
 
 impl Row {
+    /// The `shard` key after the apply.
+    fn key(&self) -> Option<String> {
+        self.pin.map(|p| p.to_string())
+    }
+
+    /// A key that reads the same but is spelled otherwise (`"+1"`) is rewritten as well.
     fn changes(&self) -> bool {
-        self.target.key != self.key
+        self.target.key != self.key()
     }
 }
 
@@ -115,7 +121,7 @@ pub(crate) async fn run(args: &PlanArgs, gathered: Gathered) -> Result<()> {
         }
         let after = planning::argocd_placement_with(&fleet, &algorithm, request.to, &pins)?;
         let rows = rows(targets, &placement.now, &after, |id| {
-            pins.get(id).copied().flatten().map(|s| s.to_string())
+            pins.get(id).copied().flatten()
         });
         let header = format!(
             "Pin Argo CD's clusters in {} at {} where {} puts them at {} replicas (whole clusters: Argo CD cannot cut one)",
@@ -140,7 +146,11 @@ pub(crate) async fn run(args: &PlanArgs, gathered: Gathered) -> Result<()> {
         rows.len() - changed.len(),
         moving
     )?;
-    for line in &left_out {
+    // What the plan would say about the fleet read: it explains the Secrets left out.
+    for line in &fleet.notes {
+        writeln!(out, "note: {line}")?;
+    }
+    for line in fleet.warnings.iter().chain(&left_out) {
         writeln!(out, "warning: {line}")?;
     }
     if let Some(note) = note {
@@ -159,13 +169,8 @@ pub(crate) async fn run(args: &PlanArgs, gathered: Gathered) -> Result<()> {
         return Ok(());
     }
     out.flush()?;
-    let writes: Vec<(PinTarget, Option<ShardId>)> = changed
-        .iter()
-        .map(|r| {
-            let shard = r.key.as_deref().and_then(|k| k.parse().ok());
-            (r.target.clone(), shard)
-        })
-        .collect();
+    let writes: Vec<(PinTarget, Option<ShardId>)> =
+        changed.iter().map(|r| (r.target.clone(), r.pin)).collect();
     let written = write_pins(&connection, &request.namespace, &writes).await?;
     writeln!(out, "wrote {written} Secret(s)")?;
     Ok(())
@@ -175,12 +180,12 @@ fn rows(
     targets: Vec<PinTarget>,
     now: &Assignment,
     after: &Assignment,
-    key: impl Fn(&str) -> Option<String>,
+    pin: impl Fn(&str) -> Option<ShardId>,
 ) -> Vec<Row> {
     targets
         .into_iter()
         .map(|target| Row {
-            key: key(&target.id),
+            pin: pin(&target.id),
             now: now.shard_of(&target.id),
             after: after.shard_of(&target.id),
             target,
@@ -247,7 +252,7 @@ fn write_table(out: &mut impl Write, rows: &[Row]) -> Result<()> {
                 r.target.secret.clone(),
                 r.target.cluster.clone(),
                 key(&r.target.key),
-                key(&r.key),
+                key(&r.key()),
                 format!("{} -> {}", shard(r.now), shard(r.after)),
                 if r.changes() {
                     String::new()

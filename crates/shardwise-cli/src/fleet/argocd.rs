@@ -182,7 +182,7 @@ pub(crate) fn pin_targets(secrets: &[Secret], fleet: &LiveFleet) -> (Vec<PinTarg
         let uid = secret.uid().unwrap_or_default();
         let Some(&cluster) = names.get(uid.as_str()) else {
             left.push(format!(
-                "Secret {name:?} left as it is: Argo CD does not shard its cluster (see the warnings of the plan)"
+                "Secret {name:?} left as it is: Argo CD does not shard its cluster (see the note or warning that names it)"
             ));
             continue;
         };
@@ -714,6 +714,55 @@ mod tests {
         assert!(fleet.keys.is_empty());
         // Only "c" names the server byte for byte, as Argo CD's consistent-hashing counts.
         assert_eq!(fleet.server_apps.get("uid-s"), Some(&1));
+    }
+
+    #[test]
+    fn pin_targets_are_the_secrets_of_clusters_argo_cd_shards() {
+        let mut skipped = secret("skipped", &[("name", "s"), ("server", "https://s")]);
+        skipped
+            .annotations_mut()
+            .insert(SKIP_RECONCILE.into(), "true".into());
+        let mut secrets = vec![
+            secret(
+                "b",
+                &[("name", "b"), ("server", "https://b"), ("shard", "1")],
+            ),
+            secret("a", &[("name", "a"), ("server", "https://a")]),
+            secret("negative", &[("server", "https://n"), ("shard", "-1")]),
+            secret("broken", &[("server", "https://x"), ("config", "{")]),
+            secret("twin", &[("server", "https://a")]),
+            skipped,
+        ];
+        for s in &mut secrets {
+            s.metadata.resource_version = Some(format!("rv-{}", s.name_any()));
+        }
+        let fleet = fleet(&secrets, &[], true, Load::Apps).unwrap();
+        let (targets, left) = pin_targets(&secrets, &fleet);
+        let target = |name: &str, key: Option<&str>| PinTarget {
+            secret: name.into(),
+            id: format!("uid-{name}"),
+            cluster: name.into(),
+            resource_version: format!("rv-{name}"),
+            key: key.map(str::to_string),
+        };
+        assert_eq!(targets, [target("a", None), target("b", Some("1"))]);
+        let left: Vec<&str> = left
+            .iter()
+            .map(|l| l.split_once(" left").unwrap().0)
+            .collect();
+        assert_eq!(
+            left,
+            [
+                r#"Secret "broken""#,
+                r#"Secret "negative""#,
+                r#"Secret "skipped""#,
+                r#"Secret "twin""#
+            ]
+        );
+        assert_eq!(
+            implicit_in_cluster(&fleet).map(|c| c.name.as_str()),
+            Some("in-cluster")
+        );
     }
 
     #[test]
