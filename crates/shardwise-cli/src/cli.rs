@@ -7,6 +7,8 @@ use serde::Serialize;
 use shard_assign::{Ratio, StrategyConfig, StrategyKind};
 use shardwise_sim::AppDistribution;
 
+use crate::limits;
+
 /// The version and the commit it was built from (build.rs; "unknown" without git).
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -149,14 +151,13 @@ impl StrategyArgs {
 }
 
 /// A whole number of at least 1, with a message that says so (clap's own would call "-5" an
-/// unexpected argument).
-fn at_least_one(text: &str) -> Result<u32, String> {
+/// unexpected argument) and states the real range: up to `MAX`, the limit of `limits.rs`. A
+/// value above `MAX` that fits is let through, so that the command refuses it with the limit's
+/// own message (`--from 20000 is over the limit of 10000`).
+fn at_least_one<const MAX: u64>(text: &str) -> Result<u32, String> {
     match text.trim().parse::<i64>() {
         Ok(n) if (1..=i64::from(u32::MAX)).contains(&n) => Ok(n as u32),
-        Ok(n) => Err(format!(
-            "must be a whole number from 1 to {}, got {n}",
-            u32::MAX
-        )),
+        Ok(n) => Err(format!("must be a whole number from 1 to {MAX}, got {n}")),
         Err(_) => Err(format!("must be a whole number, got {text:?}")),
     }
 }
@@ -190,7 +191,7 @@ fn count<T: TryFrom<i128>>(text: &str) -> Result<T, String> {
 #[command(allow_negative_numbers = true)]
 pub struct SimulateArgs {
     /// Clusters in the synthetic fleet.
-    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 100, value_parser = at_least_one::<{ limits::MAX_CLUSTERS }>)]
     pub clusters: u32,
     /// Apps in the synthetic fleet, spread over its clusters.
     #[arg(long, default_value_t = 10_000, value_parser = count::<u64>)]
@@ -206,22 +207,22 @@ pub struct SimulateArgs {
     #[arg(long, value_enum, default_value_t = ScenarioKind::Scale)]
     pub scenario: ScenarioKind,
     /// Shards at the start.
-    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 10, value_parser = at_least_one::<{ limits::MAX_SHARDS }>)]
     pub from: u32,
     /// Shards after a scale change.
-    #[arg(long, default_value_t = 9, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 9, value_parser = at_least_one::<{ limits::MAX_SHARDS }>)]
     pub to: u32,
     /// Clusters added or removed (add-clusters, remove-clusters).
     #[arg(long, default_value_t = 10, value_parser = count::<u32>)]
     pub count: u32,
     /// Steps of the churn scenario.
-    #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 50, value_parser = at_least_one::<{ limits::MAX_STEPS }>)]
     pub steps: u32,
     /// Ephemeral clusters arriving at each churn step.
     #[arg(long, default_value_t = 5, value_parser = count::<u32>)]
     pub arrivals: u32,
     /// Longest life of an ephemeral cluster, in steps (each draws 1..=this).
-    #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 10, value_parser = at_least_one::<{ limits::MAX_STEPS }>)]
     pub max_lifetime: u32,
     /// Strategies to compare, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
@@ -233,7 +234,7 @@ pub struct SimulateArgs {
     #[arg(long, value_enum, default_value_t = Slicing::Auto)]
     pub slicing: Slicing,
     /// Number of seeds (fleets drawn) to summarise over.
-    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    #[arg(long, default_value_t = 100, value_parser = at_least_one::<{ limits::MAX_SEEDS }>)]
     pub seeds: u32,
     /// First seed; seeds are consecutive from here.
     #[arg(long, default_value_t = 0, value_parser = count::<u64>)]
@@ -256,7 +257,7 @@ pub struct AssignArgs {
     #[arg(long)]
     pub strategy: StrategyKind,
     /// Number of shards (0..N-1 live).
-    #[arg(long, value_parser = at_least_one, required_unless_present = "live_shards", conflicts_with = "live_shards")]
+    #[arg(long, value_parser = at_least_one::<{ limits::MAX_SHARDS }>, required_unless_present = "live_shards", conflicts_with = "live_shards")]
     pub shards: Option<u32>,
     /// Live shard ids, comma-separated, when they are not 0..N-1 (e.g. 0,1,3).
     #[arg(long, value_delimiter = ',', value_parser = count::<u32>)]
@@ -301,10 +302,10 @@ pub struct PlanArgs {
     #[arg(long, value_name = "NAME")]
     pub statefulset: Option<String>,
     /// Replicas now (default: read from the StatefulSet).
-    #[arg(long, value_parser = at_least_one)]
+    #[arg(long, value_parser = at_least_one::<{ limits::MAX_SHARDS }>)]
     pub replicas: Option<u32>,
     /// Replicas to plan for (default: --replicas).
-    #[arg(long, value_parser = at_least_one)]
+    #[arg(long, value_parser = at_least_one::<{ limits::MAX_SHARDS }>)]
     pub to: Option<u32>,
     /// Strategies to plan with, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]

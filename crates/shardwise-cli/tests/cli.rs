@@ -483,10 +483,25 @@ fn clap_refusals_are_printed_whole_with_exit_code_2() {
             vec!["simulate", "--strategies", "consistent-hashing"],
             vec!["unknown strategy", "--help"],
         ),
-        (vec!["simulate", "--from", "0"], vec!["--from <FROM>"]),
+        // The range stated is the real one, the limit of each size.
+        (
+            vec!["simulate", "--from", "0"],
+            vec![
+                "--from <FROM>",
+                "must be a whole number from 1 to 10000, got 0",
+            ],
+        ),
         (
             vec!["simulate", "--clusters", "-5"],
-            vec!["must be a whole number from 1"],
+            vec!["must be a whole number from 1 to 1000000, got -5"],
+        ),
+        (
+            vec!["assign", "--strategy", "round-robin", "--shards", "0"],
+            vec!["must be a whole number from 1 to 10000, got 0"],
+        ),
+        (
+            vec!["simulate", "--seeds", "5000000000"],
+            vec!["must be a whole number from 1 to 100000, got 5000000000"],
         ),
         (
             vec!["simulate", "--distribution", "normal"],
