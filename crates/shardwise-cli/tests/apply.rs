@@ -210,7 +210,7 @@ async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
     too_many.extend(["--to", "4", "--yes"]);
     let refused = refusal(&shardwise(&kubeconfig, &too_many));
     assert!(
-        refused.contains("Argo CD shards over 3 replicas (env ARGOCD_CONTROLLER_REPLICAS of StatefulSet argocd/argocd-application-controller) and --to is 4: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of StatefulSet argocd/argocd-application-controller to 4), then apply; or plan --to 3"),
+        refused.contains("Argo CD runs 3 shard(s) (env ARGOCD_CONTROLLER_REPLICAS of StatefulSet argocd/argocd-application-controller) and --to is 4: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of StatefulSet argocd/argocd-application-controller to 4), then apply; or plan --to 3"),
         "{refused}"
     );
 

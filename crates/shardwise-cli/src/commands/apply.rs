@@ -214,9 +214,14 @@ fn refuse_other_replicas(
     } else {
         format!("the plan is for its {n} pods")
     };
-    let workload = workload.unwrap_or("the application controller");
+    // Under dynamic cluster distribution the Deployment's replicas are the shard count.
+    let scale = match workload {
+        Some(w) if w.starts_with("Deployment ") => format!("set the replicas of {w} to {n}"),
+        Some(w) => format!("set ARGOCD_CONTROLLER_REPLICAS and the replicas of {w} to {n}"),
+        None => format!("set ARGOCD_CONTROLLER_REPLICAS and the controller's replicas to {n}"),
+    };
     Err(Usage(format!(
-        "Argo CD shards over {m} replicas ({}) and {asked}: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of {workload} to {n}), then apply; or plan --to {m}",
+        "Argo CD runs {m} shard(s) ({}) and {asked}: scale the application controller first ({scale}), then apply; or plan --to {m}",
         request.replicas_origin
     )))
 }
@@ -334,9 +339,48 @@ mod tests {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{ListParams, Patch, PatchParams};
     use kube::{Api, ResourceExt};
+    use shard_assign::{StrategyConfig, StrategyKind};
     use shardwise_e2e::Environment;
 
     use super::*;
+
+    fn request(replicas: u32, origin: &str, to: u32) -> PlanRequest {
+        PlanRequest {
+            source: Source::Argocd,
+            server: "https://api".into(),
+            namespace: "argocd".into(),
+            replicas,
+            replicas_origin: origin.into(),
+            to,
+            current: Current::Computed(StrategyConfig::new(StrategyKind::LegacyModulo)),
+            strategies: Vec::new(),
+            slicing: shard_assign::SliceSwitch::Off,
+            argocd: None,
+        }
+    }
+
+    #[test]
+    fn pins_for_another_replica_count_are_refused_with_what_to_scale() {
+        assert!(refuse_other_replicas(&request(3, "env", 3), true, None).is_ok());
+        let refused = |request: &PlanRequest, to_given: bool, workload: &str| {
+            refuse_other_replicas(request, to_given, Some(workload))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            refused(
+                &request(4, "Deployment argocd/c spec.replicas", 2),
+                true,
+                "Deployment argocd/c"
+            ),
+            "Argo CD runs 4 shard(s) (Deployment argocd/c spec.replicas) and --to is 2: scale the application controller first (set the replicas of Deployment argocd/c to 2), then apply; or plan --to 4"
+        );
+        // Argo CD that does not shard: the plan defaults to its pods.
+        assert_eq!(
+            refused(&request(1, "unset", 3), false, "StatefulSet argocd/c"),
+            "Argo CD runs 1 shard(s) (unset) and the plan is for its 3 pods: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of StatefulSet argocd/c to 3), then apply; or plan --to 1"
+        );
+    }
 
     fn shard_key(secret: &Secret) -> Option<String> {
         let bytes = secret.data.as_ref()?.get("shard")?;
