@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
@@ -11,22 +11,13 @@ use kube::{Api, ResourceExt};
 use serde_json::Value;
 use shardwise_e2e::{Environment, Identity};
 
+mod common;
+use common::{USAGE, failure, shardwise};
+
 /// Argo CD's Application CRD as released (trimmed; the file says how).
 const APPLICATION_CRD: &str = include_str!("fixtures/application-crd.yaml");
 
-const USAGE: i32 = 2;
 const STRATEGY: &str = "sticky-balanced";
-
-fn shardwise(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shardwise"))
-        .arg("plan")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("the shardwise binary runs")
-}
 
 fn stdout(output: &Output) -> String {
     assert!(
@@ -36,15 +27,6 @@ fn stdout(output: &Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout.clone()).expect("UTF-8")
-}
-
-/// The one line of a refusal, alone on stderr, with exit code 2 and no stdout.
-fn refusal(output: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(USAGE), "{stderr}");
-    assert!(output.stdout.is_empty(), "partial output on failure");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    stderr
 }
 
 fn cluster_secret(name: &str, data: &str) -> String {
@@ -188,27 +170,33 @@ async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
     let apply = ["--source", "argocd", "--apply", "--strategy", STRATEGY];
 
     // Refusals, before anything is read or written.
-    let refused = refusal(&shardwise(
-        &kubeconfig,
-        &["--apply", "--strategy", STRATEGY],
-    ));
+    let refused = failure(
+        &shardwise(&kubeconfig, &["--apply", "--strategy", STRATEGY]),
+        USAGE,
+    );
     assert!(refused.contains("it needs --source argocd"), "{refused}");
-    let refused = refusal(&shardwise(&kubeconfig, &["--source", "argocd", "--apply"]));
+    let refused = failure(
+        &shardwise(&kubeconfig, &["--source", "argocd", "--apply"]),
+        USAGE,
+    );
     assert!(refused.contains("pass exactly one --strategy"), "{refused}");
-    let refused = refusal(&shardwise(
-        &kubeconfig,
-        &[
-            "--source",
-            "argocd",
-            "--apply",
-            "--strategy",
-            "round-robin,legacy-modulo",
-        ],
-    ));
+    let refused = failure(
+        &shardwise(
+            &kubeconfig,
+            &[
+                "--source",
+                "argocd",
+                "--apply",
+                "--strategy",
+                "round-robin,legacy-modulo",
+            ],
+        ),
+        USAGE,
+    );
     assert!(refused.contains("pass exactly one --strategy"), "{refused}");
     let mut too_many = apply.to_vec();
     too_many.extend(["--to", "4", "--yes"]);
-    let refused = refusal(&shardwise(&kubeconfig, &too_many));
+    let refused = failure(&shardwise(&kubeconfig, &too_many), USAGE);
     assert!(
         refused.contains("Argo CD runs 3 shard(s) (env ARGOCD_CONTROLLER_REPLICAS of StatefulSet argocd/argocd-application-controller) and --to is 4: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of StatefulSet argocd/argocd-application-controller to 4), then apply; or plan --to 3"),
         "{refused}"
@@ -321,10 +309,13 @@ async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
     }
 
     // --unpin removes every key it wrote; the orphan keeps its negative pin.
-    let refused = refusal(&shardwise(
-        &kubeconfig,
-        &["--source", "argocd", "--apply", "--unpin", "--to", "3"],
-    ));
+    let refused = failure(
+        &shardwise(
+            &kubeconfig,
+            &["--source", "argocd", "--apply", "--unpin", "--to", "3"],
+        ),
+        USAGE,
+    );
     assert!(refused.contains("takes no --strategy or --to"), "{refused}");
     let unpin = ["--source", "argocd", "--apply", "--unpin"];
     let dry = stdout(&shardwise(&kubeconfig, &unpin));

@@ -18,16 +18,8 @@ use shardwise_e2e::{Environment, Identity};
 use shardwise_handoff::plan::ObjectKey;
 use shardwise_runtime::slice::{UnitSlice, UnitSliceSpec};
 
-fn shardwise(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shardwise"))
-        .arg("plan")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("the shardwise binary runs")
-}
+mod common;
+use common::{RUNTIME, USAGE, failure, shardwise};
 
 fn json(output: &Output) -> Value {
     assert!(
@@ -37,20 +29,6 @@ fn json(output: &Output) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("plan prints JSON")
-}
-
-/// Exit code of a failure while running (the API server, the kubeconfig, the fleet read).
-const RUNTIME: i32 = 1;
-/// Exit code of a command line refused as given.
-const USAGE: i32 = 2;
-
-/// The one line an error gives, checked to be alone on stderr with its exit code and no stdout.
-fn failure(output: &Output, code: i32) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(code), "{stderr}");
-    assert!(output.stdout.is_empty(), "partial output on failure");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    stderr
 }
 
 fn repo_file(path: &str) -> PathBuf {
