@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use serde_json::json;
 use shardwise_test_apiserver::{ApiServer, ClientCertificate};
 
@@ -33,12 +33,7 @@ async fn client_with(
         auth.client_certificate_data = cert.map(|c| b64(&c.cert_pem));
         auth.client_key_data = cert.map(|c| b64(&c.key_pem).into());
     }
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .expect("kubeconfig is usable");
-    config.default_retry = false;
-    Client::try_from(config).expect("client builds")
+    client_of(kubeconfig).await
 }
 
 /// A certificate the server's CA never signed, claiming to be a cluster admin.
@@ -58,10 +53,6 @@ fn untrusted() -> ClientCertificate {
     }
 }
 
-fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
-    serde_json::from_value(v).expect("valid object")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_user_and_groups_go_through_rbac() {
     let server = start_with(with_robot().rbac(true)).await;
@@ -73,15 +64,7 @@ async fn certificate_user_and_groups_go_through_rbac() {
     let user = &kubeconfig["users"][0]["user"];
     assert!(user.get("token").is_none(), "{user}");
     assert!(user["client-certificate-data"].is_string());
-    let robot = Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            Kubeconfig::from_yaml(&yaml).unwrap(),
-            &KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap(),
-    )
-    .unwrap();
+    let robot = client_of(Kubeconfig::from_yaml(&yaml).unwrap()).await;
     Api::<Namespace>::all(admin.clone())
         .create(
             &PostParams::default(),

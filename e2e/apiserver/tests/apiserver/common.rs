@@ -51,7 +51,11 @@ pub fn with_robot() -> ServerConfig {
 
 pub async fn client_as(server: &ApiServer, identity: &str) -> Client {
     let yaml = server.kubeconfig_for(identity).expect("identity exists");
-    let kubeconfig = Kubeconfig::from_yaml(&yaml).expect("kubeconfig parses");
+    client_of(Kubeconfig::from_yaml(&yaml).expect("kubeconfig parses")).await
+}
+
+/// A client of `kubeconfig`'s current context, without retries.
+pub async fn client_of(kubeconfig: Kubeconfig) -> Client {
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
@@ -59,6 +63,11 @@ pub async fn client_as(server: &ApiServer, identity: &str) -> Client {
     // Fault tests want to see each injected error, not kube's automatic retries.
     config.default_retry = false;
     Client::try_from(config).expect("client builds")
+}
+
+/// An object of type `T` from its JSON.
+pub fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("valid object")
 }
 
 pub async fn admin(server: &ApiServer) -> Client {

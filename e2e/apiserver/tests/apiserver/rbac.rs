@@ -15,10 +15,6 @@ use serde_json::json;
 
 use crate::common::*;
 
-fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
-    serde_json::from_value(v).expect("valid object")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_forbids_until_granted() {
     let server = start_with(with_robot().rbac(true)).await;
