@@ -178,6 +178,15 @@ fn entry(position: usize, value: Value, from_plan: bool) -> Result<Entry, SimErr
         .get("name")
         .and_then(Value::as_str)
         .map(str::to_string);
+    // serde would call this a duplicate `shard`, a key the user may not have written.
+    if object.contains_key("shard") && object.contains_key("pin") {
+        return Err(at_entry(
+            position,
+            name.as_deref(),
+            "the pin is given twice (`shard` and `pin` are one field; give it once, under either name)"
+                .into(),
+        ));
+    }
     serde_path_to_error::deserialize(Value::Object(object)).map_err(|e| {
         let field = format!("`{}`", e.path());
         let message = e.into_inner().to_string();
@@ -256,6 +265,10 @@ mod tests {
             ("- name: a\n  apps: [\n", "not valid YAML"),
             ("[]", "lists no clusters"),
             ("- name: ''\n  apps: 1\n", "name is empty"),
+            (
+                "- name: a\n  apps: 4\n  pin: 1\n  shard: 2\n",
+                "entry 1 (\"a\"): the pin is given twice (`shard` and `pin` are one field; give it once, under either name)",
+            ),
         ];
         for (text, expected) in cases {
             let err = parse_inventory(text, InventoryFormat::Yaml)
