@@ -1,5 +1,6 @@
 //! `shardwise`: the command-line tool of shardwise.
 
+mod balancer;
 mod cli;
 mod commands;
 mod fleet;
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => commands::simulate::run(&args),
         Command::Assign(args) => commands::assign::run(&args),
         Command::Plan(args) => commands::plan::run(&args),
+        Command::Balance(args) => commands::balance::run(&args),
         Command::Crds => commands::crds::run(),
         Command::Completions { shell } => commands::completions::run(shell),
     };

@@ -2,6 +2,7 @@
 //! count units or items carry the controller's nouns ([`Nouns`]): `shardwise_owned_clusters`
 //! and `shardwise_owned_apps` for shardwise's own controller.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
@@ -76,6 +77,31 @@ pub struct RequestLabels {
     pub code: String,
 }
 
+/// What a plan gives one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardFigures {
+    /// Units with at least one slice here.
+    pub units: u64,
+    /// Slices (a unit that is not cut is one).
+    pub slices: u64,
+    pub items: u64,
+    /// Units cut across several shards with a slice here: each costs this shard a cache of
+    /// the unit that another shard has too.
+    pub shared: u64,
+}
+
+/// The gauges of the latest plan.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanGauges<'a> {
+    /// Max over mean items per live shard.
+    pub balance: f64,
+    pub shards: &'a BTreeMap<u32, ShardFigures>,
+    /// Caches of units beyond one per unit, over the fleet.
+    pub cache_copies: u64,
+    /// Units cut into slices.
+    pub cut_units: u64,
+}
+
 /// Every metric of a replica. Cheap to clone (shared handles).
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -106,9 +132,29 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(shard: u32, nouns: Nouns, registry: &mut Registry) -> Self {
+        let metrics = Self::unregistered(shard.to_string(), nouns);
+        let r = registry.sub_registry_with_prefix("shardwise");
+        metrics.register_replica(r);
+        metrics.register_planner(r);
+        registry.register_collector(Box::new(ProcessCollector));
+        metrics.start_at_zero();
+        metrics
+    }
+
+    /// The planner's metrics alone, for a process that plans but owns no shard (the Argo CD
+    /// balancer): the same names and labels as a replica's planner, so that the same dashboard
+    /// rows show it. `label` is what its `shard` label says.
+    pub fn planner_only(label: &str, nouns: Nouns, registry: &mut Registry) -> Self {
+        let metrics = Self::unregistered(label.to_string(), nouns);
+        metrics.register_planner(registry.sub_registry_with_prefix("shardwise"));
+        registry.register_collector(Box::new(ProcessCollector));
+        metrics
+    }
+
+    fn unregistered(shard: String, nouns: Nouns) -> Self {
         let duration_buckets = || Histogram::new(exponential_buckets(0.005, 2.0, 14));
-        let metrics = Self {
-            shard: shard.to_string(),
+        Self {
+            shard,
             nouns,
             owned_units: Family::default(),
             owned_items: Family::default(),
@@ -131,21 +177,13 @@ impl Metrics {
             cache_copies: Family::default(),
             cut_units: Family::default(),
             api_requests: Family::default(),
-        };
-        metrics.register(registry.sub_registry_with_prefix("shardwise"));
-        registry.register_collector(Box::new(ProcessCollector));
-        metrics.start_at_zero();
-        metrics
+        }
     }
 
-    /// Registers every metric under its name (`shardwise_` and the controller's nouns).
-    fn register(&self, r: &mut Registry) {
-        let Nouns {
-            unit,
-            units,
-            item,
-            items,
-        } = self.nouns;
+    /// Registers what every replica reports under its name (`shardwise_` and the controller's
+    /// nouns).
+    fn register_replica(&self, r: &mut Registry) {
+        let Nouns { units, items, .. } = self.nouns;
         r.register(
             format!("owned_{units}"),
             format!("{} this shard owns", capitalized(units)),
@@ -194,6 +232,21 @@ impl Metrics {
             ),
             self.handoffs.clone(),
         );
+        r.register(
+            "api_requests",
+            "Requests to Kubernetes API servers by target, verb and status code",
+            self.api_requests.clone(),
+        );
+    }
+
+    /// Registers what the planner reports.
+    fn register_planner(&self, r: &mut Registry) {
+        let Nouns {
+            unit,
+            units,
+            item,
+            items,
+        } = self.nouns;
         r.register(
             "planner_leader",
             "1 while this replica is the planner",
@@ -253,11 +306,6 @@ impl Metrics {
             format!("{} cut into slices in the latest plan", capitalized(units)),
             self.cut_units.clone(),
         );
-        r.register(
-            "api_requests",
-            "Requests to Kubernetes API servers by target, verb and status code",
-            self.api_requests.clone(),
-        );
     }
 
     /// Counters appear at zero from the start: `rate()` and `increase()` cannot see a series
@@ -284,6 +332,54 @@ impl Metrics {
                 .inc_by(0);
         }
         self.fenced.get_or_create(&self.shard_labels()).inc_by(0);
+    }
+
+    /// Counts a successful planning pass and the owner changes it wrote.
+    pub fn count_pass(&self, strategy: &str, unit_moves: u64, item_moves: u64) {
+        self.planner_runs
+            .get_or_create(&StrategyLabels {
+                strategy: strategy.to_string(),
+                result: "success",
+            })
+            .inc();
+        for (kind, moves) in [(self.nouns.unit, unit_moves), (self.nouns.item, item_moves)] {
+            self.planner_moves
+                .get_or_create(&MoveLabels {
+                    strategy: strategy.to_string(),
+                    kind,
+                })
+                .inc_by(moves);
+        }
+    }
+
+    /// Sets the gauges of the latest plan.
+    pub fn set_plan(&self, plan: &PlanGauges<'_>) {
+        self.balance.get_or_create(&NoLabels {}).set(plan.balance);
+        self.cache_copies
+            .get_or_create(&NoLabels {})
+            .set(plan.cache_copies as i64);
+        self.cut_units
+            .get_or_create(&NoLabels {})
+            .set(plan.cut_units as i64);
+        // Shards that left the plan must not keep their last values.
+        let per_shard = [
+            &self.assigned_items,
+            &self.assigned_units,
+            &self.assigned_slices,
+            &self.shared_units,
+        ];
+        for family in per_shard {
+            family.clear();
+        }
+        for (shard, f) in plan.shards {
+            let labels = ShardLabels {
+                shard: shard.to_string(),
+            };
+            let values = [f.items, f.units, f.slices, f.shared];
+            for (family, value) in per_shard.iter().zip(values) {
+                family.get_or_create(&labels).set(value as i64);
+            }
+        }
     }
 
     /// Removes the metrics only the planner exports, when this replica stops being it.

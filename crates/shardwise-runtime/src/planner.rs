@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::membership::{ShardLeases, expected_shards};
-use crate::metrics::{MemberLabels, Metrics, MoveLabels, NoLabels, ShardLabels, StrategyLabels};
+use crate::metrics::{MemberLabels, Metrics, PlanGauges, StrategyLabels};
 use crate::objects::Object;
 use crate::objects::{api_over, key_of, merge_patch};
 use crate::settings::{PlannerSettings, Replica, WatchScope};
@@ -540,53 +540,12 @@ fn record(
     unit_moves: u64,
     item_moves: u64,
 ) {
-    let nouns = metrics.nouns();
-    metrics
-        .planner_runs
-        .get_or_create(&StrategyLabels {
-            strategy: strategy.to_string(),
-            result: "success",
-        })
-        .inc();
-    for (kind, moves) in [(nouns.unit, unit_moves), (nouns.item, item_moves)] {
-        metrics
-            .planner_moves
-            .get_or_create(&MoveLabels {
-                strategy: strategy.to_string(),
-                kind,
-            })
-            .inc_by(moves);
-    }
+    metrics.count_pass(strategy, unit_moves, item_moves);
     let figures = &decision.figures;
-    metrics
-        .balance
-        .get_or_create(&NoLabels {})
-        .set(figures.balance);
-    metrics
-        .cache_copies
-        .get_or_create(&NoLabels {})
-        .set(figures.cache_copies as i64);
-    metrics
-        .cut_units
-        .get_or_create(&NoLabels {})
-        .set(figures.cut_units as i64);
-    // Shards that left the plan must not keep their last values.
-    let per_shard = [
-        &metrics.assigned_items,
-        &metrics.assigned_units,
-        &metrics.assigned_slices,
-        &metrics.shared_units,
-    ];
-    for family in per_shard {
-        family.clear();
-    }
-    for (shard, f) in &figures.shards {
-        let labels = ShardLabels {
-            shard: shard.to_string(),
-        };
-        let values = [f.items, f.units, f.slices, f.shared];
-        for (family, value) in per_shard.iter().zip(values) {
-            family.get_or_create(&labels).set(value as i64);
-        }
-    }
+    metrics.set_plan(&PlanGauges {
+        balance: figures.balance,
+        shards: &figures.shards,
+        cache_copies: figures.cache_copies,
+        cut_units: figures.cut_units,
+    });
 }

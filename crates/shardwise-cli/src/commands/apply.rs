@@ -171,7 +171,7 @@ pub(crate) async fn run(args: &PlanArgs, gathered: Gathered) -> Result<()> {
     out.flush()?;
     let writes: Vec<(PinTarget, Option<ShardId>)> =
         changed.iter().map(|r| (r.target.clone(), r.pin)).collect();
-    let written = write_pins(&connection, &request.namespace, &writes).await?;
+    let written = write_pins(&connection, &request.namespace, &writes, || Ok(())).await?;
     writeln!(out, "wrote {written} Secret(s)")?;
     Ok(())
 }
@@ -299,27 +299,36 @@ fn write_table(out: &mut impl Write, rows: &[Row]) -> Result<()> {
 }
 
 /// Writes each `(Secret, shard)` in order, on condition of the resourceVersion read, and stops
-/// at the first failure: the error says which Secrets were written and which were not.
+/// at the first failure, or before the first write `may_write` refuses (the balancer's fence):
+/// the error says which Secrets were written and which were not.
 pub(crate) async fn write_pins(
     connection: &Connection,
     namespace: &str,
     writes: &[(PinTarget, Option<ShardId>)],
+    may_write: impl Fn() -> Result<(), String>,
 ) -> Result<usize> {
+    let names = |part: &[(PinTarget, Option<ShardId>)]| {
+        if part.is_empty() {
+            "none".to_string()
+        } else {
+            part.iter()
+                .map(|(t, _)| t.secret.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
     for (i, (target, shard)) in writes.iter().enumerate() {
+        if let Err(why) = may_write() {
+            bail!(
+                "{why}: stopped; written: {}; not written: {}",
+                names(&writes[..i]),
+                names(&writes[i..])
+            );
+        }
         if let Err(e) = connection
             .write_shard(namespace, &target.secret, &target.resource_version, *shard)
             .await
         {
-            let names = |part: &[(PinTarget, Option<ShardId>)]| {
-                if part.is_empty() {
-                    "none".to_string()
-                } else {
-                    part.iter()
-                        .map(|(t, _)| t.secret.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            };
             let again = match e {
                 WriteError::Conflict(_) => "; run the plan again, which reads the Secrets anew",
                 WriteError::Fetch(_) => "",
@@ -424,7 +433,7 @@ mod tests {
             .await
             .unwrap();
 
-        let error = write_pins(&connection, "argocd", &writes)
+        let error = write_pins(&connection, "argocd", &writes, || Ok(()))
             .await
             .unwrap_err()
             .to_string();

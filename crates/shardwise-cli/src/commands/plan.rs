@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Secret;
 use shard_assign::{StrategyConfig, StrategyKind};
 
-use crate::cli::{Format, Load, PlanArgs, Source};
+use crate::cli::{Format, Load, PlanArgs, Source, StrategyArgs};
 use crate::fleet::api::Connection;
 use crate::fleet::installation::{self, Message, Workload};
 use crate::fleet::{self, LiveFleet};
@@ -144,7 +144,18 @@ async fn read(args: &PlanArgs) -> Result<Gathered> {
                 workload: None,
             }
         }
-        Source::Argocd => read_argocd(args, &connection, namespace, workload_name).await?,
+        Source::Argocd => {
+            let query = ArgoCdQuery {
+                replicas: args.replicas,
+                current_strategy: args.current_strategy,
+                app_namespaces: &args.app_namespaces,
+                load: args.load,
+                strategy_args: &args.strategy_args,
+            };
+            let mut read = read_argocd(&query, &connection, namespace, workload_name).await?;
+            read.to = args.to.or(read.to);
+            read
+        }
     };
     if replicas == 0 {
         bail!(
@@ -179,24 +190,34 @@ async fn read(args: &PlanArgs) -> Result<Gathered> {
 }
 
 /// What `read` gathers besides the request's fixed parts.
-struct Read {
-    fleet: LiveFleet,
+pub(crate) struct Read {
+    pub fleet: LiveFleet,
     /// Replicas now, and where that number was read.
-    replicas: u32,
-    replicas_origin: String,
-    /// Replicas to plan for, when not `replicas`.
-    to: Option<u32>,
-    current: Current,
-    argocd: Option<ArgoCdSettings>,
-    secrets: Vec<Secret>,
-    workload: Option<String>,
+    pub replicas: u32,
+    pub replicas_origin: String,
+    /// Replicas to plan for, when not `replicas` (Argo CD that does not shard: its pods).
+    pub to: Option<u32>,
+    pub current: Current,
+    pub argocd: Option<ArgoCdSettings>,
+    pub secrets: Vec<Secret>,
+    pub workload: Option<String>,
+}
+
+/// What reading Argo CD takes from the command line (`plan`'s flags or `balance`'s): each
+/// setting given here wins over the installation's.
+pub(crate) struct ArgoCdQuery<'a> {
+    pub replicas: Option<u32>,
+    pub current_strategy: Option<(StrategyKind, &'static str)>,
+    pub app_namespaces: &'a [String],
+    pub load: Load,
+    pub strategy_args: &'a StrategyArgs,
 }
 
 /// Argo CD's fleet and sharding settings: flags win; what they leave is read from the
 /// installation (the controller's StatefulSet, or Deployment, and the ConfigMaps its
 /// environment refers to).
-async fn read_argocd(
-    args: &PlanArgs,
+pub(crate) async fn read_argocd(
+    args: &ArgoCdQuery<'_>,
     connection: &Connection,
     namespace: &str,
     workload_name: &str,
@@ -261,7 +282,7 @@ async fn read_argocd(
             sharding.app_namespaces.origin.clone(),
         )
     } else {
-        (args.app_namespaces.clone(), "--app-namespaces".to_string())
+        (args.app_namespaces.to_vec(), "--app-namespaces".to_string())
     };
     if let Some(p) = patterns
         .iter()
@@ -327,7 +348,7 @@ async fn read_argocd(
         fleet,
         replicas,
         replicas_origin,
-        to: args.to.or(unsharded_pods),
+        to: unsharded_pods,
         current: Current::Computed(args.strategy_args.config(kind)),
         argocd: Some(settings),
         secrets,

@@ -152,6 +152,11 @@ impl Connection {
         Ok(Self { client, server })
     }
 
+    /// The client, for what the balancer does besides reading and writing Argo CD (its Lease).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The API server's URL.
     pub fn server(&self) -> &str {
         &self.server

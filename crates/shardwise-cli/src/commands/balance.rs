@@ -1,0 +1,354 @@
+//! `shardwise balance`: the balancer's loop. While it holds its Lease, every `--interval` it
+//! reads Argo CD (the installation, cluster Secrets and Applications), decides a pass
+//! (`balancer::decide`) and writes the `shard` keys that change, each on condition of the
+//! resourceVersion read and behind the Lease's fence. It reports like the controller's planner,
+//! with the same metrics, so that the same dashboard rows show it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use shard_assign::{StrategyConfig, StrategyKind};
+use shardwise_handoff::lease::LeaseTiming;
+use shardwise_runtime::args::LogFormat;
+use shardwise_runtime::http::{self, MetricsAccess, auth::KubeReviewer};
+use shardwise_runtime::lease::{self, Fence, Holding, LeaseSpecification};
+use shardwise_runtime::metrics::{
+    MemberLabels, Metrics, Nouns, PlanGauges, ShardLabels, StrategyLabels, Telemetry,
+};
+use shardwise_runtime::owner::Readiness;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::plan::{ArgoCdQuery, Read, read_argocd};
+use crate::balancer::decide::{self, Inputs, Pass};
+use crate::cli::BalanceArgs;
+use crate::fleet::api::Connection;
+use crate::planning::Current;
+
+/// Argo CD's nouns: its clusters are the units, its Applications the items.
+const NOUNS: Nouns = Nouns {
+    unit: "cluster",
+    units: "clusters",
+    item: "app",
+    items: "apps",
+};
+/// The `shard` label of the balancer's metrics: it owns no shard.
+const METRICS_LABEL: &str = "argocd-balancer";
+/// The strategy's name in the metrics' `strategy` label.
+const STRATEGY: StrategyKind = StrategyKind::StickyBalanced;
+/// The Lease timing of shardwise's replicas: a successor takes over within 15 s.
+const TIMING: LeaseTiming = LeaseTiming {
+    duration: Duration::from_secs(15),
+    renew_deadline: Duration::from_secs(10),
+    retry_period: Duration::from_secs(2),
+};
+
+pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
+    init_logging(args);
+    let strategy = args.strategy_args.config(STRATEGY);
+    strategy
+        .validate()
+        .map_err(crate::limits::Usage::of)
+        .context("invalid strategy options")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(balance(args, strategy))
+}
+
+fn init_logging(args: &BalanceArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
+    let connection = Connection::new(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let stop = CancellationToken::new();
+    on_signal(stop.clone())?;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::planner_only(METRICS_LABEL, NOUNS, &mut registry);
+    let telemetry = Telemetry {
+        registry: std::sync::Arc::new(registry),
+        metrics: metrics.clone(),
+    };
+    let readiness = Readiness::default();
+    let server = tokio::spawn(http::serve(
+        args.metrics_addr,
+        args.health_addr,
+        MetricsAccess::<KubeReviewer>::Open,
+        telemetry,
+        readiness.clone(),
+        stop.clone(),
+    ));
+
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| args.namespace.clone());
+    let name = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "balancer".into());
+    let identity = format!("{name}_{:016x}", rand::random::<u64>());
+    let (holding_tx, holding) = watch::channel(Holding::NotHeld);
+    let lease_task = tokio::spawn(lease::hold(
+        connection.client().clone(),
+        lease_namespace.clone(),
+        LeaseSpecification {
+            name: args.lease_name.clone(),
+            labels: BTreeMap::from([(
+                "app.kubernetes.io/component".to_string(),
+                "argocd-balancer".to_string(),
+            )]),
+            identity: identity.clone(),
+            timing: TIMING,
+        },
+        holding_tx,
+        stop.clone(),
+    ));
+    // Ready once serving: a standby that waits for the Lease is as ready as the one holding it.
+    readiness.set(true);
+    info!(
+        namespace = %args.namespace,
+        lease = %format!("{lease_namespace}/{}", args.lease_name),
+        %identity,
+        interval_seconds = args.interval,
+        dry_run = args.dry_run,
+        "balancer started: waiting for the lease"
+    );
+
+    let mut balancer = Balancer {
+        args,
+        strategy,
+        connection,
+        metrics,
+        reported: BTreeSet::new(),
+    };
+    loop {
+        let held = tokio::select! {
+            _ = stop.cancelled() => break,
+            held = lease::until_held(holding.clone()) => held,
+        };
+        let Ok(incarnation) = held else {
+            break;
+        };
+        let fence = Fence::new(holding.clone(), incarnation);
+        balancer
+            .metrics
+            .planner_leader
+            .get_or_create(&ShardLabels {
+                shard: METRICS_LABEL.into(),
+            })
+            .set(1);
+        info!("lease held: balancing");
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = lease::until_lost(holding.clone(), incarnation) => warn!("lease lost: balancing stopped"),
+            _ = balancer.passes(&fence) => {}
+        }
+        balancer
+            .metrics
+            .planner_leader
+            .get_or_create(&ShardLabels {
+                shard: METRICS_LABEL.into(),
+            })
+            .set(0);
+        balancer.metrics.clear_planner();
+        if stop.is_cancelled() {
+            break;
+        }
+    }
+    info!("stopping");
+    stop.cancel();
+    lease_task.await.context("the lease task failed")?;
+    server
+        .await
+        .context("the HTTP server failed")?
+        .context("cannot serve /metrics and the probes")?;
+    Ok(())
+}
+
+/// Cancels `token` on SIGTERM or SIGINT.
+fn on_signal(token: CancellationToken) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        token.cancel();
+    });
+    Ok(())
+}
+
+struct Balancer<'a> {
+    args: &'a BalanceArgs,
+    strategy: StrategyConfig,
+    connection: Connection,
+    metrics: Metrics,
+    /// The messages of the last pass, so that each is logged once while it lasts.
+    reported: BTreeSet<String>,
+}
+
+impl Balancer<'_> {
+    /// A pass every `--interval`, until cancelled from outside.
+    async fn passes(&mut self, fence: &Fence) {
+        let mut ticks = tokio::time::interval(Duration::from_secs(self.args.interval.into()));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if let Err(e) = self.pass(fence).await {
+                warn!(error = %format!("{e:#}"), "balancing pass failed; trying again at the next one");
+                self.metrics
+                    .planner_runs
+                    .get_or_create(&StrategyLabels {
+                        strategy: STRATEGY.to_string(),
+                        result: "error",
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    async fn pass(&mut self, fence: &Fence) -> Result<()> {
+        let args = self.args;
+        let query = ArgoCdQuery {
+            replicas: None,
+            current_strategy: args.current_strategy,
+            app_namespaces: &args.app_namespaces,
+            load: args.load,
+            strategy_args: &args.strategy_args,
+        };
+        let Read {
+            fleet,
+            replicas,
+            replicas_origin,
+            to,
+            current,
+            secrets,
+            ..
+        } = read_argocd(&query, &self.connection, &args.namespace, &args.statefulset).await?;
+        let mut messages: Vec<(bool, String)> =
+            fleet.notes.iter().map(|n| (false, n.clone())).collect();
+        messages.extend(fleet.warnings.iter().map(|w| (true, w.clone())));
+        self.metrics
+            .members
+            .get_or_create(&MemberLabels { state: "expected" })
+            .set(i64::from(replicas));
+        if let Some(pods) = to.filter(|_| replicas <= 1) {
+            // Argo CD that does not shard reconciles every cluster on every pod: keys would
+            // mean nothing now and pin everything to shard 0 once it shards.
+            messages.push((true, format!(
+                "Argo CD does not shard ({replicas_origin}) though it runs {pods} pods: nothing to balance until ARGOCD_CONTROLLER_REPLICAS is set"
+            )));
+            self.report(messages);
+            return Ok(());
+        }
+        let Current::Computed(algorithm) = current else {
+            return Err(anyhow!("Argo CD's algorithm could not be read"));
+        };
+        let pass = decide::decide(&Inputs {
+            fleet: &fleet,
+            secrets: &secrets,
+            algorithm: &algorithm,
+            replicas,
+            strategy: &self.strategy,
+        })?;
+        messages.extend(pass.left_out.iter().map(|l| (false, l.clone())));
+        self.report(messages);
+        self.write(&pass, fence).await?;
+        self.record(&pass);
+        Ok(())
+    }
+
+    /// Writes the pass's keys, one at a time, each behind the fence: a balancer that lost its
+    /// Lease sends nothing more.
+    async fn write(&self, pass: &Pass, fence: &Fence) -> Result<()> {
+        if pass.writes.is_empty() {
+            debug!(balance = pass.balance, "balanced: nothing to write");
+            return Ok(());
+        }
+        let shown: Vec<String> = pass
+            .writes
+            .iter()
+            .map(|(t, s)| {
+                format!(
+                    "{}={}",
+                    t.secret,
+                    s.map_or("none".into(), |s| s.to_string())
+                )
+            })
+            .collect();
+        if self.args.dry_run {
+            info!(
+                writes = %shown.join(" "),
+                moved_clusters = pass.moved_clusters,
+                balance = pass.balance,
+                "dry run: would write these shard keys"
+            );
+            return Ok(());
+        }
+        super::apply::write_pins(&self.connection, &self.args.namespace, &pass.writes, || {
+            fence
+                .check()
+                .map_err(|_| "the balancer's lease is lost".to_string())
+        })
+        .await?;
+        info!(
+            writes = %shown.join(" "),
+            moved_clusters = pass.moved_clusters,
+            moved_apps = pass.moved_apps,
+            balance = pass.balance,
+            "shard keys written"
+        );
+        Ok(())
+    }
+
+    fn record(&self, pass: &Pass) {
+        let (clusters, apps) = if self.args.dry_run {
+            (0, 0)
+        } else {
+            (pass.moved_clusters, pass.moved_apps)
+        };
+        self.metrics
+            .count_pass(&STRATEGY.to_string(), clusters, apps);
+        self.metrics.set_plan(&PlanGauges {
+            balance: pass.balance,
+            shards: &pass.shards,
+            cache_copies: 0,
+            cut_units: 0,
+        });
+    }
+
+    /// Logs each of a pass's messages (`true`: a warning) once while it lasts: a message that
+    /// goes away and comes back is logged again.
+    fn report(&mut self, messages: Vec<(bool, String)>) {
+        let mut current = BTreeSet::new();
+        for (warning, message) in messages {
+            if !self.reported.contains(&message) {
+                if warning {
+                    warn!("{message}");
+                } else {
+                    info!("{message}");
+                }
+            }
+            current.insert(message);
+        }
+        self.reported = current;
+    }
+}
