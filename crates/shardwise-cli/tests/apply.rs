@@ -6,16 +6,16 @@ use std::path::Path;
 use std::process::Output;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 use shardwise_e2e::{Environment, Identity};
 
 mod common;
+use common::argocd::{
+    APPLICATION_CRD, application, cluster_secret, documented_role, secrets, shard_key,
+    without_shard,
+};
 use common::{USAGE, failure, shardwise};
-
-/// Argo CD's Application CRD as released (trimmed; the file says how).
-const APPLICATION_CRD: &str = include_str!("fixtures/application-crd.yaml");
 
 const STRATEGY: &str = "sticky-balanced";
 
@@ -27,18 +27,6 @@ fn stdout(output: &Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout.clone()).expect("UTF-8")
-}
-
-fn cluster_secret(name: &str, data: &str) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: argocd, labels: {{argocd.argoproj.io/secret-type: cluster}}, annotations: {{team: platform}}}}\nstringData: {{{data}}}\n"
-    )
-}
-
-fn application(name: &str, cluster: &str) -> String {
-    format!(
-        "---\napiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: argocd}}\nspec: {{project: default, destination: {{name: {cluster}, namespace: x}}}}\n"
-    )
 }
 
 /// Argo CD with 3 shards, six clusters of uneven load, one pinned, one orphaned by a negative
@@ -83,35 +71,6 @@ fn installation() -> (String, String) {
     }
     apps.push_str(&application("local", "in-cluster"));
     (yaml, apps)
-}
-
-async fn secrets(api: &Api<Secret>) -> BTreeMap<String, Secret> {
-    api.list(&ListParams::default())
-        .await
-        .expect("Secrets are listed")
-        .items
-        .into_iter()
-        .map(|s| (s.name_any(), s))
-        .collect()
-}
-
-fn shard_key(secret: &Secret) -> Option<String> {
-    let bytes = secret.data.as_ref()?.get("shard")?;
-    Some(String::from_utf8(bytes.0.clone()).expect("the key is text"))
-}
-
-/// The Secret with its `shard` key, resourceVersion and managedFields dropped: what the apply
-/// must leave as it is.
-fn without_shard(secret: &Secret) -> Value {
-    let mut value = serde_json::to_value(secret).expect("a Secret is JSON");
-    value["metadata"]
-        .as_object_mut()
-        .expect("metadata is an object")
-        .retain(|k, _| !["resourceVersion", "managedFields"].contains(&k.as_str()));
-    if let Some(data) = value["data"].as_object_mut() {
-        data.remove("shard");
-    }
-    value
 }
 
 /// Where `plan --strategy STRATEGY --slicing off` puts each cluster (by id) at 3 replicas: its
@@ -343,18 +302,6 @@ async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
     }
 }
 
-/// The Role docs/argocd.md gives, as written there.
-fn documented_role() -> String {
-    let docs =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/argocd.md"))
-            .expect("docs/argocd.md is read");
-    docs.split("```yaml\n")
-        .filter_map(|block| block.split("```").next())
-        .find(|block| block.contains("kind: Role\n"))
-        .expect("docs/argocd.md gives a Role")
-        .to_string()
-}
-
 /// The documented Role is enough to plan, dry-run and write.
 #[tokio::test]
 async fn the_documented_role_is_enough_to_apply() {
@@ -368,9 +315,12 @@ async fn the_documented_role_is_enough_to_apply() {
     cp.apply_yaml("admin", &yaml).await.unwrap();
     cp.apply_yaml("admin", &apps).await.unwrap();
     let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: shardwise-argocd, namespace: argocd}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: shardwise-argocd}\nsubjects: [{kind: User, name: ada, apiGroup: rbac.authorization.k8s.io}]\n";
-    cp.apply_yaml("admin", &format!("{}{binding}", documented_role()))
-        .await
-        .unwrap();
+    cp.apply_yaml(
+        "admin",
+        &format!("{}{binding}", documented_role("shardwise-argocd")),
+    )
+    .await
+    .unwrap();
     let operator = cp.kubeconfig_path("operator").unwrap();
 
     let yes = [

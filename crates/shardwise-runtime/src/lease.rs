@@ -235,6 +235,10 @@ pub async fn hold(
                         lost(&mut spec, "lease taken by another holder");
                     }
                 }
+                // A refusal will not pass by itself (RBAC, a bad token): it must be seen.
+                Ok(Err(kube::Error::Api(status))) if matches!(status.code, 401 | 403) => {
+                    warn!(lease = %spec.name, error = %status.message, "lease renewal refused")
+                }
                 Ok(Err(e)) => debug!(lease = %spec.name, error = %e, "lease renewal failed"),
                 Err(_) => debug!(lease = %spec.name, "lease renewal timed out"),
             }

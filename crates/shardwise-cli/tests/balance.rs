@@ -1,0 +1,369 @@
+//! `shardwise balance` end to end: two real balancer processes against the test Kubernetes API
+//! server of `e2e/`, with Argo CD's Application CRD and cluster Secret layout, RBAC enforced
+//! with the Role docs/argocd.md gives. Clusters come and go and apps pile onto one cluster; the
+//! keys must converge each time, and nothing but `data.shard` of cluster Secrets is written.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::DeleteParams;
+use shardwise_e2e::{
+    Environment, Identity, Poll, Process, ProcessSpec, free_port, scrape, wait_for, wait_with,
+};
+
+mod common;
+use common::argocd::{
+    APPLICATION_CRD, application, cluster_secret, documented_role, secrets, shard_key,
+    without_shard,
+};
+
+const REPLICAS: u64 = 3;
+/// Apps of each ordinary cluster.
+const APPS: u64 = 10;
+/// The identity the balancers run as.
+const BALANCER: &str = "balancer";
+/// How long a phase may take to settle: passes run every second.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// Argo CD with 3 shards and its Application CRD.
+fn installation() -> String {
+    let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n---\n");
+    yaml.push_str(&format!("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: argocd-application-controller, namespace: argocd}}\nspec:\n  replicas: {REPLICAS}\n  serviceName: c\n  selector: {{matchLabels: {{app: c}}}}\n  template:\n    metadata: {{labels: {{app: c}}}}\n    spec: {{containers: [{{name: c, image: x, env: [{{name: ARGOCD_CONTROLLER_REPLICAS, value: \"{REPLICAS}\"}}]}}]}}\n"));
+    yaml.push_str("---\n");
+    yaml.push_str(APPLICATION_CRD);
+    yaml
+}
+
+/// Cluster `name`'s Secret (`name`, server `https://<name>.example`, `extra` stringData) and
+/// `apps` Applications named after it from `first` on.
+fn cluster(name: &str, extra: &str, first: u64, apps: u64) -> (String, String) {
+    let secret = cluster_secret(
+        name,
+        &format!("name: {name}, server: \"https://{name}.example\"{extra}"),
+    );
+    let apps = (first..first + apps)
+        .map(|i| application(&format!("{name}-{i}"), name))
+        .collect();
+    (secret, apps)
+}
+
+fn balancer(env: &Environment, kubeconfig: &Path, name: &str, metrics: u16) -> Process {
+    let health = free_port().expect("a free port");
+    let spec = ProcessSpec::new(name, env!("CARGO_BIN_EXE_shardwise"))
+        .arg("balance")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--interval", "1"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args(["--health-addr", &format!("127.0.0.1:{health}")])
+        .env("POD_NAMESPACE", "argocd")
+        .env("POD_NAME", name)
+        .env("SHARDWISE_LOG", "info");
+    env.spawn(&spec).expect("the balancer starts")
+}
+
+/// Apps per shard as Argo CD places them by the keys read (every key must be a live shard),
+/// with each cluster's shard.
+struct Keys {
+    apps: Vec<u64>,
+    shard: BTreeMap<String, u64>,
+}
+
+impl Keys {
+    fn max_over_mean(&self) -> f64 {
+        let total: u64 = self.apps.iter().sum();
+        *self.apps.iter().max().expect("shards") as f64 * self.apps.len() as f64 / total as f64
+    }
+}
+
+/// The `shard` key of each cluster Secret, by name.
+type KeysRead = BTreeMap<String, Option<String>>;
+
+/// Waits until every balanced Secret has a key for a live shard, nothing has been written for
+/// 3 passes, and `settled` holds of the keys.
+async fn converge(
+    api: &Api<Secret>,
+    apps_of: &BTreeMap<String, u64>,
+    what: &str,
+    settled: impl Fn(&Keys) -> Result<(), String>,
+) -> Keys {
+    // The keys last seen, and since when they have not changed.
+    let last: Mutex<Option<(KeysRead, Instant)>> = Mutex::new(None);
+    let poll = Poll::timeout(SETTLE).every(Duration::from_millis(250));
+    wait_with(what, poll, || {
+        let (last, settled) = (&last, &settled);
+        async move {
+            let all = secrets(api).await;
+            let now = Instant::now();
+            let keys: KeysRead = apps_of
+                .keys()
+                .map(|name| (name.clone(), all.get(name).and_then(shard_key)))
+                .collect();
+            let since = {
+                let mut last = last.lock().expect("not poisoned");
+                let since = match &*last {
+                    Some((before, at)) if *before == keys => *at,
+                    _ => now,
+                };
+                *last = Some((keys.clone(), since));
+                since
+            };
+            let mut placed = Keys {
+                apps: vec![0; REPLICAS as usize],
+                shard: BTreeMap::new(),
+            };
+            for (name, key) in &keys {
+                let shard: u64 = key
+                    .as_deref()
+                    .ok_or(format!("{name} has no key"))?
+                    .parse()
+                    .map_err(|e| format!("{name}: {e}"))?;
+                if shard >= REPLICAS {
+                    return Err(format!("{name} has key {shard}"));
+                }
+                placed.apps[shard as usize] += apps_of[name];
+                placed.shard.insert(name.clone(), shard);
+            }
+            settled(&placed).map_err(|e| format!("{e}: apps per shard {:?}", placed.apps))?;
+            if now.duration_since(since) < Duration::from_secs(3) {
+                return Err(format!("keys changed less than 3 s ago: {:?}", placed.apps));
+            }
+            Ok(placed)
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn perfect(keys: &Keys) -> Result<(), String> {
+    if keys.max_over_mean() > 1.0 + 1e-9 {
+        return Err("not perfectly balanced".into());
+    }
+    Ok(())
+}
+
+async fn metric(port: u16, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape(&format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?
+        .get(name, labels)
+}
+
+#[tokio::test]
+async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
+    let env = Environment::builder()
+        .rbac(true)
+        .identity(Identity::new(
+            BALANCER,
+            "system:serviceaccount:argocd:balancer",
+        ))
+        .start()
+        .unwrap();
+    let cp = env.control_plane();
+    cp.apply_yaml("admin", &installation()).await.unwrap();
+    let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: balancer, namespace: argocd}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: shardwise-argocd-balancer}\nsubjects: [{kind: ServiceAccount, name: balancer, namespace: argocd}]\n";
+    cp.apply_yaml(
+        "admin",
+        &format!("{}{binding}", documented_role("shardwise-argocd-balancer")),
+    )
+    .await
+    .unwrap();
+
+    // 12 equal clusters; one kept by hand on shard 2 and one orphaned, both without apps, and a
+    // Secret that is not a cluster's.
+    let mut apps_of: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut objects, mut apps) = (String::new(), String::new());
+    for i in 0..12 {
+        let name = format!("c{i:02}");
+        let (secret, its_apps) = cluster(&name, "", 0, APPS);
+        objects.push_str(&secret);
+        apps.push_str(&its_apps);
+        apps_of.insert(name, APPS);
+    }
+    objects.push_str(&cluster("orphan", ", shard: \"-1\"", 0, 0).0);
+    objects.push_str(&cluster("kept", ", shard: \"2\"", 0, 0).0.replace(
+        "team: platform",
+        "team: platform, shardwise.io/keep-shard: \"true\"",
+    ));
+    objects.push_str("---\napiVersion: v1\nkind: Secret\nmetadata: {name: repo, namespace: argocd}\nstringData: {url: \"https://git.example\"}\n");
+    cp.apply_yaml("admin", &objects).await.unwrap();
+    cp.apply_yaml("admin", &apps).await.unwrap();
+    let api: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+    let initial = secrets(&api).await;
+
+    let kubeconfig = cp.kubeconfig_path(BALANCER).unwrap();
+    let (first_port, second_port) = (free_port().unwrap(), free_port().unwrap());
+    let mut first = balancer(&env, &kubeconfig, "balancer-a", first_port);
+
+    // Every cluster pinned, and equal clusters balance perfectly.
+    let keys = converge(&api, &apps_of, "12 clusters pinned", perfect).await;
+    assert_eq!(keys.apps, vec![40, 40, 40]);
+    // A second balancer stands by: it holds no lease, so it exports no plan.
+    let mut second = balancer(&env, &kubeconfig, "balancer-b", second_port);
+    wait_for("both balancers serve metrics", SETTLE, || async {
+        let a = metric(
+            first_port,
+            "shardwise_planner_leader",
+            &[("shard", "argocd-balancer")],
+        )
+        .await;
+        let b = metric(second_port, "process_resident_memory_bytes", &[]).await;
+        match (a, b) {
+            (Some(1.0), Some(_)) => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", first.report(), second.report()));
+    assert_eq!(
+        metric(second_port, "shardwise_assignment_balance", &[]).await,
+        None
+    );
+    assert_eq!(
+        metric(first_port, "shardwise_assignment_balance", &[]).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(first_port, "shardwise_members", &[("state", "expected")]).await,
+        Some(REPLICAS as f64)
+    );
+    let mut clusters = 0.0;
+    for shard in ["0", "1", "2"] {
+        let labels = [("shard", shard)];
+        assert_eq!(
+            metric(first_port, "shardwise_assigned_apps", &labels).await,
+            Some(40.0)
+        );
+        clusters += metric(first_port, "shardwise_assigned_clusters", &labels)
+            .await
+            .unwrap_or(0.0);
+    }
+    // The 12, the kept one and Argo CD's in-cluster cluster (no Secret, no apps); not the
+    // orphan, which no shard runs.
+    assert_eq!(clusters, 14.0);
+
+    // Three clusters arrive (Argo CD runs them where its algorithm says until pinned).
+    let mut objects = String::new();
+    let mut apps = String::new();
+    for name in ["n0", "n1", "n2"] {
+        let (secret, its_apps) = cluster(name, "", 0, APPS);
+        objects.push_str(&secret);
+        apps.push_str(&its_apps);
+        apps_of.insert(name.into(), APPS);
+    }
+    cp.apply_yaml("admin", &format!("{objects}{apps}"))
+        .await
+        .unwrap();
+    let keys = converge(&api, &apps_of, "15 clusters pinned", perfect).await;
+    assert_eq!(keys.apps, vec![50, 50, 50]);
+
+    // Three clusters of shard 0 leave: 2 moves are needed, and only those are made.
+    let gone: Vec<String> = keys
+        .shard
+        .iter()
+        .filter(|(_, s)| **s == 0)
+        .map(|(n, _)| n.clone())
+        .take(3)
+        .collect();
+    for name in &gone {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        apps_of.remove(name);
+    }
+    let before = keys.shard;
+    let keys = converge(&api, &apps_of, "12 clusters after 3 left", perfect).await;
+    assert_eq!(keys.apps, vec![40, 40, 40]);
+    let moved: Vec<&String> = keys
+        .shard
+        .iter()
+        .filter(|(n, s)| before[*n] != **s)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(moved.len(), 2, "moved: {moved:?}");
+
+    // The leader stops; the standby takes over (the lease is released on SIGTERM).
+    first.stop(Duration::from_secs(10)).await.unwrap();
+    wait_for("the standby leads", SETTLE, || async {
+        match metric(
+            second_port,
+            "shardwise_planner_leader",
+            &[("shard", "argocd-balancer")],
+        )
+        .await
+        {
+            Some(1.0) => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await
+    .unwrap();
+
+    // Apps pile onto one cluster: its shard's other clusters leave it; it stays.
+    let hot = keys.shard.keys().next().expect("a cluster").clone();
+    let hot_shard = keys.shard[&hot];
+    let (_, more) = cluster(&hot, "", APPS, 40);
+    cp.apply_yaml("admin", &more).await.unwrap();
+    *apps_of.get_mut(&hot).unwrap() += 40;
+    // 160 apps of clusters of 10 and one of 50 over 3 shards: 60 is the best a shard can carry.
+    let keys = converge(&api, &apps_of, "the hot cluster's shard relieved", |k| {
+        if k.apps.iter().max() > Some(&60) {
+            return Err("a shard carries more than 60 apps".into());
+        }
+        Ok(())
+    })
+    .await;
+    assert_eq!(keys.shard[&hot], hot_shard);
+    let moves = metric(
+        second_port,
+        "shardwise_planner_moves_total",
+        &[("kind", "cluster")],
+    )
+    .await
+    .unwrap_or(0.0);
+    assert!(moves >= 1.0, "the standby's moves: {moves}");
+
+    second.stop(Duration::from_secs(10)).await.unwrap();
+
+    // Nothing but `data.shard` of the balanced cluster Secrets was written ...
+    let now = secrets(&api).await;
+    for (name, secret) in &now {
+        if let Some(was) = initial.get(name) {
+            assert_eq!(without_shard(secret), without_shard(was), "{name}");
+        }
+    }
+    assert_eq!(shard_key(&now["orphan"]).as_deref(), Some("-1"));
+    assert_eq!(shard_key(&now["kept"]).as_deref(), Some("2"));
+    assert_eq!(shard_key(&now["repo"]), None);
+    // ... and nothing else: every write of the balancers was a patch of such a Secret or of
+    // their Lease.
+    let writes: Vec<_> = cp
+        .server()
+        .writes()
+        .records()
+        .into_iter()
+        .filter(|w| w.identity == BALANCER)
+        .collect();
+    let secret_patches = writes
+        .iter()
+        .filter(|w| w.path.starts_with("/api/v1/namespaces/argocd/secrets/"))
+        .inspect(|w| {
+            assert_eq!(w.method, "PATCH", "{w:?}");
+            let name = w.path.rsplit('/').next().unwrap_or_default();
+            assert!(
+                apps_of.contains_key(name) || gone.iter().any(|g| g == name),
+                "a write of Secret {name}: {w:?}"
+            );
+        })
+        .count();
+    assert!(secret_patches >= 15, "{secret_patches} Secret patches");
+    for w in &writes {
+        let lease = w
+            .path
+            .starts_with("/apis/coordination.k8s.io/v1/namespaces/argocd/leases");
+        let secret = w.path.starts_with("/api/v1/namespaces/argocd/secrets/");
+        assert!(lease || secret, "an unexpected write: {w:?}");
+    }
+}
