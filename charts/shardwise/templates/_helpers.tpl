@@ -130,6 +130,7 @@ podAntiAffinity:
 {{/*
 "true" when the PrometheusRule has a rule to carry: an empty group is invalid for the Prometheus
 operator, so with every alert off and no extraRules nothing is rendered, nor named in NOTES.txt.
+Its alerts are the controller's: none without it.
 */}}
 {{- define "shardwise.prometheusRuleRendered" -}}
 {{- $v := .Values.prometheusRule }}
@@ -137,7 +138,7 @@ operator, so with every alert off and no extraRules nothing is rendered, nor nam
 {{- range $v.alerts }}
 {{- if .enabled }}{{ $any = true }}{{ end }}
 {{- end }}
-{{- if and $v.enabled $any }}true{{ end }}
+{{- if and $v.enabled $any .Values.controller.enabled }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -146,4 +147,43 @@ by title within a folder too.
 */}}
 {{- define "shardwise.dashboardTitle" -}}
 {{- printf "%s (%s/%s)" (.Files.Get "dashboards/shardwise.json" | fromJson).title .Release.Namespace .Release.Name }}
+{{- end }}
+
+{{/*
+The Argo CD balancer's names and labels. Its own app.kubernetes.io/name, so that no selector of
+the controller (Service, PodDisruptionBudget, monitors, anti-affinity: name and instance) takes
+its pods. Objects outside the release namespace (Argo CD's and the application namespaces) and
+cluster-scoped ones also carry the release namespace, so that releases of the same name in two
+namespaces do not collide there.
+*/}}
+{{- define "shardwise.balancer.fullname" -}}
+{{- printf "%s-argocd-balancer" (include "shardwise.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardwise.balancer.foreignName" -}}
+{{- printf "%s-%s-argocd-balancer" (include "shardwise.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "shardwise.balancer.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-argocd-balancer" (include "shardwise.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "shardwise.balancer.labels" -}}
+helm.sh/chart: {{ include "shardwise.chart" . }}
+{{ include "shardwise.balancer.selectorLabels" . }}
+app.kubernetes.io/component: argocd-balancer
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+"true" when an application namespace is a pattern: the balancer then lists Applications in
+every namespace and keeps the matching ones (as `is_literal` in the CLI decides), which needs a
+ClusterRole.
+*/}}
+{{- define "shardwise.balancer.wildcard" -}}
+{{- range .Values.argocdBalancer.applicationNamespaces }}
+{{- if regexMatch "[*?]" . }}true{{ end }}
+{{- end }}
 {{- end }}
