@@ -381,7 +381,7 @@ pub struct BalanceArgs {
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
     /// Seconds between passes; each pass may spend the move budget (--max-extra-moves) once
-    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = at_least_one::<3600>)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = at_least_one::<{ limits::MAX_INTERVAL_SECONDS }>)]
     pub interval: u32,
     /// Namespace of the balancer's Lease (default: $POD_NAMESPACE, else --namespace)
     #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]

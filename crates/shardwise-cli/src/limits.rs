@@ -30,6 +30,8 @@ pub(crate) const MAX_SCENARIO_APPS: u64 = 2 * MAX_APPS;
 pub(crate) const MAX_SEEDS: u64 = 100_000;
 /// Churn steps, and the longest life of an ephemeral cluster.
 pub(crate) const MAX_STEPS: u64 = 10_000;
+/// Seconds between two passes of the balancer: an hour at most, so that a typo cannot stop it.
+pub(crate) const MAX_INTERVAL_SECONDS: u64 = 3_600;
 /// Clusters summed over every step of a scenario, all of which are held at once.
 pub(crate) const MAX_CLUSTER_STATES: u64 = 10_000_000;
 

@@ -25,6 +25,7 @@ use super::plan::{ArgoCdQuery, Read, read_argocd};
 use crate::balancer::decide::{self, Inputs, Pass};
 use crate::cli::BalanceArgs;
 use crate::fleet::api::Connection;
+use crate::limits::{self, Usage};
 use crate::planning::Current;
 
 /// Argo CD's nouns: its clusters are the units, its Applications the items.
@@ -46,12 +47,10 @@ const TIMING: LeaseTiming = LeaseTiming {
 };
 
 pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
-    init_logging(args);
+    limits::at_most("--interval", args.interval, limits::MAX_INTERVAL_SECONDS)?;
     let strategy = args.strategy_args.config(STRATEGY);
-    strategy
-        .validate()
-        .map_err(crate::limits::Usage::of)
-        .context("invalid strategy options")?;
+    strategy.validate().map_err(Usage::of)?;
+    init_logging(args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
