@@ -852,7 +852,14 @@ fn completions_cover_every_subcommand() {
         let out = shardwise(&["completions", shell]);
         assert!(out.status.success(), "{shell}: {}", stderr(&out));
         let script = stdout(&out);
-        for command in ["simulate", "assign", "plan", "balance", "crds", "completions"] {
+        for command in [
+            "simulate",
+            "assign",
+            "plan",
+            "balance",
+            "crds",
+            "completions",
+        ] {
             assert!(script.contains(command), "{shell}: no {command}");
         }
         assert!(script.contains("inventory"), "{shell}");
