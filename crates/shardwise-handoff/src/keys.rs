@@ -42,6 +42,11 @@ pub const STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
 /// On every Lease of the protocol: `shard` or `planner`.
 pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
 
+/// On a shard Lease: what the records (units, or slices of cut units) of that shard cost it,
+/// as measured by its holder (versioned JSON, see `shardwise_runtime::load`). Written only by the
+/// holder, with its renewals; the planner reads it.
+pub const LOAD_ANNOTATION: &str = "shardwise.io/load";
+
 /// Parses a shard label value: a plain decimal ordinal, nothing else.
 pub fn parse_shard(value: &str) -> Option<u32> {
     if value.is_empty()

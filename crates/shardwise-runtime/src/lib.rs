@@ -69,6 +69,7 @@ pub mod gate;
 pub mod http;
 pub mod lease;
 pub mod lenient;
+pub mod load;
 pub mod membership;
 pub mod metrics;
 pub mod objects;
