@@ -182,7 +182,26 @@ const FENCE_PASSED: &str = "could not renew the lease before the renew deadline"
 pub async fn hold(
     client: Client,
     namespace: String,
+    spec: LeaseSpecification,
+    holding: watch::Sender<Holding>,
+    stop: CancellationToken,
+) {
+    let (_, none) = watch::channel(Annotations::new());
+    hold_annotated(client, namespace, spec, none, holding, stop).await;
+}
+
+/// Annotations of a Lease, by key.
+pub type Annotations = BTreeMap<String, String>;
+
+/// [`hold`], and every write that creates or renews the lease also sets the annotations
+/// `annotations` holds at that moment: what the holder publishes rides on the renewals it
+/// makes anyway, costs no request of its own, and only the holder can write it. Annotations
+/// it does not hold are left as they are.
+pub async fn hold_annotated(
+    client: Client,
+    namespace: String,
     mut spec: LeaseSpecification,
+    annotations: watch::Receiver<Annotations>,
     holding: watch::Sender<Holding>,
     stop: CancellationToken,
 ) {
@@ -210,9 +229,10 @@ pub async fn hold(
             lost(&mut spec, FENCE_PASSED);
         }
         let started = Instant::now();
+        let carried = annotations.borrow().clone();
         let attempt = tokio::time::timeout(
             attempt_timeout,
-            try_hold(&api, &spec, &mut observer, started),
+            try_hold(&api, &spec, &carried, &mut observer, started),
         );
         let result = attempt.await;
         let current = *holding.borrow();
@@ -263,6 +283,7 @@ pub async fn hold(
 async fn try_hold(
     api: &Api<Lease>,
     spec: &LeaseSpecification,
+    annotations: &Annotations,
     observer: &mut LeaseObserver,
     now: Instant,
 ) -> Result<bool, kube::Error> {
@@ -279,6 +300,7 @@ async fn try_hold(
                 metadata: ObjectMeta {
                     name: Some(spec.name.clone()),
                     labels: Some(spec.labels.clone()),
+                    annotations: (!annotations.is_empty()).then(|| annotations.clone()),
                     ..Default::default()
                 },
                 spec: Some(LeaseSpec {
@@ -313,6 +335,10 @@ async fn try_hold(
             lease.spec = Some(lease_spec);
             let labels = lease.metadata.labels.get_or_insert_with(BTreeMap::new);
             labels.extend(spec.labels.clone());
+            if !annotations.is_empty() {
+                let carried = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+                carried.extend(annotations.clone());
+            }
             // The resourceVersion we read makes this conditional: a concurrent writer wins.
             match api
                 .replace(&spec.name, &PostParams::default(), &lease)

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use shardwise_e2e::{Environment, FaultScope, Identity, wait_for};
 use shardwise_handoff::lease::LeaseTiming;
-use shardwise_runtime::lease::{Holding, LeaseSpecification, hold, until_held, until_lost};
+use shardwise_runtime::lease::{
+    Holding, LeaseSpecification, hold, hold_annotated, until_held, until_lost,
+};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -33,20 +35,27 @@ struct Holder {
     task: tokio::task::JoinHandle<()>,
 }
 
-async fn holder(env: &Environment, identity: &str) -> Holder {
-    let client = env
-        .control_plane()
-        .client(identity)
-        .await
-        .expect("the test API server gives clients");
-    let (tx, rx) = watch::channel(Holding::NotHeld);
-    let stop = CancellationToken::new();
-    let spec = LeaseSpecification {
+fn specification(identity: &str) -> LeaseSpecification {
+    LeaseSpecification {
         name: "shared".into(),
         labels: BTreeMap::from([("test".to_string(), "lease".to_string())]),
         identity: format!("{identity}-process"),
         timing: TIMING,
-    };
+    }
+}
+
+async fn client(env: &Environment, identity: &str) -> kube::Client {
+    env.control_plane()
+        .client(identity)
+        .await
+        .expect("the test API server gives clients")
+}
+
+async fn holder(env: &Environment, identity: &str) -> Holder {
+    let client = client(env, identity).await;
+    let (tx, rx) = watch::channel(Holding::NotHeld);
+    let stop = CancellationToken::new();
+    let spec = specification(identity);
     let task = tokio::spawn(hold(client, "default".into(), spec, tx, stop.clone()));
     Holder { rx, stop, task }
 }
@@ -174,4 +183,73 @@ async fn a_lost_lease_is_taken_again_under_a_new_incarnation_after_it_expired() 
         second
     );
     assert_eq!(holder, "a-process-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_annotations_ride_on_its_renewals_and_others_are_left_alone() {
+    let env = environment(&["a"]);
+    let (tx, rx) = watch::channel(Holding::NotHeld);
+    let stop = CancellationToken::new();
+    let key = shardwise_handoff::keys::LOAD_ANNOTATION;
+    let (annotations, carried) =
+        watch::channel(BTreeMap::from([(key.to_string(), "first".to_string())]));
+    let task = tokio::spawn(hold_annotated(
+        client(&env, "a").await,
+        "default".into(),
+        specification("a"),
+        carried,
+        tx,
+        stop.clone(),
+    ));
+    let a = Holder { rx, stop, task };
+    wait_held(&a, "a", Duration::from_secs(5)).await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client(&env, "a").await, "default");
+    let annotation = |name: &'static str| {
+        let leases = leases.clone();
+        async move {
+            let lease = leases.get("shared").await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(
+                lease
+                    .metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .get(name)
+                    .cloned(),
+            )
+        }
+    };
+    // Created with it.
+    assert_eq!(annotation(key).await.unwrap().as_deref(), Some("first"));
+    // Someone else annotates the lease; the holder changes its value: the next renewal carries
+    // the new value and keeps the other.
+    let patch = serde_json::json!({"metadata": {"annotations": {"example.com/note": "kept"}}});
+    leases
+        .patch(
+            "shared",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    annotations.send_replace(BTreeMap::from([(key.to_string(), "second".to_string())]));
+    wait_for(
+        "the renewal to carry the new value",
+        TIMING.retry_period * 4,
+        || async {
+            match annotation(key).await?.as_deref() {
+                Some("second") => Ok(()),
+                other => Err(format!("{key} is {other:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        annotation("example.com/note").await.unwrap().as_deref(),
+        Some("kept")
+    );
+    assert!(held(&a));
+    a.stop.cancel();
+    a.task.await.unwrap();
 }
