@@ -127,6 +127,10 @@ pub struct ReplicaArgs {
     /// Interval between lease renewals.
     #[arg(long, env = "SHARDWISE_RETRY_PERIOD", default_value = "2s", value_parser = duration)]
     pub retry_period: Duration,
+    /// Refresh the measured load this replica publishes on its shard lease this often, 1s to
+    /// 5m (the lease renewals carry it: no request of its own).
+    #[arg(long, env = "SHARDWISE_LOAD_REPORT_INTERVAL", default_value = "10s", value_parser = duration)]
+    pub load_report_interval: Duration,
     /// On SIGTERM, wait at most this long for in-flight reconciles before releasing everything.
     #[arg(long, env = "SHARDWISE_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
     pub shutdown_timeout: Duration,
@@ -198,6 +202,7 @@ impl ReplicaArgs {
                 item_workers: 8,
                 shutdown_timeout: self.shutdown_timeout,
                 item_change_delay: Duration::from_secs(2),
+                load_report_interval: self.load_report_interval,
             },
             control_plane: RequestLimit {
                 qps: self.kube_qps,
@@ -285,6 +290,15 @@ mod tests {
                 .to_string()
                 .contains("--metrics-cert-dir")
         );
+        for bad in ["0s", "500ms", "6m"] {
+            let e = settings(&[&format!("--load-report-interval={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("--load-report-interval") && e.contains(bad),
+                "{e}"
+            );
+        }
         let leases = settings(&["--lease-duration=10s", "--renew-deadline=12s"]);
         assert!(matches!(
             leases,
@@ -298,8 +312,14 @@ mod tests {
             "--strategy=bounded-load",
             "--kube-qps=7",
             "--plan-interval=1m",
+            "--load-report-interval=30s",
         ])
         .unwrap();
+        assert_eq!(s.owner.load_report_interval, Duration::from_secs(30));
+        assert_eq!(
+            settings(&[]).unwrap().owner.load_report_interval,
+            Duration::from_secs(10)
+        );
         assert_eq!(s.replica.shard, 0);
         assert_eq!(s.planner.strategy.kind, StrategyKind::BoundedLoad);
         assert_eq!(s.planner.plan_interval, Duration::from_secs(60));

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use shard_assign::KeyRange;
 use shardwise_handoff::drain::{ClusterRecord, OwnerEffect, OwnerId, OwnerMachine};
-use shardwise_handoff::plan::ObjectKey;
+use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use shardwise_handoff::slices::deepest;
 
 /// The key whose slice's owner reconciles the unit itself.
@@ -152,6 +152,19 @@ impl Gate {
             .get(unit)
             .map(|r| r.keys().copied().collect())
             .unwrap_or_default()
+    }
+
+    /// Every record known here (owned, draining or released), as the planner names them.
+    pub fn records(&self) -> BTreeSet<RecordKey> {
+        self.machines()
+            .iter()
+            .flat_map(|(unit, ranges)| {
+                ranges.keys().map(|&range| RecordKey {
+                    cluster: unit.clone(),
+                    range,
+                })
+            })
+            .collect()
     }
 
     /// Units with at least one record on which work may start.
@@ -309,6 +322,13 @@ mod tests {
         assert!(gone.removed && !gone.unit_removed);
         assert!(!gate.reports_on(&key("a")), "key 0 is in the low half");
         assert_eq!(gate.ranges(&key("a")), [high]);
+        assert_eq!(
+            gate.records(),
+            BTreeSet::from([RecordKey {
+                cluster: key("a"),
+                range: high
+            }])
+        );
         assert_eq!(gate.active_slices(), 1);
         assert_eq!(gate.begin(&key("a"), 1), None, "the low half is not ours");
         gate.end(&key("a"), high);

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub owned_units: Family<ShardLabels, Gauge>,
     pub owned_items: Family<ShardLabels, Gauge>,
     pub owned_slices: Family<ShardLabels, Gauge>,
+    pub measured_busy: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub measured_records: Family<ShardLabels, Gauge>,
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub reconcile_duration: Family<KindLabels, Histogram>,
     pub queue_depth: Family<KindLabels, Gauge>,
@@ -159,6 +161,8 @@ impl Metrics {
             owned_units: Family::default(),
             owned_items: Family::default(),
             owned_slices: Family::default(),
+            measured_busy: Family::default(),
+            measured_records: Family::default(),
             reconciles: Family::default(),
             reconcile_duration: Family::new_with_constructor(duration_buckets),
             queue_depth: Family::default(),
@@ -198,6 +202,21 @@ impl Metrics {
             "owned_slices",
             format!("Slices of cut {units} this shard owns"),
             self.owned_slices.clone(),
+        );
+        r.register(
+            "measured_busy_seconds_per_second",
+            format!(
+                "Reconcile time per second of the {units} (and slices) this shard owns and of their {items}, smoothed, summed over its measured records"
+            ),
+            self.measured_busy.clone(),
+        );
+        r.register(
+            "measured_records",
+            format!(
+                "{} and slices of this shard whose load is measured",
+                capitalized(units)
+            ),
+            self.measured_records.clone(),
         );
         r.register(
             "reconciles",
@@ -429,6 +448,16 @@ impl Metrics {
         }
     }
 
+    /// Sets the gauges of the shard's measured load: the busy seconds per second summed over
+    /// its measured records, and how many there are.
+    pub fn set_measured(&self, busy: f64, records: usize) {
+        let labels = self.shard_labels();
+        self.measured_busy.get_or_create(&labels).set(busy);
+        self.measured_records
+            .get_or_create(&labels)
+            .set(records as i64);
+    }
+
     pub fn handoff(&self, reason: &'static str) {
         self.handoffs
             .get_or_create(&HandoffLabels {
@@ -507,5 +536,43 @@ impl Telemetry {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOUNS: Nouns = Nouns {
+        unit: "cluster",
+        units: "clusters",
+        item: "app",
+        items: "apps",
+    };
+
+    fn encoded(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_replica_exports_its_measured_load_and_a_planner_alone_does_not() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(2, NOUNS, &mut registry);
+        metrics.set_measured(0.75, 3);
+        let text = encoded(&registry);
+        assert!(
+            text.contains("shardwise_measured_busy_seconds_per_second{shard=\"2\"} 0.75"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shardwise_measured_records{shard=\"2\"} 3"),
+            "{text}"
+        );
+        let mut registry = Registry::default();
+        let planner = Metrics::planner_only("balancer", NOUNS, &mut registry);
+        planner.set_measured(0.75, 3);
+        assert!(!encoded(&registry).contains("measured"));
     }
 }

@@ -6,9 +6,9 @@
 mod events;
 mod workers;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kube::{Api, Client, Resource};
@@ -17,7 +17,9 @@ use kube_runtime::{WatchStreamExt, watcher};
 use shard_assign::KeyRange;
 use shardwise_handoff::drain::{ClusterRecord, OwnerEffect, OwnerId};
 use shardwise_handoff::keys::{DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL};
-use shardwise_handoff::plan::ObjectKey;
+use shardwise_handoff::plan::{ObjectKey, RecordKey};
+use shardwise_handoff::slices::deepest;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -25,15 +27,16 @@ use tracing::{debug, info, warn};
 use crate::audit::Audit;
 use crate::decode::decode_each;
 use crate::gate::{Gate, Misses, UNIT_KEY};
-use crate::lease::Fence;
+use crate::lease::{Annotations, Fence};
 use crate::lenient::Undecodable;
+use crate::load::{LoadReport, MAX_REPORTED_RECORDS, Meter, MeterSettings, RecordLoad};
 use crate::metrics::Metrics;
 use crate::objects::{Object, api_over, key_of, merge_patch, record_of};
 use crate::queue::WorkQueue;
 use crate::settings::{OwnerSettings, WatchScope};
 use crate::sharded::{ContextOf, Sharded, TermOf};
 use crate::slice::{UnitSlice, slice_name};
-use crate::term::{SliceHome, Term, TermContext, reference};
+use crate::term::{SliceHome, Term, TermContext, item_key, reference};
 
 /// Shared readiness: true once this replica's caches are synced and its lease is held.
 #[derive(Clone, Debug, Default)]
@@ -73,6 +76,8 @@ pub struct Parts {
     pub readiness: Readiness,
     /// Where this StatefulSet's UnitSlices are.
     pub slices: SliceHome,
+    /// What the shard lease's renewals carry: the term publishes its measured load there.
+    pub load: watch::Sender<Annotations>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -90,6 +95,9 @@ struct Owner<C: Sharded> {
     settings: OwnerSettings,
     /// The records of this shard's slices, as last seen.
     slice_records: Mutex<BTreeMap<(ObjectKey, KeyRange), ClusterRecord>>,
+    /// What each record's reconciles cost this term.
+    meter: Mutex<Meter>,
+    load: watch::Sender<Annotations>,
 }
 
 impl<C: Sharded> Owner<C> {
@@ -231,6 +239,64 @@ impl<C: Sharded> Owner<C> {
             .add_after(unit, self.settings.item_change_delay);
     }
 
+    fn meter(&self) -> MutexGuard<'_, Meter> {
+        self.meter.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes the measured load of the records this term holds: on the shard lease (its
+    /// next renewal carries it) and in the gauges.
+    fn publish_load(&self, now: Instant) {
+        let owned = self.term.gate.records();
+        let measured: Vec<(RecordKey, f64)> = {
+            let mut meter = self.meter();
+            meter.own(&owned, now);
+            meter
+                .measured()
+                .map(|(k, busy)| (k.clone(), busy))
+                .collect()
+        };
+        self.term
+            .metrics
+            .set_measured(measured.iter().map(|(_, busy)| busy).sum(), measured.len());
+        let items = self.items_per_record(&owned);
+        let report = LoadReport::top(
+            measured.into_iter().map(|(key, busy)| {
+                let items = items.get(&key).copied().unwrap_or(0);
+                (key, RecordLoad { busy, items })
+            }),
+            MAX_REPORTED_RECORDS,
+        );
+        self.load.send_replace(report.annotations());
+    }
+
+    /// The items of this shard's cache under each of `records` (the deepest that holds the
+    /// item's key, as the gate admits work).
+    fn items_per_record(&self, records: &BTreeSet<RecordKey>) -> BTreeMap<RecordKey, u64> {
+        let mut ranges: BTreeMap<&ObjectKey, Vec<KeyRange>> = BTreeMap::new();
+        for record in records {
+            ranges
+                .entry(&record.cluster)
+                .or_default()
+                .push(record.range);
+        }
+        let mut counts = BTreeMap::new();
+        for item in self.term.items.state() {
+            let unit = (self.term.unit_of)(&item);
+            let Some(unit_ranges) = ranges.get(&unit) else {
+                continue;
+            };
+            if let Some(range) = deepest(unit_ranges.iter().copied(), item_key(item.as_ref())) {
+                *counts
+                    .entry(RecordKey {
+                        cluster: unit,
+                        range,
+                    })
+                    .or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
     fn update_gauges(&self) {
         let metrics = &self.term.metrics;
         let labels = metrics.shard_labels();
@@ -275,6 +341,7 @@ pub async fn run<C: Sharded>(
         audit,
         readiness,
         slices,
+        load,
     } = parts;
     let (units, unit_writer) = reflector::store();
     let (cut_units, cut_unit_writer) = reflector::store();
@@ -315,6 +382,8 @@ pub async fn run<C: Sharded>(
         term: Term::new(context.clone(), state),
         settings: settings.clone(),
         slice_records: Mutex::new(BTreeMap::new()),
+        meter: Mutex::new(Meter::new(MeterSettings::DEFAULT, Instant::now())),
+        load: load.clone(),
     });
     start_watches(
         &owner,
@@ -328,6 +397,7 @@ pub async fn run<C: Sharded>(
     );
     start_workers(&owner);
     context.spawn(report_ready(owner.clone(), readiness.clone()));
+    context.spawn(report_load(owner.clone(), settings.load_report_interval));
 
     let exit = wait_for_end(fenced, &shutdown).await;
     readiness.set(false);
@@ -345,6 +415,9 @@ pub async fn run<C: Sharded>(
     context.metrics.owned_units.get_or_create(&labels).set(0);
     context.metrics.owned_items.get_or_create(&labels).set(0);
     context.metrics.owned_slices.get_or_create(&labels).set(0);
+    // Nothing is this term's any more; the next term measures afresh.
+    context.metrics.set_measured(0.0, 0);
+    load.send_replace(LoadReport::default().annotations());
     exit
 }
 
@@ -448,6 +521,16 @@ fn start_workers<C: Sharded>(owner: &Arc<Owner<C>>) {
     }
     for _ in 0..owner.settings.item_workers {
         owner.term.spawn(workers::items(owner.clone()));
+    }
+}
+
+/// Publishes the measured load every `interval`.
+async fn report_load<C: Sharded>(owner: Arc<Owner<C>>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        owner.publish_load(Instant::now());
     }
 }
 

@@ -19,7 +19,10 @@ use crate::clients::{RateLimitLayer, build_client, build_fenced_client};
 use crate::http::auth::{CacheTimes, Gate, KubeReviewer};
 use crate::http::tls::CertSource;
 use crate::http::{self, MetricsAccess};
-use crate::lease::{self, Fence, Holding, LeaseKind, LeaseSpecification, until_held, until_lost};
+use crate::lease::{
+    self, Annotations, Fence, Holding, LeaseKind, LeaseSpecification, until_held, until_lost,
+};
+use crate::load::LoadReport;
 use crate::membership::ShardLeases;
 use crate::metrics::{Metrics, Telemetry};
 use crate::owner::{self, Exit, Readiness};
@@ -97,13 +100,23 @@ pub async fn run_until<C: Sharded>(
     // Unique per process: a restarted pod must wait for its previous incarnation's lease.
     let identity = format!("{}_{:016x}", replica.pod_name, rand::random::<u64>());
     let lease_stop = CancellationToken::new();
-    let (shard_lease, shard_holding) =
-        hold_lease(&client, &settings, LeaseKind::Shard, &identity, &lease_stop);
+    // The shard lease always carries a load report, empty until a term measures something:
+    // a report left on the lease by a previous process must not pass for this one's.
+    let (load, carried) = watch::channel(LoadReport::default().annotations());
+    let (shard_lease, shard_holding) = hold_lease(
+        &client,
+        &settings,
+        LeaseKind::Shard,
+        &identity,
+        Some(carried),
+        &lease_stop,
+    );
     let (planner_lease, planner_holding) = hold_lease(
         &client,
         &settings,
         LeaseKind::Planner,
         &identity,
+        None,
         &lease_stop,
     );
     let shard_leases = ShardLeases::new(client.clone(), &replica.namespace, &replica.statefulset);
@@ -124,6 +137,7 @@ pub async fn run_until<C: Sharded>(
         metrics,
         audit,
         readiness,
+        load,
     };
     let owned = own_while_held(&owners, shard_holding, &shutdown).await;
 
@@ -233,12 +247,14 @@ fn secure_metrics(
     })
 }
 
-/// Holds the replica's shard lease or the shared planner lease until `stop` is cancelled.
+/// Holds the replica's shard lease or the shared planner lease until `stop` is cancelled; its
+/// renewals carry what `annotations` holds, if given.
 fn hold_lease(
     client: &kube::Client,
     settings: &Settings,
     kind: LeaseKind,
     identity: &str,
+    annotations: Option<watch::Receiver<Annotations>>,
     stop: &CancellationToken,
 ) -> (JoinHandle<()>, watch::Receiver<Holding>) {
     let replica = &settings.replica;
@@ -254,18 +270,31 @@ fn hold_lease(
         LeaseKind::Planner => replica.planner_lease(),
     };
     let (holding_tx, holding_rx) = watch::channel(Holding::NotHeld);
-    let task = tokio::spawn(lease::hold(
-        client.clone(),
-        replica.namespace.clone(),
-        LeaseSpecification {
-            name,
-            labels,
-            identity: identity.to_string(),
-            timing: settings.leases,
-        },
-        holding_tx,
-        stop.clone(),
-    ));
+    let spec = LeaseSpecification {
+        name,
+        labels,
+        identity: identity.to_string(),
+        timing: settings.leases,
+    };
+    let client = client.clone();
+    let namespace = replica.namespace.clone();
+    let task = match annotations {
+        Some(annotations) => tokio::spawn(lease::hold_annotated(
+            client,
+            namespace,
+            spec,
+            annotations,
+            holding_tx,
+            stop.clone(),
+        )),
+        None => tokio::spawn(lease::hold(
+            client,
+            namespace,
+            spec,
+            holding_tx,
+            stop.clone(),
+        )),
+    };
     (task, holding_rx)
 }
 
@@ -341,6 +370,8 @@ struct Owners<C> {
     metrics: Metrics,
     audit: Audit,
     readiness: Readiness,
+    /// What the shard lease's renewals carry.
+    load: watch::Sender<Annotations>,
 }
 
 /// Runs an owner term each time the shard lease is held: a lost lease ends the term at once,
@@ -393,6 +424,7 @@ async fn own_while_held<C: Sharded>(
                 namespace: settings.replica.namespace.clone(),
                 statefulset: settings.replica.statefulset.clone(),
             },
+            load: owners.load.clone(),
         };
         let fenced = until_lost(holding.clone(), incarnation);
         match owner::run(owners.controller.clone(), parts, fenced, shutdown.clone()).await {

@@ -109,6 +109,17 @@ pub struct OwnerSettings {
     /// A unit is reconciled again this long after its items arrive or leave (one reconcile
     /// for a burst of them).
     pub item_change_delay: Duration,
+    /// The measured load on the shard lease is refreshed this often (the lease renewals carry
+    /// it, so it is written no more often than they are).
+    pub load_report_interval: Duration,
+}
+
+impl OwnerSettings {
+    /// The range `--load-report-interval` must be in: at least a second (the report counts
+    /// every item of the shard), and at most 5 minutes (beyond it the report lags the
+    /// measurement by more than the measurement's own smoothing).
+    pub const LOAD_REPORT_INTERVALS: std::ops::RangeInclusive<Duration> =
+        Duration::from_secs(1)..=Duration::from_secs(300);
 }
 
 /// How `/metrics` and the probes are served.
@@ -153,6 +164,8 @@ pub enum SettingsError {
         "--metrics-cert-dir is set but --metrics-secure is false: the certificate would not be used"
     )]
     UnusedCertificate,
+    #[error("--load-report-interval must be between 1s and 5m, got {}", humantime::format_duration(*.0))]
+    LoadReportInterval(Duration),
     #[error(transparent)]
     Leases(#[from] TimingError),
     #[error(transparent)]
@@ -170,6 +183,10 @@ impl Settings {
         }
         if !http.metrics_secure && http.metrics_cert_dir.is_some() {
             return Err(SettingsError::UnusedCertificate);
+        }
+        let interval = self.owner.load_report_interval;
+        if !OwnerSettings::LOAD_REPORT_INTERVALS.contains(&interval) {
+            return Err(SettingsError::LoadReportInterval(interval));
         }
         Ok(())
     }

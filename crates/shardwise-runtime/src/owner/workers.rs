@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use shardwise_handoff::plan::ObjectKey;
+use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use tracing::{debug, warn};
 
 use super::Owner;
@@ -41,13 +41,19 @@ async fn gated<C: Sharded, T>(
     let interval = term
         .audit
         .start(&unit.to_string(), range, kind, &key.to_string());
+    let record = RecordKey {
+        cluster: unit.clone(),
+        range,
+    };
+    let running = owner.meter().begin(record, Instant::now());
     let result = tokio::select! {
         r = work => Some(r),
         _ = term.cancel.cancelled() => None,
     };
     // The interval ends when dropped: here, or wherever the reconcile is abandoned (a worker
-    // aborted at the end of the term drops it mid-way).
+    // aborted at the end of the term drops it mid-way; the meter goes with the term).
     drop(interval);
+    owner.meter().end(running, Instant::now());
     let effect = term.gate.end(unit, range);
     owner.apply_effect(unit, range, effect);
     Some(result)
