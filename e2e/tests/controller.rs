@@ -7,14 +7,18 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use shardwise_api::{ClusterPhase, FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{scrape, wait_for};
-use support::{Fleet, FleetOptions, NAMESPACE, app_manifests, shard_label};
+use shardwise_handoff::keys::LOAD_ANNOTATION;
+use shardwise_runtime::load::{LoadReport, record_text};
+use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, app_manifests, shard_label};
 
 const SETTLE: Duration = Duration::from_secs(120);
 
@@ -71,6 +75,52 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
                         "clusters {c:?} apps {a:?} successes {ok}, labels say {owned_clusters} and {owned_apps}"
                     ))
                 }
+            },
+        )
+        .await
+        .unwrap();
+    }
+    // Each replica measures what its clusters cost it and publishes it on its shard lease: a
+    // record per cluster it owns (none is cut here), with its 25 apps, and a busy time that is
+    // plausible: some, and less than its 12 workers all busy all the time.
+    let leases: Api<Lease> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    for shard in 0..3u32 {
+        let owned: BTreeSet<String> = clusters
+            .items
+            .iter()
+            .filter(|c| shard_label(*c) == Some(shard))
+            .map(|c| format!("{NAMESPACE}/{}", c.name_any()))
+            .collect();
+        let lease = format!("{STATEFULSET}-shard-{shard}");
+        let label = shard.to_string();
+        let metrics_url = &fleet.replicas[&shard].metrics_url;
+        wait_for(
+            "each shard lease to report the load of its clusters",
+            Duration::from_secs(60),
+            || async {
+                let lease = leases.get(&lease).await.map_err(|e| e.to_string())?;
+                let text = lease.annotations().get(LOAD_ANNOTATION).cloned();
+                let report =
+                    LoadReport::decode(&text.unwrap_or_default()).map_err(|e| e.to_string())?;
+                let reported: BTreeSet<String> = report.records.keys().map(record_text).collect();
+                if reported != owned {
+                    return Err(format!(
+                        "shard {shard} reports {reported:?}, owns {owned:?}"
+                    ));
+                }
+                if let Some((key, load)) = report
+                    .records
+                    .iter()
+                    .find(|(_, l)| l.items != 25 || !(l.busy > 0.0 && l.busy < 12.0))
+                {
+                    return Err(format!("{}: {load:?}", record_text(key)));
+                }
+                let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;
+                let measured = m.get("shardwise_measured_records", &[("shard", &label)]);
+                if measured != Some(owned.len() as f64) {
+                    return Err(format!("shard {shard} measures {measured:?} records"));
+                }
+                Ok(())
             },
         )
         .await
