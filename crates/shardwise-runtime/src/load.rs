@@ -81,7 +81,9 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(settings: MeterSettings, now: Instant) -> Self {
+    /// A meter whose first window starts `now`. Windows are at least a millisecond long.
+    pub fn new(mut settings: MeterSettings, now: Instant) -> Self {
+        settings.window = settings.window.max(Duration::from_millis(1));
         Self {
             settings,
             decay: settings.decay(),
