@@ -8,6 +8,7 @@
 //!
 //! Everything is reproducible: a seed fixes the fleet and the scenario's draws (ChaCha8).
 
+mod convergence;
 mod error;
 mod fleet;
 mod inventory;
@@ -15,6 +16,7 @@ mod scenario;
 mod simulate;
 mod stats;
 
+pub use convergence::{Convergence, ConvergenceReport, ConvergenceRow};
 pub use error::SimError;
 pub use fleet::{AppDistribution, FleetSpec, app_keys, app_uid, apportion};
 pub use inventory::{InventoryFormat, parse_inventory};
