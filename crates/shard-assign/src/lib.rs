@@ -45,7 +45,7 @@ pub use model::{
     ShardLoad, ShardSet, Warning,
 };
 pub use ratio::Ratio;
-pub use rebalance::{Hysteresis, balance_of, previous_for_pass};
+pub use rebalance::{Hysteresis, balance_of, previous_for_pass, smoothing_factor};
 pub use sliced::{SliceMoves, SliceSwitch, SlicedAssignment, assign_sliced, slice_id, slices};
 pub use slicing::{
     AppKeys, KeyRange, SliceConfig, Slicing, app_key, count_in, recorded_cut, slice_fleet,

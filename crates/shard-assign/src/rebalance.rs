@@ -64,6 +64,17 @@ impl Hysteresis {
     }
 }
 
+/// The weight of a new observation in an exponentially weighted average that halves an old
+/// one's weight every `half_life`, for observations `interval` apart (both in one unit):
+/// `estimate += factor × (observed - estimate)`. A planner smooths measured loads so that
+/// placement follows trends rather than samples.
+pub fn smoothing_factor(interval: f64, half_life: f64) -> f64 {
+    if half_life <= 0.0 {
+        return 1.0;
+    }
+    1.0 - 0.5f64.powf(interval / half_life)
+}
+
 /// The previous placement a pass gives `sticky-balanced`: each cluster of `clusters` that
 /// `shard_of` places, on that shard, with its current load recorded when `moves_allowed` is
 /// false (nothing looks changed, so nothing moves but what must) and without when it is true
@@ -124,6 +135,15 @@ mod tests {
         assert!(!band.allows_moves(1.03));
         assert!(!band.allows_moves(1.06));
         assert!(!band.is_active());
+    }
+
+    #[test]
+    fn an_observation_weighs_half_after_one_half_life() {
+        assert_eq!(smoothing_factor(15.0, 15.0), 0.5);
+        assert_eq!(smoothing_factor(1.0, 0.0), 1.0);
+        // Three observations a third of a half-life apart leave the old estimate half its say.
+        let keep = 1.0 - smoothing_factor(5.0, 15.0);
+        assert!((keep.powi(3) - 0.5).abs() < 1e-12);
     }
 
     #[test]

@@ -122,6 +122,12 @@ pub enum ScenarioKind {
     RemoveClusters,
     /// Ephemeral clusters come and go for --steps steps, on --from shards.
     Churn,
+    /// --from shards changed to --to, then planning passes until the target balance (at most
+    /// --passes): passes and apps moved against the least any placement moves.
+    Converge,
+    /// Each cluster's cost per app drifts for --hours on --from shards, planned every
+    /// --plan-every minutes by apps and by measured cost: the true balance and the moves.
+    Drift,
 }
 
 /// Parameters of the strategies, shared by every command.
@@ -227,6 +233,28 @@ pub struct SimulateArgs {
     /// Longest life of an ephemeral cluster, in steps (each draws 1..=this).
     #[arg(long, default_value_t = 10, value_parser = at_least_one::<{ limits::MAX_STEPS }>)]
     pub max_lifetime: u32,
+    /// Planning passes at most after the change (converge).
+    #[arg(long, default_value_t = 50, value_parser = at_least_one::<{ limits::MAX_STEPS }>)]
+    pub passes: u32,
+    /// Simulated hours (drift).
+    #[arg(long, default_value_t = 24, value_parser = at_least_one::<{ limits::MAX_HOURS }>)]
+    pub hours: u32,
+    /// Minutes between planning passes (drift).
+    #[arg(long, default_value_t = 5, value_parser = at_least_one::<{ limits::MAX_MINUTES }>)]
+    pub plan_every: u32,
+    /// Standard deviation of the log of a cluster's cost per app after an hour (drift).
+    #[arg(long, default_value_t = 0.1)]
+    pub drift: f64,
+    /// Standard deviation of the log of an observation's error (drift).
+    #[arg(long, default_value_t = 0.1)]
+    pub noise: f64,
+    /// Half-life in minutes of the planner's smoothing of measured costs (drift).
+    #[arg(long, default_value_t = 15, value_parser = at_least_one::<{ limits::MAX_MINUTES }>)]
+    pub smoothing: u32,
+    /// Busiest shard over the mean above which sticky-balanced starts moving clusters for
+    /// measured load (drift); it stops at --target-balance.
+    #[arg(long, default_value_t = shard_assign::Hysteresis::DEFAULT_TRIGGER)]
+    pub trigger: Ratio,
     /// Strategies to compare, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     pub strategies: Vec<StrategyKind>,

@@ -30,6 +30,13 @@ pub(crate) const MAX_SCENARIO_APPS: u64 = 2 * MAX_APPS;
 pub(crate) const MAX_SEEDS: u64 = 100_000;
 /// Churn steps, and the longest life of an ephemeral cluster.
 pub(crate) const MAX_STEPS: u64 = 10_000;
+/// Simulated hours of the drift experiment: a year.
+pub(crate) const MAX_HOURS: u64 = 8_760;
+/// Minutes between passes, or of smoothing, in the drift experiment: a day.
+pub(crate) const MAX_MINUTES: u64 = 1_440;
+/// Assignments an experiment (`converge`, `drift`) makes over all its seeds, passes and
+/// strategies: about a minute of work.
+pub(crate) const MAX_EXPERIMENT_ASSIGNMENTS: u64 = 5_000_000;
 /// Seconds between two passes of the balancer: an hour at most, so that a typo cannot stop it.
 pub(crate) const MAX_INTERVAL_SECONDS: u64 = 3_600;
 /// Clusters summed over every step of a scenario, all of which are held at once.

@@ -1,5 +1,6 @@
 //! Rendering of results as aligned tables, CSV or JSON.
 
+mod experiments;
 mod json;
 mod plan;
 
@@ -140,6 +141,8 @@ fn describe(report: &Report) -> String {
         report.first_seed
     )
 }
+
+pub(crate) use experiments::{write_convergence, write_drift};
 
 pub(crate) fn write_simulation(
     out: &mut impl Write,

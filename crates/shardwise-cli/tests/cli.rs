@@ -1016,3 +1016,128 @@ fn crds_prints_exactly_what_deploy_holds_with_the_runtimes_unit_slice() {
         assert!(printed.contains(&format!("name: {name}")), "{name}");
     }
 }
+
+#[test]
+fn converge_replays_passes_until_the_target_and_counts_every_move() {
+    let out = shardwise(&[
+        "simulate",
+        "--scenario",
+        "converge",
+        "--from",
+        "9",
+        "--to",
+        "10",
+        "--seeds",
+        "3",
+        "--strategies",
+        "sticky-balanced,greedy-minimum",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["kind"], "convergence");
+    let rows = report["strategies"].as_array().unwrap();
+    let sticky = &rows[0];
+    assert_eq!(sticky["strategy"], "sticky-balanced");
+    assert_eq!(sticky["within_target"], 3);
+    // Its first pass leaves the fleet above the target; later ones bring it within.
+    assert!(sticky["first_pass"]["median"].as_f64().unwrap() > 1.03);
+    assert!(sticky["last_pass"]["median"].as_f64().unwrap() <= 1.03);
+    assert!(sticky["passes"]["median"].as_f64().unwrap() > 1.0);
+    assert_eq!(sticky["minimum_apps"]["median"], 1000.0);
+    let greedy = &rows[1];
+    assert_eq!(greedy["passes"]["median"], 1.0);
+    assert!(
+        greedy["apps_moved"]["median"].as_f64().unwrap()
+            > 3.0 * sticky["apps_moved"]["median"].as_f64().unwrap()
+    );
+    let table = stdout(&shardwise(&[
+        "simulate",
+        "--scenario",
+        "converge",
+        "--from",
+        "9",
+        "--to",
+        "10",
+        "--seeds",
+        "2",
+        "--strategies",
+        "legacy-modulo",
+    ]));
+    assert!(table.contains("never"), "{table}");
+    assert!(table.contains("0 of 2"), "{table}");
+}
+
+#[test]
+fn drift_compares_load_models_on_the_true_load() {
+    let out = shardwise(&[
+        "simulate",
+        "--scenario",
+        "drift",
+        "--seeds",
+        "2",
+        "--hours",
+        "6",
+        "--strategies",
+        "sticky-balanced",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["kind"], "drift");
+    assert_eq!(report["hours"], 6);
+    let rows = report["rows"].as_array().unwrap();
+    let models: Vec<&str> = rows
+        .iter()
+        .map(|r| r["load_model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["apps", "measured"]);
+    assert_eq!(rows[0]["apps_moved_per_hour"]["median"], 0.0);
+    assert!(
+        rows[1]["true_max_over_mean"]["median"].as_f64().unwrap()
+            < rows[0]["true_max_over_mean"]["median"].as_f64().unwrap()
+    );
+    for (args, message) in [
+        (
+            &["simulate", "--scenario", "drift", "--plot", "x.png"][..],
+            "--scenario drift has no plot: drop --plot",
+        ),
+        (
+            &["simulate", "--scenario", "converge", "--slicing", "on"][..],
+            "--scenario converge places whole clusters: drop --slicing",
+        ),
+        (
+            &[
+                "simulate",
+                "--scenario",
+                "converge",
+                "--from",
+                "5",
+                "--to",
+                "5",
+            ][..],
+            "convergence needs a change of the shard count",
+        ),
+        (
+            &["simulate", "--scenario", "drift", "--noise", "3"][..],
+            "--noise must be from 0 to 2, got 3",
+        ),
+        (
+            &[
+                "simulate",
+                "--scenario",
+                "drift",
+                "--hours",
+                "8760",
+                "--plan-every",
+                "1",
+            ][..],
+            "over the limit of 5000000",
+        ),
+    ] {
+        let err = refused(args);
+        assert!(err.contains(message), "{args:?}: {err}");
+    }
+}

@@ -9,6 +9,7 @@
 //! Everything is reproducible: a seed fixes the fleet and the scenario's draws (ChaCha8).
 
 mod convergence;
+mod drift;
 mod error;
 mod fleet;
 mod inventory;
@@ -17,6 +18,7 @@ mod simulate;
 mod stats;
 
 pub use convergence::{Convergence, ConvergenceReport, ConvergenceRow};
+pub use drift::{Drift, DriftReport, DriftRow, LoadModel};
 pub use error::SimError;
 pub use fleet::{AppDistribution, FleetSpec, app_keys, app_uid, apportion};
 pub use inventory::{InventoryFormat, parse_inventory};

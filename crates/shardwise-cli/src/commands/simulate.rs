@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use shard_assign::{SliceSwitch, StrategyKind};
-use shardwise_sim::{FleetSource, FleetSpec, Scenario, Simulation, SliceMode};
+use shardwise_sim::{Convergence, Drift, FleetSource, FleetSpec, Scenario, Simulation, SliceMode};
 
 use crate::cli::{ScenarioKind, SimulateArgs, Slicing};
 use crate::limits::{self, Usage};
@@ -16,6 +16,9 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<()> {
     // Every option is checked before the first seed runs, so that a refusal comes before any
     // output, and a size too large for this machine before any work.
     check_sizes(args)?;
+    if matches!(args.scenario, ScenarioKind::Converge | ScenarioKind::Drift) {
+        return experiment(args);
+    }
     let plot_format = args.plot.as_deref().map(PlotFormat::check).transpose()?;
     let simulation = simulation(args)?;
     simulation.validate().map_err(Usage::of)?;
@@ -46,7 +49,83 @@ fn check_sizes(args: &SimulateArgs) -> Result<(), Usage> {
     limits::at_most("--steps", args.steps, limits::MAX_STEPS)?;
     limits::at_most("--arrivals", args.arrivals, limits::MAX_CLUSTERS)?;
     limits::at_most("--max-lifetime", args.max_lifetime, limits::MAX_STEPS)?;
+    limits::at_most("--passes", args.passes, limits::MAX_STEPS)?;
+    limits::at_most("--hours", args.hours, limits::MAX_HOURS)?;
+    limits::at_most("--plan-every", args.plan_every, limits::MAX_MINUTES)?;
+    limits::at_most("--smoothing", args.smoothing, limits::MAX_MINUTES)?;
     limits::at_most("--seeds", args.seeds, limits::MAX_SEEDS)
+}
+
+/// The experiments that replay planning passes: `converge` and `drift`. They place whole
+/// clusters and have reports of their own.
+fn experiment(args: &SimulateArgs) -> Result<()> {
+    let refused = |what: &str| {
+        Err(Usage(format!(
+            "--scenario {} {what}",
+            if args.scenario == ScenarioKind::Converge {
+                "converge"
+            } else {
+                "drift"
+            }
+        ))
+        .into())
+    };
+    if args.plot.is_some() {
+        return refused("has no plot: drop --plot");
+    }
+    if args.timings {
+        return refused("is not timed: drop --timings");
+    }
+    if !matches!(args.slicing, Slicing::Auto | Slicing::Off) {
+        return refused("places whole clusters: drop --slicing");
+    }
+    let simulation = simulation(args)?;
+    let strategies = simulation.strategies.clone();
+    // Each pass is one assignment per strategy (two for drift: apps and measured).
+    let per_seed = match args.scenario {
+        ScenarioKind::Converge => u64::from(args.passes) + 1,
+        _ => 2 * (u64::from(args.hours) * 60 / u64::from(args.plan_every) + 1),
+    };
+    let work = per_seed * strategies.len() as u64 * u64::from(args.seeds);
+    if work > limits::MAX_EXPERIMENT_ASSIGNMENTS {
+        return Err(Usage(format!(
+            "the experiment makes {work} assignments, over the limit of {}: fewer --seeds, --passes or --hours, or a longer --plan-every",
+            limits::MAX_EXPERIMENT_ASSIGNMENTS
+        ))
+        .into());
+    }
+    let mut stdout = std::io::stdout().lock();
+    if args.scenario == ScenarioKind::Converge {
+        let experiment = Convergence {
+            fleet: simulation.fleet,
+            from: args.from,
+            to: args.to,
+            strategies,
+            first_seed: args.first_seed,
+            seeds: args.seeds,
+            max_passes: args.passes,
+        };
+        experiment.validate().map_err(Usage::of)?;
+        output::write_convergence(&mut stdout, &experiment.run()?, args.format)?;
+    } else {
+        let experiment = Drift {
+            fleet: simulation.fleet,
+            shards: args.from,
+            strategies,
+            hours: args.hours,
+            plan_every: args.plan_every,
+            drift: args.drift,
+            noise: args.noise,
+            smoothing: args.smoothing,
+            trigger: args.trigger,
+            first_seed: args.first_seed,
+            seeds: args.seeds,
+        };
+        experiment.validate().map_err(Usage::of)?;
+        output::write_drift(&mut stdout, &experiment.run()?, args.format)?;
+    }
+    stdout.flush()?;
+    Ok(())
 }
 
 /// What the scenario makes of the fleet within the limits: the clusters of its largest step,
@@ -127,6 +206,15 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation> {
             steps: args.steps,
             arrivals: args.arrivals,
             max_lifetime: args.max_lifetime,
+        },
+        // The experiments build their own; the fleet and strategies are what they take.
+        ScenarioKind::Converge => Scenario::Scale {
+            from: args.from,
+            to: args.to,
+        },
+        ScenarioKind::Drift => Scenario::Scale {
+            from: args.from,
+            to: args.from,
         },
     };
     // Once each, in the order given.
