@@ -150,7 +150,7 @@ pub(crate) fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::ByteString;
-    use kube::api::{ApiResource, DynamicObject};
+    use kube::api::DynamicObject;
     use serde_json::json;
     use shard_assign::StrategyKind;
 
@@ -187,18 +187,7 @@ mod tests {
     }
 
     fn app(name: &str, cluster: &str) -> DynamicObject {
-        let resource = ApiResource {
-            group: "argoproj.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "argoproj.io/v1alpha1".into(),
-            kind: "Application".into(),
-            plural: "applications".into(),
-        };
-        let mut app = DynamicObject::new(name, &resource)
-            .within("argocd")
-            .data(json!({"spec": {"destination": {"name": cluster}}}));
-        app.metadata.uid = Some(format!("uid-app-{name}"));
-        app
+        argocd::tests::application(name, json!({"name": cluster}))
     }
 
     impl ArgoCd {

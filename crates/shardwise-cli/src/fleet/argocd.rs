@@ -392,7 +392,7 @@ fn shard(secret: &Secret) -> Shard {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use k8s_openapi::ByteString;
     use kube::api::ApiResource;
     use serde_json::json;
@@ -414,7 +414,8 @@ mod tests {
         s
     }
 
-    fn application(name: &str, destination: Value) -> DynamicObject {
+    /// An Application of Argo CD's namespace with `destination`.
+    pub(crate) fn application(name: &str, destination: Value) -> DynamicObject {
         let resource = ApiResource {
             group: "argoproj.io".into(),
             version: "v1alpha1".into(),
