@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver simulate demo crds clean
+.PHONY: all build test prerequisites fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver bench-argocd simulate demo crds clean
 
 all: build
 
@@ -47,7 +47,7 @@ unit:
 	$(CARGO) test --workspace
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
-bench: bench-assign bench-apiserver bench-fleet
+bench: bench-assign bench-apiserver bench-fleet bench-argocd
 
 bench-assign:
 	$(CARGO) bench -p shard-assign --bench assign
@@ -61,6 +61,12 @@ bench-apiserver:
 ## Controller fleets on the test API server: throughput scaling, memory per shard, handoff times.
 bench-fleet:
 	$(CARGO) bench -p shardwise-controller --bench fleet
+
+## The Argo CD balancer (a real `shardwise balance`) against Argo CD's algorithms: one fleet of
+## 100 clusters and 10,000 apps through adoption, clusters joining and leaving, a hot spot and
+## 10 -> 9 -> 10 replicas.
+bench-argocd:
+	$(CARGO) bench -p shardwise-cli --bench argocd_balancer
 
 ## Regenerate deploy/crds.yaml (and the chart's copy) from the Rust types (tests fail when stale).
 crds:
