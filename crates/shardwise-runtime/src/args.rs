@@ -29,8 +29,8 @@ use shardwise_handoff::identity::IdentityError;
 use shardwise_handoff::lease::LeaseTiming;
 
 use crate::settings::{
-    HttpSettings, OwnerSettings, PlannerSettings, Replica, RequestLimit, Settings, SettingsError,
-    WatchScope,
+    HttpSettings, LoadModel, LoadSettings, OwnerSettings, PlannerSettings, Replica, RequestLimit,
+    Settings, SettingsError, WatchScope,
 };
 
 /// Parses a duration such as `500ms`, `10s` or `5m`.
@@ -104,6 +104,18 @@ pub struct ReplicaArgs {
     /// converging after a scale-up, a few moves per pass).
     #[arg(long, env = "SHARDWISE_CONVERGE_INTERVAL", default_value = "5s", value_parser = duration)]
     pub converge_interval: Duration,
+    /// What the planner balances: `measured` busy time (units not measured yet count as an
+    /// average item times their weight), or `apps`, items times weight.
+    #[arg(long, env = "SHARDWISE_LOAD_MODEL", value_enum, default_value_t = LoadModel::Measured)]
+    pub load_model: LoadModel,
+    /// With measured load, units move for balance only once the busiest live shard is above
+    /// this times the mean (at least --target-balance), and until it is back at the target.
+    #[arg(long, env = "SHARDWISE_LOAD_TRIGGER", default_value_t = LoadSettings::DEFAULT.trigger)]
+    pub load_trigger: Ratio,
+    /// Half-life of the planner's smoothing of each unit's measured cost per item, up to 24h
+    /// (0s: the latest measurement alone).
+    #[arg(long, env = "SHARDWISE_LOAD_SMOOTHING", default_value = "15m", value_parser = duration)]
+    pub load_smoothing: Duration,
 
     /// Requests per second to the control plane (the cluster the controller runs in).
     #[arg(long, env = "SHARDWISE_KUBE_QPS", default_value_t = 50, value_parser = positive_u32)]
@@ -195,6 +207,11 @@ impl ReplicaArgs {
                 limit: RequestLimit {
                     qps: self.planner_qps,
                     burst: self.planner_burst,
+                },
+                load: LoadSettings {
+                    model: self.load_model,
+                    trigger: self.load_trigger,
+                    smoothing: self.load_smoothing,
                 },
             },
             owner: OwnerSettings {
@@ -299,6 +316,14 @@ mod tests {
                 "{e}"
             );
         }
+        let e = settings(&["--load-trigger=1.02"]).unwrap_err().to_string();
+        assert!(
+            e.contains("--load-trigger (1.02)") && e.contains("1.03"),
+            "{e}"
+        );
+        assert!(settings(&["--load-trigger=1.02", "--target-balance=1.01"]).is_ok());
+        let e = settings(&["--load-smoothing=48h"]).unwrap_err().to_string();
+        assert!(e.contains("--load-smoothing") && e.contains("2days"), "{e}");
         let leases = settings(&["--lease-duration=10s", "--renew-deadline=12s"]);
         assert!(matches!(
             leases,
@@ -320,6 +345,10 @@ mod tests {
             settings(&[]).unwrap().owner.load_report_interval,
             Duration::from_secs(10)
         );
+        assert_eq!(settings(&[]).unwrap().planner.load, LoadSettings::DEFAULT);
+        let apps = settings(&["--load-model=apps", "--load-smoothing=0s"]).unwrap();
+        assert_eq!(apps.planner.load.model, LoadModel::Apps);
+        assert_eq!(apps.planner.load.smoothing, Duration::ZERO);
         assert_eq!(s.replica.shard, 0);
         assert_eq!(s.planner.strategy.kind, StrategyKind::BoundedLoad);
         assert_eq!(s.planner.plan_interval, Duration::from_secs(60));

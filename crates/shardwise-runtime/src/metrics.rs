@@ -121,8 +121,11 @@ pub struct Metrics {
     pub planner_leader: Family<ShardLabels, Gauge>,
     pub planner_runs: Family<StrategyLabels, Counter>,
     pub planner_moves: Family<MoveLabels, Counter>,
+    pub planner_rebalances: Family<NoLabels, Counter>,
     pub balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub members: Family<MemberLabels, Gauge>,
+    pub load_balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub assigned_load: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub assigned_items: Family<ShardLabels, Gauge>,
     pub assigned_units: Family<ShardLabels, Gauge>,
     pub assigned_slices: Family<ShardLabels, Gauge>,
@@ -172,7 +175,10 @@ impl Metrics {
             planner_leader: Family::default(),
             planner_runs: Family::default(),
             planner_moves: Family::default(),
+            planner_rebalances: Family::default(),
             balance: Family::default(),
+            load_balance: Family::default(),
+            assigned_load: Family::default(),
             members: Family::default(),
             assigned_items: Family::default(),
             assigned_units: Family::default(),
@@ -282,6 +288,25 @@ impl Metrics {
             self.planner_moves.clone(),
         );
         r.register(
+            "planner_rebalances",
+            format!(
+                "Planning passes allowed to move {units} for balance under measured load (the busiest shard crossed the trigger, or the live shards changed, and the target is not reached yet)"
+            ),
+            self.planner_rebalances.clone(),
+        );
+        r.register(
+            "load_balance",
+            "Max over mean load per live shard in the latest plan, under the load model and its current loads: what the measured model's trigger is judged on",
+            self.load_balance.clone(),
+        );
+        r.register(
+            "assigned_load",
+            format!(
+                "Load per shard in the latest plan, under the load model: busy seconds per second when measured ({items} times weight with --load-model=apps)"
+            ),
+            self.assigned_load.clone(),
+        );
+        r.register(
             "assignment_balance",
             format!("Max over mean {items} per live shard in the latest plan"),
             self.balance.clone(),
@@ -351,6 +376,9 @@ impl Metrics {
                 .inc_by(0);
         }
         self.fenced.get_or_create(&self.shard_labels()).inc_by(0);
+        self.planner_rebalances
+            .get_or_create(&NoLabels {})
+            .inc_by(0);
     }
 
     /// Counts a successful planning pass and the owner changes it wrote.
@@ -401,9 +429,25 @@ impl Metrics {
         }
     }
 
+    /// Sets the latest plan's load under the load model: each live shard's, and the busiest
+    /// over the mean.
+    pub fn set_load(&self, loads: &BTreeMap<u32, f64>, balance: f64) {
+        self.load_balance.get_or_create(&NoLabels {}).set(balance);
+        // Shards that left the plan must not keep their last values.
+        self.assigned_load.clear();
+        for (shard, &load) in loads {
+            let labels = ShardLabels {
+                shard: shard.to_string(),
+            };
+            self.assigned_load.get_or_create(&labels).set(load);
+        }
+    }
+
     /// Removes the metrics only the planner exports, when this replica stops being it.
     pub fn clear_planner(&self) {
         self.balance.clear();
+        self.load_balance.clear();
+        self.assigned_load.clear();
         self.members.clear();
         self.assigned_items.clear();
         self.assigned_units.clear();

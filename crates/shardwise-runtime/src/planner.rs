@@ -5,6 +5,7 @@
 
 pub mod decide;
 pub mod index;
+pub mod measured;
 mod report;
 
 use std::collections::BTreeSet;
@@ -26,14 +27,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::membership::{ShardLeases, expected_shards};
-use crate::metrics::{MemberLabels, Metrics, PlanGauges, StrategyLabels};
+use crate::metrics::{MemberLabels, Metrics, NoLabels, PlanGauges, StrategyLabels};
 use crate::objects::Object;
 use crate::objects::{api_over, key_of, merge_patch};
-use crate::settings::{PlannerSettings, Replica, WatchScope};
+use crate::settings::{LoadModel, PlannerSettings, Replica, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
 use decide::{Decision, ItemWrite, Recall, Rules, Write, decide};
 use index::{Index, SliceEntry, UnitEntry, item_view};
+use measured::{LoadFigures, MeasuredModel, PassLoads};
 use report::Reporter;
 
 /// Concurrent label writes to items.
@@ -289,6 +291,14 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
     }
     leases.wait_synced().await;
     let mut memory: Option<PlanMemory> = None;
+    let load = settings.load;
+    let mut measured = (load.model == LoadModel::Measured).then(|| {
+        MeasuredModel::new(
+            load.trigger,
+            settings.strategy.target_balance,
+            load.smoothing,
+        )
+    });
     let mut last_periodic = Instant::now();
     let mut pins_reported = BTreeSet::new();
     let mut statefulset_missing = false;
@@ -302,14 +312,22 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
         if periodic {
             last_periodic = Instant::now();
         }
-        let recall = match (&memory, periodic) {
-            (None, _) => Recall::Takeover,
-            (Some(_), true) => Recall::Forgotten,
-            (Some(m), false) => Recall::Remembered(m),
-        };
-        match pass(&planner, recall, &mut statefulset_missing).await {
+        let passed = pass(
+            &planner,
+            memory.as_ref(),
+            periodic,
+            measured.as_mut(),
+            &mut statefulset_missing,
+        );
+        match passed.await {
             Ok(Some(decision)) => {
-                above_target = decision.figures.above_target;
+                above_target = match &mut measured {
+                    Some(model) => {
+                        model.placed(decision.plan.assignment.clone());
+                        model.rebalancing()
+                    }
+                    None => decision.figures.above_target,
+                };
                 planner
                     .reporter
                     .pins(&decision.plan.unhonoured_pins, &mut pins_reported, |key| {
@@ -338,10 +356,28 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
     }
 }
 
+/// What a pass remembers: nothing on a planner's first pass (it takes over the placement as it
+/// stands), the previous pass's memory on the others. With measured load, the model says
+/// whether this pass may move units for balance; with counted load, every periodic pass may.
+fn recall<'a>(
+    memory: Option<&'a PlanMemory>,
+    periodic: bool,
+    loads: Option<&PassLoads>,
+) -> Recall<'a> {
+    let moves_allowed = loads.map_or(periodic, |l| l.moves_allowed);
+    match memory {
+        None => Recall::Takeover,
+        Some(_) if moves_allowed => Recall::Forgotten,
+        Some(memory) => Recall::Remembered(memory),
+    }
+}
+
 /// One planning pass: decide, write, record. `None` when there was nothing to plan.
 async fn pass<C: Sharded>(
     planner: &Arc<Planner<C>>,
-    recall: Recall<'_>,
+    memory: Option<&PlanMemory>,
+    periodic: bool,
+    measured: Option<&mut MeasuredModel>,
     statefulset_missing: &mut bool,
 ) -> Result<Option<Decision>, kube::Error> {
     let parts = &planner.parts;
@@ -350,15 +386,30 @@ async fn pass<C: Sharded>(
     let Some(membership) = membership(planner, statefulset_missing) else {
         return Ok(None);
     };
-    let rules = Rules {
-        strategy: &parts.settings.strategy,
-        slicing: parts.settings.slicing,
-        namespace: &parts.replica.namespace,
-        statefulset: &parts.replica.statefulset,
-    };
-    let decided = {
+    let live = membership.live();
+    let reports = measured.is_some().then(|| parts.leases.measured_loads());
+    let (decided, loads) = {
         let index = planner.index();
-        decide(&rules, &index, &membership, recall)
+        let loads = match (measured, &reports) {
+            (Some(model), Some(reports)) => Some(model.pass(
+                &index.unit_views(),
+                &index.item_counts(),
+                reports,
+                &live,
+                periodic,
+                Instant::now(),
+            )),
+            _ => None,
+        };
+        let rules = Rules {
+            strategy: &parts.settings.strategy,
+            slicing: parts.settings.slicing,
+            namespace: &parts.replica.namespace,
+            statefulset: &parts.replica.statefulset,
+            weights: loads.as_ref().map(|l| &l.placing),
+        };
+        let recall = recall(memory, periodic, loads.as_ref());
+        (decide(&rules, &index, &membership, recall), loads)
     };
     let decision = match decided {
         Ok(decision) => decision,
@@ -381,10 +432,23 @@ async fn pass<C: Sharded>(
     };
     let written = write_records(planner, &decision).await;
     let item_moves = write_items(planner, &decision, &written).await;
+    let assignment = &decision.plan.assignment;
+    let load = match &loads {
+        Some(loads) => LoadFigures::of_measured(assignment, loads, &live),
+        None => LoadFigures::of_apps(assignment, &live),
+    };
+    if loads.is_some_and(|l| l.moves_allowed) {
+        parts
+            .metrics
+            .planner_rebalances
+            .get_or_create(&NoLabels {})
+            .inc();
+    }
     record(
         &parts.metrics,
         &strategy,
         &decision,
+        &load,
         written.moves,
         item_moves,
     );
@@ -537,6 +601,7 @@ fn record(
     metrics: &Metrics,
     strategy: &str,
     decision: &Decision,
+    load: &LoadFigures,
     unit_moves: u64,
     item_moves: u64,
 ) {
@@ -548,4 +613,5 @@ fn record(
         cache_copies: figures.cache_copies,
         cut_units: figures.cut_units,
     });
+    metrics.set_load(&load.shards, load.balance);
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shard_assign::{AssignError, SliceSwitch, StrategyConfig};
+use shard_assign::{AssignError, Ratio, SliceSwitch, StrategyConfig};
 use shardwise_handoff::identity::{IdentityError, shard_from_pod_name};
 use shardwise_handoff::lease::{LeaseTiming, TimingError};
 
@@ -72,6 +72,41 @@ pub struct RequestLimit {
     pub burst: u32,
 }
 
+/// What the planner balances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoadModel {
+    /// Items times the unit's weight.
+    Apps,
+    /// The busy time owners measure, smoothed; units not measured yet count as an average
+    /// item times their weight.
+    Measured,
+}
+
+/// How the planner counts load, and when measured load may move units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSettings {
+    pub model: LoadModel,
+    /// Voluntary moves start once the busiest live shard is above this times the mean.
+    pub trigger: Ratio,
+    /// Half-life of the planner's smoothing of each unit's measured cost per item.
+    pub smoothing: Duration,
+}
+
+impl LoadSettings {
+    /// Measured, 10% above the mean, and a 15 min half-life: what the simulator's drift
+    /// experiment keeps within 1.10 of the true balance while moving about 1% of items per
+    /// hour.
+    pub const DEFAULT: LoadSettings = LoadSettings {
+        model: LoadModel::Measured,
+        trigger: shard_assign::Hysteresis::DEFAULT_TRIGGER,
+        smoothing: Duration::from_secs(15 * 60),
+    };
+
+    /// The longest `--load-smoothing` accepted: beyond a day, placement would follow
+    /// yesterday's load.
+    pub const MAX_SMOOTHING: Duration = Duration::from_secs(24 * 3600);
+}
+
 /// The planner's settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannerSettings {
@@ -84,6 +119,7 @@ pub struct PlannerSettings {
     pub converge_interval: Duration,
     /// The planner's writes.
     pub limit: RequestLimit,
+    pub load: LoadSettings,
 }
 
 impl PlannerSettings {
@@ -166,6 +202,12 @@ pub enum SettingsError {
     UnusedCertificate,
     #[error("--load-report-interval must be between 1s and 5m, got {}", humantime::format_duration(*.0))]
     LoadReportInterval(Duration),
+    #[error(
+        "--load-trigger ({trigger}) is below --target-balance ({target}): moves would start where they must stop"
+    )]
+    LoadTrigger { trigger: Ratio, target: Ratio },
+    #[error("--load-smoothing must be at most 24h, got {}", humantime::format_duration(*.0))]
+    LoadSmoothing(Duration),
     #[error(transparent)]
     Leases(#[from] TimingError),
     #[error(transparent)]
@@ -187,6 +229,17 @@ impl Settings {
         let interval = self.owner.load_report_interval;
         if !OwnerSettings::LOAD_REPORT_INTERVALS.contains(&interval) {
             return Err(SettingsError::LoadReportInterval(interval));
+        }
+        let load = self.planner.load;
+        let target = self.planner.strategy.target_balance;
+        if load.trigger < target {
+            return Err(SettingsError::LoadTrigger {
+                trigger: load.trigger,
+                target,
+            });
+        }
+        if load.smoothing > LoadSettings::MAX_SMOOTHING {
+            return Err(SettingsError::LoadSmoothing(load.smoothing));
         }
         Ok(())
     }

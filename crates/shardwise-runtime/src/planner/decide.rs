@@ -17,6 +17,7 @@ use shardwise_handoff::plan::{
 use shardwise_handoff::slices::SliceAction;
 
 use super::index::{Index, Shown};
+use super::measured::unmeasured_weight;
 use crate::slice::{UnitSlice, UnitSliceSpec, slice_name};
 
 /// What the planner remembers for this pass.
@@ -40,6 +41,9 @@ pub struct Rules<'a> {
     pub slicing: SliceSwitch,
     pub namespace: &'a str,
     pub statefulset: &'a str,
+    /// The weight to place each unit with, by UID, when the load model sets them
+    /// ([`super::measured`]); `None`: the spec's weight (items × weight).
+    pub weights: Option<&'a BTreeMap<String, u32>>,
 }
 
 /// One request to the control plane.
@@ -291,7 +295,13 @@ pub fn decide(
     membership: &Membership,
     recall: Recall<'_>,
 ) -> Result<Decision, PlanError> {
-    let (units, items) = index.views();
+    let (mut units, items) = index.views();
+    if let Some(weights) = rules.weights {
+        for unit in &mut units {
+            let weight = weights.get(&unit.uid).copied();
+            unit.weight = Some(weight.unwrap_or_else(|| unmeasured_weight(unit.weight)));
+        }
+    }
     let takeover;
     let memory = match recall {
         Recall::Takeover => {
@@ -418,9 +428,15 @@ fn figures(strategy: &StrategyConfig, plan: &Plan) -> Figures {
 mod tests {
     use shard_assign::StrategyKind;
 
+    use std::time::{Duration, Instant};
+
+    use shard_assign::Hysteresis;
+
     use super::super::index::SliceEntry;
     use super::super::index::fixtures::{identity, item, members, unit};
+    use super::super::measured::{LoadFigures, MeasuredModel};
     use super::*;
+    use crate::load::{LoadReport, MeasuredLoads, RecordLoad};
 
     /// An index of `units` (name, owner, items) with each item labelled like its unit.
     fn index(units: &[(&str, Option<ShardId>, usize)]) -> Index {
@@ -444,6 +460,7 @@ mod tests {
             slicing: SliceSwitch::Auto,
             namespace: "fleet",
             statefulset: "shardwise",
+            weights: None,
         }
     }
 
@@ -560,6 +577,122 @@ mod tests {
         .unwrap();
         assert!(decision.figures.above_target, "{:?}", decision.figures);
         assert!(decision.figures.balance > 1.4);
+    }
+
+    /// What owners report: each named unit's busy seconds per second, over all its items.
+    fn reports(busy: &[(&str, f64, u64)]) -> MeasuredLoads {
+        let records = busy
+            .iter()
+            .map(|&(name, busy, items)| {
+                let key = RecordKey {
+                    cluster: ObjectKey::new("fleet", name),
+                    range: KeyRange::WHOLE,
+                };
+                (key, RecordLoad { busy, items })
+            })
+            .collect();
+        let report = LoadReport {
+            records,
+            omitted: 0,
+        };
+        let mut loads = MeasuredLoads::default();
+        loads.apply(0, jiff::Timestamp::UNIX_EPOCH, &report, Instant::now());
+        loads
+    }
+
+    fn moved(decision: &Decision) -> Vec<(String, ShardId)> {
+        decision
+            .record_writes
+            .iter()
+            .filter_map(|w| match w.placement() {
+                Some(
+                    PlannerAction::Assign { shard: to, .. } | PlannerAction::RequestDrain { to },
+                ) => Some((w.record.cluster.name.clone(), to)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn measured_load_moves_units_counted_load_does_not_see() {
+        // Balanced by items: two units of 10 items on each shard; but shard 0's cost 3x more.
+        let index = index(&[
+            ("a0", Some(0), 10),
+            ("a1", Some(0), 10),
+            ("b0", Some(1), 10),
+            ("b1", Some(1), 10),
+        ]);
+        let membership = members(2, &[0, 1]);
+        let live = membership.live();
+        let measured = reports(&[
+            ("a0", 3.0, 10),
+            ("a1", 3.0, 10),
+            ("b0", 1.0, 10),
+            ("b1", 1.0, 10),
+        ]);
+        let strategy = sticky();
+        let mut model = MeasuredModel::new(
+            Hysteresis::DEFAULT_TRIGGER,
+            strategy.target_balance,
+            Duration::from_secs(900),
+        );
+        let now = Instant::now();
+        let pass = |model: &mut MeasuredModel, memory: Option<&PlanMemory>, periodic| {
+            let loads = model.pass(
+                &index.unit_views(),
+                &index.item_counts(),
+                &measured,
+                &live,
+                periodic,
+                now,
+            );
+            let rules = Rules {
+                weights: Some(&loads.placing),
+                ..rules(&strategy)
+            };
+            let recall = super::super::recall(memory, periodic, Some(&loads));
+            let decision = decide(&rules, &index, &membership, recall).unwrap();
+            model.placed(decision.plan.assignment.clone());
+            (decision, loads)
+        };
+
+        // A planner that takes over moves nothing, however unbalanced the measurements.
+        let (takeover, loads) = pass(&mut model, None, false);
+        assert!(moved(&takeover).is_empty(), "{:?}", moved(&takeover));
+        assert_eq!(loads.placing["uid-a0"], 1500);
+        let live_figures = LoadFigures::of_measured(&takeover.plan.assignment, &loads, &live);
+        assert!(
+            (live_figures.balance - 1.5).abs() < 1e-9,
+            "{live_figures:?}"
+        );
+        assert!((live_figures.shards[&0] - 6.0).abs() < 1e-9);
+        // Nor does a pass that reacts to nothing.
+        let (held, _) = pass(&mut model, Some(&takeover.plan.memory), false);
+        assert!(moved(&held).is_empty());
+
+        // The periodic pass: 1.5 is above the trigger; one a-unit swaps with a b-unit (each
+        // first drained by its owner).
+        let (rebalanced, loads) = pass(&mut model, Some(&held.plan.memory), true);
+        assert!(loads.moves_allowed);
+        let moves = moved(&rebalanced);
+        assert_eq!(moves.len(), 2, "{moves:?}");
+        assert!(
+            moves
+                .iter()
+                .any(|(name, shard)| name.starts_with('a') && *shard == 1)
+        );
+        let after = LoadFigures::of_measured(&rebalanced.plan.assignment, &loads, &live);
+        assert!((after.balance - 1.0).abs() < 1e-9, "{after:?}");
+
+        // Counted by items, the same fleet is balanced: a periodic pass moves nothing.
+        let counted = decide(
+            &rules(&strategy),
+            &index,
+            &membership,
+            super::super::recall(Some(&held.plan.memory), true, None),
+        )
+        .unwrap();
+        assert!(moved(&counted).is_empty());
     }
 
     #[test]

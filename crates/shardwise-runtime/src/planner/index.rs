@@ -290,6 +290,21 @@ impl Index {
     /// Units to place (not being deleted, with the records of their slices) and every item,
     /// in key order.
     pub fn views(&self) -> (Vec<ClusterView>, Vec<AppView>) {
+        let items = self.items.current.values().cloned().collect();
+        (self.unit_views(), items)
+    }
+
+    /// The items of each unit that has some.
+    pub fn item_counts(&self) -> BTreeMap<ObjectKey, u64> {
+        let mut counts = BTreeMap::new();
+        for item in self.items.current.values() {
+            *counts.entry(item.cluster.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Units to place, as in [`Index::views`].
+    pub fn unit_views(&self) -> Vec<ClusterView> {
         let mut slices: BTreeMap<&ObjectKey, Vec<SliceRecord>> = BTreeMap::new();
         for slice in self.slices.current.values() {
             if let Some(record) = slice.record
@@ -298,8 +313,7 @@ impl Index {
                 slices.entry(&slice.unit).or_default().push(record);
             }
         }
-        let units = self
-            .units
+        self.units
             .current
             .values()
             .filter(|u| !u.deleting)
@@ -307,9 +321,7 @@ impl Index {
                 slices: slices.remove(&u.view.key).unwrap_or_default(),
                 ..u.view.clone()
             })
-            .collect();
-        let items = self.items.current.values().cloned().collect();
-        (units, items)
+            .collect()
     }
 
     /// The UnitSlice of `range` of `unit`, as last seen.
