@@ -164,6 +164,16 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
             .unwrap(),
         1.0
     );
+    // It balances the measured load (the default model), and shows it: the plan's load on each
+    // shard, and the busiest over the mean, which its trigger is judged on.
+    let planner = fleet.planner(Duration::from_secs(5)).await.unwrap();
+    let m = fleet.scrape(planner).await.unwrap();
+    let balance = m.get("shardwise_load_balance", &[]);
+    assert!(balance.is_some_and(|b| b >= 1.0), "load balance {balance:?}");
+    for shard in ["0", "1", "2"] {
+        let load = m.get("shardwise_assigned_load", &[("shard", shard)]);
+        assert!(load.is_some_and(|l| l > 0.0), "shard {shard}: load {load:?}");
+    }
     assert_eq!(
         fleet
             .metric_sum(

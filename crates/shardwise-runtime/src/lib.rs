@@ -18,8 +18,9 @@
 //! - **Slices**: a unit too big for one shard is cut into slices of its items, recorded on
 //!   [`slice::UnitSlice`]s and handed off one by one (`--slicing`).
 //! - **Measured load**: each owner measures what each of its records (a unit, or a slice)
-//!   costs it in reconcile time, smoothed, and publishes it on its shard lease's renewals, where
-//!   the planner reads it ([`load`], [`membership::ShardLeases::measured_loads`]).
+//!   costs it in reconcile time, smoothed, and publishes it on its shard lease's renewals; the
+//!   planner balances on it, smoothed again and within a hysteresis band, unless
+//!   `--load-model=apps` ([`load`], [`planner::measured`]).
 //! - **Fencing**: every request of a term (control plane or elsewhere, through
 //!   [`TermContext::fence`]) stops when the lease stops being held, even in a process that was
 //!   frozen.
