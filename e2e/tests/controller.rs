@@ -169,10 +169,16 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
     let planner = fleet.planner(Duration::from_secs(5)).await.unwrap();
     let m = fleet.scrape(planner).await.unwrap();
     let balance = m.get("shardwise_load_balance", &[]);
-    assert!(balance.is_some_and(|b| b >= 1.0), "load balance {balance:?}");
+    assert!(
+        balance.is_some_and(|b| b >= 1.0),
+        "load balance {balance:?}"
+    );
     for shard in ["0", "1", "2"] {
         let load = m.get("shardwise_assigned_load", &[("shard", shard)]);
-        assert!(load.is_some_and(|l| l > 0.0), "shard {shard}: load {load:?}");
+        assert!(
+            load.is_some_and(|l| l > 0.0),
+            "shard {shard}: load {load:?}"
+        );
     }
     assert_eq!(
         fleet
