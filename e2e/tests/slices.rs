@@ -81,8 +81,12 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
         hot_percent: Some(60),
         audit: true,
         // Client limits raised so that 4,000 apps settle in CI's time: what is tested here is
-        // where work goes, not how fast (the fleet benchmark keeps the defaults).
+        // where work goes, not how fast (the fleet benchmark keeps the defaults). Placement by
+        // app count, since app counts are what the test checks: under the default measured
+        // model the planner balances busy time instead, and leaves app counts alone while the
+        // measured balance is inside its band.
         args: [
+            "--load-model=apps",
             "--kube-qps=200",
             "--kube-burst=400",
             "--planner-qps=1000",
