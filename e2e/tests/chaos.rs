@@ -29,7 +29,10 @@ const SETTLE: Duration = Duration::from_secs(240);
 /// A resync every minute, not every 5 s: 2,000 apps would spend the write budget on resyncs.
 /// More requests per destination cluster than the default 20/s: the hot cluster's slices would
 /// otherwise take most of every settle (the fleet benchmark measures that limit, not this suite).
-const LEASE_FLAGS: [&str; 6] = [
+/// Placement by app count: the suite's cut clusters and its checks are of app counts (the default
+/// measured model places by busy time, which the injected faults skew).
+const LEASE_FLAGS: [&str; 7] = [
+    "--load-model=apps",
     "--lease-duration=6s",
     "--renew-deadline=4s",
     "--retry-period=1s",
