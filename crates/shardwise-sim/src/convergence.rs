@@ -111,14 +111,9 @@ impl Convergence {
         self.validate()?;
         let mut rows: Vec<Vec<(SeedPasses, u64)>> =
             self.strategies.iter().map(|_| Vec::new()).collect();
-        let mut description = None;
         for seed in self.first_seed..self.first_seed + u64::from(self.seeds) {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let fleet = match &self.fleet {
-                FleetSource::Synthetic(spec) => spec.generate(&mut rng),
-                FleetSource::Inventory(clusters) => clusters.clone(),
-            };
-            description.get_or_insert_with(|| describe(&self.fleet, &fleet));
+            let fleet = self.fleet.draw(&mut rng);
             for (config, row) in self.strategies.iter().zip(&mut rows) {
                 row.push(self.passes(config, &fleet)?);
             }
@@ -149,7 +144,7 @@ impl Convergence {
             })
             .collect();
         Ok(ConvergenceReport {
-            fleet: description.unwrap_or_else(|| describe(&self.fleet, &[])),
+            fleet: self.fleet.description(),
             from: self.from,
             to: self.to,
             first_seed: self.first_seed,
@@ -229,17 +224,6 @@ fn minimum_apps(fleet: &[Cluster], before: &Assignment, from: u32, to: u32) -> u
             .filter(|p| p.shard >= to)
             .map(|p| p.apps)
             .sum()
-    }
-}
-
-fn describe(source: &FleetSource, fleet: &[Cluster]) -> FleetDescription {
-    FleetDescription {
-        clusters: fleet.len() as u64,
-        apps: fleet.iter().map(|c| c.apps).sum(),
-        distribution: match source {
-            FleetSource::Synthetic(spec) => spec.distribution.to_string(),
-            FleetSource::Inventory(_) => "inventory".into(),
-        },
     }
 }
 

@@ -163,21 +163,9 @@ impl Drift {
             .flat_map(|c| LoadModel::ALL.map(|m| (*c, m)))
             .collect();
         let mut runs: Vec<Vec<Run>> = variants.iter().map(|_| Vec::new()).collect();
-        let mut description = None;
         for seed in self.first_seed..self.first_seed + u64::from(self.seeds) {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let fleet = match &self.fleet {
-                FleetSource::Synthetic(spec) => spec.generate(&mut rng),
-                FleetSource::Inventory(clusters) => clusters.clone(),
-            };
-            description.get_or_insert_with(|| FleetDescription {
-                clusters: fleet.len() as u64,
-                apps: fleet.iter().map(|c| c.apps).sum(),
-                distribution: match &self.fleet {
-                    FleetSource::Synthetic(spec) => spec.distribution.to_string(),
-                    FleetSource::Inventory(_) => "inventory".into(),
-                },
-            });
+            let fleet = self.fleet.draw(&mut rng);
             // One history of costs and observations per seed, the same for every variant.
             let history = self.history(fleet.len(), &mut rng);
             for ((config, model), out) in variants.iter().zip(&mut runs) {
@@ -201,11 +189,7 @@ impl Drift {
             })
             .collect();
         Ok(DriftReport {
-            fleet: description.unwrap_or(FleetDescription {
-                clusters: 0,
-                apps: 0,
-                distribution: String::new(),
-            }),
+            fleet: self.fleet.description(),
             shards: self.shards,
             hours: self.hours,
             plan_every: self.plan_every,

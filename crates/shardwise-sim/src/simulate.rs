@@ -24,6 +24,38 @@ pub enum FleetSource {
     Inventory(Vec<Cluster>),
 }
 
+impl FleetSource {
+    /// The fleet of one seed: drawn from `rng`, or the inventory as it is.
+    pub fn draw(&self, rng: &mut impl rand::RngCore) -> Vec<Cluster> {
+        match self {
+            FleetSource::Synthetic(spec) => spec.generate(rng),
+            FleetSource::Inventory(clusters) => clusters.clone(),
+        }
+    }
+
+    /// What a report says about the fleets of this source (a synthetic fleet has exactly its
+    /// spec's clusters and apps).
+    pub fn description(&self) -> FleetDescription {
+        let (clusters, apps, distribution) = match self {
+            FleetSource::Synthetic(spec) => (
+                u64::from(spec.clusters),
+                spec.apps,
+                spec.distribution.to_string(),
+            ),
+            FleetSource::Inventory(c) => (
+                c.len() as u64,
+                c.iter().map(|c| c.apps).sum(),
+                "inventory".to_string(),
+            ),
+        };
+        FleetDescription {
+            clusters,
+            apps,
+            distribution,
+        }
+    }
+}
+
 /// Whether strategies run with clusters cut into slices: as a switch sets it (`auto` slices
 /// with `sticky-balanced` only), or every strategy that may cut both with and without, side by
 /// side.
@@ -110,10 +142,7 @@ impl Simulation {
             variants.iter().map(|_| StrategyRuns::default()).collect();
         for seed in self.first_seed..self.first_seed + u64::from(self.seeds) {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let fleet = match &self.fleet {
-                FleetSource::Synthetic(spec) => spec.generate(&mut rng),
-                FleetSource::Inventory(clusters) => clusters.clone(),
-            };
+            let fleet = self.fleet.draw(&mut rng);
             let steps = self.scenario.steps(fleet, &mut rng);
             let keys = if variants.iter().any(|(_, sliced)| *sliced) {
                 app_keys(steps.iter().flat_map(|s| &s.clusters))
@@ -131,20 +160,9 @@ impl Simulation {
             }
             on_seed();
         }
-        let (clusters, apps) = match &self.fleet {
-            FleetSource::Synthetic(spec) => (u64::from(spec.clusters), spec.apps),
-            FleetSource::Inventory(c) => (c.len() as u64, c.iter().map(|c| c.apps).sum()),
-        };
         Ok(Report {
             scenario: self.scenario,
-            fleet: FleetDescription {
-                clusters,
-                apps,
-                distribution: match &self.fleet {
-                    FleetSource::Synthetic(spec) => spec.distribution.to_string(),
-                    FleetSource::Inventory(_) => "inventory".into(),
-                },
-            },
+            fleet: self.fleet.description(),
             first_seed: self.first_seed,
             seeds: self.seeds,
             strategies: variants
