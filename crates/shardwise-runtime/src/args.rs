@@ -240,15 +240,21 @@ impl ReplicaArgs {
 
     /// Logs to stderr as the flags say (a bad filter falls back to `info`).
     pub fn init_logging(&self) {
-        let filter = tracing_subscriber::EnvFilter::try_new(&self.log)
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr);
-        match self.log_format {
-            LogFormat::Json => builder.json().flatten_event(true).init(),
-            LogFormat::Text => builder.init(),
-        }
+        init_logging(&self.log, self.log_format);
+    }
+}
+
+/// Logs to stderr with the filter `log` (tracing-subscriber syntax; a bad one falls back to
+/// `info`) in `format`: what every shardwise process that runs for long does.
+pub fn init_logging(log: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_new(log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
     }
 }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use shard_assign::{StrategyConfig, StrategyKind};
 use shardwise_handoff::lease::LeaseTiming;
-use shardwise_runtime::args::LogFormat;
 use shardwise_runtime::http::{self, MetricsAccess, auth::KubeReviewer};
 use shardwise_runtime::lease::{self, Fence, Holding, LeaseSpecification};
 use shardwise_runtime::metrics::{
@@ -50,25 +49,13 @@ pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
     limits::at_most("--interval", args.interval, limits::MAX_INTERVAL_SECONDS)?;
     let strategy = args.strategy_args.config(STRATEGY);
     strategy.validate().map_err(Usage::of)?;
-    init_logging(args);
+    shardwise_runtime::args::init_logging(&args.log, args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(balance(args, strategy))
-}
-
-fn init_logging(args: &BalanceArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
 }
 
 async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
