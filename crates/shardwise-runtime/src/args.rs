@@ -30,7 +30,7 @@ use shardwise_handoff::lease::LeaseTiming;
 
 use crate::settings::{
     HttpSettings, LoadModel, LoadSettings, OwnerSettings, PlannerSettings, Replica, RequestLimit,
-    Settings, SettingsError, WatchScope,
+    ScaleSettings, Settings, SettingsError, WatchScope,
 };
 
 /// Parses a duration such as `500ms`, `10s` or `5m`.
@@ -116,6 +116,33 @@ pub struct ReplicaArgs {
     /// (0s: the latest measurement alone).
     #[arg(long, env = "SHARDWISE_LOAD_SMOOTHING", default_value = "15m", value_parser = duration)]
     pub load_smoothing: Duration,
+
+    /// The items one replica should carry: the planner's count of replicas needed
+    /// (`shardwise_desired_replicas`) is the items over this, within the bounds.
+    #[arg(long, env = "SHARDWISE_ITEMS_PER_REPLICA", default_value_t = ScaleSettings::DEFAULT.items_per_replica, value_parser = positive_u32)]
+    pub items_per_replica: u32,
+    /// The measured busy seconds per second one replica should carry; when set, the count
+    /// needed is the larger of what the items and the measured busy time need.
+    #[arg(long, env = "SHARDWISE_BUSY_PER_REPLICA")]
+    pub busy_per_replica: Option<f64>,
+    /// The fewest replicas to ask for.
+    #[arg(long, env = "SHARDWISE_MIN_REPLICAS", default_value_t = ScaleSettings::DEFAULT.min, value_parser = positive_u32)]
+    pub min_replicas: u32,
+    /// The most replicas to ask for.
+    #[arg(long, env = "SHARDWISE_MAX_REPLICAS", default_value_t = ScaleSettings::DEFAULT.max, value_parser = positive_u32)]
+    pub max_replicas: u32,
+    /// The planner sets the StatefulSet's replicas to the count needed, through its scale
+    /// subresource (it needs `get` and `update` on `statefulsets/scale`), never while a
+    /// handoff is in progress.
+    #[arg(long, env = "SHARDWISE_AUTOSCALE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub autoscale: bool,
+    /// Scale up once the count needed has been higher for this long (0s: at once).
+    #[arg(long, env = "SHARDWISE_SCALE_UP_WINDOW", default_value = "0s", value_parser = duration)]
+    pub scale_up_window: Duration,
+    /// Scale down once the count needed has been lower for this long, to the highest count
+    /// needed over it.
+    #[arg(long, env = "SHARDWISE_SCALE_DOWN_WINDOW", default_value = "5m", value_parser = duration)]
+    pub scale_down_window: Duration,
 
     /// Requests per second to the control plane (the cluster the controller runs in).
     #[arg(long, env = "SHARDWISE_KUBE_QPS", default_value_t = 50, value_parser = positive_u32)]
@@ -212,6 +239,17 @@ impl ReplicaArgs {
                     model: self.load_model,
                     trigger: self.load_trigger,
                     smoothing: self.load_smoothing,
+                },
+                scale: ScaleSettings {
+                    items_per_replica: self.items_per_replica,
+                    busy_per_replica: self.busy_per_replica,
+                    min: self.min_replicas,
+                    max: self.max_replicas,
+                    autoscale: self.autoscale,
+                    windows: shardwise_scale::Windows {
+                        up: self.scale_up_window,
+                        down: self.scale_down_window,
+                    },
                 },
             },
             owner: OwnerSettings {
@@ -330,6 +368,27 @@ mod tests {
         assert!(settings(&["--load-trigger=1.02", "--target-balance=1.01"]).is_ok());
         let e = settings(&["--load-smoothing=48h"]).unwrap_err().to_string();
         assert!(e.contains("--load-smoothing") && e.contains("2days"), "{e}");
+        let e = settings(&["--min-replicas=4", "--max-replicas=3"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--min-replicas (4)") && e.contains("--max-replicas (3)"),
+            "{e}"
+        );
+        for bad in ["0", "-1", "NaN", "inf"] {
+            let e = settings(&[&format!("--busy-per-replica={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--busy-per-replica"), "{e}");
+        }
+        let e = settings(&["--scale-down-window=2h"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--scale-down-window") && e.contains("2h"), "{e}");
+        assert!(
+            Binary::try_parse_from(["b", "--namespace=f", "--pod-name=s-0", "--min-replicas=0"])
+                .is_err()
+        );
         let leases = settings(&["--lease-duration=10s", "--renew-deadline=12s"]);
         assert!(matches!(
             leases,
@@ -352,6 +411,33 @@ mod tests {
             Duration::from_secs(10)
         );
         assert_eq!(settings(&[]).unwrap().planner.load, LoadSettings::DEFAULT);
+        assert_eq!(settings(&[]).unwrap().planner.scale, ScaleSettings::DEFAULT);
+        let scaled = settings(&[
+            "--autoscale",
+            "--items-per-replica=1000",
+            "--busy-per-replica=2.5",
+            "--min-replicas=2",
+            "--max-replicas=6",
+            "--scale-up-window=30s",
+            "--scale-down-window=1m",
+        ])
+        .unwrap()
+        .planner
+        .scale;
+        assert_eq!(
+            scaled,
+            ScaleSettings {
+                items_per_replica: 1000,
+                busy_per_replica: Some(2.5),
+                min: 2,
+                max: 6,
+                autoscale: true,
+                windows: shardwise_scale::Windows {
+                    up: Duration::from_secs(30),
+                    down: Duration::from_secs(60),
+                },
+            }
+        );
         let apps = settings(&["--load-model=apps", "--load-smoothing=0s"]).unwrap();
         assert_eq!(apps.planner.load.model, LoadModel::Apps);
         assert_eq!(apps.planner.load.smoothing, Duration::ZERO);

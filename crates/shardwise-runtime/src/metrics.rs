@@ -65,6 +65,12 @@ pub struct MemberLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    /// `up` or `down`.
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HandoffLabels {
     pub shard: String,
     pub reason: &'static str,
@@ -124,6 +130,8 @@ pub struct Metrics {
     pub planner_rebalances: Family<NoLabels, Counter>,
     pub balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub members: Family<MemberLabels, Gauge>,
+    pub desired_replicas: Family<NoLabels, Gauge>,
+    pub replica_changes: Family<DirectionLabels, Counter>,
     pub load_balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub assigned_load: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub assigned_items: Family<ShardLabels, Gauge>,
@@ -180,6 +188,8 @@ impl Metrics {
             load_balance: Family::default(),
             assigned_load: Family::default(),
             members: Family::default(),
+            desired_replicas: Family::default(),
+            replica_changes: Family::default(),
             assigned_items: Family::default(),
             assigned_units: Family::default(),
             assigned_slices: Family::default(),
@@ -317,6 +327,18 @@ impl Metrics {
             self.members.clone(),
         );
         r.register(
+            "desired_replicas",
+            format!(
+                "Replicas the fleet needs now: its {items} over --items-per-replica (and its measured busy time over --busy-per-replica, when set), within --min-replicas and --max-replicas"
+            ),
+            self.desired_replicas.clone(),
+        );
+        r.register(
+            "replica_changes",
+            "Changes of the StatefulSet's replicas made by the planner (--autoscale), by direction",
+            self.replica_changes.clone(),
+        );
+        r.register(
             format!("assigned_{items}"),
             format!("{} per shard in the latest plan", capitalized(items)),
             self.assigned_items.clone(),
@@ -379,6 +401,11 @@ impl Metrics {
         self.planner_rebalances
             .get_or_create(&NoLabels {})
             .inc_by(0);
+        for direction in ["up", "down"] {
+            self.replica_changes
+                .get_or_create(&DirectionLabels { direction })
+                .inc_by(0);
+        }
     }
 
     /// Counts a successful planning pass and the owner changes it wrote.
@@ -449,6 +476,7 @@ impl Metrics {
         self.load_balance.clear();
         self.assigned_load.clear();
         self.members.clear();
+        self.desired_replicas.clear();
         self.assigned_items.clear();
         self.assigned_units.clear();
         self.assigned_slices.clear();

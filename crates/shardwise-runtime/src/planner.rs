@@ -7,6 +7,7 @@ pub mod decide;
 pub mod index;
 pub mod measured;
 mod report;
+pub mod scaling;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -27,7 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::membership::{ShardLeases, expected_shards};
-use crate::metrics::{MemberLabels, Metrics, NoLabels, PlanGauges, StrategyLabels};
+use crate::metrics::{
+    DirectionLabels, MemberLabels, Metrics, NoLabels, PlanGauges, StrategyLabels,
+};
 use crate::objects::Object;
 use crate::objects::{api_over, key_of, merge_patch};
 use crate::settings::{LoadModel, PlannerSettings, Replica, WatchScope};
@@ -37,6 +40,7 @@ use decide::{Decision, ItemWrite, Recall, Rules, Write, decide};
 use index::{Index, SliceEntry, UnitEntry, item_view};
 use measured::{LoadFigures, MeasuredModel, PassLoads};
 use report::Reporter;
+use scaling::{Demand, Progress, Scaler, Unsettled};
 
 /// Concurrent label writes to items.
 const ITEM_WRITE_CONCURRENCY: usize = 16;
@@ -299,6 +303,15 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
             load.smoothing,
         )
     });
+    let began = Instant::now();
+    let mut scaler = match Scaler::new(&settings.scale) {
+        Ok(scaler) => Some(scaler),
+        Err(e) => {
+            warn!(error = %e, "the replica count cannot be sized: no shardwise_desired_replicas, no autoscaling");
+            None
+        }
+    };
+    let mut waiting_reported = None;
     let mut last_periodic = Instant::now();
     let mut pins_reported = BTreeSet::new();
     let mut statefulset_missing = false;
@@ -320,7 +333,7 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
             &mut statefulset_missing,
         );
         match passed.await {
-            Ok(Some(decision)) => {
+            Ok(Some(Passed { decision, progress })) => {
                 above_target = match &mut measured {
                     Some(model) => {
                         model.placed(decision.plan.assignment.clone());
@@ -334,6 +347,18 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
                         planner.index().unit(key).map(|u| u.view.uid.clone())
                     })
                     .await;
+                if let Some(scaler) = &mut scaler {
+                    let now = began.elapsed();
+                    scale(
+                        &planner,
+                        scaler,
+                        &decision,
+                        progress,
+                        now,
+                        &mut waiting_reported,
+                    )
+                    .await;
+                }
                 memory = Some(decision.plan.memory);
             }
             Ok(None) => {}
@@ -372,6 +397,12 @@ fn recall<'a>(
     }
 }
 
+/// A pass's decision, and where the fleet stood with its changes when it was made.
+struct Passed {
+    decision: Decision,
+    progress: Progress,
+}
+
 /// One planning pass: decide, write, record. `None` when there was nothing to plan.
 async fn pass<C: Sharded>(
     planner: &Arc<Planner<C>>,
@@ -379,7 +410,7 @@ async fn pass<C: Sharded>(
     periodic: bool,
     measured: Option<&mut MeasuredModel>,
     statefulset_missing: &mut bool,
-) -> Result<Option<Decision>, kube::Error> {
+) -> Result<Option<Passed>, kube::Error> {
     let parts = &planner.parts;
     let strategy = parts.settings.strategy.kind.name().to_string();
     parts.leases.confirm_expiries().await?;
@@ -388,11 +419,13 @@ async fn pass<C: Sharded>(
     };
     let live = membership.live();
     let reports = measured.is_some().then(|| parts.leases.measured_loads());
-    let (decided, loads) = {
+    let (decided, loads, draining) = {
         let index = planner.index();
+        let units = index.unit_views();
+        let draining = Progress::draining_in(&units);
         let loads = match (measured, &reports) {
             (Some(model), Some(reports)) => Some(model.pass(
-                &index.unit_views(),
+                &units,
                 &index.item_counts(),
                 reports,
                 &live,
@@ -409,7 +442,7 @@ async fn pass<C: Sharded>(
             weights: loads.as_ref().map(|l| &l.placing),
         };
         let recall = recall(memory, periodic, loads.as_ref());
-        (decide(&rules, &index, &membership, recall), loads)
+        (decide(&rules, &index, &membership, recall), loads, draining)
     };
     let decision = match decided {
         Ok(decision) => decision,
@@ -452,7 +485,98 @@ async fn pass<C: Sharded>(
         written.moves,
         item_moves,
     );
-    Ok(Some(decision))
+    let progress = Progress {
+        expected: membership.expected,
+        live: live.len() as u32,
+        writes: decision.record_writes.len() + decision.item_writes.len(),
+        draining,
+    };
+    Ok(Some(Passed { decision, progress }))
+}
+
+/// Sizes the fleet after a pass: exports the count needed and, with `--autoscale`, sets the
+/// StatefulSet's replicas when the needs seen call for a change and the fleet is settled.
+async fn scale<C: Sharded>(
+    planner: &Planner<C>,
+    scaler: &mut Scaler,
+    decision: &Decision,
+    progress: Progress,
+    now: Duration,
+    waiting_reported: &mut Option<(u32, Unsettled)>,
+) {
+    let parts = &planner.parts;
+    let busy = scaler
+        .uses_busy()
+        .then(|| parts.leases.measured_loads())
+        .filter(|loads| !loads.is_empty())
+        .map(|loads| loads.iter().map(|(_, m)| m.load.busy).sum());
+    let demand = Demand {
+        items: decision.figures.shards.values().map(|f| f.items).sum(),
+        busy,
+    };
+    let verdict = scaler.assess(now, demand, progress);
+    parts
+        .metrics
+        .desired_replicas
+        .get_or_create(&NoLabels {})
+        .set(i64::from(verdict.needed));
+    match (verdict.scale_to, verdict.waiting) {
+        (Some(to), _) => {
+            *waiting_reported = None;
+            set_replicas(planner, progress.expected, to, demand).await;
+        }
+        (None, Some(why)) if parts.settings.scale.autoscale => {
+            let waiting = (verdict.recommended, why);
+            if waiting_reported.replace(waiting) != Some(waiting) {
+                info!(
+                    replicas = progress.expected,
+                    to = verdict.recommended,
+                    waiting_for = ?why,
+                    "replica count to change once the fleet is settled"
+                );
+            }
+        }
+        _ => *waiting_reported = None,
+    }
+}
+
+/// Sets the StatefulSet's replicas from `from` to `to` through its scale subresource: read,
+/// checked against what the pass planned on, and written back with the version read, so that
+/// a change by anyone else in between wins.
+async fn set_replicas<C: Sharded>(planner: &Planner<C>, from: u32, to: u32, demand: Demand) {
+    let replica = &planner.parts.replica;
+    let api: Api<StatefulSet> = Api::namespaced(planner.parts.client.clone(), &replica.namespace);
+    let result = async {
+        let mut scale = api.get_scale(&replica.statefulset).await?;
+        let spec = scale.spec.get_or_insert_default();
+        if spec.replicas != Some(from as i32) {
+            debug!(seen = ?spec.replicas, planned_on = from, "the StatefulSet's replicas changed meanwhile; the next pass decides");
+            return Ok(false);
+        }
+        spec.replicas = Some(to as i32);
+        api.replace_scale(&replica.statefulset, &PostParams::default(), &scale)
+            .await
+            .map(|_| true)
+    };
+    match result.await {
+        Ok(true) => {
+            info!(from, to, items = demand.items, busy = ?demand.busy, statefulset = %replica.statefulset, "replicas set");
+            let direction = if to > from { "up" } else { "down" };
+            planner
+                .parts
+                .metrics
+                .replica_changes
+                .get_or_create(&DirectionLabels { direction })
+                .inc();
+            planner.trigger.notify_one();
+        }
+        Ok(false) => planner.trigger.notify_one(),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            debug!("the StatefulSet changed under the planner; the next pass decides");
+            planner.trigger.notify_one();
+        }
+        Err(e) => warn!(error = %e, from, to, "could not set the StatefulSet's replicas"),
+    }
 }
 
 /// The membership to plan with: the StatefulSet's shard count and the live leases; `None`

@@ -9,6 +9,7 @@ use std::time::Duration;
 use shard_assign::{AssignError, Ratio, SliceSwitch, StrategyConfig};
 use shardwise_handoff::identity::{IdentityError, shard_from_pod_name};
 use shardwise_handoff::lease::{LeaseTiming, TimingError};
+use shardwise_scale::Windows;
 
 /// Where units and items are watched.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +108,63 @@ impl LoadSettings {
     pub const MAX_SMOOTHING: Duration = Duration::from_secs(24 * 3600);
 }
 
+/// How many replicas the planner asks for, and whether it sets the count itself.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaleSettings {
+    /// Items one replica should carry.
+    pub items_per_replica: u32,
+    /// Measured busy seconds per second one replica should carry; `None`: items alone.
+    pub busy_per_replica: Option<f64>,
+    pub min: u32,
+    pub max: u32,
+    /// Set the StatefulSet's replicas through its scale subresource; off, only the metric.
+    pub autoscale: bool,
+    pub windows: Windows,
+}
+
+impl ScaleSettings {
+    /// 5,000 items per replica (a full re-sync of one replica in about two minutes at the
+    /// default request rate: docs/operations.md), 1 to 10 replicas, the metric only, and the
+    /// HorizontalPodAutoscaler's windows: up at once, down after 5 minutes.
+    pub const DEFAULT: ScaleSettings = ScaleSettings {
+        items_per_replica: 5000,
+        busy_per_replica: None,
+        min: 1,
+        max: 10,
+        autoscale: false,
+        windows: Windows {
+            up: Duration::ZERO,
+            down: Duration::from_secs(300),
+        },
+    };
+
+    /// The longest stabilisation window accepted.
+    pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
+
+    fn validate(&self) -> Result<(), SettingsError> {
+        if self.min == 0 || self.min > self.max {
+            return Err(SettingsError::ReplicaBounds {
+                min: self.min,
+                max: self.max,
+            });
+        }
+        if let Some(busy) = self.busy_per_replica
+            && !(busy.is_finite() && busy > 0.0)
+        {
+            return Err(SettingsError::BusyPerReplica(busy.to_string()));
+        }
+        for (flag, window) in [
+            ("--scale-up-window", self.windows.up),
+            ("--scale-down-window", self.windows.down),
+        ] {
+            if window > Self::MAX_WINDOW {
+                return Err(SettingsError::ScaleWindow { flag, window });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The planner's settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannerSettings {
@@ -120,6 +178,7 @@ pub struct PlannerSettings {
     /// The planner's writes.
     pub limit: RequestLimit,
     pub load: LoadSettings,
+    pub scale: ScaleSettings,
 }
 
 impl PlannerSettings {
@@ -208,6 +267,15 @@ pub enum SettingsError {
     LoadTrigger { trigger: Ratio, target: Ratio },
     #[error("--load-smoothing must be at most 24h, got {}", humantime::format_duration(*.0))]
     LoadSmoothing(Duration),
+    #[error("--min-replicas ({min}) and --max-replicas ({max}) must satisfy 1 <= min <= max")]
+    ReplicaBounds { min: u32, max: u32 },
+    #[error("--busy-per-replica must be a positive number of seconds per second, got {0}")]
+    BusyPerReplica(String),
+    #[error("{flag} must be at most 1h, got {}", humantime::format_duration(*.window))]
+    ScaleWindow {
+        flag: &'static str,
+        window: Duration,
+    },
     #[error(transparent)]
     Leases(#[from] TimingError),
     #[error(transparent)]
@@ -241,7 +309,7 @@ impl Settings {
         if load.smoothing > LoadSettings::MAX_SMOOTHING {
             return Err(SettingsError::LoadSmoothing(load.smoothing));
         }
-        Ok(())
+        self.planner.scale.validate()
     }
 }
 
