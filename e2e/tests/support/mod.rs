@@ -214,7 +214,9 @@ impl Fleet {
             .destinations(options.destinations)
             .destination_identity(Identity::admin(DESTINATION_IDENTITY))
             .rbac(options.rbac);
-        for ordinal in 0..options.replicas + 2 {
+        // Two spare identities for restarts and scale-ups, and enough for an autoscaled fleet
+        // of 6.
+        for ordinal in 0..(options.replicas + 2).max(6) {
             builder = builder.identity(Identity::service_account(
                 format!("{STATEFULSET}-{ordinal}"),
                 NAMESPACE,
@@ -401,6 +403,24 @@ impl Fleet {
         results.into_iter().collect()
     }
 
+    /// Deletes apps `app-i`, 32 at a time.
+    pub async fn delete_apps(&self, range: std::ops::Range<u32>) -> Result<()> {
+        use futures::StreamExt;
+        let api = self.apps_api();
+        let results: Vec<Result<()>> = futures::stream::iter(range)
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    api.delete(&format!("app-{i}"), &Default::default()).await?;
+                    Ok(())
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
     /// New manifests (`app_manifests(i, generation)`) for apps `app-i`, 32 patches at a time.
     pub async fn update_apps(&self, range: std::ops::Range<u32>, generation: u32) -> Result<()> {
         use futures::StreamExt;
@@ -512,6 +532,36 @@ impl Fleet {
         )
         .await?;
         Ok(())
+    }
+
+    /// The StatefulSet's `spec.replicas`.
+    pub async fn statefulset_replicas(&self) -> Result<u32> {
+        let api: Api<StatefulSet> = Api::namespaced(self.admin.clone(), NAMESPACE);
+        let sts = api.get(STATEFULSET).await?;
+        let replicas = sts.spec.and_then(|s| s.replicas).unwrap_or(1);
+        Ok(u32::try_from(replicas)?)
+    }
+
+    /// Does what the StatefulSet controller does when `spec.replicas` changes: starts the
+    /// missing ordinals below it, stops (gracefully, highest first) those at or above it.
+    /// Returns the replicas it followed.
+    pub async fn follow_statefulset(&mut self) -> Result<u32> {
+        let replicas = self.statefulset_replicas().await?;
+        for ordinal in 0..replicas {
+            if !self.replicas.contains_key(&ordinal) {
+                self.spawn_replica(ordinal)?;
+            }
+        }
+        let extra: Vec<u32> = self
+            .replicas
+            .range(replicas..)
+            .map(|(&o, _)| o)
+            .rev()
+            .collect();
+        for ordinal in extra {
+            self.stop_replica(ordinal).await?;
+        }
+        Ok(replicas)
     }
 
     /// Every app Synced, and every cluster (or, of a cluster cut into slices, every slice) and
