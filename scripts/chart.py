@@ -3,13 +3,15 @@
 behind a C ABI, no helm binary needed): lint, the values schema, renders of several releases,
 every rendered object and CRD validated against the Kubernetes schemas (kubernetes-validate),
 and what the chart promises: the RBAC of deploy/rbac.yaml, the CRDs of deploy/crds.yaml, every
-controller flag set from a value, names that match, probes, security context, autoscaling,
-scheduling, the `helm test` Pod and its script (run by busybox, as in the Pod), NOTES.txt, the
-CRDs as templates (`crds.upgrade`), a dashboard uid per release, the PrometheusRule: the
-alerts of docs/operations.md, on metrics the controller registers, checked by promtool (syntax
-and unit tests), releases without the controller (`controller.enabled`), and the Argo CD
-balancer (`argocdBalancer`): each value on its flag of `shardwise balance --help`, its pods out
-of the controller's selectors, and its roles exactly the Role of docs/argocd.md. Also checks that
+controller flag set from a value, names that match, probes, security context, autoscaling (by a
+HorizontalPodAutoscaler, or by the planner with `sizing.autoscale`: then no spec.replicas, and
+the Role's one extra rule, on statefulsets/scale, only then), scheduling, the `helm test` Pod
+and its script (run by busybox, as in the Pod), NOTES.txt, the CRDs as templates
+(`crds.upgrade`), a dashboard uid per release, the PrometheusRule: the alerts of
+docs/operations.md, on metrics the controller registers, checked by promtool (syntax and unit
+tests), releases without the controller (`controller.enabled`), and the Argo CD balancer
+(`argocdBalancer`): each value on its flag of `shardwise balance --help`, its pods out of the
+controller's selectors, and its roles exactly the Role of docs/argocd.md. Also checks that
 charts/shardwise/README.md is what scripts/chart_readme.py generates, and lints e2e/kind/run.sh
 (`make e2e-kind` needs Docker) with shellcheck. promtool and busybox come from
 scripts/prerequisites.sh; without them the checks fail.
@@ -109,6 +111,16 @@ EVERYTHING = {
         }
     ],
     "autoscaling": {"enabled": True, "targetMemoryUtilizationPercentage": 80},
+    # Every sizing setting but `autoscale`, which the HorizontalPodAutoscaler excludes (release
+    # "sized" has it).
+    "sizing": {
+        "appsPerReplica": 2000,
+        "busyPerReplica": 2.5,
+        "minReplicas": 2,
+        "maxReplicas": 40,
+        "scaleUpWindow": "30s",
+        "scaleDownWindow": "10m",
+    },
     "metrics": {
         "certSecret": "shardwise-metrics-tls",
         "readers": [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}],
@@ -149,6 +161,14 @@ BALANCER_ONLY = {
     "prometheusRule": {"enabled": True},
     "dashboards": {"enabled": True},
 }
+
+# The planner sets the replicas: busyPerReplica as `--set` passes a decimal, a string.
+SIZED = {
+    "sizing": {"autoscale": True, "busyPerReplica": "0.75", "minReplicas": 2, "scaleDownWindow": "1h"},
+}
+
+# The one rule the Role gains with `sizing.autoscale`, and only then.
+SCALE_RULE = {"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["get", "update"]}
 
 # Values the chart must refuse, by the schema or at render time, with the text expected.
 INVALID = [
@@ -199,6 +219,23 @@ INVALID = [
     ({"argocdBalancer": {"applicationNamespaces": ["team-a,team-b"]}}, "applicationNamespaces"),
     ({"argocdBalancer": {"applicationNamespaces": ["team-a", "team-a"]}}, "applicationNamespaces"),
     ({"argocdBalancer": {"leaseName": "mine"}}, "leaseName"),
+    (
+        {"sizing": {"autoscale": True}, "autoscaling": {"enabled": True}},
+        "sizing.autoscale and autoscaling.enabled",
+    ),
+    (
+        {"sizing": {"minReplicas": 4, "maxReplicas": 3}},
+        "sizing.minReplicas (4) must not exceed sizing.maxReplicas (3)",
+    ),
+    ({"sizing": {"appsPerReplica": 0}}, "appsPerReplica"),
+    ({"sizing": {"busyPerReplica": 0}}, "busyPerReplica"),
+    ({"sizing": {"busyPerReplica": "0.0"}}, "busyPerReplica"),
+    ({"sizing": {"busyPerReplica": "1,5"}}, "busyPerReplica"),
+    ({"sizing": {"maxReplicas": 0}}, "maxReplicas"),
+    ({"sizing": {"autoscale": "yes"}}, "autoscale"),
+    ({"sizing": {"scaleUpWindow": "1 minute"}}, "scaleUpWindow"),
+    ({"sizing": {"scaleDownWindow": "1h1s"}}, "sizing.scaleDownWindow (1h1s) must be at most 1h"),
+    ({"sizing": {"targetReplicas": 3}}, "targetReplicas"),
 ]
 
 
@@ -597,20 +634,35 @@ def check_release(
     )
 
     # Every flag of the controller comes from a value (its SHARDWISE_* variable), except the
-    # audit file when off; nothing is set that the controller does not read.
+    # audit file when off and the busy time per replica when empty; nothing is set that the
+    # controller does not read.
     chart_env = {k for k in env if k.startswith("SHARDWISE_") or k.startswith("POD_")}
     secure = values["metrics"]["secure"]
     cert_dir = secure and values["metrics"]["certSecret"]
+    sizing = values["sizing"]
     expected = (
         set(flags)
         - ({"SHARDWISE_AUDIT_FILE"} if not c["auditFile"] else set())
         - ({"SHARDWISE_METRICS_CERT_DIR"} if not cert_dir else set())
+        - ({"SHARDWISE_BUSY_PER_REPLICA"} if sizing["busyPerReplica"] is None else set())
     )
     f.check(
         chart_env == expected,
         f"{where}: controller variables differ: chart only {sorted(chart_env - expected)}, "
         f"controller only {sorted(expected - chart_env)}",
     )
+
+    sizing_env = {
+        "SHARDWISE_ITEMS_PER_REPLICA": str(sizing["appsPerReplica"]),
+        "SHARDWISE_MIN_REPLICAS": str(sizing["minReplicas"]),
+        "SHARDWISE_MAX_REPLICAS": str(sizing["maxReplicas"]),
+        "SHARDWISE_AUTOSCALE": str(sizing["autoscale"]).lower(),
+        "SHARDWISE_SCALE_UP_WINDOW": sizing["scaleUpWindow"],
+        "SHARDWISE_SCALE_DOWN_WINDOW": sizing["scaleDownWindow"],
+        "SHARDWISE_BUSY_PER_REPLICA": None if sizing["busyPerReplica"] is None else str(sizing["busyPerReplica"]),
+    }
+    got = {k: env.get(k) for k in sizing_env}
+    f.check(got == sizing_env, f"{where}: sizing variables {got} are not the values {sizing_env}")
 
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     f.check(
@@ -720,6 +772,13 @@ def check_release(
             and secret_rules[0].get("resourceNames", []) == names,
             f"{where}: the Role's rule on Secrets is not get on {names or 'all'}: {secret_rules}",
         )
+        # The scale subresource: get and update, only for the planner that sets the count.
+        scale_rules = [r for r in one(objects, "Role")["rules"] if "statefulsets/scale" in r["resources"]]
+        f.check(
+            scale_rules == ([SCALE_RULE] if sizing["autoscale"] else []),
+            f"{where}: with sizing.autoscale {sizing['autoscale']}, the Role's statefulsets/scale rules are "
+            f"{scale_rules}",
+        )
 
     hpa = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]
     if values["autoscaling"]["enabled"]:
@@ -729,6 +788,11 @@ def check_release(
             and hpa[0]["spec"]["scaleTargetRef"]
             == {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name},
             f"{where}: HPA does not target the StatefulSet",
+        )
+    elif sizing["autoscale"]:
+        f.check(
+            "replicas" not in sts["spec"] and not hpa,
+            f"{where}: spec.replicas set, or an HPA rendered, although the planner owns the count",
         )
     else:
         f.check(
@@ -1653,6 +1717,7 @@ def main() -> int:
                 },
             ),
             ("argocd", "gitops", BALANCER_ONLY),
+            ("sized", "shardwise", SIZED),
             (
                 "spread",
                 "shardwise",
@@ -1724,6 +1789,16 @@ def main() -> int:
     default_objects = rendered["release 'shardwise'"]
     check_rbac(f, default_objects)
     report("rbac: the ServiceAccount, roles and bindings of release 'shardwise' are deploy/rbac.yaml", before)
+
+    # Least privilege: sizing.autoscale adds the scale rule to the default Role, and nothing else.
+    before = len(f.items)
+    default_rules = one(default_objects, "Role")["rules"]
+    sized_rules = one(rendered["release 'sized'"], "Role")["rules"]
+    f.check(
+        sized_rules.count(SCALE_RULE) == 1 and [r for r in sized_rules if r != SCALE_RULE] == default_rules,
+        f"rbac: the Role of release 'sized' is not the default Role plus {SCALE_RULE}: {sized_rules}",
+    )
+    report("rbac: sizing.autoscale adds exactly get and update on statefulsets/scale to the Role", before)
 
     before = len(f.items)
     f.check(
