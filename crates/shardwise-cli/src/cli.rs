@@ -112,6 +112,29 @@ pub enum Load {
     Resources,
 }
 
+/// What counts as load in `plan`: Argo CD's two counts, or what shardwise's replicas measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PlanLoad {
+    /// One per app (FleetApp, or Argo CD Application), times the cluster's weight.
+    Apps,
+    /// One per resource an Application manages (`status.resources`). --source argocd only.
+    Resources,
+    /// The reconcile time shardwise's replicas measure and publish on their shard Leases,
+    /// weighed as the controller's planner weighs it. --source shardwise only.
+    Measured,
+}
+
+impl PlanLoad {
+    /// The load of an Argo CD fleet; `None` for `measured`, which Argo CD does not publish.
+    pub fn argocd(self) -> Option<Load> {
+        match self {
+            PlanLoad::Apps => Some(Load::Apps),
+            PlanLoad::Resources => Some(Load::Resources),
+            PlanLoad::Measured => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ScenarioKind {
     /// Change the number of shards from --from to --to.
@@ -345,10 +368,11 @@ pub struct PlanArgs {
     /// shardwise's names for them). --source argocd only; default: read from the installation.
     #[arg(long, value_name = "NAME", value_parser = argocd_algorithm)]
     pub current_strategy: Option<(StrategyKind, &'static str)>,
-    /// What a cluster's load is: its Applications, or the resources they manage (the length of
-    /// each Application's status.resources). --source argocd only.
-    #[arg(long, value_enum, default_value_t = Load::Apps)]
-    pub load: Load,
+    /// What a cluster's load is: its apps times its weight; for --source argocd, the resources
+    /// its Applications manage (the length of each status.resources); for --source shardwise,
+    /// the reconcile time its replicas measured, from the load reports of their shard Leases.
+    #[arg(long, value_enum, default_value_t = PlanLoad::Apps)]
+    pub load: PlanLoad,
     #[command(flatten)]
     pub strategy_args: StrategyArgs,
     /// Cut clusters too big for one shard into slices of their apps, by the FNV-1a hash of each

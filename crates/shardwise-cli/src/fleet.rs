@@ -5,6 +5,7 @@
 pub(crate) mod api;
 pub(crate) mod argocd;
 pub(crate) mod installation;
+pub(crate) mod measured;
 pub(crate) mod shardwise;
 
 use std::collections::BTreeMap;
@@ -42,6 +43,9 @@ pub(crate) struct LiveFleet {
     /// Argo CD: by id, the Applications whose `destination.server` is exactly the cluster's
     /// server, the count Argo CD's consistent-hashing weighs the cluster by.
     pub server_apps: BTreeMap<String, u64>,
+    /// With measured load: where the clusters' weights came from (they are then the planner's
+    /// measured weights, in thousandths of an app of average cost).
+    pub measured: Option<measured::MeasuredSummary>,
 }
 
 impl LiveFleet {

@@ -14,6 +14,7 @@ use shard_assign::{
 
 use crate::cli::{Load, Source};
 use crate::fleet::LiveFleet;
+use crate::fleet::measured::MeasuredSummary;
 
 /// How the current placement is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +67,10 @@ pub(crate) struct PlanReport {
     pub current: CurrentPlacement,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub argocd: Option<ArgoCdSettings>,
+    /// With `--load measured`: where the weights came from. `load` is then in thousandths of an
+    /// app of the fleet's average measured cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MeasuredSummary>,
     pub notes: Vec<String>,
     /// What hurts the fleet as read (Argo CD: orphaned clusters, ignored Secrets, ...).
     pub warnings: Vec<String>,
@@ -89,7 +94,8 @@ pub(crate) struct FleetTotals {
     pub load: u64,
     /// Apps that target no known cluster.
     pub unmatched_apps: u64,
-    /// True when some cluster has a weight above 1, so that load differs from apps.
+    /// True when some cluster has a weight above 1, or weights are measured, so that load
+    /// differs from apps.
     pub weighted: bool,
 }
 
@@ -299,10 +305,12 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
             apps: fleet.clusters.iter().map(|c| c.apps).sum(),
             load: fleet.clusters.iter().map(Cluster::load).sum(),
             unmatched_apps: fleet.unmatched_apps,
-            weighted: fleet.clusters.iter().any(|c| c.weight.unwrap_or(1) > 1),
+            weighted: fleet.measured.is_some()
+                || fleet.clusters.iter().any(|c| c.weight.unwrap_or(1) > 1),
         },
         current: placement,
         argocd: request.argocd,
+        measured: fleet.measured.clone(),
         notes: fleet.notes.clone(),
         warnings: fleet.warnings.clone(),
         clusters,

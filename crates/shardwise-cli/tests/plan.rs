@@ -579,6 +579,163 @@ async fn plans_a_cut_cluster_from_its_unit_slices() {
     assert_eq!(hot["shard"], if on_high > on_low { 1 } else { 0 });
 }
 
+/// A shard Lease of StatefulSet `statefulset` for `shard`, renewed, with `report` as its
+/// `shardwise.io/load` annotation.
+fn shard_lease(statefulset: &str, shard: u32, report: &str) -> String {
+    format!(
+        "---\napiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {statefulset}-shard-{shard}\n  namespace: shardwise\n  labels: {{shardwise.io/lease: shard, shardwise.io/statefulset: {statefulset}, shardwise.io/shard: \"{shard}\"}}\n  annotations: {{shardwise.io/load: '{report}'}}\nspec: {{holderIdentity: {statefulset}-{shard}, leaseDurationSeconds: 15, renewTime: \"2030-01-01T00:00:00.000000Z\"}}\n"
+    )
+}
+
+/// Shard loads of a layout as (shard, apps, load).
+fn shard_loads(layout: &Value) -> Vec<(u64, u64, u64)> {
+    layout["shards"]
+        .as_array()
+        .expect("shards is a list")
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().expect("in the report");
+            (n("shard"), n("apps"), n("load"))
+        })
+        .collect()
+}
+
+/// Two shards with 20 apps each, but shard 0's clusters cost three times as much per app as
+/// shard 1's. Counting apps the fleet is balanced; weighed by the load reports of the shard
+/// Leases, as the controller's planner weighs them, shard 0 carries three quarters of it and
+/// sticky-balanced moves a costly cluster off it.
+#[tokio::test]
+async fn measured_load_moves_a_costly_cluster_off_an_overloaded_shard() {
+    let env = Environment::builder().start().unwrap();
+    let cp = env.control_plane();
+    cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
+        .await
+        .unwrap();
+    let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: shardwise}\n");
+    yaml.push_str("---\n");
+    yaml.push_str(&statefulset("shardwise", "shardwise", 2, ""));
+    for (name, shard) in [("a0", 0), ("a1", 0), ("b0", 1), ("b1", 1)] {
+        yaml.push_str(&format!(
+            "---\napiVersion: shardwise.io/v1alpha1\nkind: FleetCluster\nmetadata: {{name: {name}, namespace: shardwise, labels: {{shardwise.io/shard: \"{shard}\"}}}}\nspec: {{server: \"https://{name}.example:6443\"}}\n"
+        ));
+        for j in 0..10 {
+            yaml.push_str(&fleet_app(&format!("{name}-{j}"), name));
+        }
+    }
+    // 0.3 busy seconds per second per app on shard 0, 0.1 on shard 1.
+    yaml.push_str(&shard_lease(
+        "shardwise",
+        0,
+        r#"{"v":1,"records":{"shardwise/a0":{"busy":3.0,"items":10},"shardwise/a1":{"busy":3.0,"items":10}}}"#,
+    ));
+    yaml.push_str(&shard_lease(
+        "shardwise",
+        1,
+        r#"{"v":1,"records":{"shardwise/b0":{"busy":1.0,"items":10},"shardwise/b1":{"busy":1.0,"items":10}}}"#,
+    ));
+    // Left out: a report that is none, and the Lease of another StatefulSet.
+    yaml.push_str(&shard_lease("shardwise", 2, "not a report"));
+    yaml.push_str(&shard_lease(
+        "other",
+        1,
+        r#"{"v":1,"records":{"shardwise/b0":{"busy":90.0,"items":10}}}"#,
+    ));
+    cp.apply_yaml("admin", &yaml).await.unwrap();
+    let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+    let args = ["--strategy", "sticky-balanced", "--format", "json"];
+
+    let by_apps = json(&shardwise(&kubeconfig, &args));
+    assert!(by_apps.get("measured").is_none());
+    assert_eq!(by_apps["current"]["balance"]["max_over_mean"], 1.0);
+    assert_eq!(
+        strategy(&by_apps, "sticky-balanced")["moves"]["clusters"],
+        0
+    );
+
+    let measured_args = [&args[..], &["--load", "measured"]].concat();
+    let measured = json(&shardwise(&kubeconfig, &measured_args));
+    let summary = &measured["measured"];
+    assert_eq!(summary["leases"], 3);
+    assert_eq!(summary["reports"], 2);
+    assert_eq!(summary["clusters"], 4);
+    assert_eq!(summary["measured"], 4);
+    assert_eq!(summary["busy"], 8.0);
+    assert_eq!(summary["busy_per_app"], 0.2);
+    let warnings = measured["warnings"].to_string();
+    assert!(
+        warnings.contains(r#"shard Lease \"shardwise-shard-2\" has a shardwise.io/load annotation that cannot be read"#),
+        "{warnings}"
+    );
+    // a0 and a1 weigh 1500 (0.3 / 0.2 per app), b0 and b1 500.
+    let weights: BTreeMap<String, u64> = measured["clusters"]
+        .as_array()
+        .expect("clusters is a list")
+        .iter()
+        .map(|c| {
+            let name = c["name"].as_str().expect("a name").to_string();
+            (name, c["weight"].as_u64().expect("a weight"))
+        })
+        .collect();
+    let expected: BTreeMap<String, u64> = [("a0", 1500), ("a1", 1500), ("b0", 500), ("b1", 500)]
+        .map(|(name, w)| (name.to_string(), w))
+        .into();
+    assert_eq!(weights, expected);
+    let current = &measured["current"];
+    assert_eq!(shard_loads(current), [(0, 20, 30_000), (1, 20, 10_000)]);
+    assert_eq!(current["balance"]["max_over_mean"], 1.5);
+    assert_eq!(measured["fleet"]["weighted"], true);
+
+    let sticky = strategy(&measured, "sticky-balanced");
+    let moved = moves(sticky);
+    assert!(
+        moved
+            .iter()
+            .any(|(name, from, to, forced)| name.starts_with('a')
+                && (*from, *to, *forced) == (0, 1, false)),
+        "{moved:?}"
+    );
+    let after: Vec<u64> = shard_loads(&sticky["at_to"])
+        .iter()
+        .map(|&(_, _, load)| load)
+        .collect();
+    assert_eq!(after.iter().sum::<u64>(), 40_000);
+    assert!(after.iter().all(|&load| load < 30_000), "{after:?}");
+
+    let table = shardwise(
+        &kubeconfig,
+        &["--strategy", "sticky-balanced", "--load", "measured"],
+    );
+    let text = String::from_utf8(table.stdout).expect("UTF-8 output");
+    assert!(
+        text.contains("\nload: measured, from the load reports of 2 of 3 shard Leases: 4 of 4 clusters measured, 8.000 busy seconds per second in total\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nload unit: apps x weight, where weight 1000 is an app of the fleet's average measured cost (0.2000 busy s/s); "),
+        "{text}"
+    );
+    assert!(text.contains("load now"), "{text}");
+}
+
+/// `--load` takes what each source has, refused before anything is read.
+#[test]
+fn load_is_refused_where_the_source_has_no_such_load() {
+    let nowhere = Path::new("/nonexistent/kubeconfig");
+    let resources = failure(&shardwise(nowhere, &["--load", "resources"]), USAGE);
+    assert!(
+        resources.contains("--load resources applies to --source argocd only"),
+        "{resources}"
+    );
+    let measured = failure(
+        &shardwise(nowhere, &["--source", "argocd", "--load", "measured"]),
+        USAGE,
+    );
+    assert!(
+        measured.contains("--load measured applies to --source shardwise only"),
+        "{measured}"
+    );
+}
+
 /// Argo CD's Application CRD as released (trimmed; the file says how).
 const APPLICATION_CRD: &str = include_str!("fixtures/application-crd.yaml");
 

@@ -5,9 +5,9 @@ use std::io::Write;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Secret;
-use shard_assign::{StrategyConfig, StrategyKind};
+use shard_assign::{ShardSet, StrategyConfig, StrategyKind};
 
-use crate::cli::{Format, Load, PlanArgs, Source, StrategyArgs};
+use crate::cli::{Format, Load, PlanArgs, PlanLoad, Source, StrategyArgs};
 use crate::fleet::api::Connection;
 use crate::fleet::installation::{self, Message, Workload};
 use crate::fleet::{self, LiveFleet};
@@ -49,9 +49,9 @@ fn check(args: &PlanArgs) -> Result<(), Usage> {
                 "--current-strategy applies to --source argocd only: shardwise records the current placement in shard labels (of FleetClusters and UnitSlices)".into(),
             ));
         }
-        if args.load != Load::Apps {
+        if args.load == PlanLoad::Resources {
             return Err(Usage(
-                "--load applies to --source argocd only: a FleetCluster's load is its FleetApps times its weight".into(),
+                "--load resources applies to --source argocd only: a FleetCluster's load is its FleetApps times its weight (--load apps) or the reconcile time its replicas measured (--load measured)".into(),
             ));
         }
         if !args.app_namespaces.is_empty() {
@@ -59,6 +59,9 @@ fn check(args: &PlanArgs) -> Result<(), Usage> {
                 "--app-namespaces applies to --source argocd only: FleetApps are read from --namespace".into(),
             ));
         }
+    }
+    if args.source == Source::Argocd {
+        argocd_load(args.load)?;
     }
     if let Some(replicas) = args.replicas {
         limits::at_most("--replicas", replicas, limits::MAX_SHARDS)?;
@@ -70,6 +73,15 @@ fn check(args: &PlanArgs) -> Result<(), Usage> {
         config.validate().map_err(Usage::of)?;
     }
     Ok(())
+}
+
+/// What counts as load in an Argo CD fleet.
+fn argocd_load(load: PlanLoad) -> Result<Load, Usage> {
+    load.argocd().ok_or_else(|| {
+        Usage(
+            "--load measured applies to --source shardwise only: Argo CD's controller publishes no measured load; use --load apps or --load resources".into(),
+        )
+    })
 }
 
 /// What `read` returns: the fleet, the request to plan it, and for `--apply` the cluster
@@ -107,7 +119,7 @@ async fn read(args: &PlanArgs) -> Result<Gathered> {
             let clusters = connection.fleet_clusters(namespace).await?;
             let apps = connection.fleet_apps(namespace).await?;
             let slices = connection.unit_slices(namespace).await?;
-            let fleet = fleet::shardwise::fleet(&clusters, &apps, &slices)?;
+            let mut fleet = fleet::shardwise::fleet(&clusters, &apps, &slices)?;
             if fleet.clusters.is_empty() {
                 bail!(
                     "no clusters in namespace {namespace}: nothing to plan (is --namespace right?)"
@@ -133,6 +145,15 @@ async fn read(args: &PlanArgs) -> Result<Gathered> {
                     },
                 },
             };
+            if args.load == PlanLoad::Measured {
+                let leases = connection.shard_leases(namespace, workload_name).await?;
+                let mut reports = fleet::measured::reports(&leases);
+                let live = ShardSet::contiguous(replicas);
+                let weighed = fleet::measured::weigh(&clusters, &apps, &slices, &reports, &live);
+                fleet.notes.append(&mut reports.notes);
+                fleet.warnings.append(&mut reports.warnings);
+                weighed.apply(&mut fleet);
+            }
             Read {
                 fleet,
                 replicas,
@@ -149,7 +170,7 @@ async fn read(args: &PlanArgs) -> Result<Gathered> {
                 replicas: args.replicas,
                 current_strategy: args.current_strategy,
                 app_namespaces: &args.app_namespaces,
-                load: args.load,
+                load: argocd_load(args.load)?,
                 strategy_args: &args.strategy_args,
             };
             let mut read = read_argocd(&query, &connection, namespace, workload_name).await?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -119,6 +120,10 @@ const CONFIGMAPS: Resource = Resource {
     name: "configmaps",
     missing: None,
 };
+const LEASES: Resource = Resource {
+    name: "leases.coordination.k8s.io",
+    missing: None,
+};
 
 impl Connection {
     /// Connects with `kubeconfig` (or kube's inference: `$KUBECONFIG`, `~/.kube/config`, the
@@ -188,6 +193,19 @@ impl Connection {
                 )
             }),
         }
+    }
+
+    /// The shard Leases of the replicas of StatefulSet `statefulset`, by the labels the
+    /// controller gives them.
+    pub async fn shard_leases(
+        &self,
+        namespace: &str,
+        statefulset: &str,
+    ) -> Result<Vec<Lease>, FetchError> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        let selector = super::measured::shard_lease_selector(statefulset);
+        self.list_all(&api, Some(&selector), LEASES, Some(namespace))
+            .await
     }
 
     /// Argo CD's cluster Secrets.

@@ -8,6 +8,7 @@ use shard_assign::ShardId;
 
 use super::Table;
 use crate::cli::{Format, Load, Source};
+use crate::fleet::measured::MeasuredSummary;
 use crate::planning::{CutCluster, PlanReport, StrategyPlan};
 
 /// Clusters, apps and load of one shard.
@@ -228,6 +229,9 @@ fn write_table(out: &mut impl Write, report: &PlanReport, limit: usize) -> io::R
         )?,
         (None, _) => writeln!(out, "current placement: shard labels{unplaced}")?,
     }
+    if let Some(measured) = &report.measured {
+        write_measured(out, measured)?;
+    }
     for line in header_messages(report) {
         writeln!(out, "{line}")?;
     }
@@ -270,6 +274,38 @@ fn write_table(out: &mut impl Write, report: &PlanReport, limit: usize) -> io::R
         write_strategy(out, report, s, limit)?;
     }
     Ok(())
+}
+
+/// Where measured load came from, and what a unit of load is then.
+fn write_measured(out: &mut impl Write, m: &MeasuredSummary) -> io::Result<()> {
+    let overridden = if m.overridden > 0 {
+        format!(
+            " ({} more measured but weighed by spec.weight)",
+            m.overridden
+        )
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "load: measured, from the load reports of {} of {} shard {}: {} of {} measured{overridden}, {:.3} busy seconds per second in total",
+        m.reports,
+        m.leases,
+        plural(m.leases as u64, "Lease"),
+        m.measured,
+        count(m.clusters as u64, "cluster"),
+        m.busy
+    )?;
+    match m.busy_per_app {
+        Some(busy) => writeln!(
+            out,
+            "load unit: apps x weight, where weight 1000 is an app of the fleet's average measured cost ({busy:.4} busy s/s); unmeasured clusters weigh 1000 x spec.weight (or 1), that many average apps"
+        ),
+        None => writeln!(
+            out,
+            "load unit: apps x weight; nothing measured is busy, so every cluster weighs 1000 x spec.weight (or 1), that many average apps"
+        ),
+    }
 }
 
 fn write_summary(out: &mut impl Write, report: &PlanReport) -> io::Result<()> {
@@ -709,6 +745,34 @@ mod tests {
         assert!(messages.iter().any(|m| m.starts_with(
             "warning: cluster \"cluster-05\" is pinned to shard 9, which is not live with 3 replicas; it is on shard 2"
         )));
+    }
+
+    #[test]
+    fn measured_load_says_where_it_came_from_and_what_its_unit_is() {
+        let mut summary = MeasuredSummary {
+            unit: "u",
+            leases: 3,
+            reports: 2,
+            clusters: 5,
+            measured: 3,
+            overridden: 1,
+            busy: 6.0,
+            busy_per_app: Some(0.125),
+        };
+        let lines = |summary: &MeasuredSummary| {
+            let mut out = Vec::new();
+            write_measured(&mut out, summary).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            lines(&summary),
+            "load: measured, from the load reports of 2 of 3 shard Leases: 3 of 5 clusters measured (1 more measured but weighed by spec.weight), 6.000 busy seconds per second in total\n\
+             load unit: apps x weight, where weight 1000 is an app of the fleet's average measured cost (0.1250 busy s/s); unmeasured clusters weigh 1000 x spec.weight (or 1), that many average apps\n"
+        );
+        summary.busy_per_app = None;
+        assert!(lines(&summary).ends_with(
+            "load unit: apps x weight; nothing measured is busy, so every cluster weighs 1000 x spec.weight (or 1), that many average apps\n"
+        ));
     }
 
     #[test]
