@@ -696,6 +696,59 @@ mod tests {
     }
 
     #[test]
+    fn a_unit_costly_per_item_is_cut_by_its_measured_load_not_by_its_item_count() {
+        // Three units of 12 items on three shards: by count each is exactly a shard's share,
+        // and nothing is cut.
+        let mut index = Index::default();
+        index.set_expected(Some(3));
+        for (n, (name, owner)) in [("slow", 0), ("a", 1), ("b", 2)].into_iter().enumerate() {
+            index.apply_unit(unit(name, Some(owner)));
+            for i in 0..12 {
+                let mut view = item(&format!("{name}-{i}"), name, Some(owner));
+                view.uid = spread_uid(i + 100 * n as u64);
+                index.apply_item(view);
+            }
+        }
+        let membership = members(3, &[0, 1, 2]);
+        let live = membership.live();
+        let strategy = sticky();
+        let cut_units = |busy: &[(&str, f64, u64)]| {
+            let mut model = MeasuredModel::new(
+                Hysteresis::DEFAULT_TRIGGER,
+                strategy.target_balance,
+                Duration::ZERO,
+            );
+            let loads = model.pass(
+                &index.unit_views(),
+                &index.item_counts(),
+                &reports(busy),
+                &live,
+                true,
+                Instant::now(),
+            );
+            let rules = Rules {
+                weights: Some(&loads.placing),
+                ..rules(&strategy)
+            };
+            let decision = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
+            decision.figures.cut_units
+        };
+        let counted = decide(&rules(&strategy), &index, &membership, Recall::Forgotten).unwrap();
+        assert_eq!(counted.figures.cut_units, 0);
+        // Measured, "slow" costs 6x per item what the others cost: 3/4 of the fleet's load,
+        // more than a shard's share, so it is cut and spread.
+        assert_eq!(
+            cut_units(&[("slow", 6.0, 12), ("a", 1.0, 12), ("b", 1.0, 12)]),
+            1
+        );
+        // At the others' cost per item nothing is heavier than a share: nothing is cut.
+        assert_eq!(
+            cut_units(&[("slow", 1.0, 12), ("a", 1.0, 12), ("b", 1.0, 12)]),
+            0
+        );
+    }
+
+    #[test]
     fn no_live_shard_is_an_error_not_a_plan() {
         let index = index(&[("a", None, 1)]);
         let result = decide(
