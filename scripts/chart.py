@@ -866,8 +866,9 @@ def check_release(
         )
 
 
-def check_notes(f: Failures, notes: str, objects: list[dict[str, Any]], where: str) -> None:
-    """NOTES.txt names what was rendered, by its real names, and every layout of cluster Secret."""
+def check_notes(f: Failures, notes: str, objects: list[dict[str, Any]], values: dict[str, Any], where: str) -> None:
+    """NOTES.txt names what was rendered, by its real names, and every layout of cluster Secret, and
+    says who sets the replica count."""
     rules = [o["metadata"]["name"] for o in objects if o["kind"] == "PrometheusRule"]
     f.check(
         ("PrometheusRule " in notes) == bool(rules) and all(f"PrometheusRule {n}" in notes for n in rules),
@@ -890,10 +891,44 @@ def check_notes(f: Failures, notes: str, objects: list[dict[str, Any]], where: s
     if statefulsets:
         for text in ("`token`", "`kubeconfig`", "`value`", "argocd.argoproj.io/secret-type=cluster", "`config`"):
             f.check(text in notes, f"{where}: NOTES.txt does not mention {text} among the cluster Secret layouts")
+        check_notes_count(f, notes, one(objects, "StatefulSet"), values, where)
     balancers = [o["metadata"]["name"] for o in objects if o["kind"] == "Deployment" and is_balancer(o)]
     f.check(
         ("Argo CD balancer" in notes) == bool(balancers) and all(f"deployment/{n}" in notes for n in balancers),
         f"{where}: NOTES.txt and the balancer Deployments rendered ({balancers}) disagree",
+    )
+
+
+def check_notes_count(f: Failures, notes: str, sts: dict[str, Any], values: dict[str, Any], where: str) -> None:
+    """With `sizing.autoscale`, NOTES.txt gives the planner's range, where to see the count, and
+    that a `kubectl scale` does not last; otherwise it suggests `kubectl scale`."""
+    name, namespace = sts["metadata"]["name"], sts["metadata"]["namespace"]
+    scale = f"kubectl -n {namespace} scale statefulset {name} --replicas=N"
+    sizing = values["sizing"]
+    if not sizing["autoscale"]:
+        f.check(
+            scale in notes and "shardwise_desired_replicas" not in notes,
+            f"{where}: NOTES.txt does not suggest `{scale}`, or speaks of the planner's count without sizing.autoscale",
+        )
+        return
+    up = (
+        "at once"
+        if seconds(sizing["scaleUpWindow"]) == 0
+        else f"once the need has been higher for sizing.scaleUpWindow ({sizing['scaleUpWindow']})"
+    )
+    for text in (
+        "planner sets the replica count from the load",
+        f"between {sizing['minReplicas']} and {sizing['maxReplicas']} replicas.",
+        "shardwise_desired_replicas",
+        f"kubectl -n {namespace} get statefulset {name}\n",
+        "The planner overrides `kubectl scale` on its next pass",
+        f"back up\n{up} to what the load needs",
+        f"sizing.scaleDownWindow ({sizing['scaleDownWindow']})",
+    ):
+        f.check(text in notes, f"{where}: with sizing.autoscale, NOTES.txt does not say {text!r}")
+    f.check(
+        scale not in notes and f"with {values['replicas']} replicas" not in notes,
+        f"{where}: with sizing.autoscale, NOTES.txt still gives the replicas value or suggests `{scale}`",
     )
 
 
@@ -1006,7 +1041,13 @@ def check_test_pod(
         f"{where}: the test container's own securityContext is not the restricted one with user "
         f"65532: {container['securityContext']}",
     )
-    replicas = values["autoscaling"]["minReplicas"] if values["autoscaling"]["enabled"] else values["replicas"]
+    # An autoscaler's or the planner's count may be anything from its minimum up.
+    if values["autoscaling"]["enabled"]:
+        replicas = values["autoscaling"]["minReplicas"]
+    elif values["sizing"]["autoscale"]:
+        replicas = values["sizing"]["minReplicas"]
+    else:
+        replicas = values["replicas"]
     port = values["controller"]["healthPort"]
     expected = [f"http://{statefulset}-{i}.{service}.{namespace}.svc:{port}/readyz" for i in range(replicas)]
     f.check(
@@ -1718,6 +1759,8 @@ def main() -> int:
             ),
             ("argocd", "gitops", BALANCER_ONLY),
             ("sized", "shardwise", SIZED),
+            # NOTES.txt's other wording: the planner scales up only after sizing.scaleUpWindow.
+            ("windowed", "shardwise", {"sizing": {"autoscale": True, "scaleUpWindow": "2m"}}),
             (
                 "spread",
                 "shardwise",
@@ -1744,7 +1787,7 @@ def main() -> int:
             else:
                 check_no_controller(f, controller, where)
             check_balancer(f, objects, values, namespace, options, docs_rules, where)
-            check_notes(f, notes, objects, where)
+            check_notes(f, notes, objects, values, where)
             kinds = sorted({o["kind"] for o in objects})
             report(
                 f"render release {release!r} in {namespace!r}: {len(objects)} objects ({', '.join(kinds)})",
