@@ -13,7 +13,13 @@
 //!   lease duration + 5 s) and a partition; apps whose owner changed; reconciles in flight when
 //!   the owner stopped; overlapping reconciles in the audit (must be 0).
 //!
-//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff]` (all by
+//! - `measured`: 4 replicas, 40 clusters of 25 apps each, 8 of them (4 on shard 0, 4 on shard 1)
+//!   moved to a destination that answers 10x slower (50 ms against 5 ms); the fleet restarted
+//!   with `--load-model=apps`, then with `--load-model=measured`, side by side in one run:
+//!   measured busy time per shard, max/mean (target with measured ≤ 1.20, and apps worse), the
+//!   clusters moved and the time to get there; overlapping reconciles (must be 0).
+//!
+//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff|measured]` (all by
 //! default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
@@ -335,6 +341,214 @@ async fn handoff() -> (Vec<Handoff>, usize) {
     (rows, overlaps)
 }
 
+// ---------------------------------------------------------------- measured load
+
+const FAST_LATENCY: Duration = Duration::from_millis(5);
+const SLOW_LATENCY: Duration = Duration::from_millis(50);
+/// The destination the slow clusters are moved to.
+const SLOW: usize = 2;
+
+/// Each live replica's measured busy seconds per second, by shard.
+async fn busy_per_shard(fleet: &Fleet) -> BTreeMap<u32, f64> {
+    let mut busy = BTreeMap::new();
+    for (&ordinal, replica) in &fleet.replicas {
+        if let Ok(m) = scrape(&replica.metrics_url).await {
+            busy.insert(
+                ordinal,
+                m.sum(
+                    "shardwise_measured_busy_seconds_per_second",
+                    &[("shard", &ordinal.to_string())],
+                ),
+            );
+        }
+    }
+    busy
+}
+
+fn max_over_mean(values: &BTreeMap<u32, f64>) -> f64 {
+    let mean = values.values().sum::<f64>() / values.len().max(1) as f64;
+    let max = values.values().copied().fold(0.0, f64::max);
+    if mean > 0.0 { max / mean } else { 1.0 }
+}
+
+/// The fleet's busy time per shard averaged over `samples` reads 10 s apart.
+async fn sampled_busy(fleet: &Fleet, samples: u32) -> BTreeMap<u32, f64> {
+    let mut sum: BTreeMap<u32, f64> = BTreeMap::new();
+    for i in 0..samples {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        for (shard, busy) in busy_per_shard(fleet).await {
+            *sum.entry(shard).or_default() += busy / f64::from(samples);
+        }
+    }
+    sum
+}
+
+/// Clusters whose shard differs between two placements.
+fn clusters_moved(before: &BTreeMap<String, u32>, after: &BTreeMap<String, u32>) -> usize {
+    after
+        .iter()
+        .filter(|(name, shard)| before.get(*name) != Some(*shard))
+        .count()
+}
+
+/// Stops every replica and starts them again with `args` (new flags, all at once): each
+/// starts with nothing measured, and the new planner takes the placement over as it stands.
+async fn restart_with(fleet: &mut Fleet, args: &[&str]) {
+    // All at once: replicas stopped one by one would hand their clusters to the others first.
+    let mut stopping: Vec<_> = std::mem::take(&mut fleet.replicas).into_values().collect();
+    for replica in &mut stopping {
+        replica.process.terminate().unwrap();
+    }
+    for replica in &mut stopping {
+        replica.process.wait(Duration::from_secs(60)).await.unwrap();
+    }
+    fleet.options.args = args.iter().map(|a| a.to_string()).collect();
+    for ordinal in 0..4 {
+        fleet.spawn_replica(ordinal).unwrap();
+    }
+    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+}
+
+struct MeasuredRow {
+    model: &'static str,
+    busy: BTreeMap<u32, f64>,
+    apps: BTreeMap<u32, f64>,
+    moves: usize,
+    seconds: f64,
+}
+
+async fn owned_apps(fleet: &Fleet) -> BTreeMap<u32, f64> {
+    let (_, apps) = labels(fleet).await;
+    let mut per_shard = BTreeMap::new();
+    for shard in apps.values() {
+        *per_shard.entry(*shard).or_default() += 1.0;
+    }
+    per_shard
+}
+
+async fn measured() -> (Vec<MeasuredRow>, usize) {
+    let flags = |model: &'static str| {
+        vec![
+            "--resync-interval=10s",
+            "--probe-interval=5s",
+            "--plan-interval=5s",
+            "--converge-interval=5s",
+            "--load-smoothing=30s",
+            "--log=info,kube=warn",
+            model,
+        ]
+    };
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 4,
+        clusters: 40,
+        apps: 1000,
+        destinations: 3,
+        rbac: false,
+        fast: false,
+        audit: true,
+        destination_latency: Some(FAST_LATENCY),
+        args: flags("--load-model=apps")
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+
+    // Four clusters of shard 0 and four of shard 1 move to the slow destination; every other
+    // cluster to one of the fast ones.
+    let (clusters, _) = labels(&fleet).await;
+    let mut slow = Vec::new();
+    for shard in [0, 1] {
+        let mut on_shard: Vec<&String> = clusters
+            .iter()
+            .filter(|&(_, s)| *s == shard)
+            .map(|(name, _)| name)
+            .collect();
+        on_shard.sort_by_key(|name| name[8..].parse::<u32>().unwrap());
+        slow.extend(on_shard.into_iter().take(4).cloned());
+    }
+    assert_eq!(slow.len(), 8, "shards 0 and 1 own at least 4 clusters each");
+    for (i, name) in clusters.keys().enumerate() {
+        let destination = if slow.contains(name) { SLOW } else { i % 2 };
+        let patch = serde_json::json!({"spec": {
+            "server": fleet.env.destinations()[destination].url(),
+            "credentials": {"secretRef": {"name": format!("dest-{destination}-credentials")}},
+        }});
+        fleet
+            .clusters_api()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+    fleet.env.destinations()[SLOW]
+        .faults()
+        .set_latency(FaultScope::Global, SLOW_LATENCY);
+    eprintln!("measured: slow clusters {slow:?}");
+
+    let mut rows = Vec::new();
+    let placed = labels(&fleet).await.0;
+    restart_with(&mut fleet, &flags("--load-model=apps")).await;
+    // Two windows of measurement, then a minute of samples.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let busy = sampled_busy(&fleet, 7).await;
+    eprintln!("measured: apps model: busy per shard {busy:?}");
+    rows.push(MeasuredRow {
+        model: "apps",
+        busy,
+        apps: owned_apps(&fleet).await,
+        moves: clusters_moved(&placed, &labels(&fleet).await.0),
+        seconds: 0.0,
+    });
+
+    let placed = labels(&fleet).await.0;
+    restart_with(&mut fleet, &flags("--load-model=measured")).await;
+    let started = Instant::now();
+    // Converged: three reads in a row, 10 s apart, within 1.20.
+    let mut within = 0;
+    while within < 3 {
+        assert!(started.elapsed() < LONG, "measured load did not converge");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let busy = busy_per_shard(&fleet).await;
+        let balance = max_over_mean(&busy);
+        eprintln!(
+            "measured: {:.0} s: busy max/mean {balance:.3} {busy:?}",
+            started.elapsed().as_secs_f64()
+        );
+        // Every shard measured: a replica that just started reports nothing yet.
+        let measured = busy.len() == 4 && busy.values().all(|&b| b > 0.0);
+        within = if balance <= 1.20 && measured {
+            within + 1
+        } else {
+            0
+        };
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+    let busy = sampled_busy(&fleet, 7).await;
+    rows.push(MeasuredRow {
+        model: "measured",
+        busy,
+        apps: owned_apps(&fleet).await,
+        moves: clusters_moved(&placed, &labels(&fleet).await.0),
+        seconds,
+    });
+    let overlaps = audit::overlaps(
+        &audit::read(&fleet.audits, "cluster").unwrap(),
+        &BTreeMap::new(),
+    )
+    .len();
+    (rows, overlaps)
+}
+
 // ---------------------------------------------------------------- main
 
 fn main() {
@@ -422,6 +636,39 @@ fn main() {
             }
             if let Some(r) = rows.iter().find(|r| r.what == "SIGKILL") && r.seconds >= 20.0 {
                 failures.push(format!("SIGKILL recovery took {:.1} s >= 20 s", r.seconds));
+            }
+        }
+        if run("measured") {
+            let (rows, overlaps) = measured().await;
+            println!("\n### Measured load (4 replicas, 40 clusters of 25 apps, 8 of them 10x slower: 50 ms against 5 ms)\n");
+            println!("| load model | busy s/s per shard | busy max/mean | apps per shard | apps max/mean | clusters moved | converged after |");
+            println!("|---|---|---:|---|---:|---:|---:|");
+            let show = |m: &BTreeMap<u32, f64>, digits: usize| {
+                m.values().map(|v| format!("{v:.digits$}")).collect::<Vec<_>>().join(" / ")
+            };
+            for r in &rows {
+                println!(
+                    "| {} | {} | {:.2} | {} | {:.2} | {} | {} |",
+                    r.model,
+                    show(&r.busy, 2),
+                    max_over_mean(&r.busy),
+                    show(&r.apps, 0),
+                    max_over_mean(&r.apps),
+                    r.moves,
+                    if r.model == "apps" { "-".to_string() } else { format!("{:.0} s", r.seconds) },
+                );
+            }
+            println!("\nduplicated reconciles (overlapping intervals in the merged audit): **{overlaps}**");
+            let (apps, measured) = (max_over_mean(&rows[0].busy), max_over_mean(&rows[1].busy));
+            println!("\nbusy max/mean, measured over apps: **{:.2}x**", measured / apps);
+            if measured > 1.20 {
+                failures.push(format!("measured load: busy max/mean {measured:.2} > 1.20"));
+            }
+            if apps <= measured {
+                failures.push(format!("measured load: the apps model ({apps:.2}) is not worse than measured ({measured:.2})"));
+            }
+            if overlaps > 0 {
+                failures.push(format!("measured load: {overlaps} overlapping reconciles"));
             }
         }
     });
