@@ -59,7 +59,8 @@ bench-assign:
 bench-apiserver:
 	$(CARGO) bench -p shardwise-test-apiserver
 
-## Controller fleets on the test API server: throughput scaling, memory per shard, handoff times.
+## Controller fleets on the test API server: throughput scaling, memory per shard, handoff times,
+## measured load against counted apps.
 bench-fleet:
 	$(CARGO) bench -p shardwise-controller --bench fleet
 
