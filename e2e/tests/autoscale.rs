@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use shardwise_runtime::audit;
-use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET};
+use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits};
 
 const SETTLE: Duration = Duration::from_secs(240);
 const DOWN_WINDOW: Duration = Duration::from_secs(20);
@@ -95,22 +95,16 @@ async fn the_replica_count_follows_the_apps_up_at_once_and_down_after_the_window
         apps: 500,
         audit: true,
         args: [
-            "--autoscale",
-            "--items-per-replica=1000",
-            "--max-replicas=4",
-            &format!("--scale-down-window={}s", DOWN_WINDOW.as_secs()),
+            "--autoscale".to_string(),
+            "--items-per-replica=1000".to_string(),
+            "--max-replicas=4".to_string(),
+            format!("--scale-down-window={}s", DOWN_WINDOW.as_secs()),
             // App counts decide here, and placement by app count keeps the check simple.
-            "--load-model=apps",
-            // Client limits raised so that 4,000 apps settle in CI's time (see slices.rs).
-            "--kube-qps=200",
-            "--kube-burst=400",
-            "--planner-qps=1000",
-            "--planner-burst=2000",
-            "--cluster-qps=100",
-            "--cluster-burst=200",
+            "--load-model=apps".to_string(),
         ]
-        .map(String::from)
-        .to_vec(),
+        .into_iter()
+        .chain(raised_client_limits())
+        .collect(),
         ..FleetOptions::default()
     })
     .await

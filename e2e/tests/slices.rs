@@ -16,7 +16,7 @@ use shardwise_e2e::wait_for;
 use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL};
 use shardwise_runtime::audit;
 use shardwise_runtime::slice::UnitSlice;
-use support::{Fleet, FleetOptions, NAMESPACE, shard_label};
+use support::{Fleet, FleetOptions, NAMESPACE, raised_client_limits, shard_label};
 
 const SETTLE: Duration = Duration::from_secs(240);
 
@@ -80,22 +80,12 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
         apps: 4000,
         hot_percent: Some(60),
         audit: true,
-        // Client limits raised so that 4,000 apps settle in CI's time: what is tested here is
-        // where work goes, not how fast (the fleet benchmark keeps the defaults). Placement by
-        // app count, since app counts are what the test checks: under the default measured
-        // model the planner balances busy time instead, and leaves app counts alone while the
-        // measured balance is inside its band.
-        args: [
-            "--load-model=apps",
-            "--kube-qps=200",
-            "--kube-burst=400",
-            "--planner-qps=1000",
-            "--planner-burst=2000",
-            "--cluster-qps=100",
-            "--cluster-burst=200",
-        ]
-        .map(String::from)
-        .to_vec(),
+        // Placement by app count, since app counts are what the test checks: under the
+        // default measured model the planner balances busy time instead, and leaves app counts
+        // alone while the measured balance is inside its band.
+        args: std::iter::once("--load-model=apps".to_string())
+            .chain(raised_client_limits())
+            .collect(),
         ..FleetOptions::default()
     })
     .await

@@ -179,6 +179,21 @@ pub fn fast_flags() -> Vec<String> {
     .to_vec()
 }
 
+/// Client limits raised so that thousands of apps settle in CI's time: what such tests check is
+/// where work goes, not how fast (the fleet benchmark keeps the defaults).
+pub fn raised_client_limits() -> Vec<String> {
+    [
+        "--kube-qps=200",
+        "--kube-burst=400",
+        "--planner-qps=1000",
+        "--planner-burst=2000",
+        "--cluster-qps=100",
+        "--cluster-burst=200",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 pub fn statefulset_yaml(replicas: u32) -> String {
     format!(
         "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: {STATEFULSET}\n  namespace: {NAMESPACE}\nspec:\n  replicas: {replicas}\n  serviceName: {STATEFULSET}\n  selector:\n    matchLabels:\n      app: shardwise\n  template:\n    metadata:\n      labels:\n        app: shardwise\n    spec:\n      containers:\n        - name: controller\n          image: shardwise:test\n"
