@@ -296,3 +296,105 @@ fn one_outsized_cluster_never_freezes_the_balance_of_the_others() {
     .unwrap();
     assert_eq!(AssignmentDiff::between(&a, &again).clusters_moved(), 0);
 }
+
+/// One planning pass of `sticky-balanced` from `placed` (made for `placed_on`) onto `shards`,
+/// with the loads unknown, as a planner's periodic pass runs it.
+fn sticky_pass(
+    clusters: &[Cluster],
+    placed: &shard_assign::Assignment,
+    placed_on: &ShardSet,
+    shards: &ShardSet,
+) -> shard_assign::Assignment {
+    let previous =
+        shard_assign::previous_for_pass(clusters, |id| placed.shard_of(id), placed_on, true);
+    let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+    assign(&config, clusters, shards, Some(&previous)).expect("the pass is valid input")
+}
+
+#[test]
+fn sticky_balanced_fills_a_new_shard_with_the_old_shards_excess() {
+    // Six shards of 100 (a 60 and two 20s each) scale to seven: mean 85.7, so each old shard is
+    // 14.3 above it and the new shard 85.7 below. Moving a 60 would lower the sum of squares
+    // most but leave its shard at 40, to be refilled later by another old shard; a 20 takes an
+    // old shard to 80 and no further. The budget of three moves takes a 20 off each of the
+    // three heaviest shards (ties: lowest id) and gives all three to the new shard.
+    let clusters: Vec<Cluster> = (0..6)
+        .flat_map(|s| {
+            [
+                Cluster::new(format!("{s}-a"), 60),
+                Cluster::new(format!("{s}-b"), 20),
+                Cluster::new(format!("{s}-c"), 20),
+            ]
+        })
+        .collect();
+    let six = ShardSet::contiguous(6);
+    let seven = ShardSet::contiguous(7);
+    let placed = run(StrategyKind::GreedyMinimum, &clusters, &six);
+    for shard in 0..6 {
+        assert_eq!(placed.shard_loads()[&shard].apps, 100);
+    }
+    let next = sticky_pass(&clusters, &placed, &six, &seven);
+    let moved: Vec<(u64, Option<u32>, Option<u32>)> = clusters
+        .iter()
+        .filter(|c| next.shard_of(&c.id) != placed.shard_of(&c.id))
+        .map(|c| (c.apps, placed.shard_of(&c.id), next.shard_of(&c.id)))
+        .collect();
+    assert_eq!(
+        moved,
+        [
+            (20, Some(0), Some(6)),
+            (20, Some(1), Some(6)),
+            (20, Some(2), Some(6))
+        ]
+    );
+}
+
+#[test]
+fn sticky_balanced_scales_up_within_a_fifth_of_the_least_it_must_move() {
+    // Fleets of 100 clusters of 1 to 200 apps scale from 9 to 10 shards. At least the new
+    // shard's share at the mean must move; pass after pass, sticky-balanced must reach its
+    // target balance moving at most 1.2 times that.
+    let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+    let nine = ShardSet::contiguous(9);
+    let ten = ShardSet::contiguous(10);
+    for seed in 1..=20u64 {
+        // xorshift64: a fixed fleet per seed, with no dependency on a random-number crate.
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut next_apps = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            1 + state % 200
+        };
+        let clusters: Vec<Cluster> = (0..100)
+            .map(|i| Cluster::new(format!("c{i:03}"), next_apps()))
+            .collect();
+        let total: u64 = clusters.iter().map(|c| c.apps).sum();
+        let least = total / 10;
+
+        let mut placed = run(StrategyKind::GreedyMinimum, &clusters, &nine);
+        let mut placed_on = &nine;
+        let mut moved = 0;
+        let mut passes = 0;
+        while !config.target_balance.bounds(max_load(&placed) * 10, total) || placed_on != &ten {
+            passes += 1;
+            assert!(passes <= 10, "seed {seed}: no convergence in 10 passes");
+            let next = sticky_pass(&clusters, &placed, placed_on, &ten);
+            moved += clusters
+                .iter()
+                .filter(|c| next.shard_of(&c.id) != placed.shard_of(&c.id))
+                .map(|c| c.apps)
+                .sum::<u64>();
+            placed = next;
+            placed_on = &ten;
+        }
+        assert!(
+            moved * 5 <= least * 6,
+            "seed {seed}: {moved} apps moved, least {least}, in {passes} passes"
+        );
+    }
+}
+
+fn max_load(a: &shard_assign::Assignment) -> u64 {
+    a.shard_loads().values().map(|l| l.apps).max().unwrap_or(0)
+}

@@ -246,13 +246,13 @@ mod tests {
         );
         let sticky = &report.strategies[0];
         // Its first pass moves little and leaves the fleet above the target; later passes
-        // bring it within, moving about a third more than the least any placement moves (whole
-        // clusters cannot make up exactly the new shard's share; swaps between old shards
-        // account for the rest).
+        // bring it within, moving little more than the least any placement moves: the new
+        // shard is filled with the old shards' excess, and whole clusters cannot make it up
+        // exactly.
         assert!(sticky.first_pass.median > sticky.target, "{sticky:?}");
         assert_eq!(sticky.within_target, 10, "{sticky:?}");
         assert!(sticky.passes.median > 1.0, "{sticky:?}");
-        assert!(sticky.moved_over_minimum.median <= 1.4, "{sticky:?}");
+        assert!(sticky.moved_over_minimum.median <= 1.2, "{sticky:?}");
         // Partitioning from scratch is balanced at once but moves most of the fleet.
         let greedy = &report.strategies[1];
         assert_eq!(greedy.passes.median, 1.0, "{greedy:?}");

@@ -14,10 +14,19 @@
 //!    shard). A step costs one unit of the `max_extra_moves` budget per cluster in it that was
 //!    staying home; re-placing a cluster that is new or had to leave its shard anyway costs
 //!    nothing, as it adds no churn. Among the affordable steps, the one that leaves the lowest
-//!    maximum load wins; ties go to the cheaper step, then to the lower sum of squared loads,
-//!    then to fewer apps moved, then to cluster id order. A step must lower the maximum, or
-//!    keep it and lower the sum of squares (two shards tied for heaviest). A cluster moves at
-//!    most once per run, so the steps end.
+//!    maximum load wins; ties go to the cheaper step, then (only into a shard being filled, see
+//!    below) to the step that carries the loads less far past the mean, then to the lower sum of
+//!    squared loads, then to fewer apps moved, then to cluster id order. A step must lower the
+//!    maximum, or keep it and lower the sum of squares (two shards tied for heaviest). A cluster
+//!    moves at most once per run, so the steps end.
+//!
+//!    A shard is *being filled* when it is more than `FILLING` times as far below the mean as
+//!    the heaviest shard is above it: a shard that just joined, typically. The sum of squares
+//!    alone would fill it with the largest clusters of the heaviest shards, dropping them below
+//!    the mean, and later passes would spend moves refilling them from other old shards. Taking
+//!    from the heaviest shard what brings it to the mean and no further fills the new shard
+//!    with the old shards' excess alone. Near balance the sum of squares is the better guide,
+//!    hence the threshold.
 //! 5. When no step can lower the heaviest shard (one cluster on it outweighs everything a move
 //!    could gain, or what it holds is pinned), the target is out of reach for that shard: it is
 //!    set aside, and the steps go on among the other shards, judged against *their* mean. So
@@ -86,6 +95,10 @@ fn inputs_changed(draft: &Draft<'_>, previous: &PreviousPlacement) -> bool {
 struct Step {
     max_after: u64,
     cost: u32,
+    /// How far the step takes the heaviest shard below the mean plus the receiving shard above
+    /// it, in loads scaled by the number of shards in play; zero unless the receiving shard is
+    /// being filled.
+    past_mean: u128,
     squares_after: u128,
     apps: u64,
     /// The cluster leaving the heaviest shard.
@@ -127,6 +140,10 @@ impl Heaviest {
             .map_or(0, |&(load, _)| load)
     }
 }
+
+/// A shard more than this many times as far below the mean as the heaviest shard is above it
+/// is being filled (rule 4).
+const FILLING: u128 = 3;
 
 fn square(x: u64) -> u128 {
     u128::from(x) * u128::from(x)
@@ -198,6 +215,21 @@ fn best_step(
         list.sort_unstable();
     }
 
+    // Against the mean of the shards in play, scaled by their count to stay in integers.
+    let in_play = set_aside.iter().filter(|&&out| !out).count() as u128;
+    let total: u128 = (0..loads.len())
+        .filter(|&p| !set_aside[p])
+        .map(|p| u128::from(loads[p]))
+        .sum();
+    let excess = (u128::from(max) * in_play).saturating_sub(total);
+    let past_mean = |to: usize, delta: u64| -> u128 {
+        let deficit = total.saturating_sub(u128::from(loads[to]) * in_play);
+        if deficit <= FILLING * excess {
+            return 0;
+        }
+        let delta = u128::from(delta) * in_play;
+        delta.saturating_sub(excess) + delta.saturating_sub(deficit)
+    };
     let evaluate = |to: usize, delta: u64| -> (u64, u128) {
         let from_after = max - delta;
         let to_after = loads[to] + delta;
@@ -229,6 +261,7 @@ fn best_step(
             consider(Step {
                 max_after,
                 squares_after,
+                past_mean: past_mean(lightest, out_load),
                 cost: cost(out),
                 apps: draft.cluster(out).apps,
                 out,
@@ -254,6 +287,7 @@ fn best_step(
                 consider(Step {
                     max_after,
                     squares_after,
+                    past_mean: past_mean(to, out_load - back_load),
                     cost: cost(out) + cost(back),
                     apps: draft.cluster(out).apps + draft.cluster(back).apps,
                     out,
