@@ -696,7 +696,7 @@ mod tests {
     }
 
     #[test]
-    fn a_unit_costly_per_item_is_cut_by_its_measured_load_not_by_its_item_count() {
+    fn a_unit_costly_per_item_is_cut_by_its_measured_load_and_folds_back_when_it_is_cheap() {
         // Three units of 12 items on three shards: by count each is exactly a shard's share,
         // and nothing is cut.
         let mut index = Index::default();
@@ -712,16 +712,55 @@ mod tests {
         let membership = members(3, &[0, 1, 2]);
         let live = membership.live();
         let strategy = sticky();
-        let cut_units = |busy: &[(&str, f64, u64)]| {
+        // Plans with "a" and "b" measured at 1 busy second per second each, and "slow" at
+        // `slow_busy`, split over the records it has (its slices, once cut) by their items.
+        let measured = |index: &Index, slow_busy: f64| {
+            let units = index.unit_views();
+            let slow = units.iter().find(|u| u.key.name == "slow").unwrap();
+            let ranges: Vec<KeyRange> = slow.records().iter().map(|r| r.range).collect();
+            let mut records: BTreeMap<RecordKey, RecordLoad> = ["a", "b"]
+                .into_iter()
+                .map(|name| {
+                    let key = RecordKey {
+                        cluster: ObjectKey::new("fleet", name),
+                        range: KeyRange::WHOLE,
+                    };
+                    (
+                        key,
+                        RecordLoad {
+                            busy: 1.0,
+                            items: 12,
+                        },
+                    )
+                })
+                .collect();
+            let keys: Vec<u64> = (0..12)
+                .map(|i| shard_assign::app_key(&spread_uid(i)))
+                .collect();
+            for range in ranges {
+                let items = keys.iter().filter(|&&k| range.contains(k)).count() as u64;
+                let key = RecordKey {
+                    cluster: ObjectKey::new("fleet", "slow"),
+                    range,
+                };
+                let busy = slow_busy * items as f64 / 12.0;
+                records.insert(key, RecordLoad { busy, items });
+            }
+            let mut reports = MeasuredLoads::default();
+            let report = LoadReport {
+                records,
+                omitted: 0,
+            };
+            reports.apply(0, jiff::Timestamp::UNIX_EPOCH, &report, Instant::now());
             let mut model = MeasuredModel::new(
                 Hysteresis::DEFAULT_TRIGGER,
                 strategy.target_balance,
                 Duration::ZERO,
             );
             let loads = model.pass(
-                &index.unit_views(),
+                &units,
                 &index.item_counts(),
-                &reports(busy),
+                &reports,
                 &live,
                 true,
                 Instant::now(),
@@ -730,22 +769,35 @@ mod tests {
                 weights: Some(&loads.placing),
                 ..rules(&strategy)
             };
-            let decision = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
-            decision.figures.cut_units
+            decide(&rules, index, &membership, Recall::Forgotten).unwrap()
         };
+        let slices =
+            |decision: &Decision| decision.plan.layouts[&ObjectKey::new("fleet", "slow")].len();
         let counted = decide(&rules(&strategy), &index, &membership, Recall::Forgotten).unwrap();
-        assert_eq!(counted.figures.cut_units, 0);
-        // Measured, "slow" costs 6x per item what the others cost: 3/4 of the fleet's load,
-        // more than a shard's share, so it is cut and spread.
-        assert_eq!(
-            cut_units(&[("slow", 6.0, 12), ("a", 1.0, 12), ("b", 1.0, 12)]),
-            1
-        );
+        assert_eq!((counted.figures.cut_units, slices(&counted)), (0, 1));
         // At the others' cost per item nothing is heavier than a share: nothing is cut.
-        assert_eq!(
-            cut_units(&[("slow", 1.0, 12), ("a", 1.0, 12), ("b", 1.0, 12)]),
-            0
-        );
+        assert_eq!(slices(&measured(&index, 1.0)), 1);
+        // "slow" costs 6x per item what the others cost: 3/4 of the fleet's load, more than a
+        // shard's share, so it is cut and spread.
+        let costly = measured(&index, 6.0);
+        assert_eq!(costly.figures.cut_units, 1);
+        assert!(slices(&costly) >= 2, "{:?}", costly.plan.layouts);
+
+        // The cut is made: its UnitSlices exist, the unit's own record is gone, and the owners
+        // measure each slice.
+        for write in &costly.record_writes {
+            if let Write::CreateSlice(_) = write.write {
+                index.apply_slice(landed(&write.write));
+            }
+        }
+        let mut cut = unit("slow", None);
+        cut.view.cut = true;
+        index.apply_unit(cut);
+        // Still costly: it stays cut. At half the others' cost per item (a fifth of the fleet,
+        // under 3/4 of a share) it folds back into one.
+        assert!(slices(&measured(&index, 6.0)) >= 2);
+        let cheap = measured(&index, 0.5);
+        assert_eq!(slices(&cheap), 1, "{:?}", cheap.plan.layouts);
     }
 
     #[test]
