@@ -8,11 +8,9 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shardwise_runtime::audit;
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits};
 
 const SETTLE: Duration = Duration::from_secs(240);
@@ -169,14 +167,6 @@ async fn the_replica_count_follows_the_apps_up_at_once_and_down_after_the_window
         1.0
     );
 
-    let intervals = audit::read(&fleet.audits, "cluster").unwrap();
-    let overlaps = audit::overlaps(&intervals, &BTreeMap::new());
-    let shown: Vec<String> = overlaps.iter().take(5).map(ToString::to_string).collect();
-    assert!(
-        overlaps.is_empty(),
-        "{} overlaps, e.g.\n{}",
-        overlaps.len(),
-        shown.join("\n")
-    );
+    let intervals = fleet.audited_without_overlap();
     eprintln!("{} reconciles audited, no overlap", intervals.len());
 }

@@ -549,6 +549,22 @@ impl Fleet {
         Ok(())
     }
 
+    /// The reconcile intervals of every replica incarnation's audit, after checking that no
+    /// two processes ever worked on one cluster (or on slices that nest) at once.
+    pub fn audited_without_overlap(&self) -> Vec<shardwise_runtime::audit::Interval> {
+        use shardwise_runtime::audit;
+        let intervals = audit::read(&self.audits, "cluster").expect("the audits read");
+        let overlaps = audit::overlaps(&intervals, &BTreeMap::new());
+        let shown: Vec<String> = overlaps.iter().take(5).map(ToString::to_string).collect();
+        assert!(
+            overlaps.is_empty(),
+            "{} overlaps, e.g.\n{}",
+            overlaps.len(),
+            shown.join("\n")
+        );
+        intervals
+    }
+
     /// The StatefulSet's `spec.replicas`.
     pub async fn statefulset_replicas(&self) -> Result<u32> {
         let api: Api<StatefulSet> = Api::namespaced(self.admin.clone(), NAMESPACE);
