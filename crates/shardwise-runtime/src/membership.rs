@@ -97,14 +97,19 @@ impl std::fmt::Debug for ShardLeases {
     }
 }
 
+/// The label selector of the shard Leases of `statefulset`'s replicas.
+pub fn shard_lease_selector(statefulset: &str) -> String {
+    format!(
+        "{LEASE_KIND_LABEL}={},{STATEFULSET_LABEL}={statefulset}",
+        LeaseKind::Shard.label()
+    )
+}
+
 impl ShardLeases {
     pub fn new(client: Client, namespace: &str, statefulset: &str) -> Arc<Self> {
         Arc::new(Self {
             api: Api::namespaced(client, namespace),
-            selector: format!(
-                "{LEASE_KIND_LABEL}={},{STATEFULSET_LABEL}={statefulset}",
-                LeaseKind::Shard.label()
-            ),
+            selector: shard_lease_selector(statefulset),
             observer: Mutex::new(LeaseObserver::new()),
             shards: Mutex::new(BTreeMap::new()),
             loads: Mutex::new(LeaseLoads::default()),

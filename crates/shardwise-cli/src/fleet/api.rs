@@ -203,7 +203,7 @@ impl Connection {
         statefulset: &str,
     ) -> Result<Vec<Lease>, FetchError> {
         let api = Api::namespaced(self.client.clone(), namespace);
-        let selector = super::measured::shard_lease_selector(statefulset);
+        let selector = shardwise_runtime::membership::shard_lease_selector(statefulset);
         self.list_all(&api, Some(&selector), LEASES, Some(namespace))
             .await
     }

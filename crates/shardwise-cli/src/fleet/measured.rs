@@ -12,11 +12,8 @@ use kube::ResourceExt;
 use serde::Serialize;
 use shard_assign::{Hysteresis, ShardSet, StrategyConfig};
 use shardwise_api::{FleetApp, FleetCluster};
-use shardwise_handoff::keys::{
-    LEASE_KIND_LABEL, LOAD_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL, parse_shard,
-};
+use shardwise_handoff::keys::{LOAD_ANNOTATION, SHARD_LABEL, SLICES_LABEL, parse_shard};
 use shardwise_handoff::plan::{ClusterView, ObjectKey, RecordKey};
-use shardwise_runtime::lease::LeaseKind;
 use shardwise_runtime::load::MeasuredLoads;
 use shardwise_runtime::membership::LeaseLoads;
 use shardwise_runtime::objects::{key_of, record_of};
@@ -25,15 +22,6 @@ use shardwise_runtime::planner::measured::{AVERAGE_WEIGHT, MeasuredModel};
 use shardwise_runtime::slice::UnitSlice;
 
 use super::LiveFleet;
-
-/// The label selector of the shard Leases of `statefulset`: the one the controller's replicas
-/// watch them with.
-pub(crate) fn shard_lease_selector(statefulset: &str) -> String {
-    format!(
-        "{LEASE_KIND_LABEL}={},{STATEFULSET_LABEL}={statefulset}",
-        LeaseKind::Shard.label()
-    )
-}
 
 /// The load reports of the shard Leases, merged as the planner merges them.
 #[derive(Debug, Default)]
@@ -238,6 +226,7 @@ fn views(clusters: &[FleetCluster], slices: &[UnitSlice]) -> Vec<ClusterView> {
 mod tests {
     use serde_json::json;
     use shard_assign::KeyRange;
+    use shardwise_handoff::keys::{LEASE_KIND_LABEL, STATEFULSET_LABEL};
 
     use super::super::shardwise::fixtures::{cluster, cut_cluster, keyed_apps, unit_slice};
     use super::*;
