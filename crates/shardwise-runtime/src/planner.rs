@@ -333,7 +333,11 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
             &mut statefulset_missing,
         );
         match passed.await {
-            Ok(Some(Passed { decision, progress })) => {
+            Ok(Some(Passed {
+                decision,
+                progress,
+                demand,
+            })) => {
                 above_target = match &mut measured {
                     Some(model) => {
                         model.placed(decision.plan.assignment.clone());
@@ -352,7 +356,7 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
                     scale(
                         &planner,
                         scaler,
-                        &decision,
+                        demand,
                         progress,
                         now,
                         &mut waiting_reported,
@@ -397,10 +401,12 @@ fn recall<'a>(
     }
 }
 
-/// A pass's decision, and where the fleet stood with its changes when it was made.
+/// A pass's decision, where the fleet stood with its changes when it was made, and what it
+/// asked of its replicas.
 struct Passed {
     decision: Decision,
     progress: Progress,
+    demand: Demand,
 }
 
 /// One planning pass: decide, write, record. `None` when there was nothing to plan.
@@ -418,7 +424,9 @@ async fn pass<C: Sharded>(
         return Ok(None);
     };
     let live = membership.live();
-    let reports = measured.is_some().then(|| parts.leases.measured_loads());
+    // Read once, for the load model and for sizing by busy time.
+    let sizes_by_busy = parts.settings.scale.busy_per_replica.is_some();
+    let reports = (measured.is_some() || sizes_by_busy).then(|| parts.leases.measured_loads());
     let (decided, loads, draining) = {
         let index = planner.index();
         let units = index.unit_views();
@@ -491,7 +499,17 @@ async fn pass<C: Sharded>(
         writes: decision.record_writes.len() + decision.item_writes.len(),
         draining,
     };
-    Ok(Some(Passed { decision, progress }))
+    let demand = Demand {
+        items: decision.figures.shards.values().map(|f| f.items).sum(),
+        busy: reports
+            .filter(|reports| sizes_by_busy && !reports.is_empty())
+            .map(|reports| reports.iter().map(|(_, m)| m.load.busy).sum()),
+    };
+    Ok(Some(Passed {
+        decision,
+        progress,
+        demand,
+    }))
 }
 
 /// Sizes the fleet after a pass: exports the count needed and, with `--autoscale`, sets the
@@ -499,21 +517,12 @@ async fn pass<C: Sharded>(
 async fn scale<C: Sharded>(
     planner: &Planner<C>,
     scaler: &mut Scaler,
-    decision: &Decision,
+    demand: Demand,
     progress: Progress,
     now: Duration,
     waiting_reported: &mut Option<(u32, Unsettled)>,
 ) {
     let parts = &planner.parts;
-    let busy = scaler
-        .uses_busy()
-        .then(|| parts.leases.measured_loads())
-        .filter(|loads| !loads.is_empty())
-        .map(|loads| loads.iter().map(|(_, m)| m.load.busy).sum());
-    let demand = Demand {
-        items: decision.figures.shards.values().map(|f| f.items).sum(),
-        busy,
-    };
     let verdict = scaler.assess(now, demand, progress);
     parts
         .metrics
@@ -543,6 +552,7 @@ async fn scale<C: Sharded>(
 /// Sets the StatefulSet's replicas from `from` to `to` through its scale subresource: read,
 /// checked against what the pass planned on, and written back with the version read, so that
 /// a change by anyone else in between wins.
+/// Whatever the outcome, the StatefulSet's watch brings its new count and plans again.
 async fn set_replicas<C: Sharded>(planner: &Planner<C>, from: u32, to: u32, demand: Demand) {
     let replica = &planner.parts.replica;
     let api: Api<StatefulSet> = Api::namespaced(planner.parts.client.clone(), &replica.namespace);
@@ -568,12 +578,10 @@ async fn set_replicas<C: Sharded>(planner: &Planner<C>, from: u32, to: u32, dema
                 .replica_changes
                 .get_or_create(&DirectionLabels { direction })
                 .inc();
-            planner.trigger.notify_one();
         }
-        Ok(false) => planner.trigger.notify_one(),
+        Ok(false) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
             debug!("the StatefulSet changed under the planner; the next pass decides");
-            planner.trigger.notify_one();
         }
         Err(e) => warn!(error = %e, from, to, "could not set the StatefulSet's replicas"),
     }

@@ -102,11 +102,6 @@ impl Scaler {
         })
     }
 
-    /// Whether the measured busy time counts.
-    pub fn uses_busy(&self) -> bool {
-        self.busy.is_some()
-    }
-
     /// Records the demand seen at `now` (time since the term began) and says what to do.
     pub fn assess(&mut self, now: Duration, demand: Demand, progress: Progress) -> Verdict {
         let current = progress.expected;
@@ -235,7 +230,6 @@ mod tests {
             ..settings(true)
         })
         .unwrap();
-        assert!(scaler.uses_busy());
         let busy = |busy| Demand {
             items: 1000,
             busy: Some(busy),
