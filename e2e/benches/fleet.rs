@@ -351,8 +351,8 @@ const SLOW: usize = 2;
 /// Each live replica's measured busy seconds per second, by shard.
 async fn busy_per_shard(fleet: &Fleet) -> BTreeMap<u32, f64> {
     let mut busy = BTreeMap::new();
-    for (&ordinal, replica) in &fleet.replicas {
-        if let Ok(m) = scrape(&replica.metrics_url).await {
+    for &ordinal in fleet.replicas.keys() {
+        if let Ok(m) = fleet.scrape(ordinal).await {
             busy.insert(
                 ordinal,
                 m.sum(
