@@ -417,7 +417,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
         .env
         .destinations()
         .iter()
-        .flat_map(|d| d.server().writes().records())
+        .flat_map(|d| d.writes())
         .collect();
     let report = fencing::late_writes(&writes, &history.renewals());
     eprintln!(

@@ -512,10 +512,8 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
     .await
     .unwrap();
     let token = fleet.env.destinations()[0]
-        .server()
-        .identity(support::DESTINATION_IDENTITY)
-        .unwrap()
-        .token;
+        .token(support::DESTINATION_IDENTITY)
+        .unwrap();
     for c in clusters.list(&ListParams::default()).await.unwrap().items {
         let text = serde_json::to_string(&c.status).unwrap();
         assert!(

@@ -105,11 +105,11 @@ fn kubeconfig_with_foreign_certificate(fleet: &Fleet) -> (String, String) {
         .unwrap();
     let key_pem = client_key(&yaml);
     let mut kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
-    let ca0 = destinations[0].server().ca_pem().unwrap_or_default();
+    let ca0 = destinations[0].ca_pem();
     for named in &mut kubeconfig.clusters {
         let cluster = named.cluster.get_or_insert_default();
         cluster.server = Some(destinations[0].url());
-        cluster.certificate_authority_data = Some(b64(ca0));
+        cluster.certificate_authority_data = Some(b64(&ca0));
     }
     // JSON is YAML, and kube's serializer writes the credentials out.
     (serde_json::to_string(&kubeconfig).unwrap(), key_pem)
@@ -148,11 +148,7 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
     assert!(!kubeconfig.contains(KUBECONFIG_TOKEN));
     let key_pem = client_key(&kubeconfig);
     let (foreign, foreign_key_pem) = kubeconfig_with_foreign_certificate(&fleet);
-    let ca1 = destinations[1]
-        .server()
-        .ca_pem()
-        .unwrap_or_default()
-        .to_string();
+    let ca1 = destinations[1].ca_pem();
     let exec_ran = fleet.env.dir().join("exec-ran");
     let exec = json!({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",

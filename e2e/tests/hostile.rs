@@ -407,11 +407,7 @@ async fn mistakes_are_reported_plainly_and_stay_with_their_object() {
 
     // Tokens: one that cannot travel in a header, one the destination refuses.
     let server = fleet.env.destinations()[0].url();
-    let ca = fleet.env.destinations()[0]
-        .server()
-        .ca_pem()
-        .unwrap_or_default()
-        .to_string();
+    let ca = fleet.env.destinations()[0].ca_pem();
     let cp = fleet.env.control_plane();
     for (secret, token) in [("accented", "jeton-à-accent"), ("stale", "not-the-token")] {
         let body = json!({
@@ -839,7 +835,7 @@ async fn metrics_are_served_only_to_authorized_scrapers() {
         "intruder",
     ))
     .unwrap();
-    let token = |name: &str| cp.server().identity(name).unwrap().token;
+    let token = |name: &str| cp.token(name).unwrap();
     let ca = access.ca.clone();
     let replica = &fleet.replicas[&0];
     let metrics = replica.metrics_url.trim_end_matches("/metrics");

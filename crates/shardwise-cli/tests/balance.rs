@@ -340,9 +340,7 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
     // ... and nothing else: every write of the balancers was a patch of such a Secret or of
     // their Lease.
     let writes: Vec<_> = cp
-        .server()
         .writes()
-        .records()
         .into_iter()
         .filter(|w| w.identity == BALANCER)
         .collect();

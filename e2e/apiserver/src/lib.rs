@@ -52,6 +52,6 @@ pub use faults::{
     ActiveFaults, ErrorFault, FaultCounters, FaultError, FaultScope, FaultStatus, Faults,
     ScopedErrors, ScopedLatency, ScopedPeriod,
 };
-pub use server::{ApiServer, ServerConfig, StartError};
-pub use tls::{CertificateError, ClientCertificate};
+pub use server::{ApiServer, Credential, ServerConfig, StartError, kubeconfig_yaml};
+pub use tls::{CertificateAuthority, CertificateError, ClientCertificate};
 pub use writes::{WriteLog, WriteRecord};

@@ -383,13 +383,17 @@ fn q(s: &str) -> String {
 }
 
 /// How a kubeconfig user authenticates.
-enum Credential<'a> {
+#[derive(Clone, Copy, Debug)]
+pub enum Credential<'a> {
+    /// A bearer token.
     Token(&'a str),
+    /// A client certificate and its key.
     Certificate(&'a ClientCertificate),
 }
 
-/// `users` are (name, credential) pairs, each with a context of the same name.
-fn kubeconfig_yaml(
+/// A kubeconfig for the server at `url`: `users` are (name, credential) pairs, each with a
+/// context of the same name; `current` is the current context.
+pub fn kubeconfig_yaml(
     cluster: &str,
     url: &str,
     ca_pem: Option<&str>,

@@ -75,7 +75,7 @@ pub(crate) enum ClientCert {
 pub struct Tls {
     pub acceptor: TlsAcceptor,
     pub ca_pem: String,
-    ca: Arc<CertifiedIssuer<'static, KeyPair>>,
+    ca: CertificateAuthority,
     client_roots: Arc<dyn ClientCertVerifier>,
 }
 
@@ -140,61 +140,79 @@ impl ClientCertVerifier for RequestClientCert {
     }
 }
 
-/// Generates a CA and a certificate for `localhost`, `127.0.0.1` and `::1` signed by it.
-pub fn generate() -> Result<Tls, TlsError> {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "shardwise-test-apiserver-ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
-
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ])?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "shardwise-test-apiserver");
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca)?;
-
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der().clone())?;
-    let client_roots =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
-            .build()?;
-
-    let chain = vec![cert.der().clone(), ca.der().clone()];
-    let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(Arc::new(RequestClientCert {
-            roots: Arc::clone(&client_roots),
-        }))
-        .with_single_cert(chain, key_der)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Tls {
-        acceptor: TlsAcceptor::from(Arc::new(config)),
-        ca_pem: ca.pem(),
-        ca: Arc::new(ca),
-        client_roots,
-    })
+/// A throwaway certificate authority: it signs serving certificates for loopback and client
+/// certificates in kube-apiserver's x509 convention. The test server uses one as both its
+/// serving CA and its client CA; the harness gives a real kube-apiserver one of each.
+#[derive(Clone)]
+pub struct CertificateAuthority {
+    issuer: Arc<CertifiedIssuer<'static, KeyPair>>,
 }
 
-impl Tls {
-    /// A client certificate signed by the CA: CommonName `user`, one Organization per group,
-    /// for client authentication only.
-    pub fn issue_client_certificate(
+impl std::fmt::Debug for CertificateAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertificateAuthority")
+            .finish_non_exhaustive()
+    }
+}
+
+impl CertificateAuthority {
+    /// A new self-signed CA named `common_name`.
+    pub fn generate(common_name: &str) -> Result<Self, rcgen::Error> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        Ok(Self {
+            issuer: Arc::new(CertifiedIssuer::self_signed(params, KeyPair::generate()?)?),
+        })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    fn der(&self) -> &CertificateDer<'static> {
+        self.issuer.der()
+    }
+
+    /// A serving certificate for `localhost`, `127.0.0.1` and `::1` named `common_name`.
+    pub fn serving_certificate(
+        &self,
+        common_name: &str,
+    ) -> Result<ClientCertificate, rcgen::Error> {
+        let (cert, key) = self.serving(common_name)?;
+        Ok(ClientCertificate {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    fn serving(&self, common_name: &str) -> Result<(rcgen::Certificate, KeyPair), rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert, key))
+    }
+
+    /// A client certificate: CommonName `user`, one Organization per group, for client
+    /// authentication only (`identity` names it in errors).
+    pub fn client_certificate(
         &self,
         identity: &str,
         user: &str,
@@ -220,11 +238,53 @@ impl Tls {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &self.ca)?;
+        let cert = params.signed_by(&key, &self.issuer)?;
         Ok(ClientCertificate {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
         })
+    }
+}
+
+/// Generates a CA and a certificate for `localhost`, `127.0.0.1` and `::1` signed by it.
+pub fn generate() -> Result<Tls, TlsError> {
+    let ca = CertificateAuthority::generate("shardwise-test-apiserver-ca")?;
+    let (cert, key) = ca.serving("shardwise-test-apiserver")?;
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone())?;
+    let client_roots =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+            .build()?;
+
+    let chain = vec![cert.der().clone(), ca.der().clone()];
+    let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(Arc::new(RequestClientCert {
+            roots: Arc::clone(&client_roots),
+        }))
+        .with_single_cert(chain, key_der)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Tls {
+        acceptor: TlsAcceptor::from(Arc::new(config)),
+        ca_pem: ca.pem(),
+        ca,
+        client_roots,
+    })
+}
+
+impl Tls {
+    /// A client certificate signed by the CA: CommonName `user`, one Organization per group,
+    /// for client authentication only.
+    pub fn issue_client_certificate(
+        &self,
+        identity: &str,
+        user: &str,
+        groups: &[String],
+    ) -> Result<ClientCertificate, CertificateError> {
+        self.ca.client_certificate(identity, user, groups)
     }
 
     /// Authenticates the certificate chain a client presented, as kube-apiserver's x509

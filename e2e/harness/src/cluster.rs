@@ -8,10 +8,45 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
-use shardwise_test_apiserver::{ApiServer, CertificateError, Faults, Identity, ServerConfig};
+use shardwise_test_apiserver::{
+    ApiServer, CertificateError, Faults, Identity, ServerConfig, WriteRecord,
+};
 
 use crate::HarnessError;
 use crate::process::{Process, ProcessSpec};
+use crate::real::{Binaries, Etcd, RealApiServer, Spawner};
+
+/// Which API server the end-to-end suites run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerKind {
+    /// The in-memory test server (`shardwise-test-apiserver`): starts in milliseconds and
+    /// injects HTTP faults.
+    Test,
+    /// A real kube-apiserver and etcd, built from their Go modules.
+    Real,
+}
+
+impl ServerKind {
+    /// `SHARDWISE_E2E_SERVER`: `test` (the default) or `real`.
+    pub fn from_env() -> Result<Self, HarnessError> {
+        Self::parse(std::env::var("SHARDWISE_E2E_SERVER").ok().as_deref())
+    }
+
+    /// The switch's value: unset or empty is the test server.
+    pub fn parse(value: Option<&str>) -> Result<Self, HarnessError> {
+        match value {
+            None | Some("" | "test") => Ok(Self::Test),
+            Some("real") => Ok(Self::Real),
+            Some(other) => Err(HarnessError::ServerKind(other.to_string())),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Backend {
+    Test(ApiServer),
+    Real(RealApiServer),
+}
 
 /// The field manager the harness applies with.
 pub const FIELD_MANAGER: &str = "shardwise-e2e";
@@ -20,7 +55,7 @@ pub const FIELD_MANAGER: &str = "shardwise-e2e";
 #[derive(Debug)]
 pub struct Cluster {
     name: String,
-    server: ApiServer,
+    backend: Backend,
     dir: PathBuf,
 }
 
@@ -42,17 +77,51 @@ impl Cluster {
         })?;
         let cluster = Self {
             name: name.to_string(),
-            server,
+            backend: Backend::Test(server),
             dir: dir.to_path_buf(),
         };
         cluster.write_kubeconfigs()?;
         Ok(cluster)
     }
 
+    fn start_real(
+        name: &str,
+        identities: &[Identity],
+        control_plane: &RealControlPlane,
+        dir: &Path,
+    ) -> Result<Self, HarnessError> {
+        let server = RealApiServer::start(
+            name,
+            identities,
+            &control_plane.spawner,
+            &control_plane.binaries,
+            &control_plane.etcd,
+            dir,
+        )?;
+        let cluster = Self {
+            name: name.to_string(),
+            backend: Backend::Real(server),
+            dir: dir.to_path_buf(),
+        };
+        cluster.write_kubeconfigs()?;
+        Ok(cluster)
+    }
+
+    fn identities(&self) -> Vec<Identity> {
+        match &self.backend {
+            Backend::Test(s) => s.identities(),
+            Backend::Real(s) => s.identities(),
+        }
+    }
+
     fn write_kubeconfigs(&self) -> Result<(), HarnessError> {
         let all = self.kubeconfig_path_all();
-        std::fs::write(&all, self.server.kubeconfig()).map_err(io_error(&all))?;
-        for identity in self.server.identities() {
+        let yaml = match &self.backend {
+            Backend::Test(s) => s.kubeconfig(),
+            Backend::Real(s) => s.kubeconfig(),
+        };
+        std::fs::write(&all, yaml).map_err(io_error(&all))?;
+        for identity in self.identities() {
             let path = self.path_for(&identity.name);
             let yaml = self.kubeconfig(&identity.name)?;
             std::fs::write(&path, yaml).map_err(io_error(&path))?;
@@ -71,36 +140,108 @@ impl Cluster {
 
     /// The server URL (`https://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
-        self.server.url()
+        match &self.backend {
+            Backend::Test(s) => s.url(),
+            Backend::Real(s) => s.url().to_string(),
+        }
     }
 
-    pub fn server(&self) -> &ApiServer {
-        &self.server
+    /// Which kind of server this cluster is.
+    pub fn kind(&self) -> ServerKind {
+        match &self.backend {
+            Backend::Test(_) => ServerKind::Test,
+            Backend::Real(_) => ServerKind::Real,
+        }
     }
 
-    /// Fault injection for this cluster, per identity ([`FaultScope::Identity`]) or global.
+    /// The test server, when this cluster is one.
+    pub fn test_server(&self) -> Option<&ApiServer> {
+        match &self.backend {
+            Backend::Test(s) => Some(s),
+            Backend::Real(_) => None,
+        }
+    }
+
+    /// The real kube-apiserver, when this cluster is one.
+    pub fn real_server(&self) -> Option<&RealApiServer> {
+        match &self.backend {
+            Backend::Test(_) => None,
+            Backend::Real(s) => Some(s),
+        }
+    }
+
+    /// HTTP fault injection (per identity, [`FaultScope::Identity`], or global), which only the
+    /// test server has.
+    ///
+    /// # Panics
+    /// On a real server: a suite that injects HTTP faults runs on the test server only, and
+    /// checks [`Cluster::kind`] first.
     ///
     /// [`FaultScope::Identity`]: shardwise_test_apiserver::FaultScope::Identity
     pub fn faults(&self) -> &Faults {
-        self.server.faults()
+        match &self.backend {
+            Backend::Test(s) => s.faults(),
+            Backend::Real(_) => panic!(
+                "{}: HTTP fault injection needs the test server (SHARDWISE_E2E_SERVER=test)",
+                self.name
+            ),
+        }
     }
 
-    /// Adds an identity while running and writes its kubeconfig; returns the file.
+    /// Every write request the server answered, oldest first: the test server's write log, or
+    /// a real server's audit log.
+    pub fn writes(&self) -> Vec<WriteRecord> {
+        match &self.backend {
+            Backend::Test(s) => s.writes().records(),
+            Backend::Real(s) => s.writes(),
+        }
+    }
+
+    /// The CA that signed the server's serving certificate, PEM.
+    pub fn ca_pem(&self) -> String {
+        match &self.backend {
+            Backend::Test(s) => s.ca_pem().unwrap_or_default().to_string(),
+            Backend::Real(s) => s.ca_pem().to_string(),
+        }
+    }
+
+    /// The bearer token of `identity` (e.g. to put in a Secret).
+    pub fn token(&self, identity: &str) -> Result<String, HarnessError> {
+        let found = match &self.backend {
+            Backend::Test(s) => s.identity(identity),
+            Backend::Real(s) => s.identity(identity),
+        };
+        found
+            .map(|i| i.token)
+            .ok_or_else(|| HarnessError::UnknownIdentity {
+                cluster: self.name.clone(),
+                identity: identity.to_string(),
+            })
+    }
+
+    /// Adds an identity while running and writes its kubeconfig; returns the file. On a real
+    /// server a ServiceAccount's token comes from the TokenRequest API, and any other identity
+    /// authenticates with a client certificate.
     pub fn add_identity(&self, identity: Identity) -> Result<PathBuf, HarnessError> {
         let name = identity.name.clone();
-        self.server.add_identity(identity);
+        match &self.backend {
+            Backend::Test(s) => s.add_identity(identity),
+            Backend::Real(s) => s.add_identity(identity)?,
+        }
         self.write_kubeconfigs()?;
         Ok(self.path_for(&name))
     }
 
     /// A kubeconfig holding only `identity`, as YAML (e.g. to put in a Secret).
     pub fn kubeconfig(&self, identity: &str) -> Result<String, HarnessError> {
-        self.server
-            .kubeconfig_for(identity)
-            .ok_or_else(|| HarnessError::UnknownIdentity {
-                cluster: self.name.clone(),
-                identity: identity.to_string(),
-            })
+        let found = match &self.backend {
+            Backend::Test(s) => s.kubeconfig_for(identity),
+            Backend::Real(s) => s.kubeconfig_for(identity),
+        };
+        found.ok_or_else(|| HarnessError::UnknownIdentity {
+            cluster: self.name.clone(),
+            identity: identity.to_string(),
+        })
     }
 
     /// A kubeconfig holding only `identity`, authenticating with a newly issued client
@@ -109,7 +250,11 @@ impl Cluster {
         &self,
         identity: &str,
     ) -> Result<String, HarnessError> {
-        self.server
+        let server = match &self.backend {
+            Backend::Test(s) => s,
+            Backend::Real(s) => return s.kubeconfig_with_client_certificate(identity),
+        };
+        server
             .kubeconfig_with_client_certificate(identity)
             .map_err(|source| match source {
                 CertificateError::UnknownIdentity(identity) => HarnessError::UnknownIdentity {
@@ -246,11 +391,23 @@ async fn apply_one(
 /// `SHARDWISE_E2E_KEEP=1` is set.
 #[derive(Debug)]
 pub struct Environment {
+    // Fields drop in this order: servers first, then etcd, then the directory they wrote to.
+    control_plane: Cluster,
+    destinations: Vec<Cluster>,
+    real: Option<RealControlPlane>,
+    kind: ServerKind,
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
     keep: bool,
-    control_plane: Cluster,
-    destinations: Vec<Cluster>,
+}
+
+/// What the kube-apiservers of a real environment share: etcd and the thread that spawns
+/// their processes.
+#[derive(Debug)]
+struct RealControlPlane {
+    etcd: Etcd,
+    spawner: Spawner,
+    binaries: Binaries,
 }
 
 type Configure = Box<dyn Fn(&str, ServerConfig) -> ServerConfig + Send>;
@@ -262,6 +419,7 @@ pub struct EnvironmentBuilder {
     destination_identities: Vec<Identity>,
     rbac: bool,
     configure: Option<Configure>,
+    kind: Option<ServerKind>,
 }
 
 impl std::fmt::Debug for EnvironmentBuilder {
@@ -271,6 +429,7 @@ impl std::fmt::Debug for EnvironmentBuilder {
             .field("identities", &self.identities)
             .field("destination_identities", &self.destination_identities)
             .field("rbac", &self.rbac)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }
@@ -310,12 +469,52 @@ impl EnvironmentBuilder {
         self
     }
 
+    /// The server to run on, instead of `SHARDWISE_E2E_SERVER`'s choice.
+    pub fn server(mut self, kind: ServerKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// Starts the servers. A real environment runs RBAC always (the `rbac` and `configure`
+    /// settings shape only test servers) and takes a few seconds per kube-apiserver.
     pub fn start(self) -> Result<Environment, HarnessError> {
+        let kind = match self.kind {
+            Some(kind) => kind,
+            None => ServerKind::from_env()?,
+        };
         let dir = tempfile::Builder::new()
             .prefix("shardwise-e2e-")
             .tempdir()
             .map_err(io_error(&std::env::temp_dir()))?;
         let path = dir.path().to_path_buf();
+        let keep = std::env::var("SHARDWISE_E2E_KEEP").is_ok_and(|v| v == "1" || v == "true");
+        if kind == ServerKind::Real {
+            let binaries = Binaries::locate()?;
+            let spawner = Spawner::start()?;
+            let etcd = Etcd::start(&spawner, &binaries, &path)?;
+            let real = RealControlPlane {
+                etcd,
+                spawner,
+                binaries,
+            };
+            let control_plane =
+                Cluster::start_real("control-plane", &self.identities, &real, &path)?;
+            let destinations = (0..self.destinations)
+                .map(|i| {
+                    let name = format!("dest-{i}");
+                    Cluster::start_real(&name, &self.destination_identities, &real, &path)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Environment {
+                control_plane,
+                destinations,
+                real: Some(real),
+                kind,
+                dir: Some(dir),
+                path,
+                keep,
+            });
+        }
         let config = |name: &str, identities: &[Identity]| {
             let mut c = ServerConfig::default().rbac(self.rbac);
             for i in identities {
@@ -337,13 +536,14 @@ impl EnvironmentBuilder {
                 Cluster::start(&name, config(&name, &self.destination_identities), &path)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let keep = std::env::var("SHARDWISE_E2E_KEEP").is_ok_and(|v| v == "1" || v == "true");
         Ok(Environment {
+            control_plane,
+            destinations,
+            real: None,
+            kind,
             dir: Some(dir),
             path,
             keep,
-            control_plane,
-            destinations,
         })
     }
 }
@@ -356,6 +556,24 @@ impl Environment {
             destination_identities: Vec::new(),
             rbac: false,
             configure: None,
+            kind: None,
+        }
+    }
+
+    /// Which server the environment runs on.
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    /// Kills etcd (SIGKILL) and starts it again on its data: every kube-apiserver of the
+    /// environment loses its storage for a moment.
+    ///
+    /// # Errors
+    /// On the test server, which has no etcd.
+    pub fn restart_etcd(&self) -> Result<(), HarnessError> {
+        match &self.real {
+            Some(real) => real.etcd.restart(),
+            None => Err(HarnessError::NeedsRealServer("restarting etcd")),
         }
     }
 

@@ -43,11 +43,13 @@
 mod cluster;
 mod metrics;
 mod process;
+mod real;
 mod wait;
 
-pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
+pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER, ServerKind};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use process::{Process, ProcessError, ProcessSpec};
+pub use real::{Binaries, RealApiServer};
 pub use shardwise_test_apiserver::{
     ActiveFaults, ApiServer, CertificateError, ClientCertificate, ErrorFault, FaultCounters,
     FaultScope, FaultStatus, Faults, Identity, ServerConfig, WriteRecord,
@@ -63,6 +65,21 @@ pub enum HarnessError {
         #[source]
         source: shardwise_test_apiserver::StartError,
     },
+    #[error("SHARDWISE_E2E_SERVER={0:?}: expected `test` or `real`")]
+    ServerKind(String),
+    #[error(
+        "{program} is missing: build the real control plane with scripts/control-plane.sh (or set SHARDWISE_CONTROL_PLANE_BIN)"
+    )]
+    ControlPlaneMissing { program: std::path::PathBuf },
+    #[error("kube-apiserver of {cluster} not ready after {waited:?}: {last}\n{log}")]
+    NotReady {
+        cluster: String,
+        waited: std::time::Duration,
+        last: String,
+        log: String,
+    },
+    #[error("{0} needs the real control plane (SHARDWISE_E2E_SERVER=real)")]
+    NeedsRealServer(&'static str),
     #[error("cluster {cluster} has no identity {identity:?}")]
     UnknownIdentity { cluster: String, identity: String },
     #[error("cannot issue a client certificate on {cluster}: {source}")]

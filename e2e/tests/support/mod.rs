@@ -273,11 +273,7 @@ impl Fleet {
                 .to_string(),
             )
             .await?;
-            let token = cp
-                .server()
-                .identity(SCRAPER_IDENTITY)
-                .ok_or("scraper identity missing")?
-                .token;
+            let token = cp.token(SCRAPER_IDENTITY)?;
             Some(MetricsAccess {
                 certificates,
                 ca,
@@ -322,16 +318,8 @@ impl Fleet {
 
     async fn create_destination_secrets(&self) -> Result<()> {
         for (index, destination) in self.env.destinations().iter().enumerate() {
-            let token = destination
-                .server()
-                .identity(DESTINATION_IDENTITY)
-                .ok_or("destination identity missing")?
-                .token;
-            let ca = destination
-                .server()
-                .ca_pem()
-                .unwrap_or_default()
-                .to_string();
+            let token = destination.token(DESTINATION_IDENTITY)?;
+            let ca = destination.ca_pem();
             let secret = json!({
                 "apiVersion": "v1",
                 "kind": "Secret",

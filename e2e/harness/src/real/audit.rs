@@ -1,0 +1,108 @@
+//! The write log of a real kube-apiserver: its audit log, written by the server itself for
+//! every write request (policy [`POLICY`]), read back as the test server's [`WriteRecord`]s so
+//! the same checks (e.g. no write after a lease expired) run on both servers.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use shardwise_test_apiserver::WriteRecord;
+
+/// Every write at `Metadata` level (who, what, when, how it was answered), nothing else.
+pub(crate) const POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+";
+
+/// The writes recorded in the audit log at `path`, oldest first. `identity_of(user, uid)`
+/// names the identity that sent each one.
+pub(crate) fn read_writes(
+    path: &Path,
+    identity_of: impl Fn(&str, &str) -> String,
+) -> Vec<WriteRecord> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|event| write_record(&event, &identity_of))
+        .collect()
+}
+
+fn write_record(event: &Value, identity_of: &impl Fn(&str, &str) -> String) -> Option<WriteRecord> {
+    if event.get("stage")?.as_str()? != "ResponseComplete" {
+        return None;
+    }
+    let method = match event.get("verb")?.as_str()? {
+        "create" => "POST",
+        "update" => "PUT",
+        "patch" => "PATCH",
+        "delete" | "deletecollection" => "DELETE",
+        _ => return None,
+    };
+    let text = |pointer: &str| event.pointer(pointer).and_then(Value::as_str);
+    let at: jiff::Timestamp = text("/requestReceivedTimestamp")?.parse().ok()?;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(at.as_nanosecond()).ok()?);
+    let uri = text("/requestURI")?;
+    Some(WriteRecord {
+        at,
+        identity: identity_of(
+            text("/user/username").unwrap_or_default(),
+            text("/user/uid").unwrap_or_default(),
+        ),
+        user_agent: text("/userAgent").map(str::to_string),
+        method: method.to_string(),
+        path: uri
+            .split_once('?')
+            .map_or(uri, |(path, _)| path)
+            .to_string(),
+        code: event
+            .pointer("/responseStatus/code")
+            .and_then(Value::as_u64)
+            .and_then(|c| u16::try_from(c).ok())
+            .unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_event_becomes_a_record_and_reads_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        let event = |verb: &str, stage: &str| {
+            serde_json::json!({
+                "kind": "Event", "level": "Metadata", "stage": stage, "verb": verb,
+                "requestURI": "/api/v1/namespaces/team/configmaps/app-1?fieldManager=shardwise",
+                "user": {"username": "system:serviceaccount:shardwise:shardwise", "uid": "shardwise-1"},
+                "userAgent": "shardwise/0.1 (term 1f)",
+                "responseStatus": {"code": 201},
+                "requestReceivedTimestamp": "2026-11-25T12:00:01.250000Z",
+            })
+            .to_string()
+        };
+        let lines = [
+            event("create", "ResponseComplete"),
+            event("get", "ResponseComplete"),
+            event("patch", "Panic"),
+        ];
+        std::fs::write(&log, lines.join("\n")).unwrap();
+        let records = read_writes(&log, |user, uid| format!("{uid}/{user}"));
+        assert_eq!(records.len(), 1, "{records:?}");
+        let r = &records[0];
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.path, "/api/v1/namespaces/team/configmaps/app-1");
+        assert_eq!(r.code, 201);
+        assert_eq!(
+            r.identity,
+            "shardwise-1/system:serviceaccount:shardwise:shardwise"
+        );
+        assert_eq!(r.user_agent.as_deref(), Some("shardwise/0.1 (term 1f)"));
+        let seconds = r.at.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        assert_eq!(seconds, Duration::from_millis(1_795_608_001_250));
+    }
+}

@@ -1,0 +1,226 @@
+//! The real control plane as the harness runs it: separate clusters on one etcd, real
+//! authentication (static tokens, client certificates, ServiceAccount tokens from TokenRequest),
+//! RBAC, the audit log as the write log, restarts of kube-apiserver and etcd, and nothing left
+//! running or on disk afterwards. Needs the binaries of scripts/control-plane.sh.
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenReview;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use shardwise_e2e::{Environment, Identity, ServerKind, wait_for};
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"k": "v"},
+    }))
+    .unwrap()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_control_plane_authenticates_authorizes_logs_writes_and_cleans_up() {
+    let env = Environment::builder()
+        .server(ServerKind::Real)
+        .destinations(1)
+        .identity(Identity::service_account(
+            "replica-0",
+            "shardwise",
+            "shardwise",
+        ))
+        .identity(Identity::service_account(
+            "replica-1",
+            "shardwise",
+            "shardwise",
+        ))
+        .identity(Identity::new("viewer", "jane"))
+        .start()
+        .expect("the real control plane starts");
+    assert_eq!(env.kind(), ServerKind::Real);
+    let cp = env.control_plane();
+    let admin = cp.client("admin").await.unwrap();
+    let version = admin.apiserver_version().await.unwrap();
+    assert!(
+        version.git_version.starts_with("v1."),
+        "kube-apiserver reports {}",
+        version.git_version
+    );
+
+    // Each cluster is its own: what one stores the other does not see.
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    cms.create(&PostParams::default(), &config_map("only-on-control-plane"))
+        .await
+        .unwrap();
+    let dest = env.destination(0).unwrap().client("admin").await.unwrap();
+    let dest_cms: Api<ConfigMap> = Api::namespaced(dest, "default");
+    assert!(
+        dest_cms
+            .get_opt("only-on-control-plane")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // RBAC is enforced: the viewer may not read ConfigMaps until a binding says so. (Roles of
+    // its own: `view` and `edit` are aggregated by kube-controller-manager, which is not run.)
+    cp.apply_yaml(
+        "admin",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: configmaps\nrules:\n  - apiGroups: [\"\"]\n    resources: [configmaps]\n    verbs: [get, list, create]\n",
+    )
+    .await
+    .unwrap();
+    let viewer: Api<ConfigMap> = Api::namespaced(cp.client("viewer").await.unwrap(), "default");
+    match viewer.list(&ListParams::default()).await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 403, "{e:?}"),
+        other => panic!("an unbound user listed ConfigMaps: {other:?}"),
+    }
+    cp.apply_yaml(
+        "admin",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: jane-views\n  namespace: default\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: configmaps\nsubjects:\n  - kind: User\n    name: jane\n    apiGroup: rbac.authorization.k8s.io\n",
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the binding to take effect",
+        Duration::from_secs(10),
+        || async {
+            viewer
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.len())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await
+    .unwrap();
+
+    // A client certificate from the client CA authenticates as the identity's user.
+    let by_certificate = cp.kubeconfig_with_client_certificate("viewer").unwrap();
+    assert!(by_certificate.contains("client-certificate-data"));
+    assert!(!by_certificate.contains("token:"));
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&by_certificate).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let cert_client: Api<ConfigMap> =
+        Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    assert!(cert_client.get("only-on-control-plane").await.is_ok());
+
+    // A ServiceAccount added at run time gets a token from TokenRequest, and TokenReview
+    // authenticates it as the ServiceAccount.
+    cp.add_identity(Identity::service_account(
+        "scraper",
+        "monitoring",
+        "prometheus",
+    ))
+    .unwrap();
+    let token = cp.token("scraper").unwrap();
+    assert_eq!(token.split('.').count(), 3, "a JWT, not a static token");
+    let review: TokenReview = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": token},
+    }))
+    .unwrap();
+    let reviewed = Api::<TokenReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(reviewed.authenticated, Some(true), "{reviewed:?}");
+    assert_eq!(
+        reviewed.user.unwrap().username.as_deref(),
+        Some("system:serviceaccount:monitoring:prometheus")
+    );
+
+    // The audit log is the write log: each write names the identity that sent it, even when
+    // two identities share one ServiceAccount user.
+    cp.apply_yaml(
+        "admin",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: shardwise-edits\n  namespace: default\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: configmaps\nsubjects:\n  - kind: ServiceAccount\n    name: shardwise\n    namespace: shardwise\n",
+    )
+    .await
+    .unwrap();
+    for replica in ["replica-0", "replica-1"] {
+        let api: Api<ConfigMap> = Api::namespaced(cp.client(replica).await.unwrap(), "default");
+        wait_for(
+            "the edit binding to take effect",
+            Duration::from_secs(10),
+            || async {
+                api.create(
+                    &PostParams::default(),
+                    &config_map(&format!("from-{replica}")),
+                )
+                .await
+                .map_err(|e| e.to_string())
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let writes = cp.writes();
+    for replica in ["replica-0", "replica-1"] {
+        let path = "/api/v1/namespaces/default/configmaps";
+        assert!(
+            writes.iter().any(|w| w.identity == replica
+                && w.method == "POST"
+                && w.path == path
+                && w.code == 201),
+            "no POST by {replica} in {writes:#?}"
+        );
+    }
+
+    // kube-apiserver and etcd restarts keep the data.
+    let server = cp.real_server().unwrap();
+    let old_pid = server.pid();
+    server.restart().unwrap();
+    assert_ne!(server.pid(), old_pid);
+    assert!(!pid_alive(old_pid), "the old kube-apiserver still runs");
+    env.restart_etcd().unwrap();
+    let admin = cp.client("admin").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, "default");
+    wait_for(
+        "data to survive the restarts",
+        Duration::from_secs(60),
+        || async { cms.get("from-replica-1").await.map_err(|e| e.to_string()) },
+    )
+    .await
+    .unwrap();
+
+    // Dropping the environment stops every process and removes its directory.
+    let pids = [
+        server.pid(),
+        env.destination(0).unwrap().real_server().unwrap().pid(),
+    ];
+    let dir = env.dir().to_path_buf();
+    drop(env);
+    for pid in pids {
+        assert!(!pid_alive(pid), "kube-apiserver {pid} still runs");
+    }
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+}
+
+#[test]
+fn the_server_switch_takes_test_or_real_and_names_the_choices_otherwise() {
+    assert_eq!(ServerKind::parse(None).unwrap(), ServerKind::Test);
+    assert_eq!(ServerKind::parse(Some("")).unwrap(), ServerKind::Test);
+    assert_eq!(ServerKind::parse(Some("test")).unwrap(), ServerKind::Test);
+    assert_eq!(ServerKind::parse(Some("real")).unwrap(), ServerKind::Real);
+    let err = ServerKind::parse(Some("kind")).unwrap_err().to_string();
+    assert!(
+        err.contains("\"kind\"") && err.contains("`test` or `real`"),
+        "{err}"
+    );
+}
