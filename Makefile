@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites fmt fmt-check clippy unit bench bench-assign bench-fleet bench-apiserver bench-argocd simulate demo crds clean
+.PHONY: all build test prerequisites control-plane fmt fmt-check clippy unit e2e-real bench bench-assign bench-fleet bench-apiserver bench-argocd simulate demo crds clean
 
 all: build
 
@@ -19,8 +19,10 @@ simulate:
 ## The controller itself, with no Kubernetes: an embedded control plane and two destination
 ## clusters (the test API server), a fleet of 20 clusters and 1,000 apps, 3 real replicas
 ## scaled 3 -> 4 -> 2 and one killed, shown live, then a checked summary. Nothing is left
-## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C.
+## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C;
+## `make demo ARGS=--real` runs it on a real kube-apiserver and etcd (built first).
 demo:
+	$(if $(findstring --real,$(ARGS)),scripts/control-plane.sh)
 	$(CARGO) build --quiet -p shardwise-controller -p shardwise-demo
 	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 
@@ -30,10 +32,15 @@ demo:
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy chart unit
+test: prerequisites fmt-check clippy chart unit e2e-real
 
 prerequisites:
 	scripts/prerequisites.sh
+
+## The real control plane (kube-apiserver and etcd) from the Go modules pinned in
+## e2e/control-plane, into target/control-plane/; nothing to do when it is up to date.
+control-plane:
+	scripts/control-plane.sh
 
 fmt:
 	$(CARGO) fmt --all
@@ -46,6 +53,15 @@ clippy:
 
 unit:
 	$(CARGO) test --workspace --locked
+
+## The end-to-end suites again, on a real kube-apiserver and etcd (SHARDWISE_E2E_SERVER=real);
+## `make unit` runs them on the test server. Each suite prints the kube-apiserver version.
+E2E_REAL_SUITES = --test e2e_controller --test e2e_slices --test e2e_hostile --test e2e_credentials \
+	--test e2e_autoscale --test e2e_dashboard --test e2e_demo --test e2e_chaos
+e2e-real: control-plane
+	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-controller $(E2E_REAL_SUITES)
+	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-cli --test balance
+	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p namespace-labeller --test e2e
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
 bench: bench-assign bench-apiserver bench-fleet bench-argocd

@@ -3,8 +3,9 @@
 # end-to-end tests drive the real client), Debian's Prometheus (the dashboard test, and promtool
 # for the chart's alerts), busybox (the chart's `helm test` script runs on its sh and wget, as in
 # the test pod), the pinned Python packages of the chart checks, and Node.js with the locked npm
-# packages of the dashboard's schema check (scripts/dashboard-schema). Idempotent and quick when
-# everything is there.
+# packages of the dashboard's schema check (scripts/dashboard-schema), and the real control plane
+# (kube-apiserver and etcd, built with Go from e2e/control-plane by scripts/control-plane.sh).
+# Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,8 @@ command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || packages+=(prometheus)
 command -v busybox >/dev/null 2>&1 || packages+=(busybox)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+# The harness starts the real control plane's processes under setpriv (a parent-death signal).
+command -v setpriv >/dev/null 2>&1 || packages+=(util-linux)
 if ((${#packages[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
@@ -33,3 +36,5 @@ schema=scripts/dashboard-schema
 if ! npm ls --prefix "$schema" --silent >/dev/null 2>&1; then
     npm ci --prefix "$schema" --silent --no-audit --no-fund
 fi
+
+scripts/control-plane.sh

@@ -327,14 +327,14 @@ async fn handoff() -> (Vec<Handoff>, usize) {
 
     // Partition of replica 2 from the control plane.
     let before = labels(&fleet).await;
-    let scope = FaultScope::identity(format!("{STATEFULSET}-2"));
+    let identity = format!("{STATEFULSET}-2");
     let (t0, since) = (Instant::now(), jiff::Timestamp::now());
-    fleet.env.control_plane().faults().partition(scope.clone());
+    fleet.env.control_plane().partition(&identity).unwrap();
     let mut row = measure(&fleet, "partition", &[0, 1, 3], before, t0, since).await;
     let replica = scrape(&fleet.replicas[&2].metrics_url).await.unwrap();
     row.in_flight = replica.sum("shardwise_reconciles_total", &[("result", "cancelled")]) as usize;
     rows.push(row);
-    fleet.env.control_plane().faults().heal(&scope);
+    fleet.env.control_plane().heal(&identity).unwrap();
     fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
 
     let overlaps = audit::overlaps(&audit::read(&fleet.audits, "cluster").unwrap(), &deaths).len();

@@ -15,7 +15,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use shardwise_e2e::{ErrorFault, FaultScope, scrape, wait_for};
+use shardwise_e2e::{ErrorFault, FaultScope, ServerKind, scrape, wait_for};
 use shardwise_runtime::audit;
 use support::fencing;
 use support::{Fleet, FleetOptions, STATEFULSET};
@@ -51,13 +51,20 @@ struct Chaos {
 
 impl Chaos {
     async fn start(name: &'static str) -> Self {
+        Self::start_with(name, &LEASE_FLAGS, &[]).await
+    }
+
+    /// The suite's fleet with `flags` for every replica and `apiserver_args` for every real
+    /// kube-apiserver.
+    async fn start_with(name: &'static str, flags: &[&str], apiserver_args: &[&str]) -> Self {
         let fleet = Fleet::start(FleetOptions {
             replicas: 4,
             clusters: 40,
             apps: 2000,
             hot_percent: Some(40),
             audit: true,
-            args: LEASE_FLAGS.map(String::from).to_vec(),
+            args: flags.iter().map(ToString::to_string).collect(),
+            apiserver_args: apiserver_args.iter().map(ToString::to_string).collect(),
             ..FleetOptions::default()
         })
         .await
@@ -168,6 +175,45 @@ impl Chaos {
         audit::read(&self.fleet.audits, "cluster").unwrap()
     }
 
+    /// The fencing check from the destinations' side: every write names its term, and none
+    /// arrived after that term's lease could have expired.
+    fn assert_no_late_writes(&self, history: &fencing::LeaseHistory, at_least: usize) {
+        let writes: Vec<_> = self
+            .fleet
+            .env
+            .destinations()
+            .iter()
+            .flat_map(|d| d.writes())
+            .collect();
+        let report = fencing::late_writes(&writes, &history.renewals());
+        eprintln!(
+            "[{}] {} destination writes checked, {} late, {} unattributed",
+            self.name,
+            report.checked,
+            report.late.len(),
+            report.unattributed.len()
+        );
+        assert!(
+            report.unattributed.is_empty(),
+            "{}: writes without a known term: {:?}",
+            self.name,
+            &report.unattributed[..report.unattributed.len().min(3)]
+        );
+        assert!(
+            report.checked >= at_least,
+            "{}: only {} writes checked",
+            self.name,
+            report.checked
+        );
+        assert!(
+            report.late.is_empty(),
+            "{}: {} writes after their lease expired, e.g. {:?}",
+            self.name,
+            report.late.len(),
+            &report.late[..report.late.len().min(3)]
+        );
+    }
+
     /// The safety check over everything recorded so far.
     fn assert_no_overlap(&self) {
         let intervals = self.intervals();
@@ -228,11 +274,11 @@ async fn sigkill_then_restart() {
 async fn partitioned_replica_fences_itself_and_rejoins() {
     let _serial = SERIAL.lock().await;
     let c = Chaos::start("partition").await;
-    let faults = c.fleet.env.control_plane().faults();
-    let scope = FaultScope::identity(format!("{STATEFULSET}-2"));
+    let cp = c.fleet.env.control_plane();
+    let identity = format!("{STATEFULSET}-2");
     let pid = c.fleet.replicas[&2].process.pid();
     let partitioned_at = audit::now_nanos();
-    faults.partition(scope.clone());
+    cp.partition(&identity).unwrap();
     c.settle("replica 2 partitioned", &[0, 1, 3]).await;
     // Longer than the lease, then heal.
     tokio::time::sleep(LEASE_DURATION).await;
@@ -250,7 +296,7 @@ async fn partitioned_replica_fences_itself_and_rejoins() {
             );
         }
     }
-    faults.heal(&scope);
+    cp.heal(&identity).unwrap();
     c.wait_lease(2).await;
     c.settle("replica 2 healed", &[0, 1, 2, 3]).await;
     let m = scrape(&c.fleet.replicas[&2].metrics_url).await.unwrap();
@@ -284,6 +330,15 @@ async fn planner_killed_during_a_rebalance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_cut_watches_during_a_scale_change() {
+    // Random 500s and 429s and watches closed every 10 s are the test server's faults. On the
+    // real server, API Priority and Fairness gives real 429s and the restarts of kube-apiserver
+    // and etcd close real watches: those scenarios stand in for this one there.
+    if ServerKind::from_env().unwrap() == ServerKind::Real {
+        eprintln!(
+            "errors_and_cut_watches_during_a_scale_change: HTTP faults need the test server; skipped on the real server"
+        );
+        return;
+    }
     let _serial = SERIAL.lock().await;
     let mut c = Chaos::start("control-plane faults").await;
     let scopes: Vec<FaultScope> = (0..4)
@@ -482,3 +537,259 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
             .fold(0.0, f64::max)
     );
 }
+
+/// Whether the suite runs on a real control plane; the scenarios of faults only a real one has
+/// say so and return on the test server.
+fn on_real_server(scenario: &str) -> bool {
+    let real = ServerKind::from_env().unwrap() == ServerKind::Real;
+    if !real {
+        eprintln!(
+            "{scenario}: a fault of a real control plane; runs with SHARDWISE_E2E_SERVER=real"
+        );
+    }
+    real
+}
+
+/// Scale 4 -> 3 and, while the leaving replica drains and its clusters move, `fault` strikes
+/// the control plane; the fleet must settle on the three with no overlap and no late write.
+async fn rebalance_through(name: &'static str, fault: impl FnOnce(&Chaos)) {
+    let mut c = Chaos::start(name).await;
+    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
+    c.fleet.scale(3).await.unwrap();
+    let leaving = c.fleet.replicas.get_mut(&3).unwrap();
+    leaving.process.terminate().unwrap();
+    // Mid-rebalance: the planner has moved work off shard 3 and the drain is under way.
+    wait_for("shard 3 to start draining", SETTLE, || async {
+        let placement = c.fleet.placement().await.map_err(|e| e.to_string())?;
+        let draining = placement
+            .clusters
+            .values()
+            .flatten()
+            .any(|&(_, shard, draining)| shard == 3 && draining);
+        let moved = !placement
+            .clusters
+            .values()
+            .flatten()
+            .any(|&(_, shard, _)| shard == 3);
+        if draining || moved {
+            Ok(())
+        } else {
+            Err("shard 3 still owns its clusters, none draining".to_string())
+        }
+    })
+    .await
+    .unwrap();
+    let struck = Instant::now();
+    fault(&c);
+    eprintln!(
+        "[{}] fault over after {:.1} s",
+        c.name,
+        struck.elapsed().as_secs_f64()
+    );
+    c.fleet.stop_replica(3).await.unwrap();
+    c.settle("4 -> 3 through the fault", &[0, 1, 2]).await;
+    c.assert_no_overlap();
+    c.assert_no_late_writes(&history, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_restarted_mid_rebalance() {
+    if !on_real_server("kube_apiserver_restarted_mid_rebalance") {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    rebalance_through("kube-apiserver restart", |c| {
+        let server = c.fleet.env.control_plane().real_server().unwrap();
+        server.restart().unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_restarted_mid_rebalance() {
+    if !on_real_server("etcd_restarted_mid_rebalance") {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    rebalance_through("etcd restart", |c| c.fleet.env.restart_etcd().unwrap()).await;
+}
+
+/// A replica cut off for longer than etcd keeps history, while every app changes: when the
+/// link comes back, its watches resume from revisions etcd has compacted away, kube-apiserver
+/// answers 410 Gone, and the replica must list again and catch up with every change. Leases
+/// outlast the cut, so the replica keeps its work: the LISTs it sends afterwards come from
+/// expired watches, not from a restart of its work. kube-apiserver's watch cache is off so that
+/// watches are served by etcd, whose compaction is what the client meets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_resume_after_etcd_compaction_with_a_relist() {
+    if !on_real_server("watches_resume_after_etcd_compaction_with_a_relist") {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let flags = [
+        "--load-model=apps",
+        "--lease-duration=60s",
+        "--renew-deadline=45s",
+        "--retry-period=2s",
+        "--resync-interval=60s",
+        "--cluster-qps=100",
+        "--cluster-burst=200",
+    ];
+    let compaction = ["--etcd-compaction-interval=2s", "--watch-cache=false"];
+    let c = Chaos::start_with("watch after compaction", &flags, &compaction).await;
+    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
+    let cp = c.fleet.env.control_plane();
+    let identity = format!("{STATEFULSET}-2");
+    let lists_before = lists_by(&c, &identity);
+    cp.partition(&identity).unwrap();
+    let cut = Instant::now();
+    c.fleet.update_apps(0..2000, 2).await.unwrap();
+    // Two compactions after the last change: every revision the replica saw is gone.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let cut_for = cut.elapsed();
+    cp.heal(&identity).unwrap();
+    c.settle(
+        "every app at its new generation after the heal",
+        &[0, 1, 2, 3],
+    )
+    .await;
+    let m = scrape(&c.fleet.replicas[&2].metrics_url).await.unwrap();
+    assert_eq!(
+        m.sum("shardwise_fenced_total", &[]),
+        0.0,
+        "replica 2 lost its lease during a {cut_for:?} cut: the scenario needs it to keep it"
+    );
+    let relists = lists_by(&c, &identity) - lists_before;
+    eprintln!(
+        "[{}] cut for {:.1} s; replica 2 listed {relists} times after its watches expired",
+        c.name,
+        cut_for.as_secs_f64()
+    );
+    assert!(
+        relists > 0,
+        "replica 2 never listed again: its watches did not expire"
+    );
+    c.assert_no_overlap();
+    c.assert_no_late_writes(&history, 2000);
+}
+
+fn lists_by(c: &Chaos, identity: &str) -> usize {
+    c.fleet
+        .env
+        .control_plane()
+        .real_server()
+        .unwrap()
+        .requests()
+        .iter()
+        .filter(|r| r.identity == identity && r.method == "LIST" && r.code == 200)
+        .count()
+}
+
+/// API Priority and Fairness throttling the controller's ServiceAccount to one request at a
+/// time (a PriorityLevelConfiguration of one share that rejects what it cannot serve, on a
+/// server of 30 seats) during a scale change: every replica meets real 429s with Retry-After,
+/// and the fleet must still settle, with no overlap and no late write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_and_fairness_throttles_the_controller_during_a_scale_change() {
+    if !on_real_server("priority_and_fairness_throttles_the_controller_during_a_scale_change") {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let seats = [
+        "--max-requests-inflight=20",
+        "--max-mutating-requests-inflight=10",
+    ];
+    let mut c = Chaos::start_with("priority and fairness", &LEASE_FLAGS, &seats).await;
+    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
+    c.fleet
+        .env
+        .control_plane()
+        .apply_yaml("admin", THROTTLE)
+        .await
+        .unwrap();
+    let throttled_since = Instant::now();
+    c.fleet.scale(3).await.unwrap();
+    c.fleet.stop_replica(3).await.unwrap();
+    c.settle("4 -> 3 throttled", &[0, 1, 2]).await;
+    let remaining = Duration::from_secs(30).saturating_sub(throttled_since.elapsed());
+    tokio::time::sleep(remaining).await;
+    let rejected = rejected_by_throttle(&c).await;
+    let refused_writes = c
+        .fleet
+        .env
+        .control_plane()
+        .writes()
+        .iter()
+        .filter(|w| w.code == 429 && w.identity.starts_with(STATEFULSET))
+        .count();
+    eprintln!(
+        "[{}] {rejected} requests rejected by priority and fairness, {refused_writes} of them writes",
+        c.name
+    );
+    assert!(rejected > 0.0, "priority and fairness rejected nothing");
+    let client = c.fleet.admin.clone();
+    for (kind, name) in [
+        ("flowschemas", "shardwise-throttled"),
+        ("prioritylevelconfigurations", "shardwise-throttled"),
+    ] {
+        let request = http::Request::delete(format!(
+            "/apis/flowcontrol.apiserver.k8s.io/v1/{kind}/{name}"
+        ))
+        .body(Vec::new())
+        .unwrap();
+        client.request_text(request).await.unwrap();
+    }
+    c.settle("throttle lifted", &[0, 1, 2]).await;
+    c.assert_no_overlap();
+    c.assert_no_late_writes(&history, 1);
+}
+
+/// `apiserver_flowcontrol_rejected_requests_total` of the throttle's priority level.
+async fn rejected_by_throttle(c: &Chaos) -> f64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = c.fleet.admin.request_text(request).await.unwrap();
+    let metrics = shardwise_e2e::Metrics::parse(&text).unwrap();
+    metrics.sum(
+        "apiserver_flowcontrol_rejected_requests_total",
+        &[("priority_level", "shardwise-throttled")],
+    )
+}
+
+const THROTTLE: &str = "apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata:
+  name: shardwise-throttled
+spec:
+  type: Limited
+  limited:
+    nominalConcurrencyShares: 1
+    lendablePercent: 0
+    limitResponse:
+      type: Reject
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: shardwise-throttled
+spec:
+  priorityLevelConfiguration:
+    name: shardwise-throttled
+  matchingPrecedence: 500
+  distinguisherMethod:
+    type: ByUser
+  rules:
+    - subjects:
+        - kind: ServiceAccount
+          serviceAccount:
+            name: shardwise
+            namespace: shardwise
+      resourceRules:
+        - verbs: ['*']
+          apiGroups: ['*']
+          resources: ['*']
+          namespaces: ['*']
+          clusterScope: true
+      nonResourceRules:
+        - verbs: ['*']
+          nonResourceURLs: ['*']
+";

@@ -130,18 +130,16 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
         apps: 0,
         destinations: 2,
         args: vec!["--log=debug".to_string()],
+        destination_identities: vec![
+            Identity::admin("kubeconfig-user").with_token(KUBECONFIG_TOKEN),
+            Identity::admin("argocd-user").with_token(ARGOCD_TOKEN),
+        ],
         ..FleetOptions::default()
     })
     .await
     .unwrap();
     let destinations = fleet.env.destinations();
     let (url0, url1) = (destinations[0].url(), destinations[1].url());
-    destinations[0]
-        .add_identity(Identity::admin("kubeconfig-user").with_token(KUBECONFIG_TOKEN))
-        .unwrap();
-    destinations[1]
-        .add_identity(Identity::admin("argocd-user").with_token(ARGOCD_TOKEN))
-        .unwrap();
     let kubeconfig = destinations[0]
         .kubeconfig_with_client_certificate("kubeconfig-user")
         .unwrap();

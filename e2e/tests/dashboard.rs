@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_e2e::{FaultScope, Poll, wait_for, wait_with};
+use shardwise_e2e::{Poll, wait_for, wait_with};
 use support::prometheus::{Prometheus, dashboard, export, panels, substitute, unix_now};
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, shard_label};
 
@@ -249,9 +249,9 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
     tokio::time::sleep(pace).await;
 
     // Partition replica 1 from the control plane until it fences itself, then heal it.
-    let faults = fleet.env.control_plane().faults();
-    let scope = FaultScope::identity(format!("{STATEFULSET}-1"));
-    faults.partition(scope.clone());
+    let cp = fleet.env.control_plane();
+    let identity = format!("{STATEFULSET}-1");
+    cp.partition(&identity).unwrap();
     wait_for("replica 1 to fence itself", SETTLE, || async {
         let m = fleet.scrape(1).await.map_err(|e| e.to_string())?;
         match m.sum("shardwise_fenced_total", &[]) {
@@ -261,7 +261,7 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
     })
     .await
     .unwrap();
-    faults.heal(&scope);
+    cp.heal(&identity).unwrap();
     if let Err(e) = fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await {
         panic!("{e}\n{}", fleet.report());
     }

@@ -92,6 +92,8 @@ pub struct Options {
     pub prometheus: Option<PathBuf>,
     /// Where to draw the dashboard picture from those series (needs python3 with matplotlib).
     pub picture: Option<PathBuf>,
+    /// Run on a real kube-apiserver and etcd instead of the embedded test server.
+    pub real: bool,
 }
 
 impl Options {
@@ -108,6 +110,7 @@ impl Options {
             stable: Duration::from_secs(7),
             prometheus: None,
             picture: None,
+            real: false,
         }
     }
 }
@@ -272,6 +275,11 @@ impl Demo {
             audit: true,
             args,
             controller: options.controller.clone(),
+            server: Some(if options.real {
+                shardwise_e2e::ServerKind::Real
+            } else {
+                shardwise_e2e::ServerKind::Test
+            }),
             ..FleetOptions::default()
         })
         .await

@@ -16,6 +16,10 @@ struct Args {
     /// Leave the fleet running after the summary, with a kubeconfig to explore it; Ctrl-C ends it.
     #[arg(long)]
     keep: bool,
+    /// Run on a real kube-apiserver and etcd (built by `make control-plane`) instead of the
+    /// embedded test server, which starts in a second.
+    #[arg(long)]
+    real: bool,
     /// FleetClusters in the fleet.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(4..=200))]
     clusters: u32,
@@ -75,14 +79,21 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         settle_timeout: Duration::from_secs(args.timeout),
         prometheus: args.prometheus.or_else(find_prometheus),
         picture: Some(args.picture),
+        real: args.real,
         ..Options::new(controller)
     };
     if options.prometheus.is_none() {
         eprintln!("no Prometheus on PATH: no dashboard picture (apt-get install prometheus)");
     }
     eprintln!(
-        "starting an embedded control plane, 2 destination clusters, {} clusters, {} apps and 3 replicas...",
-        options.clusters, options.apps
+        "starting {}, 2 destination clusters, {} clusters, {} apps and 3 replicas...",
+        if options.real {
+            "a real kube-apiserver and etcd as the control plane"
+        } else {
+            "an embedded control plane"
+        },
+        options.clusters,
+        options.apps
     );
     let mut demo = Demo::start(options).await?;
     let summary = demo.play(&mut stdout).await?;

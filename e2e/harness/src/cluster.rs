@@ -9,7 +9,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
 use shardwise_test_apiserver::{
-    ApiServer, CertificateError, Faults, Identity, ServerConfig, WriteRecord,
+    ApiServer, CertificateError, FaultScope, Faults, Identity, ServerConfig, WriteRecord,
 };
 
 use crate::HarnessError;
@@ -96,6 +96,7 @@ impl Cluster {
             &control_plane.spawner,
             &control_plane.binaries,
             &control_plane.etcd,
+            &control_plane.apiserver_args,
             dir,
         )?;
         let cluster = Self {
@@ -185,6 +186,59 @@ impl Cluster {
                 "{}: HTTP fault injection needs the test server (SHARDWISE_E2E_SERVER=test)",
                 self.name
             ),
+        }
+    }
+
+    /// Cuts `identity` off this cluster: its requests and watches fail as if the network were
+    /// down (the test server's partition fault; a real server's link of the identity cut).
+    pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
+        match &self.backend {
+            Backend::Test(s) => {
+                s.faults().partition(FaultScope::identity(identity));
+                Ok(())
+            }
+            Backend::Real(s) => s.partition(identity),
+        }
+    }
+
+    /// Delays every request of `identity` to this cluster by `latency` (the test server's
+    /// latency fault; a real server's link of the identity).
+    pub fn set_latency(
+        &self,
+        identity: &str,
+        latency: std::time::Duration,
+    ) -> Result<(), HarnessError> {
+        match &self.backend {
+            Backend::Test(s) => {
+                s.faults()
+                    .set_latency(FaultScope::identity(identity), latency);
+                Ok(())
+            }
+            Backend::Real(s) => s.set_latency(identity, latency),
+        }
+    }
+
+    /// The URL `identity`'s kubeconfig names: the server's own, or on a real server the
+    /// identity's link (which [`Cluster::partition`] cuts).
+    pub fn url_for(&self, identity: &str) -> Result<String, HarnessError> {
+        let unknown = || HarnessError::UnknownIdentity {
+            cluster: self.name.clone(),
+            identity: identity.to_string(),
+        };
+        match &self.backend {
+            Backend::Test(s) => s.identity(identity).map(|_| s.url()).ok_or_else(unknown),
+            Backend::Real(s) => s.url_for(&s.identity(identity).ok_or_else(unknown)?),
+        }
+    }
+
+    /// Ends [`Cluster::partition`] of `identity`.
+    pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
+        match &self.backend {
+            Backend::Test(s) => {
+                s.faults().heal(&FaultScope::identity(identity));
+                Ok(())
+            }
+            Backend::Real(s) => s.heal(identity),
         }
     }
 
@@ -408,6 +462,7 @@ struct RealControlPlane {
     etcd: Etcd,
     spawner: Spawner,
     binaries: Binaries,
+    apiserver_args: Vec<String>,
 }
 
 type Configure = Box<dyn Fn(&str, ServerConfig) -> ServerConfig + Send>;
@@ -420,6 +475,7 @@ pub struct EnvironmentBuilder {
     rbac: bool,
     configure: Option<Configure>,
     kind: Option<ServerKind>,
+    apiserver_args: Vec<String>,
 }
 
 impl std::fmt::Debug for EnvironmentBuilder {
@@ -469,6 +525,17 @@ impl EnvironmentBuilder {
         self
     }
 
+    /// More flags for every real kube-apiserver (e.g. `--etcd-compaction-interval=10s`); the
+    /// test server ignores them.
+    pub fn apiserver_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.apiserver_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
     /// The server to run on, instead of `SHARDWISE_E2E_SERVER`'s choice.
     pub fn server(mut self, kind: ServerKind) -> Self {
         self.kind = Some(kind);
@@ -496,6 +563,7 @@ impl EnvironmentBuilder {
                 etcd,
                 spawner,
                 binaries,
+                apiserver_args: self.apiserver_args.clone(),
             };
             let control_plane =
                 Cluster::start_real("control-plane", &self.identities, &real, &path)?;
@@ -557,6 +625,7 @@ impl Environment {
             rbac: false,
             configure: None,
             kind: None,
+            apiserver_args: Vec::new(),
         }
     }
 

@@ -182,6 +182,36 @@ async fn a_real_control_plane_authenticates_authorizes_logs_writes_and_cleans_up
         );
     }
 
+    // A partition cuts one identity off (the others carry on) until it heals; a latency slows
+    // its requests.
+    let replica: Api<ConfigMap> = Api::namespaced(cp.client("replica-0").await.unwrap(), "default");
+    let other: Api<ConfigMap> = Api::namespaced(cp.client("replica-1").await.unwrap(), "default");
+    cp.partition("replica-0").unwrap();
+    assert!(
+        replica.get("from-replica-0").await.is_err(),
+        "a partitioned identity got through"
+    );
+    assert!(other.get("from-replica-0").await.is_ok());
+    cp.heal("replica-0").unwrap();
+    wait_for("the partition to heal", Duration::from_secs(10), || async {
+        replica
+            .get("from-replica-0")
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap();
+    cp.set_latency("replica-0", Duration::from_millis(300))
+        .unwrap();
+    let slow = std::time::Instant::now();
+    replica.get("from-replica-0").await.unwrap();
+    assert!(
+        slow.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        slow.elapsed()
+    );
+    cp.set_latency("replica-0", Duration::ZERO).unwrap();
+
     // kube-apiserver and etcd restarts keep the data.
     let server = cp.real_server().unwrap();
     let old_pid = server.pid();

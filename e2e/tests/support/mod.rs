@@ -19,7 +19,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use shard_assign::{KeyRange, app_key};
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, scrape, wait_for};
+use shardwise_e2e::{
+    Environment, Identity, Process, ProcessSpec, ServerKind, free_port, scrape, wait_for,
+};
 use shardwise_handoff::keys::{DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL};
 use shardwise_runtime::slice::UnitSlice;
 
@@ -66,6 +68,13 @@ pub struct FleetOptions {
     /// The `shardwise-controller` binary every replica runs: by default the one Cargo built for
     /// the test that includes this module (the demo, which is not such a test, names its own).
     pub controller: PathBuf,
+    /// The API servers to run on; `None`: `SHARDWISE_E2E_SERVER`'s choice.
+    pub server: Option<ServerKind>,
+    /// More identities on every destination cluster, known from the start (a real server reads
+    /// its static tokens only then).
+    pub destination_identities: Vec<Identity>,
+    /// More flags for every real kube-apiserver (ignored by the test server).
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for FleetOptions {
@@ -86,6 +95,9 @@ impl Default for FleetOptions {
             controller: option_env!("CARGO_BIN_EXE_shardwise-controller")
                 .map(PathBuf::from)
                 .unwrap_or_default(),
+            server: None,
+            destination_identities: Vec::new(),
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -229,6 +241,13 @@ impl Fleet {
             .destinations(options.destinations)
             .destination_identity(Identity::admin(DESTINATION_IDENTITY))
             .rbac(options.rbac);
+        if let Some(kind) = options.server {
+            builder = builder.server(kind);
+        }
+        builder = builder.apiserver_args(options.apiserver_args.iter().cloned());
+        for identity in &options.destination_identities {
+            builder = builder.destination_identity(identity.clone());
+        }
         // Two spare identities for restarts and scale-ups, and enough for an autoscaled fleet
         // of 6.
         for ordinal in 0..(options.replicas + 2).max(6) {
@@ -296,9 +315,7 @@ impl Fleet {
         fleet.create_apps(0..options.apps).await?;
         if let Some(latency) = options.destination_latency {
             for destination in fleet.env.destinations() {
-                destination
-                    .faults()
-                    .set_latency(shardwise_e2e::FaultScope::Global, latency);
+                destination.set_latency(DESTINATION_IDENTITY, latency)?;
             }
         }
         fleet.started = std::time::Instant::now();
@@ -328,7 +345,7 @@ impl Fleet {
                     "namespace": NAMESPACE,
                     "labels": {"shardwise.io/secret-type": "cluster"},
                 },
-                "stringData": {"server": destination.url(), "token": token, "ca.crt": ca},
+                "stringData": {"server": destination.url_for(DESTINATION_IDENTITY)?, "token": token, "ca.crt": ca},
             });
             self.env
                 .control_plane()

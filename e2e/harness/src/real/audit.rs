@@ -8,19 +8,22 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use shardwise_test_apiserver::WriteRecord;
 
-/// Every write at `Metadata` level (who, what, when, how it was answered), nothing else.
+/// Every write and every LIST at `Metadata` level (who, what, when, how it was answered),
+/// nothing else: the writes are the write log, the LISTs show when a client listed again
+/// (e.g. after its watch expired).
 pub(crate) const POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
   - level: Metadata
-    verbs: [create, update, patch, delete, deletecollection]
+    verbs: [create, update, patch, delete, deletecollection, list]
   - level: None
 ";
 
-/// The writes recorded in the audit log at `path`, oldest first. `identity_of(user, uid)`
-/// names the identity that sent each one.
-pub(crate) fn read_writes(
+/// The requests recorded in the audit log at `path`, oldest first: writes by their HTTP method
+/// (`POST`, `PUT`, `PATCH`, `DELETE`), LISTs as `LIST`. `identity_of(user, uid)` names the
+/// identity that sent each one.
+pub(crate) fn read_requests(
     path: &Path,
     identity_of: impl Fn(&str, &str) -> String,
 ) -> Vec<WriteRecord> {
@@ -40,6 +43,7 @@ fn write_record(event: &Value, identity_of: &impl Fn(&str, &str) -> String) -> O
         "update" => "PUT",
         "patch" => "PATCH",
         "delete" | "deletecollection" => "DELETE",
+        "list" => "LIST",
         _ => return None,
     };
     let text = |pointer: &str| event.pointer(pointer).and_then(Value::as_str);
@@ -71,7 +75,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_write_event_becomes_a_record_and_reads_are_skipped() {
+    fn writes_and_lists_become_records_and_other_events_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("audit.log");
         let event = |verb: &str, stage: &str| {
@@ -89,10 +93,12 @@ mod tests {
             event("create", "ResponseComplete"),
             event("get", "ResponseComplete"),
             event("patch", "Panic"),
+            event("list", "ResponseComplete"),
         ];
         std::fs::write(&log, lines.join("\n")).unwrap();
-        let records = read_writes(&log, |user, uid| format!("{uid}/{user}"));
-        assert_eq!(records.len(), 1, "{records:?}");
+        let records = read_requests(&log, |user, uid| format!("{uid}/{user}"));
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert_eq!(records[1].method, "LIST");
         let r = &records[0];
         assert_eq!(r.method, "POST");
         assert_eq!(r.path, "/api/v1/namespaces/team/configmaps/app-1");

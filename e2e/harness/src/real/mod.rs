@@ -3,9 +3,11 @@
 //! `scripts/control-plane.sh`), on free loopback ports, with generated serving certificates, a
 //! client CA, a service-account signing key and issuer, RBAC, and an audit log that serves as
 //! the write log. One etcd serves every kube-apiserver of an environment, each under its own
-//! key prefix, so each is a cluster of its own.
+//! key prefix, so each is a cluster of its own. Identities other than the harness's `admin`
+//! reach their server through a link of their own ([`RealApiServer::partition`] cuts it).
 
 mod audit;
+mod link;
 mod supervisor;
 
 use std::io::Write;
@@ -25,6 +27,7 @@ use shardwise_test_apiserver::{
 };
 
 use crate::HarnessError;
+use link::Links;
 pub(crate) use supervisor::Spawner;
 use supervisor::Supervised;
 
@@ -185,6 +188,7 @@ pub struct RealApiServer {
     args: Vec<String>,
     spawner: Spawner,
     audit_log: PathBuf,
+    links: Links,
 }
 
 static VERSION_PRINTED: Once = Once::new();
@@ -193,14 +197,15 @@ static VERSION_PRINTED: Once = Once::new();
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl RealApiServer {
-    /// Starts kube-apiserver `name` on etcd `etcd`, with `identities` (and an `admin`), and
-    /// waits until it is ready.
+    /// Starts kube-apiserver `name` on etcd `etcd`, with `identities` (and an `admin`) and
+    /// `extra_args` after its own flags, and waits until it is ready.
     pub(crate) fn start(
         name: &str,
         identities: &[Identity],
         spawner: &Spawner,
         binaries: &Binaries,
         etcd: &Etcd,
+        extra_args: &[String],
         dir: &Path,
     ) -> Result<Self, HarnessError> {
         let dir = dir.join(name);
@@ -273,7 +278,7 @@ impl RealApiServer {
         let port = crate::free_port()?;
         let url = format!("https://127.0.0.1:{port}");
         let file = |f: &str| dir.join(f).display().to_string();
-        let args = vec![
+        let mut args = vec![
             "--bind-address=127.0.0.1".to_string(),
             "--advertise-address=127.0.0.1".to_string(),
             format!("--secure-port={port}"),
@@ -305,6 +310,7 @@ impl RealApiServer {
             "--audit-log-maxbackup=0".to_string(),
             "--profiling=false".to_string(),
         ];
+        args.extend(extra_args.iter().cloned());
         let process = spawner.spawn("kube-apiserver", &binaries.kube_apiserver, &args, &dir)?;
         let server = Self {
             name: name.to_string(),
@@ -317,6 +323,7 @@ impl RealApiServer {
             args,
             spawner: spawner.clone(),
             audit_log: dir.join("audit.log"),
+            links: Links::new(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?,
             dir,
         };
         server.wait_ready()?;
@@ -376,13 +383,42 @@ impl RealApiServer {
                 Credential::Token(&i.identity.token)
             }
         };
+        let url = self.url_for(&i.identity).ok()?;
         Some(kubeconfig_yaml(
             &self.name,
-            &self.url,
+            &url,
             Some(&self.serving_ca),
             &[(identity, credential)],
             identity,
         ))
+    }
+
+    /// Where `identity` reaches the server: the harness's `admin` directly, any other identity
+    /// through a link of its own, which [`RealApiServer::partition`] cuts and
+    /// [`RealApiServer::set_latency`] slows.
+    pub fn url_for(&self, identity: &Identity) -> Result<String, HarnessError> {
+        if identity.name == "admin" {
+            return Ok(self.url.clone());
+        }
+        Ok(format!(
+            "https://127.0.0.1:{}",
+            self.links.port(&identity.name)?
+        ))
+    }
+
+    /// Delays every request of `identity` by `latency` on its way to the server.
+    pub fn set_latency(&self, identity: &str, latency: Duration) -> Result<(), HarnessError> {
+        self.links.set_latency(identity, latency)
+    }
+
+    /// Cuts `identity`'s link: its open connections and watches drop and new ones are refused
+    /// without an answer, until [`RealApiServer::heal`].
+    pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
+        self.links.set_cut(identity, true)
+    }
+
+    pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
+        self.links.set_cut(identity, false)
     }
 
     /// A kubeconfig with every identity; the admin is current.
@@ -428,7 +464,7 @@ impl RealApiServer {
             })?;
         Ok(kubeconfig_yaml(
             &self.name,
-            &self.url,
+            &self.url_for(&i)?,
             Some(&self.serving_ca),
             &[(identity, Credential::Certificate(&cert))],
             identity,
@@ -574,8 +610,16 @@ impl RealApiServer {
 
     /// Every write the server answered, from its audit log, oldest first.
     pub fn writes(&self) -> Vec<WriteRecord> {
+        let mut requests = self.requests();
+        requests.retain(|r| r.method != "LIST");
+        requests
+    }
+
+    /// Every write and LIST (`method` = `LIST`) the server answered, from its audit log,
+    /// oldest first.
+    pub fn requests(&self) -> Vec<WriteRecord> {
         let identities = self.identities.read().clone();
-        audit::read_writes(&self.audit_log, |user, uid| {
+        audit::read_requests(&self.audit_log, |user, uid| {
             identities
                 .iter()
                 .find(|i| !uid.is_empty() && i.identity.name == uid)
