@@ -75,9 +75,10 @@ bench-assign:
 bench-apiserver:
 	$(CARGO) bench -p shardwise-test-apiserver
 
-## Controller fleets on the test API server: throughput scaling, memory per shard, handoff times,
-## measured load against counted apps.
-bench-fleet:
+## Controller fleets: throughput scaling, memory per shard, handoff times, measured load against
+## counted apps; and (`servers`) throughput, memory and handoffs on the test server and on the real
+## control plane side by side. Builds the control plane first.
+bench-fleet: control-plane
 	$(CARGO) bench -p shardwise-controller --bench fleet
 
 ## The Argo CD balancer (a real `shardwise balance`) against Argo CD's algorithms: one fleet of

@@ -1,4 +1,4 @@
-//! Fleet benchmarks: real controller processes on the test API servers, measured end to end.
+//! Fleet benchmarks: real controller processes on API servers, measured end to end.
 //!
 //! - `throughput`: apps per second until 5,000 apps are Synced with 1, 2 and 4 replicas, 10 ms of
 //!   latency on every destination request, default workers and QPS; scaling efficiency
@@ -19,8 +19,14 @@
 //!   measured busy time per shard, max/mean (target with measured ≤ 1.20, and apps worse), the
 //!   clusters moved and the time to get there; overlapping reconciles (must be 0).
 //!
-//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff|measured]` (all by
-//! default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
+//! - `servers`: throughput at 1, 2 and 4 replicas, peak memory (1 and 4 replicas) and handoff
+//!   times on the test server and on the real control plane (kube-apiserver and etcd), side by
+//!   side in one run, with the ratio real / test.
+//!
+//! The other sections run on `SHARDWISE_E2E_SERVER`'s server (the test server by default).
+//!
+//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff|measured|servers]`
+//! (all by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
 
@@ -33,7 +39,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::api::ListParams;
 use shardwise_api::SyncPhase;
-use shardwise_e2e::{FaultScope, scrape, wait_for};
+use shardwise_e2e::{ServerKind, scrape, wait_for};
 use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
 use shardwise_runtime::audit;
 use support::{Fleet, FleetOptions, STATEFULSET, shard_label};
@@ -71,11 +77,12 @@ async fn wait_synced(fleet: &Fleet, total: usize) {
 
 // ---------------------------------------------------------------- throughput
 
-async fn throughput(replicas: u32) -> f64 {
+async fn throughput(replicas: u32, server: ServerKind) -> f64 {
     synced_rate(FleetOptions {
         replicas,
         clusters: 40,
         apps: 5000,
+        server: Some(server),
         ..throughput_options()
     })
     .await
@@ -128,10 +135,11 @@ fn peak_rss(pid: u32) -> u64 {
     kb * 1024
 }
 
-async fn memory(replicas: u32) -> (u32, u64) {
+async fn memory(replicas: u32, server: ServerKind) -> (u32, u64) {
     const APPS: u32 = 20_000;
     let fleet = Fleet::start(FleetOptions {
         replicas,
+        server: Some(server),
         clusters: 40,
         apps: APPS,
         rbac: false,
@@ -273,8 +281,9 @@ async fn measure(
     }
 }
 
-async fn handoff() -> (Vec<Handoff>, usize) {
+async fn handoff(server: ServerKind) -> (Vec<Handoff>, usize) {
     let mut fleet = Fleet::start(FleetOptions {
+        server: Some(server),
         replicas: 4,
         clusters: 40,
         apps: 2000,
@@ -476,7 +485,7 @@ async fn measured() -> (Vec<MeasuredRow>, usize) {
     for (i, name) in clusters.keys().enumerate() {
         let destination = if slow.contains(name) { SLOW } else { i % 2 };
         let patch = serde_json::json!({"spec": {
-            "server": fleet.env.destinations()[destination].url(),
+            "server": fleet.destination_url(destination),
             "credentials": {"secretRef": {"name": format!("dest-{destination}-credentials")}},
         }});
         fleet
@@ -490,8 +499,8 @@ async fn measured() -> (Vec<MeasuredRow>, usize) {
             .unwrap();
     }
     fleet.env.destinations()[SLOW]
-        .faults()
-        .set_latency(FaultScope::Global, SLOW_LATENCY);
+        .set_latency(support::DESTINATION_IDENTITY, SLOW_LATENCY)
+        .unwrap();
     eprintln!("measured: slow clusters {slow:?}");
 
     let mut rows = Vec::new();
@@ -551,6 +560,88 @@ async fn measured() -> (Vec<MeasuredRow>, usize) {
 
 // ---------------------------------------------------------------- main
 
+// ---------------------------------------------------------------- servers
+
+/// Throughput at 1, 2 and 4 replicas, memory per replica and handoff times on the test server
+/// and on the real control plane, one after the other in one run, with the ratio real / test.
+async fn servers(failures: &mut Vec<String>) {
+    let kinds = [ServerKind::Test, ServerKind::Real];
+    let mut rates = BTreeMap::new();
+    for kind in kinds {
+        for replicas in [1u32, 2, 4] {
+            rates.insert(
+                (format!("{kind:?}"), replicas),
+                throughput(replicas, kind).await,
+            );
+        }
+    }
+    let mut peaks = BTreeMap::new();
+    for kind in kinds {
+        for replicas in [1u32, 4] {
+            peaks.insert(
+                (format!("{kind:?}"), replicas),
+                memory(replicas, kind).await.1,
+            );
+        }
+    }
+    let mut handoffs = BTreeMap::new();
+    for kind in kinds {
+        let (rows, overlaps) = handoff(kind).await;
+        if overlaps > 0 {
+            failures.push(format!(
+                "{kind:?} server: {overlaps} overlapping reconciles"
+            ));
+        }
+        handoffs.insert(format!("{kind:?}"), rows);
+    }
+    let (test, real) = ("Test".to_string(), "Real".to_string());
+    println!("\n### The test server against the real control plane (kube-apiserver and etcd)\n");
+    println!("| measure | test server | real control plane | real / test |");
+    println!("|---|---:|---:|---:|");
+    for replicas in [1u32, 2, 4] {
+        let (t, r) = (
+            rates[&(test.clone(), replicas)],
+            rates[&(real.clone(), replicas)],
+        );
+        println!(
+            "| throughput, {replicas} replica(s), 5,000 apps | {t:.1} apps/s | {r:.1} apps/s | {:.2}x |",
+            r / t
+        );
+    }
+    for kind in [&test, &real] {
+        let efficiency = rates[&(kind.clone(), 4)] / (4.0 * rates[&(kind.clone(), 1)]);
+        println!(
+            "| scaling efficiency at 4 replicas, {} | {efficiency:.2} | | |",
+            kind.to_lowercase()
+        );
+    }
+    let mib = |b: u64| b as f64 / 1_048_576.0;
+    for (replicas, what) in [
+        (1u32, "the only replica (20,000 apps)"),
+        (4, "one replica of 4 (~5,000 apps)"),
+    ] {
+        let (t, r) = (
+            peaks[&(test.clone(), replicas)],
+            peaks[&(real.clone(), replicas)],
+        );
+        println!(
+            "| peak RSS, {what} | {:.1} MiB | {:.1} MiB | {:.2}x |",
+            mib(t),
+            mib(r),
+            r as f64 / t as f64
+        );
+    }
+    for (t, r) in handoffs[&test].iter().zip(&handoffs[&real]) {
+        println!(
+            "| handoff, {}: every cluster owned again after | {:.2} s | {:.2} s | {:.2}x |",
+            t.what,
+            t.seconds,
+            r.seconds,
+            r.seconds / t.seconds
+        );
+    }
+}
+
 fn main() {
     let wanted: Vec<String> = std::env::args()
         .skip(1)
@@ -563,11 +654,12 @@ fn main() {
         .build()
         .unwrap();
     let mut failures = Vec::new();
+    let server = ServerKind::from_env().unwrap();
     runtime.block_on(async {
         if run("throughput") {
-            let one = throughput(1).await;
-            let two = throughput(2).await;
-            let four = throughput(4).await;
+            let one = throughput(1, server).await;
+            let two = throughput(2, server).await;
+            let four = throughput(4, server).await;
             let efficiency = |n: f64, rate: f64| rate / (n * one);
             println!("\n### Reconcile throughput (5,000 apps, 10 ms destination latency)\n");
             println!("| replicas | apps/s | scaling efficiency |");
@@ -606,8 +698,8 @@ fn main() {
             }
         }
         if run("memory") {
-            let (_, single) = memory(1).await;
-            let (chosen, quarter) = memory(4).await;
+            let (_, single) = memory(1, server).await;
+            let (chosen, quarter) = memory(4, server).await;
             let ratio = quarter as f64 / single as f64;
             println!("\n### Peak resident memory (20,000 apps of ~2.5 KB manifests)\n");
             println!("| replica | owns | peak RSS |");
@@ -620,7 +712,7 @@ fn main() {
             }
         }
         if run("handoff") {
-            let (rows, overlaps) = handoff().await;
+            let (rows, overlaps) = handoff(server).await;
             println!("\n### Handoff (4 replicas, 40 clusters, 2,000 apps, default leases: 15 s / 10 s / 2 s)\n");
             println!("| disruption | every cluster owned again after | clusters moved | apps moved | reconciles in flight at the stop |");
             println!("|---|---:|---:|---:|---:|");
@@ -637,6 +729,9 @@ fn main() {
             if let Some(r) = rows.iter().find(|r| r.what == "SIGKILL") && r.seconds >= 20.0 {
                 failures.push(format!("SIGKILL recovery took {:.1} s >= 20 s", r.seconds));
             }
+        }
+        if run("servers") {
+            servers(&mut failures).await;
         }
         if run("measured") {
             let (rows, overlaps) = measured().await;

@@ -120,7 +120,7 @@ async fn objects_the_controller_cannot_read_stop_nothing() {
     .await
     .unwrap();
     fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
-    let server = fleet.env.destinations()[0].url();
+    let server = fleet.destination_url(0);
     let credentials = json!({"secretRef": {"name": "dest-0-credentials"}});
 
     // Today's schema: the API server refuses what the types cannot hold.
@@ -582,7 +582,7 @@ async fn credentials_go_only_where_their_secret_says() {
                    "credentials": {"secretRef": {"name": "dest-0-credentials"}}}),
             format!(
                 "Secret \"dest-0-credentials\" holds credentials for {:?}, not for spec.server \"https://127.0.0.1:{port}\"",
-                fleet.env.destinations()[0].url()
+                fleet.destination_url(0)
             ),
         ),
         (

@@ -343,6 +343,23 @@ impl ApiError {
         )
     }
 
+    /// A PATCH whose content type the resource does not take; kube-apiserver lists the patch
+    /// types it does take (no strategic merge for custom resources), and not the one sent.
+    pub fn unsupported_patch_type(custom: bool) -> Self {
+        let accepted = if custom {
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        } else {
+            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+        };
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            ),
+        )
+    }
+
     pub fn unsupported_protobuf(reason: String) -> Self {
         Self::new(415, "UnsupportedMediaType", reason)
     }

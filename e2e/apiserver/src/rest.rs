@@ -737,7 +737,7 @@ fn patch(r: &Req<'_>, bytes: &[u8]) -> Result<Response<Body>, ApiError> {
         "application/merge-patch+json" => Some(PatchKind::Merge),
         "application/strategic-merge-patch+json" if !r.def.custom => Some(PatchKind::Strategic),
         "application/json-patch+json" => Some(PatchKind::Json),
-        other => return Err(ApiError::unsupported_media_type(other)),
+        _ => return Err(ApiError::unsupported_patch_type(r.def.custom)),
     };
     let patch_options_error =
         |e: FieldError| ApiError::invalid("meta.k8s.io", "PatchOptions", "", vec![e]);

@@ -109,8 +109,8 @@ fn token_review(shared: &Shared, review: &Value) -> Result<Value, ApiError> {
             },
             "audiences": audiences,
         }),
+        // `authenticated: false` is omitted, as Go's omitempty drops it from the real answer.
         None => json!({
-            "authenticated": false,
             "user": {},
             "error": "[invalid bearer token, token lookup failed]",
         }),

@@ -45,7 +45,7 @@ impl ServerKind {
 #[derive(Debug)]
 enum Backend {
     Test(ApiServer),
-    Real(RealApiServer),
+    Real(Box<RealApiServer>),
 }
 
 /// The field manager the harness applies with.
@@ -101,7 +101,7 @@ impl Cluster {
         )?;
         let cluster = Self {
             name: name.to_string(),
-            backend: Backend::Real(server),
+            backend: Backend::Real(Box::new(server)),
             dir: dir.to_path_buf(),
         };
         cluster.write_kubeconfigs()?;

@@ -3,6 +3,9 @@
 //! RBAC, the audit log as the write log, restarts of kube-apiserver and etcd, and nothing left
 //! running or on disk afterwards. Needs the binaries of scripts/control-plane.sh.
 
+// Test code: a step that fails fails the test.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::TokenReview;

@@ -325,6 +325,14 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// The server of destination `index` as its credentials Secret names it: where the
+    /// controller's identity reaches it (on a real server, through its link).
+    pub fn destination_url(&self, index: usize) -> String {
+        self.env.destinations()[index]
+            .url_for(DESTINATION_IDENTITY)
+            .expect("every destination has the controller's identity")
+    }
+
     pub fn clusters_api(&self) -> Api<FleetCluster> {
         Api::namespaced(self.admin.clone(), NAMESPACE)
     }
@@ -365,7 +373,7 @@ impl Fleet {
                 "kind": "FleetCluster",
                 "metadata": {"name": format!("cluster-{i}"), "namespace": NAMESPACE},
                 "spec": {
-                    "server": self.env.destinations()[d].url(),
+                    "server": self.destination_url(d),
                     "credentials": {"secretRef": {"name": format!("dest-{d}-credentials")}},
                 },
             }))?;
