@@ -26,6 +26,14 @@ minor=$(echo "$kubernetes" | cut -d. -f2)
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$kubernetes -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+# client-go stamps the User-Agent of the server's own requests (seen in the audit log).
+cg=k8s.io/client-go/pkg/version
+ldflags+=" -X $cg.gitVersion=$kubernetes -X $cg.gitMajor=1 -X $cg.gitMinor=$minor"
+# The binaries are what is kept; Go's build cache of this build (about 3 GB) would only fill
+# the disk of a CI machine, so it lives in a directory removed afterwards.
+GOCACHE=$(mktemp -d)
+export GOCACHE
+trap 'chmod -R u+w "$GOCACHE" && rm -rf "$GOCACHE"' EXIT
 echo "control-plane.sh: building kube-apiserver $kubernetes and etcd $(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3) into $out (first time: a few minutes)" >&2
 start=$(date +%s)
 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver ./etcd

@@ -690,9 +690,8 @@ fn lists_by(c: &Chaos, identity: &str) -> usize {
 }
 
 /// API Priority and Fairness throttling the controller's ServiceAccount to one request at a
-/// time (a PriorityLevelConfiguration of one share that rejects what it cannot serve, on a
-/// server of 30 seats) during a scale change: every replica meets real 429s with Retry-After,
-/// and the fleet must still settle, with no overlap and no late write.
+/// time ([`THROTTLE`], on a server of 30 seats) during a scale change: every replica meets
+/// real 429s, and the fleet must still settle, with no overlap and no late write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_and_fairness_throttles_the_controller_during_a_scale_change() {
     if !on_real_server("priority_and_fairness_throttles_the_controller_during_a_scale_change") {
@@ -734,6 +733,7 @@ async fn priority_and_fairness_throttles_the_controller_during_a_scale_change() 
     let client = c.fleet.admin.clone();
     for (kind, name) in [
         ("flowschemas", "shardwise-throttled"),
+        ("flowschemas", "shardwise-leases"),
         ("prioritylevelconfigurations", "shardwise-throttled"),
     ] {
         let request = http::Request::delete(format!(
@@ -759,6 +759,10 @@ async fn rejected_by_throttle(c: &Chaos) -> f64 {
     )
 }
 
+/// The controller's ServiceAccount in a priority level of one share with one queue of 4: its
+/// requests beyond what one seat serves wait, and those that find the queue full get 429. Its
+/// shard Leases go to the built-in `leader-election` level instead, as docs/operations.md
+/// recommends: renewals that queued behind the fleet's own writes would fence healthy replicas.
 const THROTTLE: &str = "apiVersion: flowcontrol.apiserver.k8s.io/v1
 kind: PriorityLevelConfiguration
 metadata:
@@ -769,7 +773,33 @@ spec:
     nominalConcurrencyShares: 1
     lendablePercent: 0
     limitResponse:
-      type: Reject
+      type: Queue
+      queuing:
+        queues: 1
+        handSize: 1
+        queueLengthLimit: 4
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: shardwise-leases
+spec:
+  priorityLevelConfiguration:
+    name: leader-election
+  matchingPrecedence: 400
+  distinguisherMethod:
+    type: ByUser
+  rules:
+    - subjects:
+        - kind: ServiceAccount
+          serviceAccount:
+            name: shardwise
+            namespace: shardwise
+      resourceRules:
+        - verbs: ['*']
+          apiGroups: [coordination.k8s.io]
+          resources: [leases]
+          namespaces: ['*']
 ---
 apiVersion: flowcontrol.apiserver.k8s.io/v1
 kind: FlowSchema
