@@ -59,7 +59,7 @@ unit:
 E2E_REAL_SUITES = --test e2e_controller --test e2e_slices --test e2e_hostile --test e2e_credentials \
 	--test e2e_autoscale --test e2e_dashboard --test e2e_demo --test e2e_chaos
 e2e-real: control-plane
-	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-controller $(E2E_REAL_SUITES)
+	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked --no-fail-fast -p shardwise-controller $(E2E_REAL_SUITES)
 	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-cli --test balance
 	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p namespace-labeller --test e2e
 

@@ -108,7 +108,7 @@ fn kubeconfig_with_foreign_certificate(fleet: &Fleet) -> (String, String) {
     let ca0 = destinations[0].ca_pem();
     for named in &mut kubeconfig.clusters {
         let cluster = named.cluster.get_or_insert_default();
-        cluster.server = Some(destinations[0].url());
+        cluster.server = Some(destinations[0].url_for("kubeconfig-user").unwrap());
         cluster.certificate_authority_data = Some(b64(&ca0));
     }
     // JSON is YAML, and kube's serializer writes the credentials out.
@@ -139,7 +139,9 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
     .await
     .unwrap();
     let destinations = fleet.env.destinations();
-    let (url0, url1) = (destinations[0].url(), destinations[1].url());
+    // Where each credential's identity reaches its destination (on a real server, its link).
+    let url0 = destinations[0].url_for("kubeconfig-user").unwrap();
+    let url1 = destinations[1].url_for("argocd-user").unwrap();
     let kubeconfig = destinations[0]
         .kubeconfig_with_client_certificate("kubeconfig-user")
         .unwrap();

@@ -335,19 +335,7 @@ impl Cluster {
 
     /// A kube client authenticated as `identity`.
     pub async fn client(&self, identity: &str) -> Result<kube::Client, HarnessError> {
-        let yaml = self.kubeconfig(identity)?;
-        let kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(|e| HarnessError::Kubeconfig {
-            cluster: self.name.clone(),
-            reason: e.to_string(),
-        })?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| HarnessError::Kubeconfig {
-                    cluster: self.name.clone(),
-                    reason: e.to_string(),
-                })?;
-        Ok(kube::Client::try_from(config)?)
+        client_of(&self.name, &self.kubeconfig(identity)?).await
     }
 
     /// Server-side applies every document of a multi-document YAML as `identity`
@@ -391,6 +379,19 @@ impl Cluster {
         let yaml = std::fs::read_to_string(path).map_err(io_error(path))?;
         self.apply_yaml(identity, &yaml).await
     }
+}
+
+/// A kube client of the current context of kubeconfig `yaml` (of cluster `cluster`).
+pub(crate) async fn client_of(cluster: &str, yaml: &str) -> Result<kube::Client, HarnessError> {
+    let invalid = |reason: String| HarnessError::Kubeconfig {
+        cluster: cluster.to_string(),
+        reason,
+    };
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| invalid(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| invalid(e.to_string()))?;
+    Ok(kube::Client::try_from(config)?)
 }
 
 async fn apply_one(

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use nix::sys::signal::Signal;
 use parking_lot::RwLock;
 use serde_json::json;
@@ -509,19 +508,7 @@ impl RealApiServer {
     }
 
     async fn admin_client(&self) -> Result<kube::Client, HarnessError> {
-        let yaml = self.admin_kubeconfig()?;
-        let kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(|e| HarnessError::Kubeconfig {
-            cluster: self.name.clone(),
-            reason: e.to_string(),
-        })?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| HarnessError::Kubeconfig {
-                    cluster: self.name.clone(),
-                    reason: e.to_string(),
-                })?;
-        Ok(kube::Client::try_from(config)?)
+        crate::cluster::client_of(&self.name, &self.admin_kubeconfig()?).await
     }
 
     async fn request_token(&self, namespace: &str, account: &str) -> Result<String, HarnessError> {
