@@ -192,6 +192,9 @@ pub struct RealApiServer {
 
 static VERSION_PRINTED: Once = Once::new();
 
+/// How many ports a kube-apiserver is tried on before its start fails.
+const PORT_ATTEMPTS: u32 = 3;
+
 /// How long a kube-apiserver may take to become ready (2 cores, several starting at once).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -274,59 +277,72 @@ impl RealApiServer {
             })
             .collect::<Result<Vec<_>, HarnessError>>()?;
 
-        let port = crate::free_port()?;
-        let url = format!("https://127.0.0.1:{port}");
-        let file = |f: &str| dir.join(f).display().to_string();
-        let mut args = vec![
-            "--bind-address=127.0.0.1".to_string(),
-            "--advertise-address=127.0.0.1".to_string(),
-            format!("--secure-port={port}"),
-            format!("--tls-cert-file={}", file("serving.crt")),
-            format!("--tls-private-key-file={}", file("serving.key")),
-            format!("--cert-dir={}", dir.display()),
-            format!("--etcd-servers={}", etcd.url()),
-            format!("--etcd-prefix=/{name}"),
-            format!("--client-ca-file={}", file("client-ca.crt")),
-            format!("--token-auth-file={}", file("tokens.csv")),
-            format!("--service-account-issuer={url}"),
-            format!(
-                "--service-account-key-file={}",
-                file("service-accounts.pub")
-            ),
-            format!(
-                "--service-account-signing-key-file={}",
-                file("service-accounts.key")
-            ),
-            "--authorization-mode=RBAC".to_string(),
-            "--service-cluster-ip-range=10.0.0.0/24".to_string(),
-            "--allow-privileged=true".to_string(),
-            // No kube-controller-manager runs, so nothing would ever reconcile the endpoints of
-            // the `kubernetes` Service.
-            "--endpoint-reconciler-type=none".to_string(),
-            format!("--audit-policy-file={}", file("audit-policy.yaml")),
-            format!("--audit-log-path={}", file("audit.log")),
-            "--audit-log-format=json".to_string(),
-            "--audit-log-maxbackup=0".to_string(),
-            "--profiling=false".to_string(),
-        ];
-        args.extend(extra_args.iter().cloned());
-        let process = spawner.spawn("kube-apiserver", &binaries.kube_apiserver, &args, &dir)?;
-        let server = Self {
-            name: name.to_string(),
-            url,
-            serving_ca: serving_ca.pem(),
-            client_ca,
-            identities: RwLock::new(identities),
-            process: Mutex::new(process),
-            program: binaries.kube_apiserver.clone(),
-            args,
-            spawner: spawner.clone(),
-            audit_log: dir.join("audit.log"),
-            links: Links::new(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?,
-            dir,
-        };
-        server.wait_ready()?;
-        Ok(server)
+        // A free port may be taken by another process before kube-apiserver binds it (tests
+        // run in parallel): then it exits at once, and it is started again on another port.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = crate::free_port()?;
+            let url = format!("https://127.0.0.1:{port}");
+            let file = |f: &str| dir.join(f).display().to_string();
+            let mut args = vec![
+                "--bind-address=127.0.0.1".to_string(),
+                "--advertise-address=127.0.0.1".to_string(),
+                format!("--secure-port={port}"),
+                format!("--tls-cert-file={}", file("serving.crt")),
+                format!("--tls-private-key-file={}", file("serving.key")),
+                format!("--cert-dir={}", dir.display()),
+                format!("--etcd-servers={}", etcd.url()),
+                format!("--etcd-prefix=/{name}"),
+                format!("--client-ca-file={}", file("client-ca.crt")),
+                format!("--token-auth-file={}", file("tokens.csv")),
+                format!("--service-account-issuer={url}"),
+                format!(
+                    "--service-account-key-file={}",
+                    file("service-accounts.pub")
+                ),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    file("service-accounts.key")
+                ),
+                "--authorization-mode=RBAC".to_string(),
+                "--service-cluster-ip-range=10.0.0.0/24".to_string(),
+                "--allow-privileged=true".to_string(),
+                // No kube-controller-manager runs, so nothing would ever reconcile the endpoints of
+                // the `kubernetes` Service.
+                "--endpoint-reconciler-type=none".to_string(),
+                format!("--audit-policy-file={}", file("audit-policy.yaml")),
+                format!("--audit-log-path={}", file("audit.log")),
+                "--audit-log-format=json".to_string(),
+                "--audit-log-maxbackup=0".to_string(),
+                "--profiling=false".to_string(),
+            ];
+            args.extend(extra_args.iter().cloned());
+            let process = spawner.spawn("kube-apiserver", &binaries.kube_apiserver, &args, &dir)?;
+            let server = Self {
+                name: name.to_string(),
+                url,
+                serving_ca: serving_ca.pem(),
+                client_ca: client_ca.clone(),
+                identities: RwLock::new(identities.clone()),
+                process: Mutex::new(process),
+                program: binaries.kube_apiserver.clone(),
+                args,
+                spawner: spawner.clone(),
+                audit_log: dir.join("audit.log"),
+                links: Links::new(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?,
+                dir: dir.clone(),
+            };
+            match server.wait_ready() {
+                Ok(()) => return Ok(server),
+                Err(HarnessError::NotReady { log, .. })
+                    if attempt < PORT_ATTEMPTS && log.contains("address already in use") =>
+                {
+                    tracing::info!(cluster = name, attempt, "port taken; starting again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     pub fn url(&self) -> &str {
