@@ -173,6 +173,32 @@ struct RealIdentity {
     credentials: Credentials,
 }
 
+impl RealIdentity {
+    /// What its kubeconfig carries.
+    fn credential(&self) -> Credential<'_> {
+        match &self.credentials {
+            Credentials::Certificate(cert) => Credential::Certificate(cert),
+            Credentials::StaticToken | Credentials::ServiceAccountToken => {
+                Credential::Token(&self.identity.token)
+            }
+        }
+    }
+}
+
+/// A client certificate for `identity` from `client_ca`, the CA of cluster `cluster`.
+fn issue_certificate(
+    client_ca: &CertificateAuthority,
+    cluster: &str,
+    identity: &Identity,
+) -> Result<ClientCertificate, HarnessError> {
+    client_ca
+        .client_certificate(&identity.name, &identity.user, &identity.groups)
+        .map_err(|source| HarnessError::Certificate {
+            cluster: cluster.to_string(),
+            source,
+        })
+}
+
 /// One kube-apiserver: a cluster of its own, stored in the shared etcd under its own prefix.
 #[derive(Debug)]
 pub struct RealApiServer {
@@ -260,13 +286,7 @@ impl RealApiServer {
             .into_iter()
             .map(|identity| {
                 let credentials = if identity.is_admin() {
-                    client_ca
-                        .client_certificate(&identity.name, &identity.user, &identity.groups)
-                        .map(Credentials::Certificate)
-                        .map_err(|source| HarnessError::Certificate {
-                            cluster: name.to_string(),
-                            source,
-                        })?
+                    Credentials::Certificate(issue_certificate(&client_ca, name, &identity)?)
                 } else {
                     Credentials::StaticToken
                 };
@@ -392,18 +412,12 @@ impl RealApiServer {
     /// A kubeconfig holding only `identity`, with its credentials on this server.
     pub fn kubeconfig_for(&self, identity: &str) -> Option<String> {
         let i = self.find(identity)?;
-        let credential = match &i.credentials {
-            Credentials::Certificate(cert) => Credential::Certificate(cert),
-            Credentials::StaticToken | Credentials::ServiceAccountToken => {
-                Credential::Token(&i.identity.token)
-            }
-        };
         let url = self.url_for(&i.identity).ok()?;
         Some(kubeconfig_yaml(
             &self.name,
             &url,
             Some(&self.serving_ca),
-            &[(identity, credential)],
+            &[(identity, i.credential())],
             identity,
         ))
     }
@@ -441,13 +455,7 @@ impl RealApiServer {
         let identities = self.identities.read().clone();
         let users: Vec<_> = identities
             .iter()
-            .map(|i| {
-                let credential = match &i.credentials {
-                    Credentials::Certificate(cert) => Credential::Certificate(cert),
-                    _ => Credential::Token(&i.identity.token),
-                };
-                (i.identity.name.as_str(), credential)
-            })
+            .map(|i| (i.identity.name.as_str(), i.credential()))
             .collect();
         kubeconfig_yaml(
             &self.name,
@@ -470,13 +478,7 @@ impl RealApiServer {
                 cluster: self.name.clone(),
                 identity: identity.to_string(),
             })?;
-        let cert = self
-            .client_ca
-            .client_certificate(&i.name, &i.user, &i.groups)
-            .map_err(|source| HarnessError::Certificate {
-                cluster: self.name.clone(),
-                source,
-            })?;
+        let cert = issue_certificate(&self.client_ca, &self.name, &i)?;
         Ok(kubeconfig_yaml(
             &self.name,
             &self.url_for(&i)?,
@@ -504,13 +506,7 @@ impl RealApiServer {
                 }
             }
             None => {
-                let cert = self
-                    .client_ca
-                    .client_certificate(&identity.name, &identity.user, &identity.groups)
-                    .map_err(|source| HarnessError::Certificate {
-                        cluster: self.name.clone(),
-                        source,
-                    })?;
+                let cert = issue_certificate(&self.client_ca, &self.name, &identity)?;
                 RealIdentity {
                     identity,
                     credentials: Credentials::Certificate(cert),
