@@ -429,7 +429,12 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     let frozen = c.planner().await;
     let pid = c.fleet.replicas[&frozen].process.pid();
-    // New manifests for every app: each replica has minutes of writes to do.
+    // New manifests for every app, and slower destinations while they arrive: each replica has
+    // minutes of writes to do, and its queue grows faster than its workers drain it whatever
+    // the server's own speed.
+    c.fleet
+        .set_destination_latency(Duration::from_millis(300))
+        .unwrap();
     c.fleet.update_apps(0..600, 2).await.unwrap();
     let in_flight = wait_for(
         "the frozen replica to be busy with apps",
@@ -454,6 +459,11 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
         .unwrap()
         .process
         .pause()
+        .unwrap();
+    // The frozen replica's requests already on their way keep their delay; the live ones
+    // go back to the usual speed.
+    c.fleet
+        .set_destination_latency(Duration::from_millis(30))
         .unwrap();
     let live: Vec<u32> = (0..3).filter(|&o| o != frozen).collect();
     c.settle("planner frozen", &live).await;

@@ -314,15 +314,22 @@ impl Fleet {
         fleet.create_clusters(0..options.clusters).await?;
         fleet.create_apps(0..options.apps).await?;
         if let Some(latency) = options.destination_latency {
-            for destination in fleet.env.destinations() {
-                destination.set_latency(DESTINATION_IDENTITY, latency)?;
-            }
+            fleet.set_destination_latency(latency)?;
         }
         fleet.started = std::time::Instant::now();
         for ordinal in 0..options.replicas {
             fleet.spawn_replica(ordinal)?;
         }
         Ok(fleet)
+    }
+
+    /// Delays every request of the controller's identity to every destination by `latency`,
+    /// from now on (requests already on their way keep the delay they met).
+    pub fn set_destination_latency(&self, latency: Duration) -> Result<()> {
+        for destination in self.env.destinations() {
+            destination.set_latency(DESTINATION_IDENTITY, latency)?;
+        }
+        Ok(())
     }
 
     /// The server of destination `index` as its credentials Secret names it: where the
