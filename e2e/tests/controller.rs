@@ -194,14 +194,16 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
     );
 }
 
-/// Editing an app's manifests updates the destination; removing a manifest prunes it; deleting
-/// an object in a destination is repaired on resync.
+/// Editing an app's manifests updates the destination; removing a manifest prunes it; editing
+/// or deleting an object in a destination is repaired within seconds, by the watch of its
+/// cluster's cache, with the resync an hour away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apps_follow_their_manifests_prune_and_repair_drift() {
     let fleet = Fleet::start(FleetOptions {
         replicas: 2,
         clusters: 4,
         apps: 20,
+        args: vec!["--resync-interval=1h".into()],
         ..FleetOptions::default()
     })
     .await
@@ -277,20 +279,30 @@ async fn apps_follow_their_manifests_prune_and_repair_drift() {
     .await
     .unwrap();
 
-    // Drift: delete the object in the destination; the next resync puts it back.
-    cms.delete("app-3", &DeleteParams::default()).await.unwrap();
-    wait_for(
-        "the deleted object to be re-applied",
-        Duration::from_secs(30),
-        || async {
-            match cms.get_opt("app-3").await.map_err(|e| e.to_string())? {
-                Some(cm) if cm.data.as_ref().is_some_and(|d| d["generation"] == "3") => Ok(()),
-                other => Err(format!("{:?}", other.map(|c| c.data))),
-            }
-        },
+    // Drift: edit the object in the destination, then delete it; each is put back at once.
+    let repaired = |what: &'static str| {
+        let cms = cms.clone();
+        async move {
+            wait_for(what, Duration::from_secs(10), || async {
+                match cms.get_opt("app-3").await.map_err(|e| e.to_string())? {
+                    Some(cm) if cm.data.as_ref().is_some_and(|d| d["generation"] == "3") => Ok(()),
+                    other => Err(format!("{:?}", other.map(|c| c.data))),
+                }
+            })
+            .await
+            .unwrap();
+        }
+    };
+    cms.patch(
+        "app-3",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"generation": "edited by hand"}})),
     )
     .await
     .unwrap();
+    repaired("the edited object to be repaired").await;
+    cms.delete("app-3", &DeleteParams::default()).await.unwrap();
+    repaired("the deleted object to be re-applied").await;
 }
 
 /// Scale the StatefulSet from 3 to 2 (stopping replica 2): its clusters and apps are owned and

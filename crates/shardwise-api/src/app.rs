@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
         description = "Shard that owns the app"
     ),
     printcolumn(name = "Sync", type_ = "string", json_path = ".status.syncPhase"),
+    printcolumn(name = "Health", type_ = "string", json_path = ".status.health.status"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -106,6 +107,35 @@ pub enum SyncPhase {
     Failed,
 }
 
+/// How the applied objects are doing, by kstatus's conventions (observed generation,
+/// conditions, per-kind rules for the built-in workloads). Ordered from best to worst: an app's
+/// health is the worst of its objects'.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum Health {
+    /// Every object is what its controller was asked for (rolled out, available, ready).
+    Healthy,
+    /// Some object is still getting there (a rollout, a Pod not Ready yet, being deleted).
+    Progressing,
+    /// The owner's cache of the cluster cannot tell (not listed yet, or not allowed to list).
+    Unknown,
+    /// Some object does not exist on the cluster.
+    Missing,
+    /// Some object failed (a rollout past its deadline, a failed Job, a crash-looping Pod).
+    Degraded,
+}
+
+/// The app's health and the object that decided it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppHealth {
+    pub status: Health,
+    /// Why, naming the object (absent when every object is Healthy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// One object an app applied: the inventory used for pruning.
 #[derive(
     Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
@@ -149,4 +179,7 @@ pub struct FleetAppStatus {
     /// `Synced` (true when the destination matches).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// How the applied objects are doing, as the owner's cache of the cluster sees them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<AppHealth>,
 }

@@ -10,8 +10,19 @@ pub const GROUP: &str = "shardwise.io";
 /// only ever deletes objects that carry the UID of the app being reconciled.
 pub const APP_UID_LABEL: &str = "shardwise.io/app-uid";
 
-/// On objects applied in a destination cluster: `namespace/name` of the `FleetApp`, for people.
+/// On objects applied in a destination cluster: `namespace/name` of the `FleetApp`, for people,
+/// and for the controller to find the app when the object changes.
 pub const APP_ANNOTATION: &str = "shardwise.io/app";
+
+/// On objects applied in a destination cluster: a hash of the FleetCluster's `namespace/name`
+/// (16 hex digits), so that an owner's cache of a cluster selects that cluster's objects only,
+/// even where several FleetClusters name one API server.
+pub const APP_CLUSTER_LABEL: &str = "shardwise.io/cluster";
+
+/// On objects applied in a destination cluster: a hash of the manifest as declared (16 hex
+/// digits). A manifest that changed, if only by a field removed, no longer matches the live
+/// object's hash, so it is applied again.
+pub const MANIFEST_HASH_ANNOTATION: &str = "shardwise.io/manifest-hash";
 
 /// `app.kubernetes.io/managed-by` value on applied objects.
 pub const MANAGED_BY: &str = "shardwise";

@@ -20,8 +20,8 @@ use kube::CustomResourceExt;
 use serde::Serialize;
 
 pub use app::{
-    AppSource, ConfigMapSource, Destination, FleetApp, FleetAppSpec, FleetAppStatus, ResourceRef,
-    SyncPhase,
+    AppHealth, AppSource, ConfigMapSource, Destination, FleetApp, FleetAppSpec, FleetAppStatus,
+    Health, ResourceRef, SyncPhase,
 };
 pub use cluster::{
     ClusterCredentials, ClusterPhase, FleetCluster, FleetClusterSpec, FleetClusterStatus,

@@ -37,8 +37,9 @@ pub struct Config {
     /// Timeout of one request to a destination cluster.
     #[arg(long, env = "SHARDWISE_CLUSTER_TIMEOUT", default_value = "30s", value_parser = duration)]
     pub cluster_timeout: Duration,
-    /// Re-apply every app this often, correcting drift.
-    #[arg(long, env = "SHARDWISE_RESYNC_INTERVAL", default_value = "3m", value_parser = duration)]
+    /// Look at every app again this often, as a safety net: a change of an app's objects on its
+    /// cluster is seen at once through the cluster's watches, and only what differs is written.
+    #[arg(long, env = "SHARDWISE_RESYNC_INTERVAL", default_value = "1h", value_parser = duration)]
     pub resync_interval: Duration,
     /// Probe every destination cluster this often.
     #[arg(long, env = "SHARDWISE_PROBE_INTERVAL", default_value = "1m", value_parser = duration)]
@@ -94,7 +95,7 @@ mod tests {
             (2, 3)
         );
         assert_eq!(config.fleet().cluster_limit.qps, 9);
-        assert_eq!(config.fleet().resync_interval, Duration::from_secs(180));
+        assert_eq!(config.fleet().resync_interval, Duration::from_secs(3600));
     }
 
     #[test]

@@ -1,18 +1,24 @@
-//! What an app does to its destination cluster: server-side apply its manifests with
-//! shardwise's field manager, and prune what it applied before but no longer declares.
+//! What an app does to its destination cluster: server-side apply what differs from the
+//! cluster's live objects with shardwise's field manager, and prune what it applied before but
+//! no longer declares.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
 use serde_json::Value;
-use shardwise_api::ResourceRef;
 use shardwise_api::keys::{APP_ANNOTATION, APP_UID_LABEL, FIELD_MANAGER, MANAGED_BY};
+use shardwise_api::{AppHealth, Health, ResourceRef};
 use thiserror::Error;
 
-use crate::manifest::{Manifest, stamp};
+use crate::drift::difference;
+use crate::health::{Assessment, assess};
+use crate::live::{LiveKind, LiveObjects};
+use crate::manifest::{Manifest, Mark, stamp};
 use crate::tenancy::{Admission, Object, Refusal};
 
 /// Caches hold only complete entries, so one a panicking thread left behind is still good.
@@ -23,13 +29,23 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (group, version, kind): a key for the discovery cache.
 type KindKey = (String, String, String);
 
-/// A client for one destination cluster, with the discovery answers it needed so far.
+/// A client for one destination cluster, with the discovery answers it needed so far and its
+/// cache of the objects shardwise manages there.
 pub struct Destination {
     pub client: Client,
     /// What built it: rebuilt when the cluster's spec or Secret changes.
     pub fingerprint: String,
     resources: Mutex<BTreeMap<KindKey, (ApiResource, bool)>>,
     namespaces: Mutex<BTreeSet<String>>,
+    live: LiveObjects,
+    /// How long a reconcile waits for a kind's first listing before writing without it.
+    listing_wait: Duration,
+    /// Per object, the resourceVersion the server answered this client's last apply with and
+    /// the hash of what was applied: a live object still at that version holds that body,
+    /// whatever form the server gave its values (`1000m` served as `1`, say), so it is not
+    /// compared again. Without this, a value the server rewrites would look like drift at
+    /// every look, and be written again each time.
+    applied: Mutex<BTreeMap<ResourceRef, (String, u64)>>,
 }
 
 impl std::fmt::Debug for Destination {
@@ -106,6 +122,83 @@ fn api_error(target: String, e: kube::Error) -> ApplyError {
     }
 }
 
+/// Why an object is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The live object differs at this field.
+    Differs(String),
+    /// There is no live object.
+    Missing,
+    /// The cluster's cache could not tell (its kind could not be listed).
+    Unknown,
+}
+
+/// One object to write, and why.
+#[derive(Debug)]
+struct Write<'m> {
+    target: Target<'m>,
+    body: Value,
+    why: Change,
+}
+
+/// What a reconcile will write: [`Destination::plan`], then [`Destination::write`].
+#[derive(Debug)]
+pub struct Plan<'m> {
+    inventory: Vec<ResourceRef>,
+    writes: Vec<Write<'m>>,
+}
+
+impl Plan<'_> {
+    /// Every object the app declares, sorted: the inventory used for pruning.
+    pub fn inventory(&self) -> &[ResourceRef] {
+        &self.inventory
+    }
+
+    /// What differs, object by object, in words (`ConfigMap team/web: .data.k`).
+    pub fn changes(&self) -> Vec<String> {
+        self.writes
+            .iter()
+            .map(|w| {
+                let object = w.target.reference();
+                match &w.why {
+                    Change::Differs(path) => format!("{object}: {path}"),
+                    Change::Missing => format!("{object}: missing"),
+                    Change::Unknown => format!("{object}: not compared"),
+                }
+            })
+            .collect()
+    }
+
+    /// Whether some object was found missing or different: drift, as opposed to objects
+    /// written only because their kind could not be compared.
+    pub fn finds_drift(&self) -> bool {
+        self.writes.iter().any(|w| w.why != Change::Unknown)
+    }
+}
+
+/// The objects [`Destination::write`] wrote, as the server answered.
+#[derive(Debug, Default)]
+pub struct Written(BTreeMap<ResourceRef, Arc<DynamicObject>>);
+
+impl Written {
+    /// How many objects were written.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The health of one object as served, with the object named in the message.
+fn assessed(object: &ResourceRef, live: &DynamicObject) -> (Health, String) {
+    let value = serde_json::to_value(live).unwrap_or_default();
+    let Assessment { health, message } = assess(&value);
+    (health, format!("{object}: {message}"))
+}
+
 /// Where one manifest goes: its API resource and namespace (none for cluster-scoped kinds).
 #[derive(Debug)]
 struct Target<'m> {
@@ -125,14 +218,79 @@ impl Target<'_> {
     }
 }
 
+/// What a write of one object found live: nothing known (no cache of the kind), or the cache's
+/// answer.
+type Found = Option<Option<Arc<DynamicObject>>>;
+
+/// A hash of an applied body (serde_json's maps are ordered, so equal bodies hash alike).
+fn body_hash(body: &Value) -> u64 {
+    twox_hash::XxHash3_64::oneshot(body.to_string().as_bytes())
+}
+
+/// The app UID label of an object's metadata.
+fn app_uid_of(metadata: &ObjectMeta) -> Option<&str> {
+    metadata
+        .labels
+        .as_ref()?
+        .get(APP_UID_LABEL)
+        .map(String::as_str)
+}
+
 impl Destination {
-    pub fn new(client: Client, fingerprint: String) -> Self {
+    pub fn new(
+        client: Client,
+        fingerprint: String,
+        live: LiveObjects,
+        listing_wait: Duration,
+    ) -> Self {
         Self {
             client,
             fingerprint,
             resources: Mutex::new(BTreeMap::new()),
             namespaces: Mutex::new(BTreeSet::new()),
+            live,
+            listing_wait,
+            applied: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Whether `live` is still what this client's last apply of `body` left.
+    fn left_as_applied(&self, object: &ResourceRef, live: &DynamicObject, body: &Value) -> bool {
+        let Some(version) = &live.metadata.resource_version else {
+            return false;
+        };
+        lock(&self.applied)
+            .get(object)
+            .is_some_and(|(v, hash)| v == version && *hash == body_hash(body))
+    }
+
+    /// How many objects the cluster's cache holds.
+    pub fn cached_objects(&self) -> usize {
+        self.live.cached_objects()
+    }
+
+    /// The cache of a kind, once listed.
+    async fn live_kind(&self, resource: &ApiResource) -> Option<LiveKind> {
+        self.live.listed(resource, self.listing_wait).await
+    }
+
+    /// The live object at `reference` as the cache has it, or as a GET finds it where the
+    /// cache cannot tell (no cache of the kind, or an object applied before it carried its
+    /// cluster's label).
+    async fn live_object(
+        &self,
+        api: &Api<DynamicObject>,
+        found: &Found,
+        name: &str,
+        reference: String,
+    ) -> Result<Option<Arc<DynamicObject>>, ApplyError> {
+        if let Some(Some(live)) = found {
+            return Ok(Some(live.clone()));
+        }
+        api.get_opt(name)
+            .await
+            .map(|o| o.map(Arc::new))
+            .map_err(|e| api_error(reference, e))
     }
 
     /// The API resource of a kind and whether it is namespaced, asking discovery once.
@@ -233,51 +391,65 @@ impl Destination {
     async fn managed_by_other(
         &self,
         target: &Target<'_>,
+        found: &Found,
         app_uid: &str,
     ) -> Result<Option<(String, String)>, ApplyError> {
-        let api: Api<DynamicObject> = match &target.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &target.resource),
-            None => Api::all_with(self.client.clone(), &target.resource),
-        };
+        let api = self.api(&target.resource, target.namespace.as_deref());
         let reference = target.reference().to_string();
-        let Some(live) = api
-            .get_opt(&target.manifest.name)
-            .await
-            .map_err(|e| api_error(reference, e))?
+        let Some(live) = self
+            .live_object(&api, found, &target.manifest.name, reference)
+            .await?
         else {
             return Ok(None);
         };
-        let label = |key: &str| live.metadata.labels.as_ref()?.get(key).cloned();
         let annotation = |key: &str| live.metadata.annotations.as_ref()?.get(key).cloned();
-        Ok(label(APP_UID_LABEL)
-            .filter(|uid| uid != app_uid)
-            .map(|uid| (annotation(APP_ANNOTATION).unwrap_or_default(), uid)))
+        Ok(app_uid_of(&live.metadata)
+            .filter(|uid| *uid != app_uid)
+            .map(|uid| {
+                (
+                    annotation(APP_ANNOTATION).unwrap_or_default(),
+                    uid.to_string(),
+                )
+            }))
     }
 
-    /// Server-side applies every manifest; returns the inventory of what was applied.
+    fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    /// Works out what to write: every manifest whose live object does not already hold it (see
+    /// [`crate::drift`]), or is missing.
     ///
     /// An object that is neither in `previous` (what this app applied before) nor free is
     /// another app's: the whole app is refused with [`ApplyError::Conflict`] before anything is
     /// written, unless that app is `adopt_from` (the caller found it gone). Only objects new to
-    /// the app cost a read, so a steady resync costs nothing extra. An object outside what
-    /// `admission` allows refuses the app before anything is written; a namespace is created
-    /// only for objects admitted into it.
-    pub async fn apply_all(
+    /// the app, and not in the cache, cost a read. An object outside what `admission` allows
+    /// refuses the app before anything is written.
+    pub async fn plan<'m>(
         &self,
-        manifests: &[Manifest],
+        manifests: &'m [Manifest],
         namespace: &str,
         admission: &Admission<'_>,
-        (app_uid, app): (&str, &str),
+        mark: Mark<'_>,
         previous: &[ResourceRef],
         adopt_from: Option<&str>,
-    ) -> Result<Vec<ResourceRef>, ApplyError> {
+    ) -> Result<Plan<'m>, ApplyError> {
         let targets = self.resolve(manifests, namespace, admission).await?;
-        let known: BTreeSet<&ResourceRef> = previous.iter().collect();
+        let mut found: Vec<Found> = Vec::with_capacity(targets.len());
         for target in &targets {
+            let kind = self.live_kind(&target.resource).await;
+            found.push(kind.map(|k| k.get(target.namespace.as_deref(), &target.manifest.name)));
+        }
+        let known: BTreeSet<&ResourceRef> = previous.iter().collect();
+        for (target, found) in targets.iter().zip(&found) {
             if known.contains(&target.reference()) {
                 continue;
             }
-            if let Some((other, other_uid)) = self.managed_by_other(target, app_uid).await?
+            if let Some((other, other_uid)) =
+                self.managed_by_other(target, found, mark.app_uid).await?
                 && adopt_from != Some(other_uid.as_str())
             {
                 return Err(ApplyError::Conflict {
@@ -287,25 +459,94 @@ impl Destination {
                 });
             }
         }
-        let mut inventory = Vec::with_capacity(targets.len());
-        for target in &targets {
-            let manifest = target.manifest;
-            let api: Api<DynamicObject> = match &target.namespace {
-                Some(ns) => {
-                    self.ensure_namespace(ns).await?;
-                    Api::namespaced_with(self.client.clone(), ns, &target.resource)
+        let mut inventory: Vec<ResourceRef> = targets.iter().map(Target::reference).collect();
+        inventory.sort();
+        let mut writes = Vec::new();
+        for (target, found) in targets.into_iter().zip(found) {
+            let body = stamp(target.manifest, target.namespace.as_deref(), mark);
+            let why = match &found {
+                Some(Some(live)) if self.left_as_applied(&target.reference(), live, &body) => {
+                    continue;
                 }
-                None => Api::all_with(self.client.clone(), &target.resource),
+                Some(Some(live)) => {
+                    let live = serde_json::to_value(live.as_ref()).unwrap_or_default();
+                    match difference(&body, &live) {
+                        None => continue,
+                        Some(path) => Change::Differs(path),
+                    }
+                }
+                Some(None) => Change::Missing,
+                None => Change::Unknown,
             };
-            let body = stamp(manifest, target.namespace.as_deref(), app_uid, app);
+            writes.push(Write { target, body, why });
+        }
+        Ok(Plan { inventory, writes })
+    }
+
+    /// Server-side applies what `plan` found different; the namespace of each namespaced
+    /// object is created first if this client has not seen it. Returns the objects as the
+    /// server answered, for the health of what was just written.
+    pub async fn write(&self, plan: Plan<'_>) -> Result<Written, ApplyError> {
+        let mut written = BTreeMap::new();
+        for Write { target, body, .. } in plan.writes {
+            let manifest = target.manifest;
+            if let Some(ns) = &target.namespace {
+                self.ensure_namespace(ns).await?;
+            }
+            let api = self.api(&target.resource, target.namespace.as_deref());
             let params = PatchParams::apply(FIELD_MANAGER).force();
-            api.patch(&manifest.name, &params, &Patch::Apply(&body))
+            let answer = api
+                .patch(&manifest.name, &params, &Patch::Apply(&body))
                 .await
                 .map_err(|e| api_error(format!("{} {}", manifest.kind, manifest.name), e))?;
-            inventory.push(target.reference());
+            if let Some(version) = answer.metadata.resource_version.clone() {
+                lock(&self.applied).insert(target.reference(), (version, body_hash(&body)));
+            }
+            written.insert(target.reference(), Arc::new(answer));
         }
-        inventory.sort();
-        Ok(inventory)
+        Ok(Written(written))
+    }
+
+    /// The app's health: the worst of its objects', from what was just written or else the
+    /// cache.
+    pub async fn health(&self, inventory: &[ResourceRef], written: &Written) -> AppHealth {
+        let mut worst: Option<(Health, String)> = None;
+        for object in inventory {
+            let (health, message) = match written.0.get(object) {
+                Some(answer) => assessed(object, answer),
+                None => self.assess_cached(object).await,
+            };
+            if worst.as_ref().is_none_or(|(w, _)| health > *w) {
+                worst = Some((health, message));
+            }
+        }
+        match worst {
+            Some((status, message)) if status != Health::Healthy => AppHealth {
+                status,
+                message: Some(message),
+            },
+            _ => AppHealth {
+                status: Health::Healthy,
+                message: None,
+            },
+        }
+    }
+
+    async fn assess_cached(&self, object: &ResourceRef) -> (Health, String) {
+        let resource = match self.resource(&Manifest::reference(object)).await {
+            Ok((resource, _)) => resource,
+            Err(e) => return (Health::Unknown, format!("{object}: {e}")),
+        };
+        let Some(kind) = self.live_kind(&resource).await else {
+            return (
+                Health::Unknown,
+                format!("{object}: its kind cannot be listed"),
+            );
+        };
+        match kind.get(object.namespace.as_deref(), &object.name) {
+            Some(live) => assessed(object, &live),
+            None => (Health::Missing, format!("{object} does not exist")),
+        }
     }
 
     /// Deletes objects the app applied before and no longer declares; only those that still
@@ -313,38 +554,26 @@ impl Destination {
     pub async fn prune(&self, stale: &[ResourceRef], app_uid: &str) -> Result<usize, ApplyError> {
         let mut deleted = 0;
         for object in stale {
-            let manifest = Manifest {
-                api_version: object.api_version.clone(),
-                kind: object.kind.clone(),
-                name: object.name.clone(),
-                namespace: object.namespace.clone(),
-                body: Value::Null,
-            };
-            let resource = match self.resource(&manifest).await {
+            lock(&self.applied).remove(object);
+            let resource = match self.resource(&Manifest::reference(object)).await {
                 Ok((resource, _)) => resource,
                 // The kind is gone from the cluster, and its objects with it.
                 Err(ApplyError::UnknownKind { .. }) => continue,
                 Err(e) => return Err(e),
             };
-            let api: Api<DynamicObject> = match &object.namespace {
-                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-                None => Api::all_with(self.client.clone(), &resource),
-            };
+            let api = self.api(&resource, object.namespace.as_deref());
             let target = object.to_string();
-            let Some(live) = api
-                .get_opt(&object.name)
+            let found = self
+                .live_kind(&resource)
                 .await
-                .map_err(|e| api_error(target.clone(), e))?
+                .map(|k| k.get(object.namespace.as_deref(), &object.name));
+            let Some(live) = self
+                .live_object(&api, &found, &object.name, target.clone())
+                .await?
             else {
                 continue;
             };
-            let ours = live
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(APP_UID_LABEL))
-                .is_some_and(|uid| uid == app_uid);
-            if !ours {
+            if app_uid_of(&live.metadata) != Some(app_uid) {
                 continue;
             }
             match api.delete(&object.name, &DeleteParams::default()).await {

@@ -7,7 +7,7 @@ mod clusters;
 mod status;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -23,11 +23,13 @@ use shardwise_runtime::{
 use tracing::warn;
 
 use crate::destination::Destination;
+use crate::live::{Drift, DriftSink};
 
 /// What the controller itself is configured with (the runtime has the rest).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FleetSettings {
-    /// Re-apply every app this often, correcting drift.
+    /// Look at every app again this often (drift is seen at once through the watches; this is
+    /// the safety net).
     pub resync_interval: Duration,
     /// Probe every destination cluster this often.
     pub probe_interval: Duration,
@@ -51,11 +53,15 @@ impl FleetController {
     }
 }
 
-/// What one term keeps: the destination clients of its clusters (behind the term's fence) and
-/// the FleetPolicies of the namespace (they are few, and any app may name one).
+/// What one term keeps: the destination clients of its clusters (behind the term's fence, each
+/// with its cache of live objects) and the FleetPolicies of the namespace (they are few, and
+/// any app may name one).
 pub struct FleetTerm {
     destinations: Mutex<BTreeMap<ObjectKey, Arc<Destination>>>,
     policies: Store<FleetPolicy>,
+    /// Where drift on a cluster queues its apps. Weak: the term's context outlives nothing it
+    /// keeps, and a destination's watches must not keep the term alive.
+    context: Weak<ContextOf<FleetController>>,
 }
 
 impl std::fmt::Debug for FleetTerm {
@@ -80,6 +86,21 @@ impl FleetTerm {
             Some(d) => self.destinations().insert(cluster.clone(), d),
             None => self.destinations().remove(cluster),
         };
+    }
+
+    /// Queues the apps that drift on `cluster` concerns, while the term lasts.
+    fn drift_sink(&self, cluster: &ObjectKey) -> DriftSink {
+        let context = self.context.clone();
+        let cluster = cluster.clone();
+        Arc::new(move |drift| {
+            let Some(term) = context.upgrade() else {
+                return;
+            };
+            match drift {
+                Drift::App(app) => term.queue_item(app),
+                Drift::Relisted => term.queue_items_where(|app| cluster_of(app) == cluster),
+            }
+        })
     }
 
     /// The FleetPolicy `name` in `namespace`, once the policies are listed.
@@ -134,6 +155,7 @@ impl Sharded for FleetController {
         Ok(FleetTerm {
             destinations: Mutex::new(BTreeMap::new()),
             policies,
+            context: Arc::downgrade(term),
         })
     }
 

@@ -9,7 +9,10 @@
 pub mod config;
 pub mod credentials;
 pub mod destination;
+pub mod drift;
 pub mod fleet;
+pub mod health;
+pub mod live;
 pub mod manifest;
 pub mod tenancy;
 

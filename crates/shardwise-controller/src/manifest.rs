@@ -6,8 +6,11 @@ use std::collections::BTreeSet;
 use kube::api::GroupVersionKind;
 use serde_json::Value;
 use shardwise_api::ResourceRef;
-use shardwise_api::keys::{APP_ANNOTATION, APP_UID_LABEL, MANAGED_BY};
+use shardwise_api::keys::{
+    APP_ANNOTATION, APP_CLUSTER_LABEL, APP_UID_LABEL, MANAGED_BY, MANIFEST_HASH_ANNOTATION,
+};
 use thiserror::Error;
+use twox_hash::XxHash3_64;
 
 /// A manifest that cannot be applied as written.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -32,6 +35,18 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// A manifest with no body, naming the object `reference` names: enough to find its API
+    /// resource.
+    pub fn reference(reference: &ResourceRef) -> Self {
+        Self {
+            api_version: reference.api_version.clone(),
+            kind: reference.kind.clone(),
+            name: reference.name.clone(),
+            namespace: reference.namespace.clone(),
+            body: Value::Null,
+        }
+    }
+
     pub fn gvk(&self) -> GroupVersionKind {
         let (group, version) = match self.api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
@@ -99,10 +114,35 @@ fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or(text).to_string()
 }
 
-/// Adds the labels and annotation that tie an applied object to its app, and sets the namespace
-/// of namespaced objects that do not name one.
-pub fn stamp(manifest: &Manifest, namespace: Option<&str>, app_uid: &str, app: &str) -> Value {
+/// Whose an applied object is: its app and the FleetCluster it was applied to.
+#[derive(Clone, Copy, Debug)]
+pub struct Mark<'a> {
+    /// The FleetApp's UID.
+    pub app_uid: &'a str,
+    /// The FleetApp's `namespace/name`.
+    pub app: &'a str,
+    /// The value of [`APP_CLUSTER_LABEL`] for its FleetCluster ([`cluster_label`]).
+    pub cluster: &'a str,
+}
+
+/// The value of [`APP_CLUSTER_LABEL`] for the FleetCluster `namespace/name`: a stable hash,
+/// since a label value is at most 63 characters and names may be longer.
+pub fn cluster_label(namespace: &str, name: &str) -> String {
+    hash_hex(format!("{namespace}/{name}").as_bytes())
+}
+
+/// 16 hex digits of XXH3-64: the same on every platform and version.
+fn hash_hex(bytes: &[u8]) -> String {
+    format!("{:016x}", XxHash3_64::oneshot(bytes))
+}
+
+/// Adds the labels and annotations that tie an applied object to its app and cluster (and the
+/// hash of the manifest as declared), and sets the namespace of namespaced objects that do not
+/// name one.
+pub fn stamp(manifest: &Manifest, namespace: Option<&str>, mark: Mark<'_>) -> Value {
     let mut body = manifest.body.clone();
+    // serde_json's maps are ordered by key, so equal manifests serialise (and hash) alike.
+    let declared = hash_hex(manifest.body.to_string().as_bytes());
     if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
         if let Some(ns) = namespace {
             metadata.insert("namespace".into(), Value::String(ns.to_string()));
@@ -111,7 +151,14 @@ pub fn stamp(manifest: &Manifest, namespace: Option<&str>, app_uid: &str, app: &
             .entry("labels")
             .or_insert_with(|| Value::Object(Default::default()));
         if let Some(labels) = labels.as_object_mut() {
-            labels.insert(APP_UID_LABEL.into(), Value::String(app_uid.to_string()));
+            labels.insert(
+                APP_UID_LABEL.into(),
+                Value::String(mark.app_uid.to_string()),
+            );
+            labels.insert(
+                APP_CLUSTER_LABEL.into(),
+                Value::String(mark.cluster.to_string()),
+            );
             labels.insert(
                 "app.kubernetes.io/managed-by".into(),
                 Value::String(MANAGED_BY.into()),
@@ -121,7 +168,8 @@ pub fn stamp(manifest: &Manifest, namespace: Option<&str>, app_uid: &str, app: &
             .entry("annotations")
             .or_insert_with(|| Value::Object(Default::default()));
         if let Some(annotations) = annotations.as_object_mut() {
-            annotations.insert(APP_ANNOTATION.into(), Value::String(app.to_string()));
+            annotations.insert(APP_ANNOTATION.into(), Value::String(mark.app.to_string()));
+            annotations.insert(MANIFEST_HASH_ANNOTATION.into(), Value::String(declared));
         }
     }
     body
@@ -192,13 +240,57 @@ mod tests {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {tier: web}\n",
         )
         .unwrap()[0];
-        let body = stamp(m, Some("team-a"), "uid-1", "fleet/app");
+        let mark = Mark {
+            app_uid: "uid-1",
+            app: "fleet/app",
+            cluster: &cluster_label("fleet", "prod"),
+        };
+        let body = stamp(m, Some("team-a"), mark);
         assert_eq!(body["metadata"]["namespace"], "team-a");
         assert_eq!(body["metadata"]["labels"]["tier"], "web");
         assert_eq!(body["metadata"]["labels"][APP_UID_LABEL], "uid-1");
         assert_eq!(body["metadata"]["annotations"][APP_ANNOTATION], "fleet/app");
-        let cluster_scoped = stamp(m, None, "uid-1", "fleet/app");
+        let cluster_scoped = stamp(m, None, mark);
         assert!(cluster_scoped["metadata"].get("namespace").is_none());
+        // The cluster's label fits a label value and tells clusters apart, whatever their names.
+        let label = body["metadata"]["labels"][APP_CLUSTER_LABEL]
+            .as_str()
+            .unwrap();
+        assert_eq!(label.len(), 16);
+        let long = "x".repeat(253);
+        assert_eq!(cluster_label("fleet", &long).len(), 16);
+        assert_ne!(
+            cluster_label("fleet", "prod"),
+            cluster_label("fleet2", "prod")
+        );
+    }
+
+    #[test]
+    fn the_manifest_hash_changes_with_the_manifest_only() {
+        let hash = |text: &str| {
+            let m = &parse_manifests(text).unwrap()[0];
+            let mark = Mark {
+                app_uid: "uid-1",
+                app: "fleet/app",
+                cluster: "c",
+            };
+            stamp(m, Some("team-a"), mark)["metadata"]["annotations"][MANIFEST_HASH_ANNOTATION]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let base =
+            hash("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v, x: y}\n");
+        // Key order and layout are not changes.
+        assert_eq!(
+            base,
+            hash("kind: ConfigMap\napiVersion: v1\ndata:\n  x: y\n  k: v\nmetadata:\n  name: a\n")
+        );
+        // A removed field is.
+        assert_ne!(
+            base,
+            hash("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v}\n")
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use kube_runtime::watcher;
-use shardwise_api::{FleetApp, FleetAppStatus, FleetCluster, FleetPolicy, SyncPhase};
+use shardwise_api::{AppHealth, FleetApp, FleetAppStatus, FleetCluster, FleetPolicy, SyncPhase};
 use shardwise_runtime::decode::for_each_event;
 use shardwise_runtime::lenient::Lenient;
 use shardwise_runtime::{Action, ContextOf, ObjectKey, TermOf, key_of};
@@ -19,7 +19,7 @@ use super::clusters::{ClientError, destination_for};
 use super::status::{condition, status_patch};
 use super::{FleetController, cluster_of};
 use crate::destination::{ApplyError, Destination};
-use crate::manifest::{Manifest, parse_manifests, stale};
+use crate::manifest::{Manifest, Mark, cluster_label, parse_manifests, stale};
 use crate::tenancy::Admission;
 
 const APP_STATUS_FIELDS: &[&str] = &[
@@ -30,6 +30,7 @@ const APP_STATUS_FIELDS: &[&str] = &[
     "lastSyncTime",
     "observedGeneration",
     "conditions",
+    "health",
 ];
 
 /// Follows the FleetPolicies: when one appears, changes or goes, the apps of this shard that
@@ -244,34 +245,54 @@ pub(super) async fn reconcile(
     };
     let uid = app.uid().unwrap_or_default();
     let app_name = format!("{}/{}", cluster_key.namespace, app.name_any());
-    let apply = |adopt_from: Option<String>| {
+    let cluster = cluster_label(&cluster_key.namespace, &cluster_key.name);
+    let mark = Mark {
+        app_uid: &uid,
+        app: &app_name,
+        cluster: &cluster,
+    };
+    let plan = |adopt_from: Option<String>| {
         let destination = destination.clone();
         let (manifests, admission) = (&manifests, &admission);
-        let (uid, app_name, previous) = (&uid, &app_name, &status.applied_resources);
+        let previous = &status.applied_resources;
         async move {
             destination
-                .apply_all(
+                .plan(
                     manifests,
                     namespace,
                     admission,
-                    (uid, app_name),
+                    mark,
                     previous,
                     adopt_from.as_deref(),
                 )
                 .await
         }
     };
-    let mut result = apply(None).await;
+    let mut planned = plan(None).await;
     // The object carries the mark of another app: take it over only if that app is gone.
     if let Err(ApplyError::Conflict {
         other, other_uid, ..
-    }) = &result
+    }) = &planned
         && !app_exists(term, other, other_uid).await?
     {
-        result = apply(Some(other_uid.clone())).await;
+        planned = plan(Some(other_uid.clone())).await;
     }
-    let applied = match result {
-        Ok(inventory) => inventory,
+    let plan = match planned {
+        Ok(plan) => plan,
+        Err(e) => return failed(e.to_string(), e.is_transient()).await,
+    };
+    let applied = plan.inventory().to_vec();
+    // Synced at this generation, and yet something differs: drift, said before it is repaired.
+    let drifted = status.sync_phase == Some(SyncPhase::Synced)
+        && status.observed_generation == app.metadata.generation
+        && plan.finds_drift();
+    if drifted {
+        let changes = plan.changes();
+        let message = format!("drifted, repairing: {}", summary(&changes));
+        write_status(term, app, SyncPhase::OutOfSync, Some(message), None).await?;
+    }
+    let written = match destination.write(plan).await {
+        Ok(written) => written,
         Err(e) => return failed(e.to_string(), e.is_transient()).await,
     };
     let leftovers = stale(&status.applied_resources, &applied);
@@ -279,8 +300,27 @@ pub(super) async fn reconcile(
         let message = format!("pruning failed: {e}");
         return failed(message, e.is_transient()).await;
     }
-    write_status(term, app, SyncPhase::Synced, None, Some(applied)).await?;
+    let health = destination.health(&applied, &written).await;
+    write_status_with_health(
+        term,
+        app,
+        SyncPhase::Synced,
+        None,
+        Some(applied),
+        Some(health),
+    )
+    .await?;
     Ok(Action::Done(Some(controller.settings.resync_interval)))
+}
+
+/// The first changes, and how many more.
+fn summary(changes: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = changes[..changes.len().min(SHOWN)].join("; ");
+    if changes.len() > SHOWN {
+        text.push_str(&format!(" (and {} more)", changes.len() - SHOWN));
+    }
+    text
 }
 
 /// Whether the FleetApp `namespace/name` with this UID still exists (a deleted app leaves its
@@ -317,14 +357,26 @@ async fn fail(
     })
 }
 
-/// Writes the app's status. The inventory is replaced only after a successful sync: a failure
-/// keeps the previous one, which later pruning needs.
+/// Writes the app's status, its health unchanged. The inventory is replaced only after a
+/// successful sync: a failure keeps the previous one, which later pruning needs.
 async fn write_status(
     term: &TermOf<FleetController>,
     app: &FleetApp,
     phase: SyncPhase,
     message: Option<String>,
     applied: Option<Vec<shardwise_api::ResourceRef>>,
+) -> Result<(), kube::Error> {
+    write_status_with_health(term, app, phase, message, applied, None).await
+}
+
+/// [`write_status`], with a new health if there is one.
+async fn write_status_with_health(
+    term: &TermOf<FleetController>,
+    app: &FleetApp,
+    phase: SyncPhase,
+    message: Option<String>,
+    applied: Option<Vec<shardwise_api::ResourceRef>>,
+    health: Option<AppHealth>,
 ) -> Result<(), kube::Error> {
     let previous = app.status.clone().unwrap_or_default();
     let synced = phase == SyncPhase::Synced;
@@ -351,6 +403,7 @@ async fn write_status(
             &previous.conditions,
             app.metadata.generation,
         )],
+        health: health.or(previous.health.clone()),
     };
     // A resync that changed nothing writes nothing: the control plane's write budget goes to
     // apps that need it. (lastSyncTime is thus the last sync that changed the outcome.)
@@ -390,12 +443,14 @@ fn same_outcome(a: &FleetAppStatus, b: &FleetAppStatus) -> bool {
         &a.applied_resources,
         a.shard,
         a.observed_generation,
+        &a.health,
     ) == (
         b.sync_phase,
         &b.message,
         &b.applied_resources,
         b.shard,
         b.observed_generation,
+        &b.health,
     ) && conditions(a) == conditions(b)
 }
 
@@ -446,6 +501,10 @@ mod tests {
             last_sync_time: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
             observed_generation: Some(1),
             conditions: vec![],
+            health: Some(AppHealth {
+                status: shardwise_api::Health::Healthy,
+                message: None,
+            }),
         };
         let value = serde_json::to_value(&full).unwrap();
         for key in value.as_object().unwrap().keys() {

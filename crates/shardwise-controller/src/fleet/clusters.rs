@@ -19,6 +19,8 @@ use super::FleetController;
 use super::status::{condition, status_patch};
 use crate::credentials::{ClusterConfigError, destination_config};
 use crate::destination::{Destination, rejected, rejection};
+use crate::live::LiveObjects;
+use crate::manifest::cluster_label;
 
 /// Why a cluster has no destination client.
 #[derive(Debug, Error)]
@@ -105,7 +107,17 @@ pub(super) async fn destination_for(
         });
     match built {
         Ok(client) => {
-            let d = Arc::new(Destination::new(client, fingerprint));
+            let live = LiveObjects::new(
+                client.clone(),
+                &cluster_label(&key.namespace, &key.name),
+                state.drift_sink(key),
+            );
+            let d = Arc::new(Destination::new(
+                client,
+                fingerprint,
+                live,
+                settings.cluster_timeout,
+            ));
             state.set_destination(key, Some(d.clone()));
             Ok(d)
         }

@@ -326,7 +326,9 @@ impl RealApiServer {
                     file("service-accounts.key")
                 ),
                 "--authorization-mode=RBAC".to_string(),
-                "--service-cluster-ip-range=10.0.0.0/24".to_string(),
+                // kubeadm's default range: a /24 holds 254 Services, and the fleet benchmark
+                // applies one per app (20,000).
+                "--service-cluster-ip-range=10.96.0.0/12".to_string(),
                 "--allow-privileged=true".to_string(),
                 // No kube-controller-manager runs, so nothing would ever reconcile the endpoints of
                 // the `kubernetes` Service.
