@@ -19,13 +19,20 @@
 //!   measured busy time per shard, max/mean (target with measured ≤ 1.20, and apps worse), the
 //!   clusters moved and the time to get there; overlapping reconciles (must be 0).
 //!
+//! - `cache`: what the caches of the clusters buy. 3 replicas, 40 clusters, 5,000 apps:
+//!   destination writes while every app is looked at again every 30 s with nothing changing
+//!   (target 0), and the time to repair 60 managed objects edited or deleted by hand at the
+//!   default resync (target p99 < 5 s); then a graceful handoff of a cluster of 1,000 and of
+//!   5,000 apps: until it is owned again and until the new owner's cache holds its objects
+//!   (target < 5 s for 1,000).
+//!
 //! - `servers`: throughput at 1, 2 and 4 replicas, peak memory (1 and 4 replicas) and handoff
 //!   times on the test server and on the real control plane (kube-apiserver and etcd), side by
 //!   side in one run, with the ratio real / test.
 //!
 //! The other sections run on `SHARDWISE_E2E_SERVER`'s server (the test server by default).
 //!
-//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff|measured|servers]`
+//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|servers]`
 //! (all by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
@@ -42,7 +49,7 @@ use shardwise_api::SyncPhase;
 use shardwise_e2e::{ServerKind, scrape, wait_for};
 use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
 use shardwise_runtime::audit;
-use support::{Fleet, FleetOptions, STATEFULSET, shard_label};
+use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, STATEFULSET, shard_label};
 
 const LONG: Duration = Duration::from_secs(1200);
 
@@ -414,10 +421,11 @@ async fn restart_with(fleet: &mut Fleet, args: &[&str]) {
         replica.process.wait(Duration::from_secs(60)).await.unwrap();
     }
     fleet.options.args = args.iter().map(|a| a.to_string()).collect();
-    for ordinal in 0..4 {
+    let live: Vec<u32> = (0..u32::try_from(stopping.len()).unwrap()).collect();
+    for &ordinal in &live {
         fleet.spawn_replica(ordinal).unwrap();
     }
-    fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
+    fleet.wait_settled(&live, LONG).await.unwrap();
 }
 
 struct MeasuredRow {
@@ -559,6 +567,181 @@ async fn measured() -> (Vec<MeasuredRow>, usize) {
 }
 
 // ---------------------------------------------------------------- main
+
+// ---------------------------------------------------------------- cache
+
+/// Writes of the controller's identity to every destination since `since`.
+fn controller_writes_since(fleet: &Fleet, since: std::time::SystemTime) -> usize {
+    fleet
+        .env
+        .destinations()
+        .iter()
+        .flat_map(|d| d.writes())
+        .filter(|w| w.identity == DESTINATION_IDENTITY && w.at >= since)
+        .count()
+}
+
+/// App reconciles so far, over every replica.
+async fn app_reconciles(fleet: &Fleet) -> f64 {
+    let mut total = 0.0;
+    for replica in fleet.replicas.values() {
+        let m = scrape(&replica.metrics_url).await.unwrap();
+        total += m.sum("shardwise_reconciles_total", &[("kind", "app")]);
+    }
+    total
+}
+
+/// What the caches of the clusters buy at rest and against drift.
+struct AtRest {
+    apps: u32,
+    window: Duration,
+    looks: f64,
+    writes: usize,
+    /// Seconds from each hand edit or deletion until the object was as declared again.
+    repairs: Vec<f64>,
+}
+
+/// 3 replicas, 40 clusters, 5,000 apps: destination writes while every app is looked at again
+/// every 30 s with nothing changing; then, at the default resync (an hour), 60 managed objects
+/// edited (30) or deleted (30) by hand on their clusters, one after the other, each timed until
+/// repaired.
+async fn at_rest() -> AtRest {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+
+    const APPS: u32 = 5000;
+    const WINDOW: Duration = Duration::from_secs(120);
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 3,
+        clusters: 40,
+        apps: APPS,
+        rbac: false,
+        fast: false,
+        args: ["--resync-interval=30s"].map(String::from).to_vec(),
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, APPS as usize).await;
+    fleet.wait_settled(&[0, 1, 2], LONG).await.unwrap();
+    let looked_before = app_reconciles(&fleet).await;
+    let since = std::time::SystemTime::now();
+    tokio::time::sleep(WINDOW).await;
+    let writes = controller_writes_since(&fleet, since);
+    let looks = app_reconciles(&fleet).await - looked_before;
+    eprintln!(
+        "cache: {writes} destination writes in {} s while {looks} app reconciles ran",
+        WINDOW.as_secs()
+    );
+
+    restart_with(&mut fleet, &[]).await;
+    let mut repairs = Vec::new();
+    for n in 0..60u32 {
+        let i = (n * 83) % APPS;
+        let destination = fleet.cluster_of_app(i) as usize % fleet.env.destinations().len();
+        let client = fleet.env.destinations()[destination]
+            .client("admin")
+            .await
+            .unwrap();
+        let cms: Api<ConfigMap> = Api::namespaced(client, &format!("team-{}", i % 5));
+        let name = format!("app-{i}");
+        let t0 = Instant::now();
+        if n % 2 == 0 {
+            let edit = serde_json::json!({"data": {"generation": "edited by hand"}});
+            cms.patch(&name, &PatchParams::default(), &Patch::Merge(&edit))
+                .await
+                .unwrap();
+        } else {
+            cms.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+        let poll = shardwise_e2e::Poll {
+            interval: Duration::from_millis(20),
+            ..shardwise_e2e::Poll::timeout(Duration::from_secs(60))
+        };
+        shardwise_e2e::wait_with(&format!("{name} repaired"), poll, || async {
+            match cms.get_opt(&name).await.map_err(|e| e.to_string())? {
+                Some(cm) if cm.data.as_ref().is_some_and(|d| d["generation"] == "1") => Ok(()),
+                other => Err(format!("{:?}", other.map(|c| c.data))),
+            }
+        })
+        .await
+        .unwrap();
+        repairs.push(t0.elapsed().as_secs_f64());
+    }
+    AtRest {
+        apps: APPS,
+        window: WINDOW,
+        looks,
+        writes,
+        repairs,
+    }
+}
+
+/// The p-th percentile (0-100) of `values`, nearest rank.
+fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// 2 replicas, 2 clusters of `per_cluster` apps each, one per replica; replica 1 stopped
+/// gracefully (a scale-down): seconds until its cluster is owned again by replica 0, and until
+/// replica 0's cache holds every object of both clusters (the warm-up of the moved cluster's).
+async fn cached_handoff(per_cluster: u32) -> (f64, f64) {
+    let mut args = support::raised_client_limits();
+    args.push("--slicing=off".into());
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 2,
+        clusters: 2,
+        apps: 2 * per_cluster,
+        rbac: false,
+        fast: false,
+        args,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, 2 * per_cluster as usize).await;
+    fleet.wait_settled(&[0, 1], LONG).await.unwrap();
+    let before = labels(&fleet).await;
+    if before
+        .0
+        .values()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        != 2
+    {
+        panic!("the two clusters are not on two shards: {:?}", before.0);
+    }
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    fleet.scale(1).await.unwrap();
+    fleet.stop_replica(1).await.unwrap();
+    wait_for("the cluster of replica 1 owned again", LONG, || {
+        owned_again(&fleet, &[0], &before.0, since)
+    })
+    .await
+    .unwrap();
+    let owned = t0.elapsed().as_secs_f64();
+    let url = fleet.replicas[&0].metrics_url.clone();
+    wait_for("replica 0's cache warm", LONG, || async {
+        let m = scrape(&url).await.map_err(|e| e.to_string())?;
+        let cached = m.sum("shardwise_cached_objects", &[]);
+        if cached >= f64::from(2 * per_cluster) {
+            Ok(())
+        } else {
+            Err(format!("{cached} objects cached"))
+        }
+    })
+    .await
+    .unwrap();
+    let warm = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "cache: a cluster of {per_cluster} apps owned again after {owned:.2} s, its cache warm after {warm:.2} s"
+    );
+    (owned, warm)
+}
 
 // ---------------------------------------------------------------- servers
 
@@ -732,6 +915,31 @@ fn main() {
         }
         if run("servers") {
             servers(&mut failures).await;
+        }
+        if run("cache") {
+            let rest = at_rest().await;
+            let per_hour = rest.writes as f64 * 3600.0 / rest.window.as_secs_f64();
+            println!("\n### Caches of the clusters: at rest, drift, handoff (3 replicas, 40 clusters, {} apps)\n", rest.apps);
+            println!("| measure | figure | target |");
+            println!("|---|---:|---:|");
+            println!("| app reconciles in {} s at rest (resync 30 s) | {:.0} | |", rest.window.as_secs(), rest.looks);
+            println!("| destination writes in those {} s | {} | |", rest.window.as_secs(), rest.writes);
+            println!("| destination writes per hour at rest | {per_hour:.0} | 0 |");
+            let p = |q: f64| percentile(&rest.repairs, q);
+            println!("| drift repaired ({} edits and deletions), p50 / p99 / max | {:.2} s / {:.2} s / {:.2} s | p99 < 5 s |", rest.repairs.len(), p(50.0), p(99.0), p(100.0));
+            if rest.writes > 0 {
+                failures.push(format!("{} destination writes at rest", rest.writes));
+            }
+            if p(99.0) >= 5.0 {
+                failures.push(format!("drift repair p99 {:.2} s >= 5 s", p(99.0)));
+            }
+            for per_cluster in [1000u32, 5000] {
+                let (owned, warm) = cached_handoff(per_cluster).await;
+                println!("| graceful handoff of a {per_cluster}-app cluster: owned again / cache warm | {owned:.2} s / {warm:.2} s | < 5 s (1,000 apps) |");
+                if per_cluster == 1000 && warm >= 5.0 {
+                    failures.push(format!("handoff of a 1,000-app cluster with its cache took {warm:.2} s >= 5 s"));
+                }
+            }
         }
         if run("measured") {
             let (rows, overlaps) = measured().await;

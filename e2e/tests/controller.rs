@@ -621,3 +621,144 @@ async fn pins_to_a_missing_shard_wait_for_it_and_move_back() {
     .unwrap();
     fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
 }
+
+/// An app's health follows its objects as their controllers report them (here the test writes
+/// a Deployment's status, as kube-controller-manager would), and its sync status says when
+/// drift was found and is being repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_objects_and_sync_status_shows_repairs() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use shardwise_api::Health;
+
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 1,
+        clusters: 1,
+        apps: 1,
+        realistic_apps: true,
+        args: vec!["--resync-interval=1h".into()],
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0], SETTLE).await.unwrap();
+    let apps = fleet.apps_api();
+    let dest = fleet.env.destinations()[0].client("admin").await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(dest, "team-0");
+    let health_is = |expected: Health, says: &'static str| {
+        let apps = apps.clone();
+        async move {
+            wait_for(&format!("health {expected:?}"), SETTLE, || async {
+                let app = apps.get("app-0").await.map_err(|e| e.to_string())?;
+                let health = app.status.unwrap_or_default().health;
+                match &health {
+                    Some(h)
+                        if h.status == expected
+                            && h.message.as_deref().unwrap_or_default().contains(says) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+            .unwrap();
+        }
+    };
+    // No controller has looked at the Deployment yet.
+    health_is(
+        Health::Progressing,
+        "Deployment team-0/app-0: replicas: 0/2",
+    )
+    .await;
+
+    let set_status = |status: serde_json::Value| {
+        let deployments = deployments.clone();
+        async move {
+            let generation = deployments.get("app-0").await.unwrap().metadata.generation;
+            let mut status = status;
+            status["observedGeneration"] = json!(generation);
+            deployments
+                .patch_status(
+                    "app-0",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let rolled_out = json!({
+        "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2,
+        "conditions": [
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+        ],
+    });
+    set_status(rolled_out.clone()).await;
+    health_is(Health::Healthy, "").await;
+    let mut rolling = rolled_out.clone();
+    rolling["updatedReplicas"] = json!(1);
+    set_status(rolling).await;
+    health_is(Health::Progressing, "Deployment team-0/app-0: updated: 1/2").await;
+    let mut stuck = rolled_out.clone();
+    stuck["updatedReplicas"] = json!(1);
+    stuck["conditions"][1] = json!({"type": "Progressing", "status": "False",
+                                    "reason": "ProgressDeadlineExceeded"});
+    set_status(stuck).await;
+    health_is(Health::Degraded, "progress deadline exceeded").await;
+
+    // Drift: the replica count changed by hand. Every status the app goes through is recorded.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorder = {
+        use futures::StreamExt;
+        let seen = seen.clone();
+        let config = kube_runtime::watcher::Config::default().fields("metadata.name=app-0");
+        let events = kube_runtime::watcher(apps.clone(), config);
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            while let Some(Ok(event)) = events.next().await {
+                if let kube_runtime::watcher::Event::Apply(app) = event {
+                    let status = app.status.unwrap_or_default();
+                    seen.lock()
+                        .unwrap()
+                        .push((status.sync_phase, status.message.unwrap_or_default()));
+                }
+            }
+        })
+    };
+    deployments
+        .patch(
+            "app-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the replica count to be repaired",
+        Duration::from_secs(5),
+        || async {
+            let d = deployments.get("app-0").await.map_err(|e| e.to_string())?;
+            match d.spec.and_then(|s| s.replicas) {
+                Some(2) => Ok(()),
+                other => Err(format!("{other:?} replicas")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    wait_for("the app Synced after its repair", SETTLE, || async {
+        let seen = seen.lock().unwrap().clone();
+        let repairing = seen.iter().position(|(phase, message)| {
+            *phase == Some(SyncPhase::OutOfSync)
+                && message == "drifted, repairing: Deployment team-0/app-0: .spec.replicas"
+        });
+        match repairing {
+            Some(i) if seen[i..].iter().any(|(p, _)| *p == Some(SyncPhase::Synced)) => Ok(()),
+            _ => Err(format!("{seen:?}")),
+        }
+    })
+    .await
+    .unwrap();
+    recorder.abort();
+}

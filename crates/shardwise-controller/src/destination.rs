@@ -6,18 +6,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
 use serde_json::Value;
-use shardwise_api::keys::{APP_ANNOTATION, APP_UID_LABEL, FIELD_MANAGER, MANAGED_BY};
+use shardwise_api::keys::{FIELD_MANAGER, MANAGED_BY};
 use shardwise_api::{AppHealth, Health, ResourceRef};
 use thiserror::Error;
 
+use shard_assign::app_key;
+
 use crate::drift::difference;
 use crate::health::{Assessment, assess};
-use crate::live::{LiveKind, LiveObjects};
+use crate::live::{LiveKind, LiveObject, LiveObjects};
 use crate::manifest::{Manifest, Mark, stamp};
 use crate::tenancy::{Admission, Object, Refusal};
 
@@ -193,9 +194,8 @@ impl Written {
 }
 
 /// The health of one object as served, with the object named in the message.
-fn assessed(object: &ResourceRef, live: &DynamicObject) -> (Health, String) {
-    let value = serde_json::to_value(live).unwrap_or_default();
-    let Assessment { health, message } = assess(&value);
+fn assessed(object: &ResourceRef, live: &Value) -> (Health, String) {
+    let Assessment { health, message } = assess(live);
     (health, format!("{object}: {message}"))
 }
 
@@ -220,20 +220,11 @@ impl Target<'_> {
 
 /// What a write of one object found live: nothing known (no cache of the kind), or the cache's
 /// answer.
-type Found = Option<Option<Arc<DynamicObject>>>;
+type Found = Option<Option<Arc<LiveObject>>>;
 
 /// A hash of an applied body (serde_json's maps are ordered, so equal bodies hash alike).
 fn body_hash(body: &Value) -> u64 {
     twox_hash::XxHash3_64::oneshot(body.to_string().as_bytes())
-}
-
-/// The app UID label of an object's metadata.
-fn app_uid_of(metadata: &ObjectMeta) -> Option<&str> {
-    metadata
-        .labels
-        .as_ref()?
-        .get(APP_UID_LABEL)
-        .map(String::as_str)
 }
 
 impl Destination {
@@ -255,8 +246,8 @@ impl Destination {
     }
 
     /// Whether `live` is still what this client's last apply of `body` left.
-    fn left_as_applied(&self, object: &ResourceRef, live: &DynamicObject, body: &Value) -> bool {
-        let Some(version) = &live.metadata.resource_version else {
+    fn left_as_applied(&self, object: &ResourceRef, live: &LiveObject, body: &Value) -> bool {
+        let Some(version) = &live.resource_version else {
             return false;
         };
         lock(&self.applied)
@@ -264,14 +255,16 @@ impl Destination {
             .is_some_and(|(v, hash)| v == version && *hash == body_hash(body))
     }
 
-    /// How many objects the cluster's cache holds.
-    pub fn cached_objects(&self) -> usize {
-        self.live.cached_objects()
+    /// How many objects the cluster's cache holds, and the bytes they take.
+    pub fn cached(&self) -> (usize, usize) {
+        self.live.cached()
     }
 
-    /// The cache of a kind, once listed.
-    async fn live_kind(&self, resource: &ApiResource) -> Option<LiveKind> {
-        self.live.listed(resource, self.listing_wait).await
+    /// The cache of a kind, once listed with the objects of the app whose UID is `app_uid`.
+    async fn live_kind(&self, resource: &ApiResource, app_uid: &str) -> Option<LiveKind> {
+        self.live
+            .listed(resource, app_key(app_uid), self.listing_wait)
+            .await
     }
 
     /// The live object at `reference` as the cache has it, or as a GET finds it where the
@@ -283,13 +276,13 @@ impl Destination {
         found: &Found,
         name: &str,
         reference: String,
-    ) -> Result<Option<Arc<DynamicObject>>, ApplyError> {
+    ) -> Result<Option<Arc<LiveObject>>, ApplyError> {
         if let Some(Some(live)) = found {
             return Ok(Some(live.clone()));
         }
         api.get_opt(name)
             .await
-            .map(|o| o.map(Arc::new))
+            .map(|o| o.map(|o| Arc::new(LiveObject::new(&o))))
             .map_err(|e| api_error(reference, e))
     }
 
@@ -402,15 +395,11 @@ impl Destination {
         else {
             return Ok(None);
         };
-        let annotation = |key: &str| live.metadata.annotations.as_ref()?.get(key).cloned();
-        Ok(app_uid_of(&live.metadata)
+        Ok(live
+            .app_uid
+            .as_ref()
             .filter(|uid| *uid != app_uid)
-            .map(|uid| {
-                (
-                    annotation(APP_ANNOTATION).unwrap_or_default(),
-                    uid.to_string(),
-                )
-            }))
+            .map(|uid| (live.app.clone().unwrap_or_default(), uid.clone())))
     }
 
     fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -440,7 +429,7 @@ impl Destination {
         let targets = self.resolve(manifests, namespace, admission).await?;
         let mut found: Vec<Found> = Vec::with_capacity(targets.len());
         for target in &targets {
-            let kind = self.live_kind(&target.resource).await;
+            let kind = self.live_kind(&target.resource, mark.app_uid).await;
             found.push(kind.map(|k| k.get(target.namespace.as_deref(), &target.manifest.name)));
         }
         let known: BTreeSet<&ResourceRef> = previous.iter().collect();
@@ -468,13 +457,10 @@ impl Destination {
                 Some(Some(live)) if self.left_as_applied(&target.reference(), live, &body) => {
                     continue;
                 }
-                Some(Some(live)) => {
-                    let live = serde_json::to_value(live.as_ref()).unwrap_or_default();
-                    match difference(&body, &live) {
-                        None => continue,
-                        Some(path) => Change::Differs(path),
-                    }
-                }
+                Some(Some(live)) => match difference(&body, &live.value()) {
+                    None => continue,
+                    Some(path) => Change::Differs(path),
+                },
                 Some(None) => Change::Missing,
                 None => Change::Unknown,
             };
@@ -509,12 +495,20 @@ impl Destination {
 
     /// The app's health: the worst of its objects', from what was just written or else the
     /// cache.
-    pub async fn health(&self, inventory: &[ResourceRef], written: &Written) -> AppHealth {
+    pub async fn health(
+        &self,
+        inventory: &[ResourceRef],
+        written: &Written,
+        app_uid: &str,
+    ) -> AppHealth {
         let mut worst: Option<(Health, String)> = None;
         for object in inventory {
             let (health, message) = match written.0.get(object) {
-                Some(answer) => assessed(object, answer),
-                None => self.assess_cached(object).await,
+                Some(answer) => assessed(
+                    object,
+                    &serde_json::to_value(answer.as_ref()).unwrap_or_default(),
+                ),
+                None => self.assess_cached(object, app_uid).await,
             };
             if worst.as_ref().is_none_or(|(w, _)| health > *w) {
                 worst = Some((health, message));
@@ -532,19 +526,19 @@ impl Destination {
         }
     }
 
-    async fn assess_cached(&self, object: &ResourceRef) -> (Health, String) {
+    async fn assess_cached(&self, object: &ResourceRef, app_uid: &str) -> (Health, String) {
         let resource = match self.resource(&Manifest::reference(object)).await {
             Ok((resource, _)) => resource,
             Err(e) => return (Health::Unknown, format!("{object}: {e}")),
         };
-        let Some(kind) = self.live_kind(&resource).await else {
+        let Some(kind) = self.live_kind(&resource, app_uid).await else {
             return (
                 Health::Unknown,
                 format!("{object}: its kind cannot be listed"),
             );
         };
         match kind.get(object.namespace.as_deref(), &object.name) {
-            Some(live) => assessed(object, &live),
+            Some(live) => assessed(object, &live.value()),
             None => (Health::Missing, format!("{object} does not exist")),
         }
     }
@@ -564,7 +558,7 @@ impl Destination {
             let api = self.api(&resource, object.namespace.as_deref());
             let target = object.to_string();
             let found = self
-                .live_kind(&resource)
+                .live_kind(&resource, app_uid)
                 .await
                 .map(|k| k.get(object.namespace.as_deref(), &object.name));
             let Some(live) = self
@@ -573,7 +567,7 @@ impl Destination {
             else {
                 continue;
             };
-            if app_uid_of(&live.metadata) != Some(app_uid) {
+            if live.app_uid.as_deref() != Some(app_uid) {
                 continue;
             }
             match api.delete(&object.name, &DeleteParams::default()).await {

@@ -4,7 +4,10 @@
 
 mod apps;
 mod clusters;
+mod metrics;
 mod status;
+
+pub use metrics::FleetMetrics;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -23,7 +26,8 @@ use shardwise_runtime::{
 use tracing::warn;
 
 use crate::destination::Destination;
-use crate::live::{Drift, DriftSink};
+use crate::live::{Drift, DriftSink, Holding};
+use metrics::HealthCount;
 
 /// What the controller itself is configured with (the runtime has the rest).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +47,7 @@ pub struct FleetSettings {
 #[derive(Clone, Debug)]
 pub struct FleetController {
     pub settings: FleetSettings,
+    pub metrics: FleetMetrics,
 }
 
 impl FleetController {
@@ -62,6 +67,8 @@ pub struct FleetTerm {
     /// Where drift on a cluster queues its apps. Weak: the term's context outlives nothing it
     /// keeps, and a destination's watches must not keep the term alive.
     context: Weak<ContextOf<FleetController>>,
+    /// The health of the apps this term reconciled, counted for the metrics.
+    health: HealthCount,
 }
 
 impl std::fmt::Debug for FleetTerm {
@@ -88,6 +95,14 @@ impl FleetTerm {
         };
     }
 
+    /// Objects in the caches of every cluster of this term, and the bytes they take.
+    fn cached(&self) -> (usize, usize) {
+        self.destinations()
+            .values()
+            .map(|d| d.cached())
+            .fold((0, 0), |(n, b), (dn, db)| (n + dn, b + db))
+    }
+
     /// Queues the apps that drift on `cluster` concerns, while the term lasts.
     fn drift_sink(&self, cluster: &ObjectKey) -> DriftSink {
         let context = self.context.clone();
@@ -100,6 +115,18 @@ impl FleetTerm {
                 Drift::App(app) => term.queue_item(app),
                 Drift::Relisted => term.queue_items_where(|app| cluster_of(app) == cluster),
             }
+        })
+    }
+
+    /// The ranges of `cluster`'s item keys this term holds, while the term lasts.
+    fn holding(&self, cluster: &ObjectKey) -> Holding {
+        let context = self.context.clone();
+        let cluster = cluster.clone();
+        Arc::new(move || {
+            context
+                .upgrade()
+                .map(|term| term.ranges(&cluster))
+                .unwrap_or_default()
         })
     }
 
@@ -156,6 +183,7 @@ impl Sharded for FleetController {
             destinations: Mutex::new(BTreeMap::new()),
             policies,
             context: Arc::downgrade(term),
+            health: HealthCount::new(self.metrics.clone()),
         })
     }
 
@@ -189,7 +217,14 @@ impl Sharded for FleetController {
     }
 
     fn released(&self, term: &TermOf<Self>, cluster: &ObjectKey) {
-        term.state().set_destination(cluster, None);
+        let state = term.state();
+        state.set_destination(cluster, None);
+        state.health.forget(cluster, |_| false);
+        self.metrics.set_cached(state.cached());
+    }
+
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry, shard: u32) {
+        self.metrics.register(registry, shard);
     }
 
     fn unreadable_status(kind: ObjectKind, reason: &str) -> Option<serde_json::Value> {

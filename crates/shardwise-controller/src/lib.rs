@@ -19,13 +19,14 @@ pub mod tenancy;
 use anyhow::Context;
 
 use crate::config::Config;
-use crate::fleet::FleetController;
+use crate::fleet::{FleetController, FleetMetrics};
 
 /// Runs one replica until SIGTERM or SIGINT, then hands its work over and returns.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let settings = config.settings()?;
     let controller = FleetController {
         settings: config.fleet(),
+        metrics: FleetMetrics::default(),
     };
     shardwise_runtime::run(controller, settings)
         .await

@@ -2,23 +2,29 @@
 //! per kind in use, selecting only the objects applied there for this FleetCluster (by its
 //! [`APP_CLUSTER_LABEL`]), so memory follows the managed objects, not the size of the cluster.
 //!
+//! Each object is kept as compact JSON with the few fields a look needs at once (its
+//! resourceVersion, app UID and app): a parsed JSON tree takes several times the memory.
+//!
+//! The owner of slices of a cut cluster keeps only the objects of its slices' apps (by the item
+//! key of the app UID each object is labelled with), listing again when it takes another slice.
+//!
 //! A reconcile compares against it instead of writing blindly, and every change or deletion of
 //! a managed object on the cluster is reported at once ([`Drift`]), so drift is repaired in
 //! seconds rather than at the next resync. The watches stop when the owner drops the
 //! destination (the cluster was released, or its credentials changed).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use kube::{Api, Client};
-use kube_runtime::reflector::{self, ObjectRef, Store};
 use kube_runtime::{WatchStreamExt, watcher};
-use shardwise_api::keys::{APP_ANNOTATION, APP_CLUSTER_LABEL, MANAGED_BY};
+use shard_assign::{KeyRange, app_key};
+use shardwise_api::keys::{APP_ANNOTATION, APP_CLUSTER_LABEL, APP_UID_LABEL, MANAGED_BY};
 use shardwise_runtime::ObjectKey;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, warn};
 
@@ -35,6 +41,10 @@ pub enum Drift {
 /// Where [`Drift`] goes.
 pub type DriftSink = Arc<dyn Fn(Drift) + Send + Sync>;
 
+/// The ranges of item keys (of apps' UIDs) whose objects the owner keeps: the whole range for a
+/// cluster it owns whole, its slices' for a cut one. Asked at each listing.
+pub type Holding = Arc<dyn Fn() -> Vec<KeyRange> + Send + Sync>;
+
 /// (group, version, kind): one watch each.
 type KindKey = (String, String, String);
 
@@ -43,17 +53,101 @@ type KindKey = (String, String, String);
 enum Listing {
     /// Not listed yet.
     Pending,
-    /// Listed: the store is complete (and kept current while the watch runs).
-    Ready,
+    /// Listed, keeping the objects of apps whose keys are in these ranges: the store is
+    /// complete for them (and kept current while the watch runs).
+    Ready(Vec<KeyRange>),
     /// Listing failed before it ever succeeded (a missing permission, say): the reason.
     Failed(String),
+}
+
+impl Listing {
+    fn keeps(&self, key: u64) -> bool {
+        matches!(self, Listing::Ready(ranges) if ranges.iter().any(|r| r.contains(key)))
+    }
+}
+
+/// One object as the cache keeps it.
+#[derive(Debug, PartialEq)]
+pub struct LiveObject {
+    pub resource_version: Option<String>,
+    /// Its [`APP_UID_LABEL`].
+    pub app_uid: Option<String>,
+    /// Its [`APP_ANNOTATION`]: `namespace/name` of the FleetApp.
+    pub app: Option<String>,
+    /// The whole object, as compact JSON.
+    json: Box<str>,
+}
+
+impl LiveObject {
+    pub fn new(object: &DynamicObject) -> Self {
+        let metadata = &object.metadata;
+        Self {
+            resource_version: metadata.resource_version.clone(),
+            app_uid: metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(APP_UID_LABEL))
+                .cloned(),
+            app: metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(APP_ANNOTATION))
+                .cloned(),
+            json: serde_json::to_string(object)
+                .unwrap_or_default()
+                .into_boxed_str(),
+        }
+    }
+
+    /// The whole object.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.json).unwrap_or_default()
+    }
+
+    /// Bytes it takes in the cache (its JSON and strings; not the map around it).
+    fn size(&self) -> usize {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        std::mem::size_of::<Self>()
+            + self.json.len()
+            + text(&self.resource_version)
+            + text(&self.app_uid)
+            + text(&self.app)
+    }
+}
+
+/// (namespace, name): where an object is.
+type Place = (Option<String>, String);
+
+/// The objects of one kind, replaced whole when a listing completes.
+#[derive(Debug, Default)]
+struct Objects {
+    current: RwLock<BTreeMap<Place, Arc<LiveObject>>>,
+}
+
+impl Objects {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Place, Arc<LiveObject>>> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Place, Arc<LiveObject>>> {
+        self.current.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn place(object: &DynamicObject) -> Place {
+    (
+        object.metadata.namespace.clone(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
 }
 
 /// The cache of one kind on one cluster.
 struct KindCache {
     resource: ApiResource,
-    store: Store<DynamicObject>,
+    objects: Arc<Objects>,
     listing: watch::Receiver<Listing>,
+    /// Asks the watch to list again, with the ranges held now.
+    relist: Arc<Notify>,
     _watch: AbortOnDropHandle<()>,
 }
 
@@ -63,6 +157,7 @@ pub struct LiveObjects {
     selector: String,
     kinds: Mutex<BTreeMap<KindKey, Arc<KindCache>>>,
     drift: DriftSink,
+    holding: Holding,
 }
 
 impl std::fmt::Debug for LiveObjects {
@@ -88,22 +183,9 @@ impl std::fmt::Debug for LiveKind {
 
 impl LiveKind {
     /// The object `name` (in `namespace` for namespaced kinds) as last seen, if it exists.
-    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
-        let mut reference = ObjectRef::new_with(name, self.0.resource.clone());
-        if let Some(ns) = namespace {
-            reference = reference.within(ns);
-        }
-        self.0.store.get(&reference)
-    }
-
-    /// Every object of the kind in the cache.
-    pub fn len(&self) -> usize {
-        self.0.store.len()
-    }
-
-    /// Whether the cache of the kind holds no object.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<LiveObject>> {
+        let place = (namespace.map(str::to_string), name.to_string());
+        self.0.objects.read().get(&place).cloned()
     }
 }
 
@@ -116,33 +198,56 @@ pub fn selector(cluster_label: &str) -> String {
     format!("app.kubernetes.io/managed-by={MANAGED_BY},{APP_CLUSTER_LABEL}={cluster_label}")
 }
 
+/// The item key of the app an object was applied for, from its UID label.
+fn key_of_object(object: &DynamicObject) -> Option<u64> {
+    let uid = object.metadata.labels.as_ref()?.get(APP_UID_LABEL)?;
+    Some(app_key(uid))
+}
+
 impl LiveObjects {
     /// Watches nothing until a kind is asked for.
-    pub fn new(client: Client, cluster_label: &str, drift: DriftSink) -> Self {
+    pub fn new(client: Client, cluster_label: &str, drift: DriftSink, holding: Holding) -> Self {
         Self {
             client,
             selector: selector(cluster_label),
             kinds: Mutex::new(BTreeMap::new()),
             drift,
+            holding,
         }
     }
 
-    /// The objects of `resource`'s kind once listed, starting its watch on first use; `None`
-    /// if they are not listed within `wait`, or listing them failed (the caller then writes
-    /// without comparing, as if the cache did not exist).
-    pub async fn listed(&self, resource: &ApiResource, wait: Duration) -> Option<LiveKind> {
+    /// The objects of `resource`'s kind, once listed with the objects of the app whose item
+    /// key is `key`, starting its watch on first use (and listing again if the app's key was
+    /// not held at the last listing: a slice taken since). `None` if that does not happen
+    /// within `wait`, or listing failed: the caller then writes without comparing, as if
+    /// there were no cache.
+    pub async fn listed(
+        &self,
+        resource: &ApiResource,
+        key: u64,
+        wait: Duration,
+    ) -> Option<LiveKind> {
         let cache = self.cache_of(resource);
         let mut listing = cache.listing.clone();
-        let settled = tokio::time::timeout(wait, listing.wait_for(|l| *l != Listing::Pending));
-        match settled.await {
-            Ok(Ok(state)) if *state == Listing::Ready => Some(LiveKind(cache)),
+        if matches!(*listing.borrow(), Listing::Ready(_)) && !listing.borrow().keeps(key) {
+            cache.relist.notify_one();
+        }
+        let settled = listing.wait_for(|l| l.keeps(key) || matches!(l, Listing::Failed(_)));
+        match tokio::time::timeout(wait, settled).await {
+            Ok(Ok(state)) if state.keeps(key) => Some(LiveKind(cache.clone())),
             _ => None,
         }
     }
 
-    /// How many objects the caches hold, over every kind.
-    pub fn cached_objects(&self) -> usize {
-        lock(&self.kinds).values().map(|c| c.store.len()).sum()
+    /// How many objects the caches hold, and the bytes they take, over every kind.
+    pub fn cached(&self) -> (usize, usize) {
+        lock(&self.kinds).values().fold((0, 0), |(n, bytes), c| {
+            let objects = c.objects.read();
+            (
+                n + objects.len(),
+                bytes + objects.values().map(|o| o.size()).sum::<usize>(),
+            )
+        })
     }
 
     fn cache_of(&self, resource: &ApiResource) -> Arc<KindCache> {
@@ -158,32 +263,32 @@ impl LiveObjects {
     }
 
     fn watch(&self, resource: &ApiResource) -> KindCache {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
-        let config = watcher::Config::default().labels(&self.selector);
-        let types = TypeMeta {
-            api_version: resource.api_version.clone(),
-            kind: resource.kind.clone(),
-        };
-        let events = watcher(api, config)
-            .modify(move |object| {
-                forget_bulk(object);
-                // The items of a list carry no apiVersion and kind; watch events do.
-                object.types = Some(types.clone());
-            })
-            .default_backoff();
+        let objects = Arc::new(Objects::default());
         let (report, listing) = watch::channel(Listing::Pending);
+        let relist = Arc::new(Notify::new());
         let task = follow(
-            reflector::reflector(writer, events),
-            report,
-            self.drift.clone(),
-            resource.kind.clone(),
+            Source {
+                api: Api::all_with(self.client.clone(), resource),
+                config: watcher::Config::default().labels(&self.selector),
+                types: TypeMeta {
+                    api_version: resource.api_version.clone(),
+                    kind: resource.kind.clone(),
+                },
+            },
+            Follow {
+                objects: objects.clone(),
+                listing: None,
+                report,
+                drift: self.drift.clone(),
+                holding: self.holding.clone(),
+                relist: relist.clone(),
+            },
         );
         KindCache {
             resource: resource.clone(),
-            store,
+            objects,
             listing,
+            relist,
             _watch: AbortOnDropHandle::new(tokio::spawn(task)),
         }
     }
@@ -205,38 +310,117 @@ fn app_of(object: &DynamicObject) -> Option<ObjectKey> {
     Some(ObjectKey::new(namespace, name))
 }
 
-/// Follows one kind's watch: reports the listing and every change.
-async fn follow(
-    events: impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+/// Where one kind's objects come from.
+struct Source {
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    /// The items of a list carry no apiVersion and kind; watch events do.
+    types: TypeMeta,
+}
+
+impl Source {
+    fn events(
+        &self,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + use<>
+    {
+        let types = self.types.clone();
+        watcher(self.api.clone(), self.config.clone())
+            .modify(move |object| {
+                forget_bulk(object);
+                object.types = Some(types.clone());
+            })
+            .default_backoff()
+    }
+}
+
+/// What one kind's watch feeds.
+struct Follow {
+    objects: Arc<Objects>,
+    /// The objects of a listing under way, until it completes.
+    listing: Option<BTreeMap<Place, Arc<LiveObject>>>,
     report: watch::Sender<Listing>,
     drift: DriftSink,
-    kind: String,
-) {
-    let mut events = std::pin::pin!(events);
-    let mut listed_before = false;
-    while let Some(event) = events.next().await {
+    holding: Holding,
+    relist: Arc<Notify>,
+}
+
+impl Follow {
+    /// Takes in one event of a listing that keeps `ranges`; `relisted` once a listing was
+    /// complete before (this one then reports [`Drift::Relisted`] when it completes).
+    fn event(
+        &mut self,
+        event: Result<watcher::Event<DynamicObject>, watcher::Error>,
+        ranges: &[KeyRange],
+        relisted: bool,
+        kind: &str,
+    ) {
+        let kept = |object: &DynamicObject| {
+            key_of_object(object).is_some_and(|key| ranges.iter().any(|r| r.contains(key)))
+        };
         match event {
-            Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
-                if let Some(app) = app_of(&object) {
-                    drift(Drift::App(app));
-                }
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object))
+                if !kept(&object) => {}
+            Ok(watcher::Event::Init) => self.listing = Some(BTreeMap::new()),
+            Ok(watcher::Event::InitApply(object)) => {
+                let listing = self.listing.get_or_insert_default();
+                listing.insert(place(&object), Arc::new(LiveObject::new(&object)));
             }
             Ok(watcher::Event::InitDone) => {
-                if listed_before {
+                *self.objects.write() = self.listing.take().unwrap_or_default();
+                if relisted {
                     debug!(%kind, "listed again: every app of the cluster looks again");
-                    drift(Drift::Relisted);
+                    (self.drift)(Drift::Relisted);
                 }
-                listed_before = true;
-                report.send_replace(Listing::Ready);
+                self.report.send_replace(Listing::Ready(ranges.to_vec()));
             }
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Ok(watcher::Event::Apply(object)) => {
+                let live = Arc::new(LiveObject::new(&object));
+                self.objects.write().insert(place(&object), live);
+                if let Some(app) = app_of(&object) {
+                    (self.drift)(Drift::App(app));
+                }
+            }
+            Ok(watcher::Event::Delete(object)) => {
+                self.objects.write().remove(&place(&object));
+                if kept(&object)
+                    && let Some(app) = app_of(&object)
+                {
+                    (self.drift)(Drift::App(app));
+                }
+            }
             Err(e) => {
                 // Once listed, the cache stays usable while the watch recovers: the relist
                 // that follows reports what changed meanwhile.
-                if !listed_before {
+                if matches!(*self.report.borrow(), Listing::Pending) {
                     warn!(%kind, error = %e, "cannot list managed objects; applying without comparing");
-                    report.send_replace(Listing::Failed(e.to_string()));
+                    self.report.send_replace(Listing::Failed(e.to_string()));
                 }
+            }
+        }
+    }
+
+    fn listed_before(&self) -> bool {
+        matches!(*self.report.borrow(), Listing::Ready(_))
+    }
+}
+
+/// Follows one kind's watch, listing again (with the ranges held then) when asked.
+async fn follow(source: Source, mut state: Follow) {
+    loop {
+        let ranges = (state.holding)();
+        let mut events = std::pin::pin!(source.events());
+        let mut relisted = state.listed_before();
+        loop {
+            tokio::select! {
+                () = state.relist.notified() => break,
+                event = events.next() => match event {
+                    Some(event) => {
+                        let done = matches!(event, Ok(watcher::Event::InitDone));
+                        state.event(event, &ranges, relisted, &source.types.kind);
+                        relisted |= done;
+                    }
+                    None => return,
+                },
             }
         }
     }
@@ -248,73 +432,165 @@ mod tests {
 
     use super::*;
 
-    fn object(annotations: serde_json::Value) -> DynamicObject {
+    fn object(name: &str, uid: &str, annotations: serde_json::Value) -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "a", "namespace": "team", "annotations": annotations,
+            "metadata": {"name": name, "namespace": "team", "annotations": annotations,
+                         "labels": {APP_UID_LABEL: uid},
                          "managedFields": [{"manager": "shardwise"}]},
         }))
         .unwrap()
     }
 
-    #[tokio::test]
-    async fn changes_name_their_app_and_a_second_listing_asks_for_all() {
+    /// What a [`Follow`] reports, and its store.
+    type Seen = Arc<Mutex<Vec<Drift>>>;
+
+    /// A [`Follow`] that records what it reports, and its objects.
+    fn follower() -> (Follow, Arc<Objects>, watch::Receiver<Listing>, Seen) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink: DriftSink = {
             let seen = seen.clone();
             Arc::new(move |d| lock(&seen).push(d))
         };
-        let with_app = object(json!({APP_ANNOTATION: "fleet/web"}));
-        let without = object(json!({}));
-        let events = futures::stream::iter([
-            Ok(watcher::Event::Init),
-            Ok(watcher::Event::InitApply(with_app.clone())),
-            Ok(watcher::Event::InitDone),
-            Ok(watcher::Event::Apply(with_app.clone())),
-            Ok(watcher::Event::Delete(without)),
-            Ok(watcher::Event::Delete(with_app)),
-            Ok(watcher::Event::Init),
-            Ok(watcher::Event::InitDone),
-        ]);
+        let objects = Arc::new(Objects::default());
         let (report, listing) = watch::channel(Listing::Pending);
-        follow(events, report, sink, "ConfigMap".into()).await;
+        let follow = Follow {
+            objects: objects.clone(),
+            listing: None,
+            report,
+            drift: sink,
+            holding: Arc::new(|| vec![KeyRange::WHOLE]),
+            relist: Arc::new(Notify::new()),
+        };
+        (follow, objects, listing, seen)
+    }
+
+    #[test]
+    fn changes_name_their_app_and_a_second_listing_asks_for_all() {
+        let (mut follow, store, listing, seen) = follower();
+        let with_app = object("a", "u-1", json!({APP_ANNOTATION: "fleet/web"}));
+        let without = object("b", "u-2", json!({}));
+        let whole = [KeyRange::WHOLE];
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(with_app.clone()),
+            watcher::Event::InitDone,
+        ] {
+            follow.event(Ok(event), &whole, false, "ConfigMap");
+        }
+        assert_eq!(*listing.borrow(), Listing::Ready(whole.to_vec()));
+        assert_eq!(store.read().len(), 1);
+        for event in [
+            watcher::Event::Apply(with_app.clone()),
+            watcher::Event::Delete(without),
+            watcher::Event::Delete(with_app),
+        ] {
+            follow.event(Ok(event), &whole, false, "ConfigMap");
+        }
+        assert_eq!(store.read().len(), 0);
+        assert!(follow.listed_before());
+        follow.event(Ok(watcher::Event::Init), &whole, true, "ConfigMap");
+        follow.event(Ok(watcher::Event::InitDone), &whole, true, "ConfigMap");
         let web = ObjectKey::new("fleet", "web");
         assert_eq!(
             *lock(&seen),
             vec![Drift::App(web.clone()), Drift::App(web), Drift::Relisted]
         );
-        assert_eq!(*listing.borrow(), Listing::Ready);
     }
 
-    #[tokio::test]
-    async fn a_failure_before_the_first_listing_is_reported_and_later_ones_are_not() {
-        let sink: DriftSink = Arc::new(|_| {});
+    #[test]
+    fn only_the_objects_of_held_slices_are_kept_and_reported() {
+        let (mut follow, store, listing, seen) = follower();
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        // Two apps, one in each half of the key space.
+        let uid_in = |range: KeyRange| {
+            (0..)
+                .map(|i| format!("uid-{i}"))
+                .find(|uid| range.contains(app_key(uid)))
+                .unwrap()
+        };
+        let mine = object("mine", &uid_in(low), json!({APP_ANNOTATION: "fleet/mine"}));
+        let theirs = object(
+            "theirs",
+            &uid_in(high),
+            json!({APP_ANNOTATION: "fleet/theirs"}),
+        );
+        let held = [low];
+        follow.event(Ok(watcher::Event::Init), &held, false, "ConfigMap");
+        for o in [&mine, &theirs] {
+            follow.event(
+                Ok(watcher::Event::InitApply(o.clone())),
+                &held,
+                false,
+                "ConfigMap",
+            );
+        }
+        follow.event(Ok(watcher::Event::InitDone), &held, false, "ConfigMap");
+        assert_eq!(store.read().len(), 1);
+        assert!(listing.borrow().keeps(app_key(&uid_in(low))));
+        assert!(!listing.borrow().keeps(app_key(&uid_in(high))));
+        for o in [&mine, &theirs] {
+            follow.event(
+                Ok(watcher::Event::Apply(o.clone())),
+                &held,
+                false,
+                "ConfigMap",
+            );
+        }
+        assert_eq!(
+            *lock(&seen),
+            vec![Drift::App(ObjectKey::new("fleet", "mine"))]
+        );
+        assert_eq!(store.read().len(), 1);
+    }
+
+    #[test]
+    fn a_failure_before_the_first_listing_is_reported_and_later_ones_are_not() {
         let failure = || Err(watcher::Error::NoResourceVersion);
-        let (report, listing) = watch::channel(Listing::Pending);
-        follow(
-            futures::stream::iter([failure()]),
-            report,
-            sink.clone(),
-            "X".into(),
-        )
-        .await;
+        let whole = [KeyRange::WHOLE];
+        let (mut follow, _, listing, _) = follower();
+        follow.event(failure(), &whole, false, "X");
         assert!(matches!(*listing.borrow(), Listing::Failed(_)));
-        let (report, listing) = watch::channel(Listing::Pending);
-        let events = [
-            Ok(watcher::Event::Init),
-            Ok(watcher::Event::InitDone),
-            failure(),
-        ];
-        follow(futures::stream::iter(events), report, sink, "X".into()).await;
-        assert_eq!(*listing.borrow(), Listing::Ready);
+        let (mut follow, _, listing, _) = follower();
+        follow.event(Ok(watcher::Event::Init), &whole, false, "X");
+        follow.event(Ok(watcher::Event::InitDone), &whole, false, "X");
+        follow.event(failure(), &whole, false, "X");
+        assert_eq!(*listing.borrow(), Listing::Ready(whole.to_vec()));
+    }
+
+    #[test]
+    fn an_object_is_kept_as_compact_json_with_what_a_look_needs_at_once() {
+        let mut o = object("a", "u-1", json!({APP_ANNOTATION: "fleet/web"}));
+        o.metadata.resource_version = Some("42".into());
+        forget_bulk(&mut o);
+        let live = LiveObject::new(&o);
+        assert_eq!(
+            (
+                live.resource_version.as_deref(),
+                live.app_uid.as_deref(),
+                live.app.as_deref()
+            ),
+            (Some("42"), Some("u-1"), Some("fleet/web"))
+        );
+        assert_eq!(live.value(), serde_json::to_value(&o).unwrap());
+        let json = serde_json::to_string(&o).unwrap().len();
+        assert!(
+            live.size() >= json && live.size() < json + 200,
+            "{}",
+            live.size()
+        );
     }
 
     #[test]
     fn the_cache_keeps_no_managed_fields_and_no_last_applied_copy() {
-        let mut o = object(json!({
-            "kubectl.kubernetes.io/last-applied-configuration": "{...}",
-            APP_ANNOTATION: "fleet/web",
-        }));
+        let mut o = object(
+            "a",
+            "u",
+            json!({
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                APP_ANNOTATION: "fleet/web",
+            }),
+        );
         forget_bulk(&mut o);
         assert!(o.metadata.managed_fields.is_none());
         let annotations = o.metadata.annotations.unwrap();

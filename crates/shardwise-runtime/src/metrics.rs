@@ -595,9 +595,11 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    pub fn new(shard: u32, nouns: Nouns) -> Self {
+    /// The runtime's metrics, and whatever `controller` registers beside them.
+    pub fn new(shard: u32, nouns: Nouns, controller: impl FnOnce(&mut Registry)) -> Self {
         let mut registry = Registry::default();
         let metrics = Metrics::new(shard, nouns, &mut registry);
+        controller(&mut registry);
         Self {
             registry: Arc::new(registry),
             metrics,

@@ -68,7 +68,9 @@ pub async fn run_until<C: Sharded>(
 ) -> Result<(), RunError> {
     let replica = settings.replica.clone();
     info!(shard = replica.shard, statefulset = %replica.statefulset, strategy = %settings.planner.strategy.kind, "starting");
-    let telemetry = Telemetry::new(replica.shard, C::NOUNS);
+    let telemetry = Telemetry::new(replica.shard, C::NOUNS, |registry| {
+        controller.register_metrics(registry, replica.shard);
+    });
     let metrics = telemetry.metrics.clone();
     let kube_config = kube::Config::infer().await.map_err(RunError::Kubeconfig)?;
     let control_limit =

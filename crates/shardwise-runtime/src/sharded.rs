@@ -168,6 +168,12 @@ pub trait Sharded: Send + Sync + Sized + 'static {
         let _ = (term, unit);
     }
 
+    /// Registers the controller's own metrics, served beside the runtime's on the replica's
+    /// metrics endpoint; called once, before the replica starts. `shard` is this replica's.
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry, shard: u32) {
+        let _ = (registry, shard);
+    }
+
     /// The status the planner writes on an object it cannot read, so that its owner learns
     /// why nothing happens; `None` writes none (the Warning event is always published).
     fn unreadable_status(kind: ObjectKind, reason: &str) -> Option<serde_json::Value> {

@@ -120,6 +120,13 @@ impl<U: Object, I: Object> TermContext<U, I> {
             .state_filter(|item| &(self.unit_of)(item) == unit)
     }
 
+    /// The ranges of `unit`'s item keys this term knows (owns, or is handing off): the whole
+    /// range for a unit that is not cut, its slices' for one that is, none for another term's
+    /// unit. A controller that caches what a unit's items need keeps only these keys.
+    pub fn ranges(&self, unit: &ObjectKey) -> Vec<KeyRange> {
+        self.gate.ranges(unit)
+    }
+
     /// Whether this term knows the unit at all: owns it (or a slice of it), or is handing it
     /// off.
     pub fn knows(&self, unit: &ObjectKey) -> bool {

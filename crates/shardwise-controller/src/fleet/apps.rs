@@ -300,7 +300,12 @@ pub(super) async fn reconcile(
         let message = format!("pruning failed: {e}");
         return failed(message, e.is_transient()).await;
     }
-    let health = destination.health(&applied, &written).await;
+    let health = destination.health(&applied, &written, &uid).await;
+    let state = term.state();
+    state
+        .health
+        .set(key_of(app), cluster_key.clone(), health.status);
+    controller.metrics.set_cached(state.cached());
     write_status_with_health(
         term,
         app,

@@ -111,6 +111,7 @@ pub(super) async fn destination_for(
                 client.clone(),
                 &cluster_label(&key.namespace, &key.name),
                 state.drift_sink(key),
+                state.holding(key),
             );
             let d = Arc::new(Destination::new(
                 client,
@@ -215,6 +216,10 @@ pub(super) async fn reconcile(
 ) -> Result<(), kube::Error> {
     let key = &key_of(cluster);
     let probe = probe(controller, term, key, cluster).await?;
+    // Deleted apps leave the health count here, at the cluster's probe.
+    let state = term.state();
+    state.health.forget(key, |app| term.item(app).is_some());
+    controller.metrics.set_cached(state.cached());
     let previous = cluster.status.clone().unwrap_or_default();
     let generation = cluster.metadata.generation;
     let mut conditions = vec![condition(
