@@ -254,8 +254,128 @@ where
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A connector whose connections check the [`Fence`] before every write: a request that passed
+/// the request-level gate and then waited (for a pooled connection to come free, or in a
+/// process frozen meanwhile) cannot leave once the fence has closed.
+#[derive(Clone, Debug)]
+pub struct FencedConnector<C> {
+    inner: C,
+    fence: Fence,
+}
+
+impl<C> FencedConnector<C> {
+    pub fn new(inner: C, fence: Fence) -> Self {
+        Self { inner, fence }
+    }
+}
+
+impl<C> Service<http::Uri> for FencedConnector<C>
+where
+    C: Service<http::Uri>,
+    C::Error: Into<BoxError>,
+    C::Future: Send + 'static,
+    C::Response: Send + 'static,
+{
+    type Response = FencedIo<C::Response>;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<FencedIo<C::Response>, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        if let Err(fenced) = self.fence.check() {
+            return Box::pin(std::future::ready(Err(fenced.into())));
+        }
+        let future = self.inner.call(uri);
+        let fence = self.fence.clone();
+        Box::pin(async move {
+            let io = future.await.map_err(Into::into)?;
+            Ok(FencedIo { inner: io, fence })
+        })
+    }
+}
+
+/// A connection that refuses to write once its [`Fence`] has closed.
+#[derive(Debug)]
+pub struct FencedIo<T> {
+    inner: T,
+    fence: Fence,
+}
+
+impl<T> FencedIo<T> {
+    fn fenced(&self) -> Option<std::io::Error> {
+        self.fence
+            .check()
+            .err()
+            .map(|f| std::io::Error::new(std::io::ErrorKind::PermissionDenied, f))
+    }
+}
+
+impl<T: hyper::rt::Read + Unpin> hyper::rt::Read for FencedIo<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: hyper::rt::Write + Unpin> hyper::rt::Write for FencedIo<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if let Some(e) = self.fenced() {
+            return Poll::Ready(Err(e));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if let Some(e) = self.fenced() {
+            return Poll::Ready(Err(e));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<T: hyper_util::client::legacy::connect::Connection>
+    hyper_util::client::legacy::connect::Connection for FencedIo<T>
+{
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        self.inner.connected()
+    }
+}
+
 /// A client of one owner term whose every request passes `fence` last, just before it is
-/// written to a connection, and whose every new connection passes it again once established;
+/// written to a connection, and whose connections refuse every write once it has closed (a
+/// request that waited for a pooled connection, or in a frozen process, does not leave late);
 /// with a limit and request counting as [`build_client`].
 pub fn build_fenced_client(
     config: Config,
@@ -272,7 +392,7 @@ pub fn build_fenced_client(
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
-    let connector = FenceLayer::new(fence.clone()).layer(connector);
+    let connector = FencedConnector::new(connector, fence.clone());
     let pool = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, kube::client::Body>(connector);
     // No retry layer: a retried request would leave after the fence was checked. Failed
@@ -359,5 +479,37 @@ mod tests {
         connected_tx.send_replace(true);
         let err = connecting.await.unwrap().unwrap_err();
         assert!(err.to_string().starts_with("fenced:"), "{err}");
+    }
+
+    /// A request that passed the gates and then waited for a pooled connection (or in a frozen
+    /// process) must not go out on it once the fence has closed.
+    #[tokio::test]
+    async fn a_connection_writes_nothing_once_the_fence_has_closed() {
+        use hyper::rt::Write;
+        let (tx, rx) = tokio::sync::watch::channel(held(7, Duration::from_secs(60)));
+        let (client, mut server) = tokio::io::duplex(1024);
+        let mut io = FencedIo {
+            inner: hyper_util::rt::TokioIo::new(client),
+            fence: Fence::new(rx, Incarnation(7)),
+        };
+        let write = |io: &mut FencedIo<_>, bytes: &'static [u8]| {
+            let waker = futures::task::noop_waker();
+            let mut cx = Context::from_waker(&waker);
+            std::pin::Pin::new(io).poll_write(&mut cx, bytes)
+        };
+        assert!(matches!(write(&mut io, b"GET"), Poll::Ready(Ok(3))));
+        tx.send_replace(Holding::NotHeld);
+        match write(&mut io, b"PATCH") {
+            Poll::Ready(Err(e)) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+                assert!(e.to_string().starts_with("fenced:"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut received = [0u8; 8];
+        let n = tokio::io::AsyncReadExt::read(&mut server, &mut received)
+            .await
+            .unwrap();
+        assert_eq!(&received[..n], b"GET");
     }
 }
