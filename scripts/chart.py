@@ -116,6 +116,7 @@ EVERYTHING = {
     "sizing": {
         "appsPerReplica": 2000,
         "busyPerReplica": 2.5,
+        "cachePerReplica": "512Mi",
         "minReplicas": 2,
         "maxReplicas": 40,
         "scaleUpWindow": "30s",
@@ -231,6 +232,9 @@ INVALID = [
     ({"sizing": {"busyPerReplica": 0}}, "busyPerReplica"),
     ({"sizing": {"busyPerReplica": "0.0"}}, "busyPerReplica"),
     ({"sizing": {"busyPerReplica": "1,5"}}, "busyPerReplica"),
+    ({"sizing": {"cachePerReplica": "2GB"}}, "cachePerReplica"),
+    ({"sizing": {"cachePerReplica": 512}}, "cachePerReplica"),
+    ({"controller": {"loadMemoryWeight": 1.5}}, "loadMemoryWeight"),
     ({"sizing": {"maxReplicas": 0}}, "maxReplicas"),
     ({"sizing": {"autoscale": "yes"}}, "autoscale"),
     ({"sizing": {"scaleUpWindow": "1 minute"}}, "scaleUpWindow"),
@@ -634,7 +638,7 @@ def check_release(
     )
 
     # Every flag of the controller comes from a value (its SHARDWISE_* variable), except the
-    # audit file when off and the busy time per replica when empty; nothing is set that the
+    # audit file when off and the busy time and cache per replica when empty; nothing is set that the
     # controller does not read.
     chart_env = {k for k in env if k.startswith("SHARDWISE_") or k.startswith("POD_")}
     secure = values["metrics"]["secure"]
@@ -645,6 +649,7 @@ def check_release(
         - ({"SHARDWISE_AUDIT_FILE"} if not c["auditFile"] else set())
         - ({"SHARDWISE_METRICS_CERT_DIR"} if not cert_dir else set())
         - ({"SHARDWISE_BUSY_PER_REPLICA"} if sizing["busyPerReplica"] is None else set())
+        - ({"SHARDWISE_CACHE_PER_REPLICA"} if sizing["cachePerReplica"] is None else set())
     )
     f.check(
         chart_env == expected,
@@ -660,6 +665,7 @@ def check_release(
         "SHARDWISE_SCALE_UP_WINDOW": sizing["scaleUpWindow"],
         "SHARDWISE_SCALE_DOWN_WINDOW": sizing["scaleDownWindow"],
         "SHARDWISE_BUSY_PER_REPLICA": None if sizing["busyPerReplica"] is None else str(sizing["busyPerReplica"]),
+        "SHARDWISE_CACHE_PER_REPLICA": sizing["cachePerReplica"],
     }
     got = {k: env.get(k) for k in sizing_env}
     f.check(got == sizing_env, f"{where}: sizing variables {got} are not the values {sizing_env}")

@@ -81,8 +81,9 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
         .unwrap();
     }
     // Each replica measures what its clusters cost it and publishes it on its shard lease: a
-    // record per cluster it owns (none is cut here), with its 25 apps, and a busy time that is
-    // plausible: some, and less than its 12 workers all busy all the time.
+    // record per cluster it owns (none is cut here), with its 25 apps, a busy time that is
+    // plausible (some, and less than its 12 workers all busy all the time), and the bytes of
+    // its cache of the cluster: 25 ConfigMaps of a few hundred bytes each.
     let leases: Api<Lease> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
     for shard in 0..3u32 {
         let owned: BTreeSet<String> = clusters
@@ -108,11 +109,10 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
                         "shard {shard} reports {reported:?}, owns {owned:?}"
                     ));
                 }
-                if let Some((key, load)) = report
-                    .records
-                    .iter()
-                    .find(|(_, l)| l.items != 25 || !(l.busy > 0.0 && l.busy < 12.0))
-                {
+                if let Some((key, load)) = report.records.iter().find(|(_, l)| {
+                    let cached = l.bytes.is_some_and(|b| (25 * 200..25 * 5_000).contains(&b));
+                    l.items != 25 || !(l.busy > 0.0 && l.busy < 12.0) || !cached
+                }) {
                     return Err(format!("{}: {load:?}", record_text(key)));
                 }
                 let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;

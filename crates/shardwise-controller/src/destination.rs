@@ -140,6 +140,8 @@ struct Write<'m> {
     target: Target<'m>,
     body: Value,
     why: Change,
+    /// The cache of its kind, told of the write so that its echo is not taken for drift.
+    kind: Option<LiveKind>,
 }
 
 /// What a reconcile will write: [`Destination::plan`], then [`Destination::write`].
@@ -428,9 +430,14 @@ impl Destination {
     ) -> Result<Plan<'m>, ApplyError> {
         let targets = self.resolve(manifests, namespace, admission).await?;
         let mut found: Vec<Found> = Vec::with_capacity(targets.len());
+        let mut kinds = Vec::with_capacity(targets.len());
         for target in &targets {
             let kind = self.live_kind(&target.resource, mark.app_uid).await;
-            found.push(kind.map(|k| k.get(target.namespace.as_deref(), &target.manifest.name)));
+            found.push(
+                kind.as_ref()
+                    .map(|k| k.get(target.namespace.as_deref(), &target.manifest.name)),
+            );
+            kinds.push(kind);
         }
         let known: BTreeSet<&ResourceRef> = previous.iter().collect();
         for (target, found) in targets.iter().zip(&found) {
@@ -451,7 +458,7 @@ impl Destination {
         let mut inventory: Vec<ResourceRef> = targets.iter().map(Target::reference).collect();
         inventory.sort();
         let mut writes = Vec::new();
-        for (target, found) in targets.into_iter().zip(found) {
+        for ((target, found), kind) in targets.into_iter().zip(found).zip(kinds) {
             let body = stamp(target.manifest, target.namespace.as_deref(), mark);
             let why = match &found {
                 Some(Some(live)) if self.left_as_applied(&target.reference(), live, &body) => {
@@ -464,7 +471,12 @@ impl Destination {
                 Some(None) => Change::Missing,
                 None => Change::Unknown,
             };
-            writes.push(Write { target, body, why });
+            writes.push(Write {
+                target,
+                body,
+                why,
+                kind,
+            });
         }
         Ok(Plan { inventory, writes })
     }
@@ -474,7 +486,10 @@ impl Destination {
     /// server answered, for the health of what was just written.
     pub async fn write(&self, plan: Plan<'_>) -> Result<Written, ApplyError> {
         let mut written = BTreeMap::new();
-        for Write { target, body, .. } in plan.writes {
+        for Write {
+            target, body, kind, ..
+        } in plan.writes
+        {
             let manifest = target.manifest;
             if let Some(ns) = &target.namespace {
                 self.ensure_namespace(ns).await?;
@@ -486,6 +501,9 @@ impl Destination {
                 .await
                 .map_err(|e| api_error(format!("{} {}", manifest.kind, manifest.name), e))?;
             if let Some(version) = answer.metadata.resource_version.clone() {
+                if let Some(kind) = &kind {
+                    kind.wrote(target.namespace.as_deref(), &manifest.name, version.clone());
+                }
                 lock(&self.applied).insert(target.reference(), (version, body_hash(&body)));
             }
             written.insert(target.reference(), Arc::new(answer));

@@ -223,6 +223,11 @@ impl Sharded for FleetController {
         self.metrics.set_cached(state.cached());
     }
 
+    fn cached_bytes(&self, term: &TermOf<Self>, cluster: &ObjectKey) -> Option<u64> {
+        let destination = term.state().destination(cluster)?;
+        u64::try_from(destination.cached().1).ok()
+    }
+
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry, shard: u32) {
         self.metrics.register(registry, shard);
     }

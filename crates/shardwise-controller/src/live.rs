@@ -122,9 +122,23 @@ type Place = (Option<String>, String);
 #[derive(Debug, Default)]
 struct Objects {
     current: RwLock<BTreeMap<Place, Arc<LiveObject>>>,
+    /// The resourceVersion each of this client's own writes left, until the watch brings it
+    /// back: that event is the echo of the write, not drift, and queues nothing.
+    own_writes: Mutex<BTreeMap<Place, String>>,
 }
 
 impl Objects {
+    /// Whether an event bringing `place` at `version` is the echo of this client's write
+    /// (then forgotten: a later event at another version is news).
+    fn is_echo(&self, place: &Place, version: Option<&str>) -> bool {
+        let mut own = lock(&self.own_writes);
+        let echo = version.is_some() && own.get(place).map(String::as_str) == version;
+        if echo {
+            own.remove(place);
+        }
+        echo
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Place, Arc<LiveObject>>> {
         self.current.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -186,6 +200,13 @@ impl LiveKind {
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<LiveObject>> {
         let place = (namespace.map(str::to_string), name.to_string());
         self.0.objects.read().get(&place).cloned()
+    }
+
+    /// This client wrote the object, and the server answered with `version`: the watch event
+    /// at that version is the write's echo and queues nothing.
+    pub fn wrote(&self, namespace: Option<&str>, name: &str, version: String) {
+        let place = (namespace.map(str::to_string), name.to_string());
+        lock(&self.0.objects.own_writes).insert(place, version);
     }
 }
 
@@ -374,18 +395,21 @@ impl Follow {
                 self.report.send_replace(Listing::Ready(ranges.to_vec()));
             }
             Ok(watcher::Event::Apply(object)) => {
+                let place = place(&object);
+                let version = object.metadata.resource_version.as_deref();
+                let echo = self.objects.is_echo(&place, version);
                 let live = Arc::new(LiveObject::new(&object));
-                self.objects.write().insert(place(&object), live);
-                if let Some(app) = app_of(&object) {
-                    (self.drift)(Drift::App(app));
+                self.objects.write().insert(place, live);
+                if !echo {
+                    self.report_app(&object);
                 }
             }
             Ok(watcher::Event::Delete(object)) => {
-                self.objects.write().remove(&place(&object));
-                if kept(&object)
-                    && let Some(app) = app_of(&object)
-                {
-                    (self.drift)(Drift::App(app));
+                let place = place(&object);
+                lock(&self.objects.own_writes).remove(&place);
+                self.objects.write().remove(&place);
+                if kept(&object) {
+                    self.report_app(&object);
                 }
             }
             Err(e) => {
@@ -396,6 +420,13 @@ impl Follow {
                     self.report.send_replace(Listing::Failed(e.to_string()));
                 }
             }
+        }
+    }
+
+    /// Queues the app that applied `object`, which changed or went.
+    fn report_app(&self, object: &DynamicObject) {
+        if let Some(app) = app_of(object) {
+            (self.drift)(Drift::App(app));
         }
     }
 
@@ -496,6 +527,42 @@ mod tests {
             *lock(&seen),
             vec![Drift::App(web.clone()), Drift::App(web), Drift::Relisted]
         );
+    }
+
+    #[tokio::test]
+    async fn the_echo_of_an_own_write_is_no_drift_and_a_later_change_is() {
+        let (mut follow, store, _, seen) = follower();
+        let kind = LiveKind(Arc::new(KindCache {
+            resource: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            objects: store.clone(),
+            listing: watch::channel(Listing::Pending).1,
+            relist: Arc::new(Notify::new()),
+            _watch: AbortOnDropHandle::new(tokio::spawn(async {})),
+        }));
+        let at = |version: &str| {
+            let mut o = object("a", "u-1", json!({APP_ANNOTATION: "fleet/web"}));
+            o.metadata.resource_version = Some(version.into());
+            watcher::Event::Apply(o)
+        };
+        let whole = [KeyRange::WHOLE];
+        kind.wrote(Some("team"), "a", "7".into());
+        // Our write's own event, then a hand edit, then the same version again (a relist's
+        // replay: the echo was consumed, so it counts).
+        for event in [at("7"), at("8"), at("7")] {
+            follow.event(Ok(event), &whole, false, "ConfigMap");
+        }
+        let web = ObjectKey::new("fleet", "web");
+        assert_eq!(*lock(&seen), vec![Drift::App(web.clone()), Drift::App(web)]);
+        assert_eq!(store.read().len(), 1);
+        // An event that comes before the write's answer is reported, and a deletion forgets
+        // the write.
+        lock(&seen).clear();
+        follow.event(Ok(at("9")), &whole, false, "ConfigMap");
+        kind.wrote(Some("team"), "a", "9".into());
+        let gone = object("a", "u-1", json!({APP_ANNOTATION: "fleet/web"}));
+        follow.event(Ok(watcher::Event::Delete(gone)), &whole, false, "ConfigMap");
+        follow.event(Ok(at("9")), &whole, false, "ConfigMap");
+        assert_eq!(lock(&seen).len(), 3);
     }
 
     #[test]

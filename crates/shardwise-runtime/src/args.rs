@@ -48,6 +48,37 @@ pub fn positive_u32(text: &str) -> Result<u32, String> {
     }
 }
 
+/// Parses a number of bytes as Kubernetes writes memory: `536870912`, `512Mi`, `2Gi`, `500M`.
+pub fn bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits);
+    let scale: u64 = match suffix {
+        "" => 1,
+        "k" | "K" => 1000,
+        "M" => 1000u64.pow(2),
+        "G" => 1000u64.pow(3),
+        "T" => 1000u64.pow(4),
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "unknown unit {suffix:?} in {text:?} (expected e.g. 512Mi, 2Gi)"
+            ));
+        }
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("must be a positive number of bytes such as 512Mi, got {text:?}"))
+}
+
 /// How logs are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -116,6 +147,11 @@ pub struct ReplicaArgs {
     /// (0s: the latest measurement alone).
     #[arg(long, env = "SHARDWISE_LOAD_SMOOTHING", default_value = "15m", value_parser = duration)]
     pub load_smoothing: Duration,
+    /// The share of memory in a measured unit's weight (0 to 1), busy time having the rest:
+    /// each is the unit's cost per item over the fleet's average, and memory is what owners
+    /// keep for the unit beyond its items (shardwise's controller: its cache of the cluster).
+    #[arg(long, env = "SHARDWISE_LOAD_MEMORY_WEIGHT", default_value_t = LoadSettings::DEFAULT.memory_weight)]
+    pub load_memory_weight: f64,
 
     /// The items one replica should carry: the planner's count of replicas needed
     /// (`shardwise_desired_replicas`) is the items over this, within the bounds.
@@ -125,6 +161,10 @@ pub struct ReplicaArgs {
     /// needed is the larger of what the items and the measured busy time need.
     #[arg(long, env = "SHARDWISE_BUSY_PER_REPLICA")]
     pub busy_per_replica: Option<f64>,
+    /// The cache one replica should carry (bytes as owners report them: `512Mi`, `2Gi`); when
+    /// set, the count needed is also at least the fleet's reported cache over this.
+    #[arg(long, env = "SHARDWISE_CACHE_PER_REPLICA", value_parser = bytes)]
+    pub cache_per_replica: Option<u64>,
     /// The fewest replicas to ask for.
     #[arg(long, env = "SHARDWISE_MIN_REPLICAS", default_value_t = ScaleSettings::DEFAULT.min, value_parser = positive_u32)]
     pub min_replicas: u32,
@@ -239,10 +279,12 @@ impl ReplicaArgs {
                     model: self.load_model,
                     trigger: self.load_trigger,
                     smoothing: self.load_smoothing,
+                    memory_weight: self.load_memory_weight,
                 },
                 scale: ScaleSettings {
                     items_per_replica: self.items_per_replica,
                     busy_per_replica: self.busy_per_replica,
+                    cache_per_replica: self.cache_per_replica,
                     min: self.min_replicas,
                     max: self.max_replicas,
                     autoscale: self.autoscale,
@@ -313,6 +355,19 @@ mod tests {
         Binary::try_parse_from(base.iter().chain(extra))
             .unwrap()
             .replica
+    }
+
+    #[test]
+    fn bytes_read_as_kubernetes_writes_memory() {
+        assert_eq!(bytes("536870912"), Ok(512 << 20));
+        assert_eq!(bytes("512Mi"), Ok(512 << 20));
+        assert_eq!(bytes("2Gi"), Ok(2 << 30));
+        assert_eq!(bytes("500M"), Ok(500_000_000));
+        assert_eq!(bytes("4k"), Ok(4000));
+        for bad in ["", "Mi", "0", "-1Gi", "1.5Gi", "2GB", "99999999999Ti"] {
+            assert!(bytes(bad).is_err(), "{bad:?}");
+        }
+        assert!(bytes("2GB").unwrap_err().contains("unknown unit \"GB\""));
     }
 
     fn settings(extra: &[&str]) -> Result<Settings, ArgsError> {
@@ -416,6 +471,7 @@ mod tests {
             "--autoscale",
             "--items-per-replica=1000",
             "--busy-per-replica=2.5",
+            "--cache-per-replica=512Mi",
             "--min-replicas=2",
             "--max-replicas=6",
             "--scale-up-window=30s",
@@ -429,6 +485,7 @@ mod tests {
             ScaleSettings {
                 items_per_replica: 1000,
                 busy_per_replica: Some(2.5),
+                cache_per_replica: Some(512 << 20),
                 min: 2,
                 max: 6,
                 autoscale: true,
@@ -437,6 +494,18 @@ mod tests {
                     down: Duration::from_secs(60),
                 },
             }
+        );
+        let memory = settings(&["--load-memory-weight=0.5"])
+            .unwrap()
+            .planner
+            .load;
+        assert_eq!(memory.memory_weight, 0.5);
+        let e = settings(&["--load-memory-weight=1.5"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--load-memory-weight must be between 0 and 1"),
+            "{e}"
         );
         let apps = settings(&["--load-model=apps", "--load-smoothing=0s"]).unwrap();
         assert_eq!(apps.planner.load.model, LoadModel::Apps);

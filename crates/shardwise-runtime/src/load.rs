@@ -187,6 +187,22 @@ pub struct RecordLoad {
     pub busy: f64,
     /// Items under management: those of the owner's cache that belong to the record.
     pub items: u64,
+    /// Bytes the owner keeps for the record beyond its items (the controller's caches of what
+    /// the unit manages, [`crate::Sharded::cached_bytes`]); `None` when the controller does
+    /// not say, and in reports of versions before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+impl RecordLoad {
+    /// Busy time and items, with no memory figure.
+    pub fn new(busy: f64, items: u64) -> Self {
+        Self {
+            busy,
+            items,
+            bytes: None,
+        }
+    }
 }
 
 /// At most this many records in one report, the busiest first. A record takes about 100
@@ -254,8 +270,8 @@ impl LoadReport {
     }
 
     /// The compact JSON of the annotation: `{"v":1,"records":{"<ns>/<name>":{"busy":0.0123,
-    /// "items":42},"<ns>/<name>#<range>":{…}},"omitted":3}` (`omitted` only when not 0), busy
-    /// times to 4 significant digits.
+    /// "items":42,"bytes":81920},"<ns>/<name>#<range>":{…}},"omitted":3}` (`bytes` only when
+    /// known, `omitted` only when not 0), busy times to 4 significant digits.
     pub fn encode(&self) -> String {
         let wire = Wire {
             v: REPORT_VERSION,
@@ -265,7 +281,7 @@ impl LoadReport {
                 .map(|(key, load)| {
                     let load = RecordLoad {
                         busy: significant(load.busy),
-                        items: load.items,
+                        ..*load
                     };
                     (record_text(key), load)
                 })
@@ -564,7 +580,7 @@ mod tests {
     }
 
     fn load(busy: f64, items: u64) -> RecordLoad {
-        RecordLoad { busy, items }
+        RecordLoad::new(busy, items)
     }
 
     #[test]
@@ -636,6 +652,30 @@ mod tests {
         assert_eq!(back.records[&record("idle")], load(0.0, 0));
         // What was read encodes to the same text.
         assert_eq!(back.encode(), text);
+    }
+
+    #[test]
+    fn memory_is_reported_when_known_and_older_reports_read_as_unknown() {
+        let cached = RecordLoad {
+            bytes: Some(81_920),
+            ..load(0.5, 2)
+        };
+        let report = LoadReport {
+            records: BTreeMap::from([(record("a"), cached), (record("b"), load(0.5, 2))]),
+            omitted: 0,
+        };
+        let text = report.encode();
+        assert!(
+            text.contains(r#""fleet/a":{"busy":0.5,"items":2,"bytes":81920}"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""fleet/b":{"busy":0.5,"items":2}"#),
+            "{text}"
+        );
+        assert_eq!(LoadReport::decode(&text).unwrap(), report);
+        let negative = r#"{"v":1,"records":{"a":{"busy":1,"items":1,"bytes":-1}}}"#;
+        assert!(LoadReport::decode(negative).is_err());
     }
 
     #[test]

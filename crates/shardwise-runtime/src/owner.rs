@@ -259,14 +259,52 @@ impl<C: Sharded> Owner<C> {
             .metrics
             .set_measured(measured.iter().map(|(_, busy)| busy).sum(), measured.len());
         let items = self.items_per_record(&owned);
+        let bytes = self.bytes_per_record(&owned, &items);
         let report = LoadReport::top(
             measured.into_iter().map(|(key, busy)| {
-                let items = items.get(&key).copied().unwrap_or(0);
-                (key, RecordLoad { busy, items })
+                let load = RecordLoad {
+                    bytes: bytes.get(&key).copied(),
+                    ..RecordLoad::new(busy, items.get(&key).copied().unwrap_or(0))
+                };
+                (key, load)
             }),
             MAX_REPORTED_RECORDS,
         );
         self.load.send_replace(report.annotations());
+    }
+
+    /// What the controller keeps for each unit of `records`, shared among the unit's records
+    /// here by their `items` (evenly when none holds an item).
+    fn bytes_per_record(
+        &self,
+        records: &BTreeSet<RecordKey>,
+        items: &BTreeMap<RecordKey, u64>,
+    ) -> BTreeMap<RecordKey, u64> {
+        let mut by_unit: BTreeMap<&ObjectKey, Vec<&RecordKey>> = BTreeMap::new();
+        for record in records {
+            by_unit.entry(&record.cluster).or_default().push(record);
+        }
+        let mut shares = BTreeMap::new();
+        for (unit, records) in by_unit {
+            let Some(bytes) = self.controller.cached_bytes(&self.term, unit) else {
+                continue;
+            };
+            let counts: Vec<u64> = records
+                .iter()
+                .map(|r| items.get(*r).copied().unwrap_or(0))
+                .collect();
+            let total: u64 = counts.iter().sum();
+            let n = records.len() as u64;
+            for (record, count) in records.into_iter().zip(counts) {
+                let share = if total == 0 {
+                    bytes / n
+                } else {
+                    (u128::from(bytes) * u128::from(count) / u128::from(total)) as u64
+                };
+                shares.insert(record.clone(), share);
+            }
+        }
+        shares
     }
 
     /// The items of this shard's cache under each of `records` (the deepest that holds the

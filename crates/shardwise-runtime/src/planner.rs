@@ -302,6 +302,7 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
             settings.strategy.target_balance,
             load.smoothing,
         )
+        .with_memory_weight(load.memory_weight)
     });
     let began = Instant::now();
     let mut scaler = match Scaler::new(&settings.scale) {
@@ -424,9 +425,12 @@ async fn pass<C: Sharded>(
         return Ok(None);
     };
     let live = membership.live();
-    // Read once, for the load model and for sizing by busy time.
-    let sizes_by_busy = parts.settings.scale.busy_per_replica.is_some();
-    let reports = (measured.is_some() || sizes_by_busy).then(|| parts.leases.measured_loads());
+    // Read once, for the load model and for sizing by busy time or cache.
+    let sizing = &parts.settings.scale;
+    let sizes_by_busy = sizing.busy_per_replica.is_some();
+    let sizes_by_cache = sizing.cache_per_replica.is_some();
+    let reports = (measured.is_some() || sizes_by_busy || sizes_by_cache)
+        .then(|| parts.leases.measured_loads());
     let (decided, loads, draining) = {
         let index = planner.index();
         let units = index.unit_views();
@@ -499,11 +503,17 @@ async fn pass<C: Sharded>(
         writes: decision.record_writes.len() + decision.item_writes.len(),
         draining,
     };
+    let reported = reports.filter(|reports| !reports.is_empty());
     let demand = Demand {
         items: decision.figures.shards.values().map(|f| f.items).sum(),
-        busy: reports
-            .filter(|reports| sizes_by_busy && !reports.is_empty())
+        busy: reported
+            .as_ref()
+            .filter(|_| sizes_by_busy)
             .map(|reports| reports.iter().map(|(_, m)| m.load.busy).sum()),
+        bytes: reported
+            .as_ref()
+            .filter(|_| sizes_by_cache)
+            .map(|reports| reports.iter().filter_map(|(_, m)| m.load.bytes).sum()),
     };
     Ok(Some(Passed {
         decision,

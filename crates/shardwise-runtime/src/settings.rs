@@ -84,23 +84,28 @@ pub enum LoadModel {
 }
 
 /// How the planner counts load, and when measured load may move units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadSettings {
     pub model: LoadModel,
     /// Voluntary moves start once the busiest live shard is above this times the mean.
     pub trigger: Ratio,
     /// Half-life of the planner's smoothing of each unit's measured cost per item.
     pub smoothing: Duration,
+    /// The share of memory (the bytes owners keep for a unit) in a measured unit's weight,
+    /// `0..=1`; busy time has the rest.
+    pub memory_weight: f64,
 }
 
 impl LoadSettings {
     /// Measured, 10% above the mean, and a 15 min half-life: what the simulator's drift
     /// experiment keeps within 1.10 of the true balance while moving about 1% of items per
-    /// hour.
+    /// hour. Memory a fifth of the weight, as object counts weigh in argocd-autoscaler's
+    /// default load index: busy time still leads, and a unit of large objects weighs more.
     pub const DEFAULT: LoadSettings = LoadSettings {
         model: LoadModel::Measured,
         trigger: shard_assign::Hysteresis::DEFAULT_TRIGGER,
         smoothing: Duration::from_secs(15 * 60),
+        memory_weight: 0.2,
     };
 
     /// The longest `--load-smoothing` accepted: beyond a day, placement would follow
@@ -115,6 +120,9 @@ pub struct ScaleSettings {
     pub items_per_replica: u32,
     /// Measured busy seconds per second one replica should carry; `None`: items alone.
     pub busy_per_replica: Option<f64>,
+    /// Bytes of cache (what owners report for their units) one replica should carry; `None`:
+    /// not a reason to add replicas.
+    pub cache_per_replica: Option<u64>,
     pub min: u32,
     pub max: u32,
     /// Set the StatefulSet's replicas through its scale subresource; off, only the metric.
@@ -129,6 +137,7 @@ impl ScaleSettings {
     pub const DEFAULT: ScaleSettings = ScaleSettings {
         items_per_replica: 5000,
         busy_per_replica: None,
+        cache_per_replica: None,
         min: 1,
         max: 10,
         autoscale: false,
@@ -267,6 +276,8 @@ pub enum SettingsError {
     LoadTrigger { trigger: Ratio, target: Ratio },
     #[error("--load-smoothing must be at most 24h, got {}", humantime::format_duration(*.0))]
     LoadSmoothing(Duration),
+    #[error("--load-memory-weight must be between 0 and 1, got {0}")]
+    MemoryWeight(String),
     #[error("--min-replicas ({min}) and --max-replicas ({max}) must satisfy 1 <= min <= max")]
     ReplicaBounds { min: u32, max: u32 },
     #[error("--busy-per-replica must be a positive number of seconds per second, got {0}")]
@@ -308,6 +319,9 @@ impl Settings {
         }
         if load.smoothing > LoadSettings::MAX_SMOOTHING {
             return Err(SettingsError::LoadSmoothing(load.smoothing));
+        }
+        if !(0.0..=1.0).contains(&load.memory_weight) {
+            return Err(SettingsError::MemoryWeight(load.memory_weight.to_string()));
         }
         self.planner.scale.validate()
     }

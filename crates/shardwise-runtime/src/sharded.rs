@@ -168,6 +168,16 @@ pub trait Sharded: Send + Sync + Sized + 'static {
         let _ = (term, unit);
     }
 
+    /// Bytes this term keeps in memory for `unit` beyond its items (a controller's own cache of
+    /// what the unit manages); `None` when it keeps nothing worth counting. Reported with the
+    /// unit's measured load, shared among this shard's records of the unit by their items, so
+    /// that the planner weighs memory beside busy time (`--load-memory-weight`) and sizes the
+    /// fleet by it (`--cache-per-replica`).
+    fn cached_bytes(&self, term: &TermOf<Self>, unit: &ObjectKey) -> Option<u64> {
+        let _ = (term, unit);
+        None
+    }
+
     /// Registers the controller's own metrics, served beside the runtime's on the replica's
     /// metrics endpoint; called once, before the replica starts. `shard` is this replica's.
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry, shard: u32) {

@@ -101,7 +101,12 @@ pub(super) async fn report_missing_cluster(
             cluster_key.name, cluster_key.namespace
         ),
     };
-    write_status(term, app, SyncPhase::Failed, Some(message.clone()), None).await?;
+    write_status(
+        term,
+        app,
+        Outcome::new(SyncPhase::Failed, Some(message.clone())),
+    )
+    .await?;
     Ok(Some(controller.invalid()))
 }
 
@@ -225,7 +230,7 @@ pub(super) async fn reconcile(
         && status.observed_generation != app.metadata.generation
     {
         let message = Some("the manifests changed; applying".into());
-        write_status(term, app, SyncPhase::OutOfSync, message, None).await?;
+        write_status(term, app, Outcome::new(SyncPhase::OutOfSync, message)).await?;
     }
     let failed = |message: String, retry: bool| fail(controller, term, app, message, retry);
     let Prepared {
@@ -289,7 +294,7 @@ pub(super) async fn reconcile(
     if drifted {
         let changes = plan.changes();
         let message = format!("drifted, repairing: {}", summary(&changes));
-        write_status(term, app, SyncPhase::OutOfSync, Some(message), None).await?;
+        write_status(term, app, Outcome::new(SyncPhase::OutOfSync, Some(message))).await?;
     }
     let written = match destination.write(plan).await {
         Ok(written) => written,
@@ -306,15 +311,12 @@ pub(super) async fn reconcile(
         .health
         .set(key_of(app), cluster_key.clone(), health.status);
     controller.metrics.set_cached(state.cached());
-    write_status_with_health(
-        term,
-        app,
-        SyncPhase::Synced,
-        None,
-        Some(applied),
-        Some(health),
-    )
-    .await?;
+    let synced = Outcome {
+        applied: Some(applied),
+        health: Some(health),
+        ..Outcome::new(SyncPhase::Synced, None)
+    };
+    write_status(term, app, synced).await?;
     Ok(Action::Done(Some(controller.settings.resync_interval)))
 }
 
@@ -354,7 +356,7 @@ async fn fail(
     message: String,
     retry: bool,
 ) -> Result<Action, kube::Error> {
-    write_status(term, app, SyncPhase::Failed, Some(message), None).await?;
+    write_status(term, app, Outcome::new(SyncPhase::Failed, Some(message))).await?;
     Ok(if retry {
         Action::Retry
     } else {
@@ -362,27 +364,41 @@ async fn fail(
     })
 }
 
-/// Writes the app's status, its health unchanged. The inventory is replaced only after a
-/// successful sync: a failure keeps the previous one, which later pruning needs.
+/// What a reconcile concluded, for the app's status.
+struct Outcome {
+    phase: SyncPhase,
+    message: Option<String>,
+    /// The new inventory, after a successful sync only: a failure keeps the previous one,
+    /// which later pruning needs.
+    applied: Option<Vec<shardwise_api::ResourceRef>>,
+    /// The new health, if judged; `None` keeps the previous one.
+    health: Option<AppHealth>,
+}
+
+impl Outcome {
+    /// `phase` with `message`, inventory and health unchanged.
+    fn new(phase: SyncPhase, message: Option<String>) -> Self {
+        Self {
+            phase,
+            message,
+            applied: None,
+            health: None,
+        }
+    }
+}
+
+/// Writes the app's status as `outcome` says, when it differs from what is there.
 async fn write_status(
     term: &TermOf<FleetController>,
     app: &FleetApp,
-    phase: SyncPhase,
-    message: Option<String>,
-    applied: Option<Vec<shardwise_api::ResourceRef>>,
+    outcome: Outcome,
 ) -> Result<(), kube::Error> {
-    write_status_with_health(term, app, phase, message, applied, None).await
-}
-
-/// [`write_status`], with a new health if there is one.
-async fn write_status_with_health(
-    term: &TermOf<FleetController>,
-    app: &FleetApp,
-    phase: SyncPhase,
-    message: Option<String>,
-    applied: Option<Vec<shardwise_api::ResourceRef>>,
-    health: Option<AppHealth>,
-) -> Result<(), kube::Error> {
+    let Outcome {
+        phase,
+        message,
+        applied,
+        health,
+    } = outcome;
     let previous = app.status.clone().unwrap_or_default();
     let synced = phase == SyncPhase::Synced;
     let status = FleetAppStatus {

@@ -588,7 +588,7 @@ mod tests {
                     cluster: ObjectKey::new("fleet", name),
                     range: KeyRange::WHOLE,
                 };
-                (key, RecordLoad { busy, items })
+                (key, RecordLoad::new(busy, items))
             })
             .collect();
         let report = LoadReport {
@@ -725,13 +725,7 @@ mod tests {
                         cluster: ObjectKey::new("fleet", name),
                         range: KeyRange::WHOLE,
                     };
-                    (
-                        key,
-                        RecordLoad {
-                            busy: 1.0,
-                            items: 12,
-                        },
-                    )
+                    (key, RecordLoad::new(1.0, 12))
                 })
                 .collect();
             let keys: Vec<u64> = (0..12)
@@ -744,7 +738,7 @@ mod tests {
                     range,
                 };
                 let busy = slow_busy * items as f64 / 12.0;
-                records.insert(key, RecordLoad { busy, items });
+                records.insert(key, RecordLoad::new(busy, items));
             }
             let mut reports = MeasuredLoads::default();
             let report = LoadReport {

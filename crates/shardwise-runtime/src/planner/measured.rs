@@ -13,6 +13,17 @@
 //!   planner with an exponentially weighted average (half-life `--load-smoothing`);
 //! - a unit not measured yet (or with no item measured) weighs 1000: an average item.
 //!
+//! Memory enters the same weight. Owners report, beside busy time, the bytes they keep for
+//! each record beyond its items (a controller's caches of what the unit manages). Once any
+//! unit's memory is known, a measured unit weighs `1000 × ((1 − m) × busy ratio + m × memory
+//! ratio)`: each ratio is the unit's cost per item over the fleet's average per item, and `m`
+//! is `--load-memory-weight` (0.2 by default). That is a weighted p-norm with p = 1 (as in
+//! argocd-autoscaler's default load index): summed over a shard it is the same mix of the
+//! shard's busy time and memory, each relative to the fleet's, so balancing the weights
+//! balances that mix. A unit whose memory is not reported counts as average memory per item.
+//! Both ratios average 1 over the fleet's items, so the total load is still the fleet's busy
+//! time in average items, and figures stay in busy seconds per second.
+//!
 //! Placement follows these weights only when moves are allowed ([`MeasuredModel::pass`]):
 //! otherwise each unit keeps the weight it was last placed with, so that noise in the
 //! measurements changes no strategy's inputs. A pass may move units for balance when it is a
@@ -36,10 +47,12 @@ pub fn unmeasured_weight(spec: Option<u32>) -> u32 {
     spec.unwrap_or(1).saturating_mul(AVERAGE_WEIGHT)
 }
 
-/// A unit's smoothed busy seconds per second per item, and when it was last updated.
+/// A unit's smoothed busy seconds per second per item (and bytes per item, when every measured
+/// record of it reports memory), and when they were last updated.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Estimate {
     per_item: f64,
+    bytes_per_item: Option<f64>,
     at: Instant,
 }
 
@@ -63,6 +76,8 @@ pub struct PassLoads {
 #[derive(Clone, Debug)]
 pub struct MeasuredModel {
     half_life: Duration,
+    /// The share of memory in a unit's weight, in `0..=1`.
+    memory_weight: f64,
     target: Ratio,
     band: Hysteresis,
     /// By unit UID: units whose spec sets no weight, once measured.
@@ -83,6 +98,7 @@ impl MeasuredModel {
     pub fn new(trigger: Ratio, target: Ratio, half_life: Duration) -> Self {
         Self {
             half_life,
+            memory_weight: crate::settings::LoadSettings::DEFAULT.memory_weight,
             target,
             band: Hysteresis::new(trigger, target),
             estimates: BTreeMap::new(),
@@ -91,6 +107,17 @@ impl MeasuredModel {
             converging: false,
             placed: None,
         }
+    }
+
+    /// Memory counts for `weight` (clamped to `0..=1`) of a measured unit's weight, busy time
+    /// for the rest.
+    pub fn with_memory_weight(mut self, weight: f64) -> Self {
+        self.memory_weight = if weight.is_finite() {
+            weight.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        self
     }
 
     /// Whether a rebalance is under way (the planner then passes every converge interval).
@@ -159,7 +186,7 @@ impl MeasuredModel {
         let mut kept = BTreeSet::new();
         for unit in units.iter().filter(|u| u.weight.is_none()) {
             kept.insert(unit.uid.as_str());
-            let (mut busy, mut items) = (0.0, 0u64);
+            let (mut busy, mut items, mut bytes) = (0.0, 0u64, Some(0u64));
             for record in unit.records() {
                 let key = RecordKey {
                     cluster: unit.key.clone(),
@@ -168,12 +195,14 @@ impl MeasuredModel {
                 if let Some(m) = measured.get(&key) {
                     busy += m.load.busy;
                     items += m.load.items;
+                    bytes = bytes.zip(m.load.bytes).map(|(a, b)| a.saturating_add(b));
                 }
             }
             if items == 0 {
                 continue;
             }
             let observed = busy / items as f64;
+            let observed_bytes = bytes.map(|b| b as f64 / items as f64);
             let half_life = self.half_life.as_secs_f64();
             self.estimates
                 .entry(unit.uid.clone())
@@ -181,10 +210,15 @@ impl MeasuredModel {
                     let elapsed = now.saturating_duration_since(e.at).as_secs_f64();
                     let factor = shard_assign::smoothing_factor(elapsed, half_life);
                     e.per_item += factor * (observed - e.per_item);
+                    e.bytes_per_item = match (e.bytes_per_item, observed_bytes) {
+                        (Some(before), Some(now)) => Some(before + factor * (now - before)),
+                        (_, observed) => observed,
+                    };
                     e.at = now;
                 })
                 .or_insert(Estimate {
                     per_item: observed,
+                    bytes_per_item: observed_bytes,
                     at: now,
                 });
         }
@@ -198,26 +232,41 @@ impl MeasuredModel {
         units: &[ClusterView],
         items: &BTreeMap<ObjectKey, u64>,
     ) -> (BTreeMap<String, u32>, Option<f64>) {
-        let (mut busy, mut counted) = (0.0, 0u64);
+        let (mut busy, mut counted, mut bytes, mut counted_bytes) = (0.0, 0u64, 0.0, 0u64);
         for unit in units {
             if let Some(e) = self.estimates.get(&unit.uid) {
                 let n = items.get(&unit.key).copied().unwrap_or(0);
                 busy += e.per_item * n as f64;
                 counted += n;
+                if let Some(per_item) = e.bytes_per_item {
+                    bytes += per_item * n as f64;
+                    counted_bytes += n;
+                }
             }
         }
         // With nothing measured, or everything idle, there is no average to compare with.
         let average = (counted > 0 && busy > 0.0).then(|| busy / counted as f64);
+        let average_bytes =
+            (counted_bytes > 0 && bytes > 0.0).then(|| bytes / counted_bytes as f64);
+        let memory = self.memory_weight;
         let weights = units
             .iter()
             .map(|unit| {
-                let weight = match (unit.weight, self.estimates.get(&unit.uid), average) {
-                    (None, Some(e), Some(average)) => {
-                        (f64::from(AVERAGE_WEIGHT) * e.per_item / average)
+                let weight = match (unit.weight, self.estimates.get(&unit.uid)) {
+                    (None, Some(e)) if average.is_some() || average_bytes.is_some() => {
+                        let busy = average.map_or(1.0, |a| e.per_item / a);
+                        let ratio = match average_bytes {
+                            Some(a) => {
+                                let bytes = e.bytes_per_item.map_or(1.0, |b| b / a);
+                                (1.0 - memory) * busy + memory * bytes
+                            }
+                            None => busy,
+                        };
+                        (f64::from(AVERAGE_WEIGHT) * ratio)
                             .round()
                             .clamp(1.0, f64::from(u32::MAX)) as u32
                     }
-                    (spec, _, _) => unmeasured_weight(spec),
+                    (spec, _) => unmeasured_weight(spec),
                 };
                 (unit.uid.clone(), weight)
             })
@@ -324,13 +373,25 @@ mod tests {
 
     /// What the owners report: (record, busy, items).
     fn measured(records: &[(RecordKey, f64, u64)], now: Instant) -> MeasuredLoads {
+        let with_bytes: Vec<_> = records
+            .iter()
+            .map(|(k, busy, items)| (k.clone(), *busy, *items, None))
+            .collect();
+        measured_with_bytes(&with_bytes, now)
+    }
+
+    /// What the owners report: (record, busy, items, bytes).
+    fn measured_with_bytes(
+        records: &[(RecordKey, f64, u64, Option<u64>)],
+        now: Instant,
+    ) -> MeasuredLoads {
         let report = LoadReport {
             records: records
                 .iter()
-                .map(|(k, busy, items)| {
+                .map(|(k, busy, items, bytes)| {
                     let load = RecordLoad {
-                        busy: *busy,
-                        items: *items,
+                        bytes: *bytes,
+                        ..RecordLoad::new(*busy, *items)
                     };
                     (k.clone(), load)
                 })
@@ -355,6 +416,57 @@ mod tests {
             StrategyConfig::DEFAULT_TARGET_BALANCE,
             15 * MINUTE,
         )
+    }
+
+    #[test]
+    fn memory_shares_the_weight_once_known_and_the_total_stays_the_fleets_busy_time() {
+        let now = Instant::now();
+        let units = [view("slow", None), view("fast", None), view("old", None)];
+        let items = counts(&[("slow", 100), ("fast", 100), ("old", 100)]);
+        let pass = |loads: &MeasuredLoads, memory: f64| {
+            model().with_memory_weight(memory).pass(
+                &units,
+                &items,
+                loads,
+                &ShardSet::contiguous(2),
+                false,
+                now,
+            )
+        };
+        // Busy per item 0.05, 0.005 and 0.005 (average 0.02); the same bytes per item, except
+        // that "old" reports none (a replica of a version before memory was measured).
+        let even = measured_with_bytes(
+            &[
+                (whole("slow"), 5.0, 100, Some(1_000_000)),
+                (whole("fast"), 0.5, 100, Some(1_000_000)),
+                (whole("old"), 0.5, 100, None),
+            ],
+            now,
+        );
+        let weights = pass(&even, 0.2).current;
+        // 0.8 × 2.5 + 0.2 × 1 and 0.8 × 0.25 + 0.2 × 1: memory, even, dilutes the busy ratio.
+        assert_eq!(weights["uid-slow"], 2200);
+        assert_eq!(weights["uid-fast"], 400);
+        assert_eq!(weights["uid-old"], 400, "unknown memory counts as average");
+        let total: u32 = weights.values().sum();
+        assert_eq!(total, 3 * AVERAGE_WEIGHT, "the mix keeps the fleet's total");
+        assert_eq!(pass(&even, 0.0).current["uid-slow"], 2500);
+        // Equal busy time, one unit's objects four times as big as the other's.
+        let skewed = measured_with_bytes(
+            &[
+                (whole("slow"), 1.0, 100, Some(4_000_000)),
+                (whole("fast"), 1.0, 100, Some(1_000_000)),
+            ],
+            now,
+        );
+        let weights = pass(&skewed, 0.2).current;
+        // Average bytes per item 25,000: ratios 1.6 and 0.4.
+        assert_eq!(weights["uid-slow"], 1120);
+        assert_eq!(weights["uid-fast"], 880);
+        assert_eq!(pass(&skewed, 1.0).current["uid-slow"], 1600);
+        // Nobody reports memory: busy time alone, whatever the weight.
+        let none = measured(&[(whole("slow"), 5.0, 100), (whole("fast"), 0.5, 100)], now);
+        assert_eq!(pass(&none, 0.2).current["uid-slow"], 1818);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! How many replicas the fleet needs, and whether the planner may set that count now. Pure:
 //! the planner passes what it sees and the time; [`shardwise_scale`] does the arithmetic.
 //!
-//! The count needed is the larger of the items over `--items-per-replica` and, when set, the
-//! measured busy time over `--busy-per-replica`, within `--min-replicas..=--max-replicas`.
+//! The count needed is the largest of the items over `--items-per-replica` and, when set, the
+//! measured busy time over `--busy-per-replica` and the reported cache bytes over
+//! `--cache-per-replica`, within `--min-replicas..=--max-replicas`.
 //! [`Stabilizer`] turns the needs seen over time into the count to set (up at once, down
 //! after the window). The count is set only while the fleet is settled: every replica the
 //! StatefulSet asks for holds its lease, and no record is being written or drained. A change
@@ -23,6 +24,8 @@ pub struct Demand {
     pub items: u64,
     /// Measured busy seconds per second over every record; `None` while nothing is measured.
     pub busy: Option<f64>,
+    /// Bytes of cache reported over every record; `None` while none is reported.
+    pub bytes: Option<u64>,
 }
 
 /// Where the fleet stands with its last changes.
@@ -87,6 +90,7 @@ pub struct Verdict {
 pub struct Scaler {
     items: Sizing,
     busy: Option<Sizing>,
+    cache: Option<Sizing>,
     stabilizer: Stabilizer,
     autoscale: bool,
 }
@@ -97,6 +101,10 @@ impl Scaler {
         Ok(Self {
             items: sizing(f64::from(settings.items_per_replica))?,
             busy: settings.busy_per_replica.map(sizing).transpose()?,
+            cache: settings
+                .cache_per_replica
+                .map(|bytes| sizing(bytes as f64))
+                .transpose()?,
             stabilizer: Stabilizer::new(settings.windows),
             autoscale: settings.autoscale,
         })
@@ -110,7 +118,11 @@ impl Scaler {
             (Some(sizing), Some(busy)) => sizing.needed(busy, current),
             _ => self.items.min,
         };
-        let needed = by_items.max(by_busy);
+        let by_cache = match (self.cache, demand.bytes) {
+            (Some(sizing), Some(bytes)) => sizing.needed(bytes as f64, current),
+            _ => self.items.min,
+        };
+        let needed = by_items.max(by_busy).max(by_cache);
         let recommended = self.stabilizer.recommend(now, needed, current);
         let change = (recommended != current).then_some(recommended);
         let waiting = change.and(progress.unsettled());
@@ -150,7 +162,11 @@ mod tests {
     }
 
     fn items(items: u64) -> Demand {
-        Demand { items, busy: None }
+        Demand {
+            items,
+            busy: None,
+            bytes: None,
+        }
     }
 
     fn secs(s: u64) -> Duration {
@@ -231,14 +247,49 @@ mod tests {
         })
         .unwrap();
         let busy = |busy| Demand {
-            items: 1000,
             busy: Some(busy),
+            ..items(1000)
         };
         assert_eq!(scaler.assess(secs(0), busy(1.5), settled(1)).needed, 1);
         assert_eq!(scaler.assess(secs(1), busy(5.0), settled(1)).needed, 3);
         // Nothing measured yet: the items decide.
         assert_eq!(scaler.assess(secs(2), items(1000), settled(3)).needed, 1);
         assert_eq!(scaler.assess(secs(3), busy(99.0), settled(3)).needed, 4);
+    }
+
+    #[test]
+    fn reported_cache_raises_the_need_when_it_is_set() {
+        let mut scaler = Scaler::new(&ScaleSettings {
+            cache_per_replica: Some(256 << 20),
+            ..settings(true)
+        })
+        .unwrap();
+        let cached = |bytes: u64| Demand {
+            bytes: Some(bytes),
+            ..items(1000)
+        };
+        assert_eq!(
+            scaler.assess(secs(0), cached(100 << 20), settled(1)).needed,
+            1
+        );
+        assert_eq!(
+            scaler.assess(secs(1), cached(700 << 20), settled(1)).needed,
+            3
+        );
+        // More items than the cache needs: the items decide.
+        let both = Demand {
+            items: 3500,
+            ..cached(300 << 20)
+        };
+        assert_eq!(scaler.assess(secs(2), both, settled(3)).needed, 4);
+        // Without the setting the cache is no reason to add replicas.
+        let mut items_only = Scaler::new(&settings(true)).unwrap();
+        assert_eq!(
+            items_only
+                .assess(secs(0), cached(1 << 40), settled(1))
+                .needed,
+            1
+        );
     }
 
     #[test]
