@@ -767,6 +767,55 @@ async fn cached_handoff(per_cluster: u32) -> (f64, f64) {
     (owned, warm)
 }
 
+// ---------------------------------------------------------------- copies
+
+/// Resident memory (VmRSS) of a process now, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// One replica holding 2,000 realistic apps (3 kinds) on `clusters` clusters: its resident
+/// memory once every app is Synced and the fleet has been at rest for 30 s.
+async fn resident_with(clusters: u32) -> u64 {
+    const APPS: u32 = 2000;
+    let mut args = support::raised_client_limits();
+    args.push("--slicing=off".into());
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 1,
+        clusters,
+        apps: APPS,
+        rbac: false,
+        fast: false,
+        realistic_apps: true,
+        args,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, APPS as usize).await;
+    fleet.wait_settled(&[0], LONG).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let bytes = rss(fleet.replicas[&0].process.pid());
+    eprintln!(
+        "copies: 1 replica, {APPS} apps on {clusters} clusters: {:.1} MiB resident",
+        bytes as f64 / 1048576.0
+    );
+    bytes
+}
+
+/// What a replica pays for holding one cluster more with the same objects (a cache copy: a
+/// slice of a cluster on one shard more): the same 2,000 apps on 4 clusters and then on 84,
+/// the difference in resident memory over the 80 clusters added.
+async fn copy_cost() -> (u64, u64, f64) {
+    let few = resident_with(4).await;
+    let many = resident_with(84).await;
+    let per_cluster = (many as f64 - few as f64) / 80.0;
+    (few, many, per_cluster)
+}
+
 // ---------------------------------------------------------------- servers
 
 /// Throughput at 1, 2 and 4 replicas, memory per replica and handoff times on the test server
@@ -976,6 +1025,16 @@ fn main() {
                     failures.push(format!("handoff of a 1,000-app cluster with its cache took {warm:.2} s >= 5 s"));
                 }
             }
+        }
+        if run("copies") {
+            let (few, many, per_cluster) = copy_cost().await;
+            let mib = |b: u64| b as f64 / 1048576.0;
+            println!("\n### What a cache copy costs (1 replica, 2,000 realistic apps, 3 kinds)\n");
+            println!("| clusters | resident memory at rest |");
+            println!("|---:|---:|");
+            println!("| 4 | {:.1} MiB |", mib(few));
+            println!("| 84 | {:.1} MiB |", mib(many));
+            println!("\nper cluster held (a cache copy): **{:.0} KiB**", per_cluster / 1024.0);
         }
         if run("measured") {
             let (rows, overlaps) = measured().await;

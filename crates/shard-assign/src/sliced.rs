@@ -235,14 +235,44 @@ pub fn assign_sliced(
         previous,
         previous_slicing,
     };
+    let copy_cost = slice_config.copy_cost;
     let mut placed = pass.place(slicing)?;
     // Like the strategy itself, refinement leaves a pass alone whose inputs did not change
     // since `previous`: then the strategy gave back `previous` exactly.
     let unchanged = previous.is_some_and(|p| *p == placed.sliced.assignment.to_previous());
     if config.kind.uses_previous() && !placed.sliced.slicing.is_empty() && !unchanged {
-        placed = refine(&pass, placed)?;
+        placed = refine(&pass, placed, copy_cost)?;
     }
+    let placed = pass.unless_cuts_pay(placed, copy_cost)?;
     Ok(placed.finish(per_shard_target(clusters, shards.len()), keys))
+}
+
+/// The busiest shard's load, each shard counting `copy_cost` for every cache copy it holds: what
+/// a cut must lower to stand. A cut cluster's copies are held by the shards of its slices other
+/// than that of its first slice (the lower half of a cut stays where the cluster was).
+fn cost_with_copies(sliced: &SlicedAssignment, copy_cost: u64) -> u64 {
+    let mut loads: BTreeMap<ShardId, u64> = sliced
+        .assignment
+        .shard_loads()
+        .iter()
+        .map(|(&shard, l)| (shard, l.load))
+        .collect();
+    for units in sliced.units.values().filter(|units| units.len() > 1) {
+        let shards: Vec<ShardId> = units
+            .iter()
+            .filter_map(|(_, unit)| sliced.assignment.shard_of(unit))
+            .collect();
+        let Some((&home, rest)) = shards.split_first() else {
+            continue;
+        };
+        let holders: BTreeSet<ShardId> = rest.iter().copied().filter(|&s| s != home).collect();
+        for shard in holders {
+            if let Some(load) = loads.get_mut(&shard) {
+                *load = load.saturating_add(copy_cost);
+            }
+        }
+    }
+    loads.into_values().max().unwrap_or(0)
 }
 
 /// The inputs of one planning pass.
@@ -263,6 +293,30 @@ struct Placed {
 }
 
 impl Pass<'_> {
+    /// `placed`, or the same pass with the clusters it newly cut left whole when the cuts do
+    /// not pay: a cut stands only if it lowers the busiest shard's load by more than its cache
+    /// copies cost. (A cut that separates nothing, two halves on one shard, costs no copy and
+    /// is merged by [`Placed::finish`].)
+    fn unless_cuts_pay(&self, placed: Placed, copy_cost: u64) -> Result<Placed, AssignError> {
+        let fresh: Vec<String> = placed
+            .sliced
+            .slicing
+            .cut()
+            .filter(|(id, _)| self.previous_slicing.slices_of(id) == [KeyRange::WHOLE])
+            .map(|(id, _)| id.to_string())
+            .collect();
+        if fresh.is_empty() {
+            return Ok(placed);
+        }
+        let whole = fresh
+            .iter()
+            .fold(placed.sliced.slicing.clone(), |s, id| s.without(id));
+        let uncut = self.place(whole)?;
+        let pays = cost_with_copies(&placed.sliced, copy_cost)
+            < cost_with_copies(&uncut.sliced, copy_cost);
+        Ok(if pays { placed } else { uncut })
+    }
+
     /// Places every slice of `slicing` with the strategy.
     fn place(&self, slicing: Slicing) -> Result<Placed, AssignError> {
         let mut units = BTreeMap::new();
@@ -335,29 +389,29 @@ impl Pass<'_> {
 const MAX_REFINEMENTS: usize = 32;
 
 /// Halves slices of cut clusters on the heaviest shard while the pass ends above the strategy's
-/// target balance and halving lowers the heaviest load (then the sum of squared loads). Only
-/// clusters already cut are refined, so a cluster that fits a shard is never cut; halves that
-/// end on one shard are merged again by [`Placed::finish`].
-fn refine(pass: &Pass<'_>, mut best: Placed) -> Result<Placed, AssignError> {
+/// target balance and halving lowers the heaviest load plus the cost of the cache copies (then
+/// the sum of squared loads). Only clusters already cut are refined, so a cluster that fits a
+/// shard is never cut; halves that end on one shard are merged again by [`Placed::finish`].
+fn refine(pass: &Pass<'_>, mut best: Placed, copy_cost: u64) -> Result<Placed, AssignError> {
     let mut halvings = 0;
     // Ends when no shard is above the target balance (nothing is halvable then), or when no
     // halving lowers the heaviest load.
     'refine: while halvings < MAX_REFINEMENTS {
-        let score = |a: &Assignment| -> (u64, u128) {
-            let loads = a.shard_loads().values().map(|l| l.load);
+        let score = |s: &SlicedAssignment| -> (u64, u128) {
+            let loads = s.assignment.shard_loads().values().map(|l| l.load);
             (
-                loads.clone().max().unwrap_or(0),
+                cost_with_copies(s, copy_cost),
                 loads.map(|l| u128::from(l) * u128::from(l)).sum(),
             )
         };
-        let current = score(&best.sliced.assignment);
+        let current = score(&best.sliced);
         for (cluster, range) in halvable(&best, pass.keys, pass.config.target_balance) {
             let Some(slicing) = best.sliced.slicing.halved(&cluster, range) else {
                 continue;
             };
             halvings += 1;
             let candidate = pass.place(slicing)?;
-            if score(&candidate.sliced.assignment) < current {
+            if score(&candidate.sliced) < current {
                 best = candidate;
                 continue 'refine;
             }
@@ -625,6 +679,93 @@ mod tests {
             .map(|p| p.apps)
             .sum();
         assert_eq!(apps, 1000, "every app in exactly one slice");
+    }
+
+    #[test]
+    fn every_cut_lowers_the_busiest_shard_small_fleets_and_skewed_ones() {
+        let busiest = |a: &Assignment| a.shard_loads().values().map(|l| l.load).max().unwrap();
+        let (mut cut, mut whole) = (0, 0);
+        for seed in 0..200u64 {
+            // 2 to 6 clusters of 1 to 12 apps, every fourth fleet with one of 20 to 60.
+            let mut keys = AppKeys::new();
+            let count = 2 + seed % 5;
+            let clusters: Vec<Cluster> = (0..count)
+                .map(|i| {
+                    let size = if i == 0 && seed % 4 == 0 {
+                        20 + app_key(&format!("{seed}/{i}")) % 41
+                    } else {
+                        1 + app_key(&format!("{seed}/{i}")) % 12
+                    };
+                    cluster(&format!("s{seed}c{i}"), size, &mut keys)
+                })
+                .collect();
+            let shards = ShardSet::contiguous(2 + (seed % 3) as u32);
+            for kind in [StrategyKind::StickyBalanced, StrategyKind::BoundedLoad] {
+                let config = StrategyConfig::new(kind);
+                let sliced = fresh(&config, &clusters, &keys, &shards);
+                let uncut = assign(&config, &clusters, &shards, None).unwrap();
+                if sliced.cache_copies() == 0 {
+                    whole += 1;
+                    continue;
+                }
+                cut += 1;
+                assert!(
+                    busiest(&sliced.assignment) < busiest(&uncut),
+                    "seed {seed} {kind:?}: cut {:?} against whole {:?}",
+                    sliced.assignment.shard_loads(),
+                    uncut.shard_loads()
+                );
+            }
+        }
+        // Both cases occur.
+        assert!(cut > 10 && whole > 10, "{cut} cut, {whole} whole");
+    }
+
+    #[test]
+    fn a_cut_must_lower_the_busiest_shard_by_more_than_its_copies_cost() {
+        // A cluster of 60 apps beside four of 10 on 2 shards: whole, the busiest shard holds
+        // 60; cut, about 50 on each (100 / 2), one of them holding a copy.
+        let mut keys = AppKeys::new();
+        let mut clusters = vec![cluster("big", 60, &mut keys)];
+        for i in 0..4 {
+            clusters.push(cluster(&format!("c{i}"), 10, &mut keys));
+        }
+        let shards = ShardSet::contiguous(2);
+        let place = |copy_cost| {
+            assign_sliced(
+                &sticky(),
+                &SliceConfig::enabled().with_copy_cost(copy_cost),
+                &clusters,
+                &keys,
+                &shards,
+                None,
+                &Slicing::default(),
+            )
+            .unwrap()
+        };
+        let busiest = |s: &SlicedAssignment| {
+            s.assignment
+                .shard_loads()
+                .values()
+                .map(|l| l.load)
+                .max()
+                .unwrap()
+        };
+        let free = place(0);
+        assert_eq!(free.cache_copies(), 1, "{:?}", free.slicing);
+        assert!(busiest(&free) < 60, "{:?}", free.assignment.shard_loads());
+        // The shard holding the copy, with the copy's cost, must stay under 60.
+        let copy_shard = free.units["big"]
+            .iter()
+            .filter_map(|(_, unit)| free.assignment.shard_of(unit))
+            .next_back()
+            .unwrap();
+        let copy_load = free.assignment.shard_loads()[&copy_shard].load;
+        let headroom = 60 - copy_load;
+        assert_eq!(place(headroom - 1).slicing, free.slicing);
+        let dear = place(headroom);
+        assert_eq!(dear.slicing, Slicing::default());
+        assert_eq!(busiest(&dear), 60);
     }
 
     #[test]

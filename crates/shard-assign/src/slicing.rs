@@ -181,6 +181,10 @@ pub struct SliceConfig {
     /// A cut cluster folds back into one slice once its whole load is at most this fraction of
     /// the per-shard target; between it and the target the cut stays as it is (hysteresis).
     pub merge_below: Ratio,
+    /// What one cache copy costs (a cluster on one shard more), in the strategy's load units: a
+    /// new cut or a further halving stands only if it lowers the busiest shard's load by more
+    /// than the copies it adds cost.
+    pub copy_cost: u64,
 }
 
 impl SliceConfig {
@@ -190,6 +194,7 @@ impl SliceConfig {
         Self {
             enabled: true,
             merge_below: Self::DEFAULT_MERGE_BELOW,
+            copy_cost: 0,
         }
     }
 
@@ -197,7 +202,14 @@ impl SliceConfig {
         Self {
             enabled: false,
             merge_below: Self::DEFAULT_MERGE_BELOW,
+            copy_cost: 0,
         }
+    }
+
+    /// This configuration with each cache copy costing `copy_cost` load units.
+    pub const fn with_copy_cost(mut self, copy_cost: u64) -> Self {
+        self.copy_cost = copy_cost;
+        self
     }
 }
 
@@ -248,6 +260,13 @@ impl Slicing {
         let mut halved = self.clone();
         halved.cuts.insert(cluster_id.to_string(), slices);
         Some(halved)
+    }
+
+    /// The slicing with `cluster_id` whole again.
+    pub(crate) fn without(&self, cluster_id: &str) -> Self {
+        let mut whole = self.clone();
+        whole.cuts.remove(cluster_id);
+        whole
     }
 
     /// Replaces the two halves of `parent` in the cut of `cluster_id` by `parent` itself.

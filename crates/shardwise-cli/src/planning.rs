@@ -271,7 +271,10 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
             let place = |shards: &ShardSet| {
                 assign_sliced(
                     config,
-                    &request.slicing.config_for(config.kind),
+                    &request
+                        .slicing
+                        .config_for(config.kind)
+                        .with_copy_cost(shardwise_sim::COPY_COST_APPS),
                     &fleet.clusters,
                     &fleet.keys,
                     shards,

@@ -316,6 +316,34 @@ fn argo_cd_strategies_put_a_pin_that_is_not_live_on_the_lowest_shard_as_argo_cd_
 }
 
 #[test]
+fn assign_makes_no_cut_that_buys_no_balance() {
+    // 3 and 5 apps on 2 shards: "y" is above the per-shard target of 4, but a cut of it gave
+    // max/mean 1.25, exactly what it gives whole, for a cache copy more.
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = write(
+        dir.path(),
+        "fleet.json",
+        r#"{"clusters":[{"name":"x","apps":3},{"name":"y","apps":5}]}"#,
+    );
+    let out = shardwise(&[
+        "assign",
+        "--strategy",
+        "sticky-balanced",
+        "--shards",
+        "2",
+        "--inventory",
+        &inventory,
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["clusters"].as_array().unwrap().len(), 2, "{json}");
+    assert_eq!(json["cache_copies"].as_u64(), Some(0));
+    assert_eq!(json["balance"]["max_over_mean"].as_f64(), Some(1.25));
+}
+
+#[test]
 fn assign_cuts_a_hot_cluster_with_sticky_balanced_unless_slicing_is_off() {
     let dir = tempfile::tempdir().unwrap();
     let inventory = write(

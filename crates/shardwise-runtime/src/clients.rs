@@ -214,7 +214,8 @@ impl<S> Layer<S> for FenceLayer {
     }
 }
 
-/// A service (requests) or connector (new connections) behind a [`Fence`].
+/// A service (requests) or connector (new connections, [`FencedConnector`]) behind a
+/// [`Fence`].
 #[derive(Clone, Debug)]
 pub struct FenceGate<S> {
     inner: S,
@@ -259,13 +260,14 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// process frozen meanwhile) cannot leave once the fence has closed.
 #[derive(Clone, Debug)]
 pub struct FencedConnector<C> {
-    inner: C,
-    fence: Fence,
+    gate: FenceGate<C>,
 }
 
 impl<C> FencedConnector<C> {
     pub fn new(inner: C, fence: Fence) -> Self {
-        Self { inner, fence }
+        Self {
+            gate: FenceGate { inner, fence },
+        }
     }
 }
 
@@ -281,18 +283,15 @@ where
     type Future = BoxFuture<Result<FencedIo<C::Response>, BoxError>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.gate.poll_ready(cx)
     }
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
-        if let Err(fenced) = self.fence.check() {
-            return Box::pin(std::future::ready(Err(fenced.into())));
-        }
-        let future = self.inner.call(uri);
-        let fence = self.fence.clone();
+        let connecting = self.gate.call(uri);
+        let fence = self.gate.fence.clone();
         Box::pin(async move {
-            let io = future.await.map_err(Into::into)?;
-            Ok(FencedIo { inner: io, fence })
+            let inner = connecting.await?;
+            Ok(FencedIo { inner, fence })
         })
     }
 }
@@ -463,7 +462,7 @@ mod tests {
         let (tx, rx) = tokio::sync::watch::channel(held(7, Duration::from_secs(60)));
         let (connected_tx, connected_rx) = tokio::sync::watch::channel(false);
         let (called_tx, mut called_rx) = tokio::sync::watch::channel(false);
-        let connector = tower::service_fn(move |_: u32| {
+        let connector = tower::service_fn(move |_: http::Uri| {
             let mut connected = connected_rx.clone();
             called_tx.send_replace(true);
             async move {
@@ -472,7 +471,8 @@ mod tests {
             }
         });
         let fence = Fence::new(rx, Incarnation(7));
-        let connecting = tokio::spawn(FenceLayer::new(fence).layer(connector).oneshot(1));
+        let uri = http::Uri::from_static("https://destination.example:6443");
+        let connecting = tokio::spawn(FencedConnector::new(connector, fence).oneshot(uri));
         called_rx.wait_for(|c| *c).await.unwrap();
         // The term ends while the handshake is under way (a frozen process, a slow server).
         tx.send_replace(Holding::NotHeld);

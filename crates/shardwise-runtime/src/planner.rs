@@ -38,7 +38,7 @@ use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
 use decide::{Decision, ItemWrite, Recall, Rules, Write, decide};
 use index::{Index, SliceEntry, UnitEntry, item_view};
-use measured::{LoadFigures, MeasuredModel, PassLoads};
+use measured::{LoadFigures, MeasuredModel, PassLoads, copy_cost};
 use report::Reporter;
 use scaling::{Demand, Progress, Scaler, Unsettled};
 
@@ -425,33 +425,33 @@ async fn pass<C: Sharded>(
         return Ok(None);
     };
     let live = membership.live();
-    // Read once, for the load model and for sizing by busy time or cache.
-    let sizing = &parts.settings.scale;
-    let sizes_by_busy = sizing.busy_per_replica.is_some();
-    let sizes_by_cache = sizing.cache_per_replica.is_some();
-    let reports = (measured.is_some() || sizes_by_busy || sizes_by_cache)
-        .then(|| parts.leases.measured_loads());
+    // Read once: for the load model, for sizing by busy time or cache, and for the cost of a
+    // cache copy (which follows the bytes reported, under either model).
+    let reports = parts.leases.measured_loads();
+    let memory_weight = measured
+        .is_some()
+        .then_some(parts.settings.load.memory_weight);
     let (decided, loads, draining) = {
         let index = planner.index();
         let units = index.unit_views();
         let draining = Progress::draining_in(&units);
-        let loads = match (measured, &reports) {
-            (Some(model), Some(reports)) => Some(model.pass(
+        let loads = measured.map(|model| {
+            model.pass(
                 &units,
                 &index.item_counts(),
-                reports,
+                &reports,
                 &live,
                 periodic,
                 Instant::now(),
-            )),
-            _ => None,
-        };
+            )
+        });
         let rules = Rules {
             strategy: &parts.settings.strategy,
             slicing: parts.settings.slicing,
             namespace: &parts.replica.namespace,
             statefulset: &parts.replica.statefulset,
             weights: loads.as_ref().map(|l| &l.placing),
+            copy_cost: copy_cost(C::COPY_BYTES, &reports, memory_weight),
         };
         let recall = recall(memory, periodic, loads.as_ref());
         (decide(&rules, &index, &membership, recall), loads, draining)
@@ -503,16 +503,15 @@ async fn pass<C: Sharded>(
         writes: decision.record_writes.len() + decision.item_writes.len(),
         draining,
     };
-    let reported = reports.filter(|reports| !reports.is_empty());
+    let sizing = &parts.settings.scale;
+    let reported = (!reports.is_empty()).then_some(&reports);
     let demand = Demand {
         items: decision.figures.shards.values().map(|f| f.items).sum(),
         busy: reported
-            .as_ref()
-            .filter(|_| sizes_by_busy)
+            .filter(|_| sizing.busy_per_replica.is_some())
             .map(|reports| reports.iter().map(|(_, m)| m.load.busy).sum()),
         bytes: reported
-            .as_ref()
-            .filter(|_| sizes_by_cache)
+            .filter(|_| sizing.cache_per_replica.is_some())
             .map(|reports| reports.iter().filter_map(|(_, m)| m.load.bytes).sum()),
     };
     Ok(Some(Passed {

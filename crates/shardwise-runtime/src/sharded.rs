@@ -116,6 +116,13 @@ pub trait Sharded: Send + Sync + Sized + 'static {
     /// Words for units and items in metrics, logs and the audit.
     const NOUNS: Nouns;
 
+    /// What holding a unit costs a replica beyond its items, in bytes: its clients and watches
+    /// of the unit (shardwise's controller: a destination client and a watch per kind). A cut
+    /// puts a unit on one shard more, a cache copy; the planner makes a cut only where it
+    /// lowers the busiest shard's load by more than its copies cost. 0: copies are free, and
+    /// a cut must only lower the busiest shard.
+    const COPY_BYTES: u64 = 0;
+
     /// The unit an item belongs to. A cluster-scoped unit has an empty namespace.
     fn unit_of(item: &Self::Item) -> ObjectKey;
 

@@ -149,7 +149,7 @@ impl Simulation {
             } else {
                 AppKeys::new()
             };
-            let slice_config = SliceConfig::enabled();
+            let slice_config = SliceConfig::enabled().with_copy_cost(crate::COPY_COST_APPS);
             for ((config, sliced), runs) in variants.iter().zip(&mut runs) {
                 let slicing = sliced.then_some((&slice_config, &keys));
                 let mut run = run_steps(config, slicing, &steps)?;

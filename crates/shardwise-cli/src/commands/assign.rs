@@ -34,7 +34,9 @@ pub(crate) fn run(args: &AssignArgs) -> Result<()> {
     let (placed, redirected) = argocd_pin_rule(args.strategy, &clusters, &shards);
     let sliced = assign_sliced(
         &config,
-        &switch.config_for(args.strategy),
+        &switch
+            .config_for(args.strategy)
+            .with_copy_cost(shardwise_sim::COPY_COST_APPS),
         &placed,
         &keys,
         &shards,

@@ -44,6 +44,9 @@ pub struct Rules<'a> {
     /// The weight to place each unit with, by UID, when the load model sets them
     /// ([`super::measured`]); `None`: the spec's weight (items × weight).
     pub weights: Option<&'a BTreeMap<String, u32>>,
+    /// What one cache copy (a unit on one shard more) costs, in the load units placed
+    /// ([`super::measured::copy_cost`]): a cut must lower the busiest shard by more.
+    pub copy_cost: u64,
 }
 
 /// One request to the control plane.
@@ -312,7 +315,10 @@ pub fn decide(
         Recall::Forgotten => None,
     };
     let slicing = if index.can_cut() {
-        rules.slicing.config_for(rules.strategy.kind)
+        rules
+            .slicing
+            .config_for(rules.strategy.kind)
+            .with_copy_cost(rules.copy_cost)
     } else {
         shard_assign::SliceConfig::disabled()
     };
@@ -461,6 +467,7 @@ mod tests {
             namespace: "fleet",
             statefulset: "shardwise",
             weights: None,
+            copy_cost: 0,
         }
     }
 

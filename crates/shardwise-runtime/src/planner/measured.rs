@@ -275,6 +275,26 @@ impl MeasuredModel {
     }
 }
 
+/// What one cache copy of `copy_bytes` costs in the load units the strategies balance: the
+/// copy as a share of an average item's reported bytes, times what an item weighs (1 counting
+/// apps; under the measured model an average item's [`AVERAGE_WEIGHT`] times the memory's share
+/// of the weight). 0 while no owner reports bytes.
+pub fn copy_cost(copy_bytes: u64, measured: &MeasuredLoads, memory_weight: Option<f64>) -> u64 {
+    let (mut bytes, mut items) = (0u64, 0u64);
+    for (_, m) in measured.iter() {
+        if let Some(b) = m.load.bytes {
+            bytes = bytes.saturating_add(b);
+            items = items.saturating_add(m.load.items);
+        }
+    }
+    if bytes == 0 || items == 0 {
+        return 0;
+    }
+    let items_worth = copy_bytes as f64 * items as f64 / bytes as f64;
+    let per_item = memory_weight.map_or(1.0, |m| f64::from(AVERAGE_WEIGHT) * m);
+    (items_worth * per_item).round() as u64
+}
+
 /// The load of each live shard in `assignment` with each unit (by UID) at `weights` (units
 /// not in it at [`AVERAGE_WEIGHT`]); slices on shards that are not live are left out.
 pub fn shard_loads(
@@ -467,6 +487,28 @@ mod tests {
         // Nobody reports memory: busy time alone, whatever the weight.
         let none = measured(&[(whole("slow"), 5.0, 100), (whole("fast"), 0.5, 100)], now);
         assert_eq!(pass(&none, 0.2).current["uid-slow"], 1818);
+    }
+
+    #[test]
+    fn a_copy_costs_its_bytes_in_average_items() {
+        let now = Instant::now();
+        // 300 items reported with 3,000,000 bytes: 10,000 per item; one record without bytes.
+        let loads = measured_with_bytes(
+            &[
+                (whole("a"), 1.0, 100, Some(1_000_000)),
+                (whole("b"), 1.0, 200, Some(2_000_000)),
+                (whole("c"), 1.0, 50, None),
+            ],
+            now,
+        );
+        // 250,000 bytes: 25 items; counting apps, 25; measured, 25 × 1000 × 0.2.
+        assert_eq!(copy_cost(250_000, &loads, None), 25);
+        assert_eq!(copy_cost(250_000, &loads, Some(0.2)), 5000);
+        assert_eq!(copy_cost(250_000, &loads, Some(0.0)), 0);
+        assert_eq!(copy_cost(0, &loads, None), 0);
+        // Nothing reports memory: copies cost nothing.
+        let none = measured(&[(whole("a"), 1.0, 100)], now);
+        assert_eq!(copy_cost(250_000, &none, None), 0);
     }
 
     #[test]
