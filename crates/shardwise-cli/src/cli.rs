@@ -22,8 +22,11 @@ const VERSION: &str = concat!(
     name = "shardwise",
     version = VERSION,
     about = "Spread a fleet's clusters over the replicas of a sharded controller",
-    long_about = "Simulate how shard-assignment strategies balance a fleet and how much they move \
-                  when replicas or clusters change, and show where clusters would go."
+    long_about = "Spread a fleet's clusters over the replicas of a sharded controller: simulate how \
+                  shard-assignment strategies balance a fleet and how much they move when \
+                  replicas or clusters change, show where clusters would go, plan a live \
+                  shardwise or Argo CD fleet, keep Argo CD's shard keys balanced, and print the \
+                  CRDs."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -43,7 +46,8 @@ pub enum Command {
     /// Keep the shard keys of a live Argo CD's cluster Secrets balanced with sticky-balanced as
     /// clusters and apps come and go. Runs until stopped; one balancer at a time holds a Lease.
     Balance(BalanceArgs),
-    /// Print the CustomResourceDefinitions of shardwise (FleetCluster, FleetApp) as YAML.
+    /// Print the CustomResourceDefinitions of shardwise (FleetCluster, FleetApp, FleetPolicy
+    /// and the runtime's UnitSlice) as YAML.
     Crds,
     /// Print a completion script for a shell (e.g. `shardwise completions bash >
     /// /etc/bash_completion.d/shardwise`).

@@ -316,6 +316,42 @@ fn argo_cd_strategies_put_a_pin_that_is_not_live_on_the_lowest_shard_as_argo_cd_
 }
 
 #[test]
+fn the_readmes_assign_example_runs_on_the_shipped_inventory() {
+    let readme = include_str!("../../../README.md");
+    let example =
+        "assign --strategy sticky-balanced --shards 3 --inventory docs/examples/fleet.yaml";
+    assert!(
+        readme.contains(example),
+        "the README no longer shows {example:?}"
+    );
+    let inventory = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/examples/fleet.yaml"
+    );
+    let out = shardwise(&[
+        "assign",
+        "--strategy",
+        "sticky-balanced",
+        "--shards",
+        "3",
+        "--inventory",
+        inventory,
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json["clusters"].as_array().unwrap();
+    // The hot cluster is cut, the pinned one stays on its shard.
+    assert!(
+        rows.iter().filter(|r| r["name"] == "hot").count() > 1,
+        "{json}"
+    );
+    let pinned = rows.iter().find(|r| r["name"] == "prod-eu").unwrap();
+    assert_eq!(pinned["shard"], 0);
+}
+
+#[test]
 fn assign_makes_no_cut_that_buys_no_balance() {
     // 3 and 5 apps on 2 shards: "y" is above the per-shard target of 4, but a cut of it gave
     // max/mean 1.25, exactly what it gives whole, for a cache copy more.
