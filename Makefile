@@ -23,7 +23,7 @@ simulate:
 ## `make demo ARGS=--real` runs it on a real kube-apiserver and etcd (built first).
 demo:
 	$(if $(findstring --real,$(ARGS)),scripts/control-plane.sh)
-	$(CARGO) build --quiet -p shardwise-controller -p shardwise-demo
+	$(CARGO) build -p shardwise-controller -p shardwise-demo
 	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 
 ## Everything CI checks: formatting, lints (warnings are errors), the Helm chart, and every test

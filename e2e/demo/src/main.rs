@@ -1,7 +1,7 @@
 //! `shardwise-demo`: see the crate docs. `make demo` builds the controller and runs this.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -36,9 +36,19 @@ struct Args {
     /// $PROMETHEUS; without one, no dashboard picture).
     #[arg(long)]
     prometheus: Option<PathBuf>,
-    /// Where to draw the dashboard picture from Prometheus's data.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/demo-dashboard.png"))]
-    picture: PathBuf,
+    /// Where to draw the dashboard picture from Prometheus's data (default:
+    /// target/demo-dashboard.png in the repository).
+    #[arg(long)]
+    picture: Option<PathBuf>,
+}
+
+/// `target/demo-dashboard.png` of the repository this demo was built in.
+fn default_picture() -> PathBuf {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    target
+        .canonicalize()
+        .unwrap_or(target)
+        .join("demo-dashboard.png")
 }
 
 /// `$PROMETHEUS`, or the first `prometheus` on `PATH`.
@@ -78,7 +88,7 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         redraw: stdout.is_terminal(),
         settle_timeout: Duration::from_secs(args.timeout),
         prometheus: args.prometheus.or_else(find_prometheus),
-        picture: Some(args.picture),
+        picture: Some(args.picture.unwrap_or_else(default_picture)),
         real: args.real,
         ..Options::new(controller)
     };
