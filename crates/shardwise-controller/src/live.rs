@@ -14,6 +14,7 @@
 //! destination (the cluster was released, or its credentials changed).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -122,6 +123,9 @@ type Place = (Option<String>, String);
 #[derive(Debug, Default)]
 struct Objects {
     current: RwLock<BTreeMap<Place, Arc<LiveObject>>>,
+    /// The bytes `current`'s objects take, kept with every change (under its write lock), so
+    /// that the metrics and load reports read it without walking every object.
+    bytes: AtomicUsize,
     /// The resourceVersion each of this client's own writes left, until the watch brings it
     /// back: that event is the echo of the write, not drift, and queues nothing.
     own_writes: Mutex<BTreeMap<Place, String>>,
@@ -145,6 +149,37 @@ impl Objects {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Place, Arc<LiveObject>>> {
         self.current.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `object` at `place`.
+    fn insert(&self, place: Place, object: Arc<LiveObject>) {
+        let mut current = self.write();
+        self.bytes.fetch_add(object.size(), Ordering::Relaxed);
+        if let Some(old) = current.insert(place, object) {
+            self.bytes.fetch_sub(old.size(), Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the object at `place`.
+    fn remove(&self, place: &Place) {
+        let mut current = self.write();
+        if let Some(old) = current.remove(place) {
+            self.bytes.fetch_sub(old.size(), Ordering::Relaxed);
+        }
+    }
+
+    /// Replaces every object by those of a listing.
+    fn replace(&self, listed: BTreeMap<Place, Arc<LiveObject>>) {
+        let mut current = self.write();
+        let bytes = listed.values().map(|o| o.size()).sum();
+        *current = listed;
+        self.bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// How many objects there are, and the bytes they take.
+    fn held(&self) -> (usize, usize) {
+        let current = self.read();
+        (current.len(), self.bytes.load(Ordering::Relaxed))
     }
 }
 
@@ -263,11 +298,8 @@ impl LiveObjects {
     /// How many objects the caches hold, and the bytes they take, over every kind.
     pub fn cached(&self) -> (usize, usize) {
         lock(&self.kinds).values().fold((0, 0), |(n, bytes), c| {
-            let objects = c.objects.read();
-            (
-                n + objects.len(),
-                bytes + objects.values().map(|o| o.size()).sum::<usize>(),
-            )
+            let (objects, size) = c.objects.held();
+            (n + objects, bytes + size)
         })
     }
 
@@ -387,7 +419,8 @@ impl Follow {
                 listing.insert(place(&object), Arc::new(LiveObject::new(&object)));
             }
             Ok(watcher::Event::InitDone) => {
-                *self.objects.write() = self.listing.take().unwrap_or_default();
+                self.objects
+                    .replace(self.listing.take().unwrap_or_default());
                 if relisted {
                     debug!(%kind, "listed again: every app of the cluster looks again");
                     (self.drift)(Drift::Relisted);
@@ -399,7 +432,7 @@ impl Follow {
                 let version = object.metadata.resource_version.as_deref();
                 let echo = self.objects.is_echo(&place, version);
                 let live = Arc::new(LiveObject::new(&object));
-                self.objects.write().insert(place, live);
+                self.objects.insert(place, live);
                 if !echo {
                     self.report_app(&object);
                 }
@@ -407,7 +440,7 @@ impl Follow {
             Ok(watcher::Event::Delete(object)) => {
                 let place = place(&object);
                 lock(&self.objects.own_writes).remove(&place);
-                self.objects.write().remove(&place);
+                self.objects.remove(&place);
                 if kept(&object) {
                     self.report_app(&object);
                 }
@@ -527,6 +560,36 @@ mod tests {
             *lock(&seen),
             vec![Drift::App(web.clone()), Drift::App(web), Drift::Relisted]
         );
+    }
+
+    #[test]
+    fn the_bytes_held_follow_every_change_without_a_walk() {
+        let objects = Objects::default();
+        let walked = |o: &Objects| {
+            let current = o.read();
+            (
+                current.len(),
+                current.values().map(|x| x.size()).sum::<usize>(),
+            )
+        };
+        let live = |name: &str, data: &str| {
+            let mut o = object(name, "u-1", json!({APP_ANNOTATION: "fleet/web"}));
+            o.data = json!({"data": {"k": data}});
+            Arc::new(LiveObject::new(&o))
+        };
+        let place = |name: &str| (Some("team".to_string()), name.to_string());
+        objects.insert(place("a"), live("a", "short"));
+        objects.insert(place("a"), live("a", &"long".repeat(100)));
+        objects.insert(place("b"), live("b", "x"));
+        assert_eq!(objects.held(), walked(&objects));
+        assert_eq!(objects.held().0, 2);
+        objects.remove(&place("a"));
+        objects.remove(&place("missing"));
+        assert_eq!(objects.held(), walked(&objects));
+        objects.replace(BTreeMap::from([(place("c"), live("c", "listed"))]));
+        assert_eq!(objects.held(), walked(&objects));
+        assert_eq!(objects.held().0, 1);
+        assert!(objects.held().1 > 0);
     }
 
     #[tokio::test]
