@@ -76,11 +76,50 @@ impl<R> std::fmt::Debug for MetricsAccess<R> {
     }
 }
 
-/// Serves `/metrics` on `metrics_addr` and the probes on `health_addr` (the same listener when
-/// the addresses are equal, which only open metrics allow), until `stop` is cancelled.
+/// A socket that could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct BindError {
+    /// The address asked for.
+    pub addr: SocketAddr,
+    /// Why the operating system refused it.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The sockets of `/metrics` and the probes, bound before the process starts any work: a
+/// taken port stops it at once instead of leaving it running with neither metrics nor probes.
+#[derive(Debug)]
+pub struct Listeners {
+    metrics: tokio::net::TcpListener,
+    /// `None` when the probes share the metrics socket (which only open metrics allow).
+    health: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners {
+    /// Binds `metrics_addr`, and `health_addr` when it differs.
+    pub async fn bind(
+        metrics_addr: SocketAddr,
+        health_addr: SocketAddr,
+    ) -> Result<Self, BindError> {
+        let bind = |addr| async move {
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| BindError { addr, source })
+        };
+        let metrics = bind(metrics_addr).await?;
+        let health = if health_addr == metrics_addr {
+            None
+        } else {
+            Some(bind(health_addr).await?)
+        };
+        Ok(Self { metrics, health })
+    }
+}
+
+/// Serves `/metrics` and the probes on `listeners` until `stop` is cancelled.
 pub async fn serve<R: auth::Reviewer>(
-    metrics_addr: SocketAddr,
-    health_addr: SocketAddr,
+    listeners: Listeners,
     access: MetricsAccess<R>,
     telemetry: Telemetry,
     readiness: Readiness,
@@ -94,16 +133,18 @@ pub async fn serve<R: auth::Reviewer>(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
     let metrics_router = Router::new().route("/metrics", get(metrics));
-    let metrics_listener = tokio::net::TcpListener::bind(metrics_addr).await?;
-    let (tls, gate) = match access {
-        MetricsAccess::Open if metrics_addr == health_addr => {
+    let Listeners {
+        metrics: metrics_listener,
+        health,
+    } = listeners;
+    let (tls, gate, health_listener) = match (access, health) {
+        (MetricsAccess::Open, None) => {
             let app = metrics_router.merge(probes).with_state(state);
             return axum::serve(metrics_listener, app)
                 .with_graceful_shutdown(stop.cancelled_owned())
                 .await;
         }
-        MetricsAccess::Open => {
-            let health_listener = tokio::net::TcpListener::bind(health_addr).await?;
+        (MetricsAccess::Open, Some(health_listener)) => {
             let a = axum::serve(metrics_listener, metrics_router.with_state(state.clone()))
                 .with_graceful_shutdown(stop.clone().cancelled_owned());
             let b = axum::serve(health_listener, probes.with_state(state))
@@ -111,15 +152,16 @@ pub async fn serve<R: auth::Reviewer>(
             let (a, b) = tokio::join!(a, b);
             return a.and(b);
         }
-        MetricsAccess::Secure { tls, gate } => (tls, gate),
+        (MetricsAccess::Secure { .. }, None) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "secure metrics need a health address of their own: the kubelet probes over plain HTTP",
+            ));
+        }
+        (MetricsAccess::Secure { tls, gate }, Some(health_listener)) => {
+            (tls, gate, health_listener)
+        }
     };
-    if metrics_addr == health_addr {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "secure metrics need a health address of their own: the kubelet probes over plain HTTP",
-        ));
-    }
-    let health_listener = tokio::net::TcpListener::bind(health_addr).await?;
     let guarded = metrics_router
         .layer(axum::middleware::from_fn_with_state(
             gate,

@@ -49,6 +49,8 @@ pub enum RunError {
     #[error("cannot set up TLS for the metrics endpoint: {0}")]
     Tls(#[source] http::tls::TlsError),
     #[error("metrics and health server: {0}")]
+    Listen(#[source] http::BindError),
+    #[error("metrics and health server: {0}")]
     Http(#[source] std::io::Error),
 }
 
@@ -67,6 +69,9 @@ pub async fn run_until<C: Sharded>(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     let replica = settings.replica.clone();
+    let listeners = http::Listeners::bind(settings.http.metrics_addr, settings.http.health_addr)
+        .await
+        .map_err(RunError::Listen)?;
     info!(shard = replica.shard, statefulset = %replica.statefulset, strategy = %settings.planner.strategy.kind, "starting");
     let telemetry = Telemetry::new(replica.shard, C::NOUNS, |registry| {
         controller.register_metrics(registry, replica.shard);
@@ -91,6 +96,7 @@ pub async fn run_until<C: Sharded>(
     let readiness = Readiness::default();
     let http_stop = CancellationToken::new();
     let http = serve_http(
+        listeners,
         &settings.http,
         &replica,
         &kube_config,
@@ -176,6 +182,7 @@ fn on_signal(token: CancellationToken) -> Result<(), RunError> {
 
 /// Starts the metrics and health server.
 fn serve_http(
+    listeners: http::Listeners,
     settings: &HttpSettings,
     replica: &Replica,
     kube_config: &kube::Config,
@@ -189,8 +196,7 @@ fn serve_http(
         MetricsAccess::Open
     };
     Ok(tokio::spawn(http::serve(
-        settings.metrics_addr,
-        settings.health_addr,
+        listeners,
         access,
         telemetry.clone(),
         readiness.clone(),

@@ -115,13 +115,38 @@ pub enum HarnessError {
     Wait(#[from] WaitError),
 }
 
-/// A free TCP port on 127.0.0.1 (e.g. for a process's metrics endpoint). Another process may
-/// take it before it is used; collisions are unlikely on a test machine.
+/// A free TCP port on 127.0.0.1 for a process to listen on (e.g. its metrics endpoint).
+///
+/// It is chosen below the kernel's ephemeral range, which `bind(0)` and every outgoing
+/// connection draw from: there, the client side of any connection on the machine could take the
+/// port before its process binds it (a replica's metrics port once went that way, and the replica
+/// ran without it). Below the range only another listener can, so a process-wide cursor hands
+/// each port out once, starting at a place of its own per process, and skips ports in use.
 pub fn free_port() -> Result<u16, HarnessError> {
-    let io = |source| HarnessError::Io {
-        path: "127.0.0.1:0".into(),
-        source,
-    };
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io)?;
-    Ok(listener.local_addr().map_err(io)?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOWEST: u32 = 10_000;
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOWEST).max(1);
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    let _ = CURSOR.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    let mut last = None;
+    for _ in 0..span.min(1_000) {
+        let offset = CURSOR.fetch_add(1, Ordering::Relaxed) % span;
+        let Ok(port) = u16::try_from(LOWEST + offset) else {
+            continue;
+        };
+        match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(HarnessError::Io {
+        path: format!("127.0.0.1:{LOWEST}-{}", LOWEST + span - 1).into(),
+        source: last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AddrNotAvailable)),
+    })
 }

@@ -395,3 +395,23 @@ async fn faults_and_external_processes() {
     assert!(status.success(), "{}", p.report());
     assert!(p.stdout().contains("namespace/default"), "{}", p.report());
 }
+
+#[test]
+fn free_ports_are_distinct_and_out_of_reach_of_outgoing_connections() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let ephemeral: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    // An outgoing connection takes its local port from the ephemeral range.
+    let outgoing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(outgoing.local_addr().unwrap()).unwrap();
+    assert!(client.local_addr().unwrap().port() >= ephemeral);
+
+    let ports: Vec<u16> = (0..200)
+        .map(|_| shardwise_e2e::free_port().unwrap())
+        .collect();
+    let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+    assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+    for &port in &ports {
+        assert!(port < ephemeral, "{port} is in the ephemeral range");
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+}

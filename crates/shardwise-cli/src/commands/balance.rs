@@ -59,6 +59,7 @@ pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
 }
 
 async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
+    let listeners = http::Listeners::bind(args.metrics_addr, args.health_addr).await?;
     let connection = Connection::new(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let stop = CancellationToken::new();
     on_signal(stop.clone())?;
@@ -71,8 +72,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
     };
     let readiness = Readiness::default();
     let server = tokio::spawn(http::serve(
-        args.metrics_addr,
-        args.health_addr,
+        listeners,
         MetricsAccess::<KubeReviewer>::Open,
         telemetry,
         readiness.clone(),
