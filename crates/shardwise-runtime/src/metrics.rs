@@ -294,7 +294,7 @@ impl Metrics {
         );
         r.register(
             "planner_moves",
-            format!("Owner changes written by the planner (kind: {unit}, {item})"),
+            format!("Owner changes written by the planner (kind: {unit}, {item}); a first placement is none"),
             self.planner_moves.clone(),
         );
         r.register(

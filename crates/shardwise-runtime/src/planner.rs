@@ -677,8 +677,8 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
                     } else {
                         info!(unit = %record.cluster, range = %record.range, shard, "slice of {} assigned", C::NOUNS.unit);
                     }
-                    written.moves += 1;
                 }
+                written.moves += u64::from(write.moves());
                 written.records.insert(record.clone());
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -701,7 +701,7 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
 }
 
 /// Item labels, concurrently; those that follow a unit only once its write landed. Returns
-/// the labels written.
+/// how many of the labels written moved their item to another shard.
 async fn write_items<C: Sharded>(
     planner: &Planner<C>,
     decision: &Decision,
@@ -714,24 +714,28 @@ async fn write_items<C: Sharded>(
         .filter(|w| w.after.as_ref().is_none_or(|r| written.records.contains(r)))
         .cloned()
         .collect();
-    let moves = futures::stream::iter(ready)
+    // (labels written, of which moves)
+    let (landed, moves) = futures::stream::iter(ready)
         .map(|write| {
             let client = &client;
             async move {
                 match merge_patch::<C::Item>(client, &write.key, &write.patch).await {
-                    Ok(_) => 1u64,
-                    Err(kube::Error::Api(s)) if s.code == 404 => 0,
+                    Ok(_) => (1u64, u64::from(write.moves())),
+                    Err(kube::Error::Api(s)) if s.code == 404 => (0, 0),
                     Err(e) => {
                         warn!(item = %write.key, error = %e, "could not label item");
-                        0
+                        (0, 0)
                     }
                 }
             }
         })
         .buffer_unordered(ITEM_WRITE_CONCURRENCY)
-        .fold(0u64, |sum, n| async move { sum + n })
+        .fold(
+            (0u64, 0u64),
+            |(l, m), (dl, dm)| async move { (l + dl, m + dm) },
+        )
         .await;
-    if moves < decision.item_writes.len() as u64 {
+    if landed < decision.item_writes.len() as u64 {
         planner.trigger.notify_one();
     }
     moves

@@ -76,6 +76,8 @@ pub struct RecordWrite {
     pub record: RecordKey,
     pub action: SliceAction,
     pub write: Write,
+    /// The shard the record named before this write, if any.
+    pub owner_before: Option<ShardId>,
 }
 
 impl RecordWrite {
@@ -85,6 +87,16 @@ impl RecordWrite {
             SliceAction::Place { action, .. } => Some(action),
             _ => None,
         }
+    }
+
+    /// Whether it gives the record to another shard than the one it named: a first placement,
+    /// or the same shard under a restarted process, is no move.
+    pub fn moves(&self) -> bool {
+        matches!(
+            self.placement(),
+            Some(PlannerAction::Assign { shard, .. })
+                if self.owner_before.is_some_and(|before| before != shard)
+        )
     }
 }
 
@@ -96,6 +108,16 @@ pub struct ItemWrite {
     /// The record whose write must land first, if the label follows a change of owner.
     pub after: Option<RecordKey>,
     pub patch: Value,
+    /// The shard label before this write, if any.
+    pub shard_before: Option<ShardId>,
+}
+
+impl ItemWrite {
+    /// Whether it gives the item to another shard than its label named: a first label is no
+    /// move.
+    pub fn moves(&self) -> bool {
+        self.shard_before.is_some_and(|before| before != self.shard)
+    }
 }
 
 pub use crate::metrics::ShardFigures;
@@ -336,10 +358,19 @@ pub fn decide(
             if record.range == KeyRange::WHOLE {
                 written_units.insert(cluster.clone());
             }
+            let owner_before = if record.range == KeyRange::WHOLE {
+                index.unit(cluster).and_then(|u| u.view.record.owner)
+            } else {
+                index
+                    .slice(cluster, record.range)
+                    .and_then(|s| s.record)
+                    .and_then(|r| r.record.owner)
+            };
             record_writes.push(RecordWrite {
                 record,
                 action: *action,
                 write,
+                owner_before,
             });
         }
     }
@@ -371,6 +402,10 @@ pub fn decide(
             resource_version: stray.resource_version.clone(),
         });
     }
+    let labels_before: BTreeMap<&ObjectKey, ShardId> = items
+        .iter()
+        .filter_map(|item| Some((&item.key, item.shard?)))
+        .collect();
     let item_writes = plan
         .app_labels
         .iter()
@@ -379,6 +414,7 @@ pub fn decide(
             shard: label.shard,
             after: label.after.clone(),
             patch: item_patch(label.shard),
+            shard_before: labels_before.get(&label.app).copied(),
         })
         .collect();
     let figures = figures(rules.strategy, &plan);
@@ -508,6 +544,62 @@ mod tests {
         assert_eq!(decision.figures.shards.len(), 2);
         let counted: u64 = decision.figures.shards.values().map(|f| f.items).sum();
         assert_eq!(counted, 3);
+    }
+
+    #[test]
+    fn only_a_change_of_owner_is_a_move() {
+        // A first placement moves nothing.
+        let fresh = index(&[("a", None, 2), ("b", None, 1)]);
+        let decision = decide(
+            &rules(&sticky()),
+            &fresh,
+            &members(2, &[0, 1]),
+            Recall::Forgotten,
+        )
+        .unwrap();
+        assert_eq!(decision.record_writes.len(), 2);
+        assert!(decision.record_writes.iter().all(|w| !w.moves()));
+        assert_eq!(decision.item_writes.len(), 3);
+        assert!(decision.item_writes.iter().all(|w| !w.moves()));
+
+        // Shard 1 died: its unit and item go to shard 0, which is a move of each.
+        let settled = index(&[("a", Some(0), 1), ("b", Some(1), 1)]);
+        let decision = decide(
+            &rules(&sticky()),
+            &settled,
+            &members(2, &[0]),
+            Recall::Forgotten,
+        )
+        .unwrap();
+        let moved: Vec<&str> = decision
+            .record_writes
+            .iter()
+            .filter(|w| w.moves())
+            .map(|w| w.record.cluster.name.as_str())
+            .collect();
+        assert_eq!(moved, ["b"], "{:?}", decision.record_writes);
+        let moved: Vec<&str> = decision
+            .item_writes
+            .iter()
+            .filter(|w| w.moves())
+            .map(|w| w.key.name.as_str())
+            .collect();
+        assert_eq!(moved, ["b-0"], "{:?}", decision.item_writes);
+
+        // Shard 1 restarted: its unit is assigned to it again under the new process, no move.
+        let mut restarted = members(2, &[0, 1]);
+        restarted.alive.insert(1, "shardwise-1_second".into());
+        let decision = decide(&rules(&sticky()), &settled, &restarted, Recall::Forgotten).unwrap();
+        assert!(
+            decision
+                .record_writes
+                .iter()
+                .any(|w| w.record.cluster.name == "b"
+                    && matches!(w.placement(), Some(PlannerAction::Assign { shard: 1, .. }))),
+            "{:?}",
+            decision.record_writes
+        );
+        assert!(decision.record_writes.iter().all(|w| !w.moves()));
     }
 
     #[test]
