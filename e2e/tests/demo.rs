@@ -51,6 +51,11 @@ async fn the_demo_plays_every_step_and_its_summary_holds() {
             .any(|l| l.starts_with("3      ") && l.contains("running")),
         "no frame shows shard 3 running:\n{shown}"
     );
+    // The planner's measured load reached the frames, with the line that says why apps differ.
+    assert!(
+        shown.contains("max/mean over live shards: load "),
+        "no frame shows the planner's load:\n{shown}"
+    );
     assert!(shown.contains("result: PASS"), "{shown}");
 
     // Prometheus recorded the replicas throughout: the dashboard's per-shard panels have a

@@ -330,11 +330,6 @@ impl Demo {
         self.fleet.env.dir()
     }
 
-    /// Keeps the folder after the demo ends.
-    pub fn keep(&mut self) -> &Path {
-        self.fleet.env.keep()
-    }
-
     /// A kubeconfig for the control plane as its administrator.
     pub fn kubeconfig(&self) -> Result<PathBuf, DemoError> {
         self.fleet
@@ -678,6 +673,8 @@ impl Demo {
             }
         }
 
+        // The planner's latest plan: load per shard, and its max over mean.
+        let (mut loads, mut load_balance) = (Vec::new(), None);
         for (&ordinal, replica) in &self.fleet.replicas {
             let Some(figures) = shards.get_mut(&ordinal) else {
                 continue;
@@ -688,6 +685,16 @@ impl Demo {
                 continue;
             };
             figures.planner = metrics.sum("shardwise_planner_leader", &[]) == 1.0;
+            if figures.planner {
+                loads = metrics
+                    .matching("shardwise_assigned_load", &[])
+                    .filter_map(|sample| {
+                        let shard: u32 = sample.labels.get("shard")?.parse().ok()?;
+                        Some((shard, sample.value))
+                    })
+                    .collect();
+                load_balance = metrics.get("shardwise_load_balance", &[]);
+            }
             let now = Counters {
                 reconciles: metrics.sum("shardwise_reconciles_total", &[]),
                 moves: (
@@ -713,6 +720,11 @@ impl Demo {
             });
             self.counters.insert(pid, Counters { moves, ..now });
         }
+        for (shard, load) in loads {
+            if let Some(figures) = shards.get_mut(&shard) {
+                figures.load = Some(load);
+            }
+        }
 
         Ok(Frame {
             phase: phase.to_string(),
@@ -723,6 +735,7 @@ impl Demo {
             apps: apps.len(),
             synced,
             failed,
+            load_balance,
             moves: self.moves(),
             handoffs: self.handoffs,
             draining,

@@ -106,12 +106,20 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         options.apps
     );
     let mut demo = Demo::start(options).await?;
-    let summary = demo.play(&mut stdout).await?;
+    // Ctrl-C mid-play stops the fleet and removes its folder too.
+    let summary = tokio::select! {
+        summary = demo.play(&mut stdout) => summary?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: stopping the replicas and removing {}", demo.dir().display());
+            demo.shutdown().await?;
+            return Ok(false);
+        }
+    };
     if args.keep {
-        let dir = demo.keep().to_path_buf();
+        let dir = demo.dir().to_path_buf();
         let kubeconfig = demo.kubeconfig()?;
         let note = format!(
-            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise -l shardwise.io/shard=0\n  kubectl get leases -n shardwise\n{}\nReplica logs: {}\nCtrl-C stops everything.\n",
+            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise -l shardwise.io/shard=0\n  kubectl get leases -n shardwise\n{}\nReplica logs: {}\nCtrl-C stops everything and removes that folder.\n",
             kubeconfig.display(),
             demo.prometheus()
                 .map_or_else(String::new, |address| format!(

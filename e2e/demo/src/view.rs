@@ -21,6 +21,9 @@ pub struct ShardFigures {
     pub apps: usize,
     /// Reconciles per second since the previous frame (`None` before two scrapes).
     pub reconciles_per_second: Option<f64>,
+    /// Its load in the planner's latest plan, in busy seconds per second (`None` until the
+    /// planner reports one).
+    pub load: Option<f64>,
 }
 
 /// Everything one frame shows.
@@ -38,6 +41,8 @@ pub struct Frame {
     pub synced: usize,
     /// Apps that failed (the broken ones, when all is well).
     pub failed: usize,
+    /// Max over mean load per live shard in the planner's latest plan.
+    pub load_balance: Option<f64>,
     /// Owner changes the planners wrote so far: of clusters and slices, of apps.
     pub moves: (u64, u64),
     /// Clusters and slices released by a shard after a drain or at shutdown, so far.
@@ -46,7 +51,7 @@ pub struct Frame {
     pub draining: usize,
 }
 
-/// Width of the load bar of the shard with the most apps.
+/// Width of the load bar of the busiest shard.
 const BAR: usize = 24;
 
 /// The frame as lines of text, with no terminal control codes.
@@ -75,10 +80,19 @@ pub fn render(frame: &Frame) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12}  apps",
-        "shard", "replica", "clusters", "slices", "apps", "reconciles/s"
+        "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12} {:>8}  load",
+        "shard", "replica", "clusters", "slices", "apps", "reconciles/s", "busy s/s"
     );
-    let most = frame.shards.iter().map(|s| s.apps).max().unwrap_or(0);
+    // The bar shows the planner's load once it reports one, and apps until then.
+    let measured = frame.shards.iter().any(|s| s.load.is_some());
+    let load = |s: &ShardFigures| {
+        if measured {
+            s.load.unwrap_or(0.0)
+        } else {
+            s.apps as f64
+        }
+    };
+    let most = frame.shards.iter().map(load).fold(0.0, f64::max);
     for s in &frame.shards {
         let role = match (s.running, s.planner, s.shard < frame.expected) {
             (true, true, _) => "planner",
@@ -87,24 +101,38 @@ pub fn render(frame: &Frame) -> String {
             (false, _, true) => "starting",
             (false, _, false) => "gone",
         };
-        let rate = s
-            .reconciles_per_second
-            .map_or_else(|| "-".to_string(), |r| format!("{r:.1}"));
-        let bar = if most == 0 {
-            0
+        let figure = |value: Option<f64>, decimals: usize| {
+            value.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+        };
+        let bar = if most > 0.0 {
+            (load(s) / most * BAR as f64).ceil() as usize
         } else {
-            (s.apps * BAR).div_ceil(most)
+            0
         };
         let _ = writeln!(
             out,
-            "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12}  {}",
+            "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12} {:>8}  {}",
             s.shard,
             role,
             s.clusters,
             s.slices,
             s.apps,
-            rate,
+            figure(s.reconciles_per_second, 1),
+            figure(s.load, 2),
             "#".repeat(bar)
+        );
+    }
+    let live: Vec<&ShardFigures> = frame
+        .shards
+        .iter()
+        .filter(|s| s.running && s.shard < frame.expected)
+        .collect();
+    let apps: Vec<f64> = live.iter().map(|s| s.apps as f64).collect();
+    if let Some(load_balance) = frame.load_balance {
+        let _ = writeln!(
+            out,
+            "max/mean over live shards: load {load_balance:.2}, apps {}: the planner balances measured load (reconcile time and cache memory), so apps may differ",
+            max_over_mean(&apps).map_or_else(|| "-".to_string(), |b| format!("{b:.2}"))
         );
     }
     let pending = frame.apps.saturating_sub(frame.synced + frame.failed);
@@ -114,6 +142,12 @@ pub fn render(frame: &Frame) -> String {
         frame.synced, frame.failed, frame.moves.0, frame.moves.1, frame.handoffs, frame.draining
     );
     out
+}
+
+/// Max over mean, `None` for no values or a zero mean.
+fn max_over_mean(values: &[f64]) -> Option<f64> {
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    (mean > 0.0).then(|| values.iter().copied().fold(0.0, f64::max) / mean)
 }
 
 #[cfg(test)]
@@ -129,6 +163,7 @@ mod tests {
             slices: 0,
             apps,
             reconciles_per_second: None,
+            load: None,
         }
     }
 
@@ -145,6 +180,7 @@ mod tests {
             apps: 1000,
             synced: 690,
             failed: 3,
+            load_balance: None,
             moves: (17, 480),
             handoffs: 9,
             draining: 2,
@@ -161,13 +197,44 @@ mod tests {
     fn each_shard_shows_its_role_figures_and_a_bar_scaled_to_the_busiest() {
         let text = render(&frame());
         let planner: Vec<&str> = row(&text, "0").split_whitespace().collect();
-        assert_eq!(planner[..6], ["0", "planner", "8", "0", "400", "12.3"]);
-        assert_eq!(planner[6].len(), BAR);
+        assert_eq!(planner[..7], ["0", "planner", "8", "0", "400", "12.3", "-"]);
+        assert_eq!(planner[7].len(), BAR);
         let starting: Vec<&str> = row(&text, "1").split_whitespace().collect();
-        assert_eq!(starting[..6], ["1", "starting", "4", "0", "200", "-"]);
-        assert_eq!(starting[6].len(), BAR / 2);
+        assert_eq!(starting[..7], ["1", "starting", "4", "0", "200", "-", "-"]);
+        assert_eq!(starting[7].len(), BAR / 2);
         // Above the StatefulSet's count but still running: on its way out.
         assert!(row(&text, "2").contains("leaving"));
+    }
+
+    #[test]
+    fn once_the_planner_measures_the_bars_show_load_and_the_balance_line_says_why_apps_differ() {
+        let mut frame = frame();
+        frame.expected = 3;
+        frame.shards[1].running = true;
+        // Shard 0 holds the most apps, but its apps are cheap: shard 1 is the busiest.
+        for (shard, load) in frame.shards.iter_mut().zip([0.30, 0.60, 0.30]) {
+            shard.load = Some(load);
+        }
+        frame.load_balance = Some(1.5);
+        let text = render(&frame);
+        let columns = |shard| -> Vec<String> {
+            row(&text, shard)
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(columns("0")[6], "0.30");
+        assert_eq!(columns("0")[7].len(), BAR / 2);
+        assert_eq!(columns("1")[6], "0.60");
+        assert_eq!(columns("1")[7].len(), BAR);
+        let header = text.lines().nth(2).unwrap_or_default();
+        assert_eq!(header.matches("apps").count(), 1, "{header}");
+        assert!(header.ends_with("busy s/s  load"), "{header}");
+        // Apps 400 / 200 / 100 over three live shards: max/mean 1.71.
+        assert!(
+            text.contains("max/mean over live shards: load 1.50, apps 1.71: the planner balances measured load"),
+            "{text}"
+        );
     }
 
     #[test]
