@@ -19,7 +19,7 @@ use shardwise_handoff::plan::ObjectKey;
 use shardwise_runtime::slice::{UnitSlice, UnitSliceSpec};
 
 mod common;
-use common::{RUNTIME, USAGE, failure, shardwise};
+use common::{RUNTIME, USAGE, failure, shard_lease, shardwise, statefulset};
 
 fn json(output: &Output) -> Value {
     assert!(
@@ -35,12 +35,6 @@ fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .join(path)
-}
-
-fn statefulset(namespace: &str, name: &str, replicas: u32, env: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  replicas: {replicas}\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: c, image: x, env: [{env}]}}]}}\n"
-    )
 }
 
 /// One FleetCluster of the shardwise fixture.
@@ -577,14 +571,6 @@ async fn plans_a_cut_cluster_from_its_unit_slices() {
         .find(|c| c["name"] == "hot")
         .expect("in the report");
     assert_eq!(hot["shard"], if on_high > on_low { 1 } else { 0 });
-}
-
-/// A shard Lease of StatefulSet `statefulset` for `shard`, renewed, with `report` as its
-/// `shardwise.io/load` annotation.
-fn shard_lease(statefulset: &str, shard: u32, report: &str) -> String {
-    format!(
-        "---\napiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {statefulset}-shard-{shard}\n  namespace: shardwise\n  labels: {{shardwise.io/lease: shard, shardwise.io/statefulset: {statefulset}, shardwise.io/shard: \"{shard}\"}}\n  annotations: {{shardwise.io/load: '{report}'}}\nspec: {{holderIdentity: {statefulset}-{shard}, leaseDurationSeconds: 15, renewTime: \"2030-01-01T00:00:00.000000Z\"}}\n"
-    )
 }
 
 /// Shard loads of a layout as (shard, apps, load).

@@ -33,3 +33,19 @@ pub fn failure(output: &Output, code: i32) -> String {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     stderr
 }
+
+/// A StatefulSet `namespace/name` of `replicas` whose container has `env` (the inside of its
+/// list).
+pub fn statefulset(namespace: &str, name: &str, replicas: u32, env: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  replicas: {replicas}\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: c, image: x, env: [{env}]}}]}}\n"
+    )
+}
+
+/// A shard Lease of StatefulSet `statefulset` for `shard`, renewed, with `report` as its
+/// `shardwise.io/load` annotation.
+pub fn shard_lease(statefulset: &str, shard: u32, report: &str) -> String {
+    format!(
+        "---\napiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {statefulset}-shard-{shard}\n  namespace: shardwise\n  labels: {{shardwise.io/lease: shard, shardwise.io/statefulset: {statefulset}, shardwise.io/shard: \"{shard}\"}}\n  annotations: {{shardwise.io/load: '{report}'}}\nspec: {{holderIdentity: {statefulset}-{shard}, leaseDurationSeconds: 15, renewTime: \"2030-01-01T00:00:00.000000Z\"}}\n"
+    )
+}
