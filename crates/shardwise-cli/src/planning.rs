@@ -286,9 +286,20 @@ pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanRepor
             strategies.push(sliced_plan(config, fleet, &current, &at_from, &at_to)?);
             continue;
         }
-        let at_from = assign(config, &fleet.clusters, &from_shards, Some(&previous))?;
-        let at_to = assign(config, &fleet.clusters, &to_shards, Some(&previous))?;
-        strategies.push(strategy_plan(config, &by_id, &current, &at_from, &at_to));
+        // Where a strategy reproduces Argo CD, a pin Argo CD's replicas lack goes where Argo
+        // CD sends it.
+        let (clusters_from, _) = argocd_pin_rule(config.kind, &fleet.clusters, &from_shards);
+        let (clusters_to, redirected) = argocd_pin_rule(config.kind, &fleet.clusters, &to_shards);
+        let at_from = assign(config, &clusters_from, &from_shards, Some(&previous))?;
+        let at_to = assign(config, &clusters_to, &to_shards, Some(&previous))?;
+        strategies.push(strategy_plan(
+            config,
+            &by_id,
+            &current,
+            &at_from,
+            &at_to,
+            &redirected,
+        ));
     }
 
     let clusters = cluster_rows(fleet, &current);
@@ -507,12 +518,9 @@ pub(crate) fn apply_placement(
         .iter()
         .map(|(id, p)| (id.clone(), p.shard))
         .collect();
-    let planned = assign(
-        config,
-        &fleet.clusters,
-        &ShardSet::contiguous(request.to),
-        Some(&previous),
-    )?;
+    let to = ShardSet::contiguous(request.to);
+    let (clusters, _) = argocd_pin_rule(config.kind, &fleet.clusters, &to);
+    let planned = assign(config, &clusters, &to, Some(&previous))?;
     Ok(ApplyPlacement { now, planned })
 }
 
@@ -534,6 +542,40 @@ pub(crate) fn argocd_placement_with(
         })
         .collect();
     argocd_assignment_of(fleet, &clusters, config, &ShardSet::contiguous(replicas))
+}
+
+/// Argo CD's rule for a pin its replicas do not have, kept by the strategies that reproduce its
+/// algorithms: Argo CD puts a cluster pinned at or above its replica count on shard 0, so
+/// `legacy-modulo` and `round-robin` here put a cluster pinned to a shard that is not live on
+/// the lowest live shard (`argocd-consistent-hashing` does so itself). shardwise's own
+/// strategies keep shard-assign's rule: the strategy places the cluster until the shard is
+/// live. Returns the clusters to place and a warning for each one redirected.
+pub(crate) fn argocd_pin_rule(
+    kind: StrategyKind,
+    clusters: &[Cluster],
+    shards: &ShardSet,
+) -> (Vec<Cluster>, Vec<Warning>) {
+    let lowest = shards.as_slice().first().copied();
+    let mut redirected = Vec::new();
+    let placed = clusters
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            if matches!(kind, StrategyKind::LegacyModulo | StrategyKind::RoundRobin)
+                && let (Some(pin), Some(lowest)) = (c.pin, lowest)
+                && !shards.contains(pin)
+            {
+                redirected.push(Warning::PinNotLive {
+                    cluster: c.id.clone(),
+                    pin,
+                    placed_on: lowest,
+                });
+                c.pin = Some(lowest);
+            }
+            c
+        })
+        .collect();
+    (placed, redirected)
 }
 
 fn current_assignment(fleet: &LiveFleet, request: &PlanRequest) -> Result<Assignment, AssignError> {
@@ -638,6 +680,7 @@ fn strategy_plan(
     current: &Assignment,
     at_from: &Assignment,
     at_to: &Assignment,
+    redirected: &[Warning],
 ) -> StrategyPlan {
     let diff = AssignmentDiff::between(current, at_to);
     let cluster = |id: &str| by_id.get(id).copied();
@@ -681,6 +724,7 @@ fn strategy_plan(
     let warnings = at_to
         .warnings()
         .iter()
+        .chain(redirected)
         .filter_map(|w| match w {
             Warning::PinNotLive {
                 cluster: id,
@@ -788,6 +832,7 @@ fn sliced_plan(
         &current_units,
         &at_from.assignment,
         &at_to.assignment,
+        &[],
     );
     plan.slicing = Some(SlicePlan {
         cache_copies: at_to.cache_copies(),
@@ -1130,6 +1175,94 @@ mod tests {
         assert_eq!(warnings, [("name-b", 5, 0)]);
         // shardwise's round-robin would reconcile the orphan: it is placed.
         assert_eq!(report.strategies[0].moves.placed.clusters, 1);
+    }
+
+    fn pinned(id: &str, pin: Option<u32>) -> Cluster {
+        Cluster {
+            pin,
+            ..Cluster::new(id, 1)
+        }
+    }
+
+    #[test]
+    fn argo_cd_strategies_send_pins_that_are_not_live_to_the_lowest_live_shard() {
+        let clusters = [
+            pinned("a", Some(7)),
+            pinned("b", Some(1)),
+            pinned("c", None),
+        ];
+        let shards: ShardSet = [1, 2].into_iter().collect();
+        for kind in [StrategyKind::LegacyModulo, StrategyKind::RoundRobin] {
+            let (placed, redirected) = argocd_pin_rule(kind, &clusters, &shards);
+            let pins: Vec<Option<u32>> = placed.iter().map(|c| c.pin).collect();
+            assert_eq!(pins, [Some(1), Some(1), None], "{kind}");
+            assert_eq!(
+                redirected,
+                [Warning::PinNotLive {
+                    cluster: "a".into(),
+                    pin: 7,
+                    placed_on: 1
+                }]
+            );
+        }
+        // shardwise's own strategies, and the one that applies the rule itself, are left alone.
+        for kind in [
+            StrategyKind::GreedyMinimum,
+            StrategyKind::StickyBalanced,
+            StrategyKind::ArgoCdConsistentHashing,
+        ] {
+            let (placed, redirected) = argocd_pin_rule(kind, &clusters, &shards);
+            assert_eq!(placed, clusters, "{kind}");
+            assert!(redirected.is_empty());
+        }
+    }
+
+    #[test]
+    fn plan_gives_a_pin_argo_cd_lacks_the_shard_argo_cd_gives_it() {
+        // Argo CD runs 3 replicas; "b" is pinned to shard 2. At 2 replicas Argo CD puts it on
+        // shard 0, and so must the strategies that reproduce Argo CD.
+        let mut fleet = LiveFleet {
+            clusters: ["a", "b", "c", "d", "e"]
+                .iter()
+                .map(|id| cluster(id, 10))
+                .collect(),
+            ..LiveFleet::default()
+        };
+        fleet.clusters[1].pin = Some(2);
+        for kind in [StrategyKind::LegacyModulo, StrategyKind::RoundRobin] {
+            let config = StrategyConfig::new(kind);
+            let report = build(&fleet, request(3, 2, Current::Computed(config), &[kind])).unwrap();
+            let b = report.clusters.iter().find(|c| c.id == "b").unwrap();
+            assert_eq!(b.shard, Some(2), "{kind}: Argo CD at 3 replicas");
+            let plan = &report.strategies[0];
+            let moved = plan.moved.iter().find(|m| m.id == "b").unwrap();
+            assert_eq!((moved.from, moved.to), (2, 0), "{kind}");
+            let at_two = argocd_placement_with(&fleet, &config, 2, &BTreeMap::new()).unwrap();
+            assert_eq!(
+                at_two.shard_of("b"),
+                Some(0),
+                "{kind}: Argo CD at 2 replicas"
+            );
+            let warned: Vec<_> = plan
+                .warnings
+                .iter()
+                .map(|w| (w.id.as_str(), w.pin, w.placed_on))
+                .collect();
+            assert_eq!(warned, [("b", 2, 0)], "{kind}");
+        }
+        // shardwise's own strategies keep shard-assign's rule: the strategy places it.
+        let greedy = StrategyConfig::new(StrategyKind::GreedyMinimum);
+        let report = build(
+            &fleet,
+            request(
+                3,
+                2,
+                Current::Computed(greedy),
+                &[StrategyKind::GreedyMinimum],
+            ),
+        )
+        .unwrap();
+        assert_eq!(report.strategies[0].warnings.len(), 1);
     }
 
     #[test]

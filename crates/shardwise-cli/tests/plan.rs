@@ -861,7 +861,8 @@ async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
     }
 
     // legacy-modulo at 2: each cluster goes where FNV-1a modulo 2 says; those on shard 2 are
-    // forced, the others moved because the modulus changed.
+    // forced, the others moved because the modulus changed. The one pinned to shard 2 goes to
+    // shard 0, where Argo CD puts a pin at or above its replica count.
     let legacy = strategy(&report, "legacy-modulo");
     let expected: BTreeSet<(String, u64, u64, bool)> = clusters
         .iter()
@@ -870,16 +871,12 @@ async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
             let (from, to) = (u64::from(hash % 3), u64::from(hash % 2));
             (from != to).then(|| (name.to_string(), from, to, from == 2))
         })
-        .chain(std::iter::once((
-            "pinned".to_string(),
-            2,
-            u64::from(fnv1a_32(uid(&listed, "pinned").as_bytes()) % 2),
-            true,
-        )))
+        .chain(std::iter::once(("pinned".to_string(), 2, 0, true)))
         .collect();
     assert_eq!(moves(legacy), expected);
     assert_eq!(legacy["warnings"][0]["cluster"], "pinned");
     assert_eq!(legacy["warnings"][0]["pin"], 2);
+    assert_eq!(legacy["warnings"][0]["placed_on"], 0);
     let sticky = strategy(&report, "sticky-balanced");
     assert!(sticky["moves"]["voluntary"]["clusters"].as_u64().unwrap() <= 3);
     let forced = |s: &Value| s["moves"]["forced"]["clusters"].as_u64().unwrap();
