@@ -1,7 +1,7 @@
-//! The handoff of a cluster between shards, as two state machines: the planner's decision for a
-//! cluster, and the owner's life cycle of it.
+//! The handoff of a unit between shards, as two state machines: the planner's decision for a
+//! unit, and the owner's life cycle of it.
 //!
-//! The record on the cluster object is the only channel between them:
+//! The record on the unit object is the only channel between them:
 //!
 //! ```text
 //!  planner                         object (label, annotations)                 owner A
@@ -17,17 +17,17 @@
 //! once. Every relabel bumps the epoch, so an acknowledgement always refers to one assignment.
 //!
 //! The holder is the incarnation of the owner: the identity that held shard A's lease when the
-//! planner assigned the cluster. An owner works only on clusters stamped with its own
+//! planner assigned the unit. An owner works only on units stamped with its own
 //! incarnation. Without it, a replica restarted as A (same shard, new process) could pick up a
-//! cluster that the planner, having just seen A's lease released, is giving to B at that moment.
-//! A restarted replica gets its clusters back through a new assignment (new epoch) stamped with
+//! unit that the planner, having just seen A's lease released, is giving to B at that moment.
+//! A restarted replica gets its units back through a new assignment (new epoch) stamped with
 //! its new incarnation.
 //!
 //! Safety: the label or holder changes away from (A, A1) only after A1 acknowledged (having
 //! stopped), or after A's lease stopped being A1's: expired (A1 stopped `duration -
 //! renew_deadline` earlier), released (A1 stops before it releases) or taken by another
 //! incarnation (which could only take it expired or released). B1 starts only once the record
-//! names (B, B1). Hence no instant at which two incarnations work on the cluster.
+//! names (B, B1). Hence no instant at which two incarnations work on the unit.
 
 use shard_assign::ShardId;
 use twox_hash::XxHash3_64;
@@ -52,39 +52,39 @@ pub struct OwnerId {
     pub incarnation: Incarnation,
 }
 
-/// Placement state of a cluster as recorded on its object.
+/// Placement state of a unit as recorded on its object.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ClusterRecord {
+pub struct UnitRecord {
     /// The shard label; `None` when missing or not a valid ordinal.
     pub owner: Option<ShardId>,
-    /// The incarnation of the owner the planner assigned the cluster to.
+    /// The incarnation of the owner the planner assigned the unit to.
     pub holder: Option<Incarnation>,
     /// The epoch annotation (0 when missing).
     pub epoch: u64,
-    /// The shard the planner is moving the cluster to.
+    /// The shard the planner is moving the unit to.
     pub drain_to: Option<ShardId>,
     /// The epoch the owner acknowledged releasing.
     pub drained_epoch: Option<u64>,
 }
 
-impl ClusterRecord {
+impl UnitRecord {
     /// True when the owner acknowledged releasing the current assignment.
     pub fn released(&self) -> bool {
         self.owner.is_some() && self.drained_epoch == Some(self.epoch)
     }
 
-    /// Whether the owner `me` may work on the cluster under this record (unless draining).
+    /// Whether the owner `me` may work on the unit under this record (unless draining).
     pub fn names(&self, me: OwnerId) -> bool {
         self.owner == Some(me.shard) && self.holder == Some(me.incarnation)
     }
 
-    /// Where the cluster is, or is going: the previous placement to give a sticky strategy.
+    /// Where the unit is, or is going: the previous placement to give a sticky strategy.
     pub fn intended_shard(&self) -> Option<ShardId> {
         self.drain_to.or(self.owner)
     }
 }
 
-/// What the planner writes to a cluster object.
+/// What the planner writes to a unit object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlannerAction {
     /// Nothing to change.
@@ -96,16 +96,16 @@ pub enum PlannerAction {
         holder: Incarnation,
         epoch: u64,
     },
-    /// Ask the owner to release the cluster, which will go to `to`.
+    /// Ask the owner to release the unit, which will go to `to`.
     RequestDrain { to: ShardId },
     /// Withdraw a drain request the owner has not acknowledged yet.
     CancelDrain,
 }
 
-/// The planner's decision for one cluster: it should end on `desired`; `holder_of` gives the
+/// The planner's decision for one unit: it should end on `desired`; `holder_of` gives the
 /// incarnation holding a shard's lease, `None` when the lease is not valid.
 pub fn planner_action(
-    record: &ClusterRecord,
+    record: &UnitRecord,
     desired: ShardId,
     holder_of: impl Fn(ShardId) -> Option<Incarnation>,
 ) -> PlannerAction {
@@ -126,7 +126,7 @@ pub fn planner_action(
     if record.released() || current.is_none() || current != record.holder {
         // The assigned incarnation stopped: by acknowledgement, or by fencing before its lease
         // expired, or before it released its lease to a successor (or it was never stamped,
-        // and then nobody works on the cluster).
+        // and then nobody works on the unit).
         return reassign();
     }
     if owner == desired {
@@ -143,10 +143,10 @@ pub fn planner_action(
     }
 }
 
-/// Where an owner stands with one cluster.
+/// Where an owner stands with one unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OwnerState {
-    /// Reconciling the cluster and its apps.
+    /// Reconciling the unit and its items.
     Active { epoch: u64 },
     /// Asked to release: no new work; acknowledge when in-flight work is done.
     Draining { epoch: u64 },
@@ -168,13 +168,13 @@ impl OwnerState {
 /// What the owner must do after an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OwnerEffect {
-    /// Write `drained-epoch = epoch` on the cluster object.
+    /// Write `drained-epoch = epoch` on the unit object.
     WriteAck { epoch: u64 },
-    /// The cluster is no longer this shard's: drop its client and queued work.
+    /// The unit is no longer this shard's: drop its client and queued work.
     Forget,
 }
 
-/// One owner's view of one cluster: the gate every reconcile of the cluster (and of its apps)
+/// One owner's view of one unit: the gate every reconcile of the unit (and of its items)
 /// goes through, and the drain protocol.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerMachine {
@@ -202,10 +202,10 @@ impl OwnerMachine {
         matches!(self.state, Some(OwnerState::Active { .. }))
     }
 
-    /// The owner `me` observed the cluster object as `record` (or it vanished from its view:
+    /// The owner `me` observed the unit object as `record` (or it vanished from its view:
     /// `None`, e.g. relabelled elsewhere or deleted). A record for another incarnation of the
     /// same shard is not `me`'s.
-    pub fn observe(&mut self, me: OwnerId, record: Option<&ClusterRecord>) -> Option<OwnerEffect> {
+    pub fn observe(&mut self, me: OwnerId, record: Option<&UnitRecord>) -> Option<OwnerEffect> {
         let Some(record) = record.filter(|r| r.names(me)) else {
             let had = self.state.take().is_some();
             self.ack_pending = false;
@@ -246,7 +246,7 @@ impl OwnerMachine {
 
     /// Commits to releasing `epoch`. From here on this epoch never reopens, even if the drain is
     /// cancelled: the acknowledgement may land at any time, and the planner then gives the
-    /// cluster away. Only a later epoch (the planner's reassignment) makes the cluster active.
+    /// unit away. Only a later epoch (the planner's reassignment) makes the unit active.
     fn request_ack(&mut self, epoch: u64) -> Option<OwnerEffect> {
         self.state = Some(OwnerState::Released { epoch });
         if self.ack_pending {
@@ -256,7 +256,7 @@ impl OwnerMachine {
         Some(OwnerEffect::WriteAck { epoch })
     }
 
-    /// A reconcile wants to start. True (and counted) only while the cluster is active.
+    /// A reconcile wants to start. True (and counted) only while the unit is active.
     pub fn begin(&mut self) -> bool {
         if self.may_start() {
             self.in_flight += 1;

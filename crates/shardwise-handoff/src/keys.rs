@@ -23,7 +23,7 @@ pub const HOLDER_ANNOTATION: &str = "shardwise.io/holder";
 pub const DRAIN_TO_ANNOTATION: &str = "shardwise.io/drain-to";
 
 /// Set by the owner when it has stopped every reconcile of a draining unit: the epoch it
-/// released. Only then does the planner give the cluster to its new shard.
+/// released. Only then does the planner give the unit to its new shard.
 pub const DRAINED_ANNOTATION: &str = "shardwise.io/drained-epoch";
 
 /// On a unit that is cut into slices: the number of its slices. Its presence says that the

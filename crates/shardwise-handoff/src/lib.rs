@@ -4,9 +4,9 @@
 //! - [`identity`]: a replica's shard is its StatefulSet pod ordinal, parsed strictly.
 //! - [`keys`]: the labels and annotations the protocol is written in.
 //! - [`lease`]: lease timing, fencing and expiry as observed on local clocks.
-//! - [`drain`]: the planner's per-cluster decision and the owner's state machine of a handoff.
+//! - [`drain`]: the planner's per-unit decision and the owner's state machine of a handoff.
 //! - [`plan`]: from the observed fleet and membership to the labels the planner must write.
-//! - [`slices`]: the protocol on slices of a cluster: splits and merges inside one owner.
+//! - [`slices`]: the protocol on slices of a unit: splits and merges inside one owner.
 
 pub mod drain;
 pub mod identity;

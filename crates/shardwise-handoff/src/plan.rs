@@ -1,5 +1,5 @@
-//! The planner's pass: from what it observes (clusters with their placement records, apps, the
-//! shards that exist) to what it must write (cluster actions and app labels).
+//! The planner's pass: from what it observes (units with their placement records, items, the
+//! shards that exist) to what it must write (unit actions and item labels).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use shard_assign::{
     slice_id,
 };
 
-use crate::drain::{ClusterRecord, Incarnation, PlannerAction};
+use crate::drain::{Incarnation, PlannerAction, UnitRecord};
 use crate::slices::{SliceAction, SliceRecord, slice_actions};
 
 /// Namespace and name of an object.
@@ -39,23 +39,23 @@ impl std::fmt::Display for ObjectKey {
     }
 }
 
-/// A cluster as the planner sees it.
+/// A unit as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterView {
+pub struct UnitView {
     pub key: ObjectKey,
     pub uid: String,
     pub pin: Option<ShardId>,
     pub weight: Option<u32>,
-    /// The record of the whole cluster, on the cluster's object.
-    pub record: ClusterRecord,
-    /// The cluster is cut: the record of the whole cluster is gone, its slices have their own.
+    /// The record of the whole unit, on the unit's object.
+    pub record: UnitRecord,
+    /// The unit is cut: the record of the whole unit is gone, its slices have their own.
     pub cut: bool,
     /// The records of its slices other than the whole one, in any order.
     pub slices: Vec<SliceRecord>,
 }
 
-impl ClusterView {
-    /// Every record of the cluster: the whole one unless it is cut, and those of its slices.
+impl UnitView {
+    /// Every record of the unit: the whole one unless it is cut, and those of its slices.
     pub fn records(&self) -> Vec<SliceRecord> {
         let whole = (!self.cut).then_some(SliceRecord {
             range: KeyRange::WHOLE,
@@ -73,13 +73,13 @@ impl ClusterView {
     }
 }
 
-/// An app as the planner sees it.
+/// An item as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AppView {
+pub struct ItemView {
     pub key: ObjectKey,
     pub uid: String,
-    /// The cluster it targets (same namespace as the app).
-    pub cluster: ObjectKey,
+    /// The unit it targets (same namespace as the item).
+    pub unit: ObjectKey,
     /// Its shard label.
     pub shard: Option<ShardId>,
 }
@@ -128,15 +128,15 @@ pub struct PlanMemory {
 impl PlanMemory {
     /// The memory a planner would have if it had just placed the fleet as it stands: for a
     /// planner that takes over, so that its first pass spends no move on a fleet that did not
-    /// change (a planner failover must not move clusters).
-    pub fn of_current(clusters: &[ClusterView], apps: &[AppView], membership: &Membership) -> Self {
-        let fleet = Fleet::of(clusters, apps);
+    /// change (a planner failover must not move units).
+    pub fn of_current(units: &[UnitView], items: &[ItemView], membership: &Membership) -> Self {
+        let fleet = Fleet::of(units, items);
         let mut loads = BTreeMap::new();
-        for c in clusters {
+        for c in units {
             let weight = u64::from(c.weight.unwrap_or(1));
             for (range, _) in recorded_cut(&c.records()) {
-                let apps = fleet.apps_in(c, range);
-                loads.insert(slice_id(&c.uid, range), apps.saturating_mul(weight));
+                let items = fleet.items_in(c, range);
+                loads.insert(slice_id(&c.uid, range), items.saturating_mul(weight));
             }
         }
         Self {
@@ -146,35 +146,35 @@ impl PlanMemory {
     }
 }
 
-/// One record of a cluster: the cluster and the range of the slice.
+/// One record of a unit: the unit and the range of the slice.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RecordKey {
-    pub cluster: ObjectKey,
+    pub unit: ObjectKey,
     pub range: KeyRange,
 }
 
 /// The outcome of a planning pass.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The strategy's placement of every slice on a live shard, and how clusters are cut.
+    /// The strategy's placement of every slice on a live shard, and how units are cut.
     pub assignment: SlicedAssignment,
-    /// Writes to the records of clusters, in cluster order (only clusters that need one).
-    pub cluster_actions: Vec<(ObjectKey, SliceAction)>,
-    /// Apps whose shard label must change, with the shard, in key order. An app follows the
+    /// Writes to the records of units, in unit order (only units that need one).
+    pub unit_actions: Vec<(ObjectKey, SliceAction)>,
+    /// Items whose shard label must change, with the shard, in key order. An item follows the
     /// owner of its slice once that slice's record is written.
-    pub app_labels: Vec<AppLabel>,
-    /// Clusters pinned to a shard that is not live, and where they were placed instead.
+    pub item_labels: Vec<ItemLabel>,
+    /// Units pinned to a shard that is not live, and where they were placed instead.
     pub unhonoured_pins: Vec<(ObjectKey, ShardId, ShardId)>,
-    /// The slices every cluster should end with, and their shards, in range order.
+    /// The slices every unit should end with, and their shards, in range order.
     pub layouts: BTreeMap<ObjectKey, Vec<(KeyRange, ShardId)>>,
     /// To give to the next pass.
     pub memory: PlanMemory,
 }
 
-/// A label change of an app.
+/// A label change of an item.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AppLabel {
-    pub app: ObjectKey,
+pub struct ItemLabel {
+    pub item: ObjectKey,
     pub shard: ShardId,
     /// The record whose write must succeed first, if the new label depends on one.
     pub after: Option<RecordKey>,
@@ -188,25 +188,25 @@ pub enum PlanError {
     Assign(#[from] AssignError),
 }
 
-/// App counts and keys of every cluster.
+/// Item counts and keys of every unit.
 struct Fleet<'a> {
     counts: BTreeMap<&'a ObjectKey, u64>,
-    /// Sorted app keys by cluster UID.
+    /// Sorted item keys by unit UID.
     keys: AppKeys,
 }
 
 impl<'a> Fleet<'a> {
-    fn of(clusters: &[ClusterView], apps: &'a [AppView]) -> Self {
+    fn of(units: &[UnitView], items: &'a [ItemView]) -> Self {
         let uids: BTreeMap<&ObjectKey, &str> =
-            clusters.iter().map(|c| (&c.key, c.uid.as_str())).collect();
+            units.iter().map(|c| (&c.key, c.uid.as_str())).collect();
         let mut counts: BTreeMap<&ObjectKey, u64> = BTreeMap::new();
         let mut keys: AppKeys = BTreeMap::new();
-        for app in apps {
-            *counts.entry(&app.cluster).or_default() += 1;
-            if let Some(uid) = uids.get(&app.cluster) {
+        for item in items {
+            *counts.entry(&item.unit).or_default() += 1;
+            if let Some(uid) = uids.get(&item.unit) {
                 keys.entry(uid.to_string())
                     .or_default()
-                    .push(app_key(&app.uid));
+                    .push(app_key(&item.uid));
             }
         }
         for list in keys.values_mut() {
@@ -215,17 +215,17 @@ impl<'a> Fleet<'a> {
         Self { counts, keys }
     }
 
-    fn apps_in(&self, cluster: &ClusterView, range: KeyRange) -> u64 {
-        match self.keys.get(&cluster.uid) {
+    fn items_in(&self, unit: &UnitView, range: KeyRange) -> u64 {
+        match self.keys.get(&unit.uid) {
             Some(keys) if range != KeyRange::WHOLE => count_in(keys, range),
-            _ => self.counts.get(&cluster.key).copied().unwrap_or(0),
+            _ => self.counts.get(&unit.key).copied().unwrap_or(0),
         }
     }
 }
 
-/// The cut a cluster's records describe ([`shard_assign::recorded_cut`]), with the record of
+/// The cut a unit's records describe ([`shard_assign::recorded_cut`]), with the record of
 /// each slice.
-fn recorded_cut(records: &[SliceRecord]) -> Vec<(KeyRange, ClusterRecord)> {
+fn recorded_cut(records: &[SliceRecord]) -> Vec<(KeyRange, UnitRecord)> {
     let ranges: Vec<KeyRange> = records.iter().map(|r| r.range).collect();
     shard_assign::recorded_cut(&ranges)
         .into_iter()
@@ -236,14 +236,14 @@ fn recorded_cut(records: &[SliceRecord]) -> Vec<(KeyRange, ClusterRecord)> {
         .collect()
 }
 
-/// One planning pass. Clusters are identified by UID for placement, slices by
-/// [`shard_assign::slice_id`]; app counts and keys come from the apps that target each
-/// cluster. `slicing` says whether clusters too big for one shard are cut.
+/// One planning pass. Units are identified by UID for placement, slices by
+/// [`shard_assign::slice_id`]; item counts and keys come from the items that target each
+/// unit. `slicing` says whether units too big for one shard are cut.
 pub fn plan(
     strategy: &StrategyConfig,
     slicing: &SliceConfig,
-    clusters: &[ClusterView],
-    apps: &[AppView],
+    units: &[UnitView],
+    items: &[ItemView],
     membership: &Membership,
     memory: Option<&PlanMemory>,
 ) -> Result<Plan, PlanError> {
@@ -251,8 +251,8 @@ pub fn plan(
     if live.is_empty() {
         return Err(PlanError::NoLiveShards);
     }
-    let fleet = Fleet::of(clusters, apps);
-    let inputs: Vec<Cluster> = clusters
+    let fleet = Fleet::of(units, items);
+    let inputs: Vec<Cluster> = units
         .iter()
         .map(|c| Cluster {
             id: c.uid.clone(),
@@ -265,7 +265,7 @@ pub fn plan(
     // Where each slice is or is going: a drain in progress counts as already decided.
     let mut previous = PreviousPlacement::new();
     let mut previous_slicing = Slicing::default();
-    for c in clusters {
+    for c in units {
         let cut = recorded_cut(&c.records());
         if cut.len() > 1 {
             let ranges = cut.iter().map(|(range, _)| *range).collect();
@@ -303,12 +303,12 @@ pub fn plan(
         shards: live.clone(),
     };
 
-    let mut cluster_actions = Vec::new();
+    let mut unit_actions = Vec::new();
     let mut unhonoured_pins = Vec::new();
     let mut layouts = BTreeMap::new();
-    // The records each cluster will have once this pass's writes land.
+    // The records each unit will have once this pass's writes land.
     let mut records_after: BTreeMap<&ObjectKey, Vec<Owned>> = BTreeMap::new();
-    for c in clusters {
+    for c in units {
         let Some(units) = assignment.units.get(&c.uid) else {
             continue;
         };
@@ -324,15 +324,15 @@ pub fn plan(
         let records = c.records();
         let actions = slice_actions(&records, &desired, |s| membership.holder(s));
         records_after.insert(&c.key, owners_after(&records, &actions));
-        cluster_actions.extend(actions.into_iter().map(|a| (c.key.clone(), a)));
+        unit_actions.extend(actions.into_iter().map(|a| (c.key.clone(), a)));
         layouts.insert(c.key.clone(), desired);
     }
 
-    let app_labels = app_labels(apps, &records_after, &live);
+    let item_labels = item_labels(items, &records_after, &live);
     Ok(Plan {
         assignment,
-        cluster_actions,
-        app_labels,
+        unit_actions,
+        item_labels,
         unhonoured_pins,
         layouts,
         memory,
@@ -379,17 +379,17 @@ fn owners_after(records: &[SliceRecord], actions: &[SliceAction]) -> Vec<Owned> 
     after
 }
 
-/// The label changes of apps: each follows the owner of the deepest record containing its key,
+/// The label changes of items: each follows the owner of the deepest record containing its key,
 /// once that record's write lands.
-fn app_labels(
-    apps: &[AppView],
+fn item_labels(
+    items: &[ItemView],
     records_after: &BTreeMap<&ObjectKey, Vec<Owned>>,
     live: &ShardSet,
-) -> Vec<AppLabel> {
-    let mut app_labels = Vec::new();
-    for app in apps {
-        let key = app_key(&app.uid);
-        let owned = records_after.get(&app.cluster).and_then(|records| {
+) -> Vec<ItemLabel> {
+    let mut item_labels = Vec::new();
+    for item in items {
+        let key = app_key(&item.uid);
+        let owned = records_after.get(&item.unit).and_then(|records| {
             records
                 .iter()
                 .filter(|o| o.range.contains(key))
@@ -399,31 +399,31 @@ fn app_labels(
             Some((shard, o)) => (
                 shard,
                 o.changed.then(|| RecordKey {
-                    cluster: app.cluster.clone(),
+                    unit: item.unit.clone(),
                     range: o.range,
                 }),
             ),
-            // No such cluster, or no owner yet: someone must still report on it; keep a live
+            // No such unit, or no owner yet: someone must still report on it; keep a live
             // label, or pick one by hash so every planner picks the same.
-            None => match app.shard.filter(|&s| live.contains(s)) {
+            None => match item.shard.filter(|&s| live.contains(s)) {
                 Some(s) => (s, None),
                 None => {
                     let ids = live.as_slice();
-                    let index = fnv1a_32(app.uid.as_bytes()) as usize % ids.len();
+                    let index = fnv1a_32(item.uid.as_bytes()) as usize % ids.len();
                     (ids[index], None)
                 }
             },
         };
-        if app.shard != Some(shard) {
-            app_labels.push(AppLabel {
-                app: app.key.clone(),
+        if item.shard != Some(shard) {
+            item_labels.push(ItemLabel {
+                item: item.key.clone(),
                 shard,
                 after,
             });
         }
     }
-    app_labels.sort_by(|a, b| a.app.cmp(&b.app));
-    app_labels
+    item_labels.sort_by(|a, b| a.item.cmp(&b.item));
+    item_labels
 }
 
 /// Identities and records of replicas for tests: shard `s` runs as `fleet-s_first`.
@@ -447,13 +447,13 @@ pub(crate) mod fixtures {
     }
 
     /// Assigned to `owner` (stamped with its incarnation) at epoch 1.
-    pub fn cluster(name: &str, owner: Option<ShardId>) -> ClusterView {
-        ClusterView {
+    pub fn unit(name: &str, owner: Option<ShardId>) -> UnitView {
+        UnitView {
             key: ObjectKey::new("fleet", name),
             uid: format!("uid-{name}"),
             pin: None,
             weight: None,
-            record: ClusterRecord {
+            record: UnitRecord {
                 owner,
                 holder: owner.map(holder),
                 epoch: 1,
@@ -467,23 +467,23 @@ pub(crate) mod fixtures {
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{cluster, holder, identity, members};
+    use super::fixtures::{holder, identity, members, unit};
     use super::*;
     use shard_assign::StrategyKind;
 
-    /// A pass that places whole clusters only.
+    /// A pass that places whole units only.
     pub(super) fn plan_whole(
         config: &StrategyConfig,
-        clusters: &[ClusterView],
-        apps: &[AppView],
+        units: &[UnitView],
+        items: &[ItemView],
         membership: &Membership,
         memory: Option<&PlanMemory>,
     ) -> Result<Plan, PlanError> {
         plan(
             config,
             &SliceConfig::disabled(),
-            clusters,
-            apps,
+            units,
+            items,
             membership,
             memory,
         )
@@ -496,11 +496,11 @@ mod tests {
         }
     }
 
-    fn app(name: &str, cluster: &str, shard: Option<ShardId>) -> AppView {
-        AppView {
+    fn item(name: &str, unit: &str, shard: Option<ShardId>) -> ItemView {
+        ItemView {
             key: ObjectKey::new("fleet", name),
             uid: format!("uid-{name}"),
-            cluster: ObjectKey::new("fleet", cluster),
+            unit: ObjectKey::new("fleet", unit),
             shard,
         }
     }
@@ -511,23 +511,23 @@ mod tests {
         assert_eq!(m.live(), [0, 2].into_iter().collect());
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
         let err =
-            plan_whole(&config, &[cluster("a", None)], &[], &members(0, &[0]), None).unwrap_err();
+            plan_whole(&config, &[unit("a", None)], &[], &members(0, &[0]), None).unwrap_err();
         assert_eq!(err, PlanError::NoLiveShards);
     }
 
     #[test]
     fn new_clusters_and_their_apps_are_labelled_in_one_pass() {
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
-        let clusters = [cluster("a", None), cluster("b", None)];
-        let apps = [
-            app("x", "a", None),
-            app("y", "a", None),
-            app("z", "b", None),
+        let units = [unit("a", None), unit("b", None)];
+        let items = [
+            item("x", "a", None),
+            item("y", "a", None),
+            item("z", "b", None),
         ];
-        let p = plan_whole(&config, &clusters, &apps, &members(2, &[0, 1]), None).unwrap();
-        // a (2 apps) goes first to shard 0, b to shard 1.
+        let p = plan_whole(&config, &units, &items, &members(2, &[0, 1]), None).unwrap();
+        // a (2 items) goes first to shard 0, b to shard 1.
         assert_eq!(
-            p.cluster_actions,
+            p.unit_actions,
             vec![
                 (
                     ObjectKey::new("fleet", "a"),
@@ -548,9 +548,9 @@ mod tests {
             ]
         );
         let labels: Vec<(String, ShardId, bool)> = p
-            .app_labels
+            .item_labels
             .iter()
-            .map(|l| (l.app.name.clone(), l.shard, l.after.is_some()))
+            .map(|l| (l.item.name.clone(), l.shard, l.after.is_some()))
             .collect();
         assert_eq!(
             labels,
@@ -566,27 +566,27 @@ mod tests {
     fn a_live_owner_is_asked_to_drain_and_apps_wait() {
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
         // Both on shard 0; greedy wants one on each.
-        let clusters = [cluster("a", Some(0)), cluster("b", Some(0))];
-        let apps = [app("x", "a", Some(0)), app("z", "b", Some(0))];
-        let p = plan_whole(&config, &clusters, &apps, &members(2, &[0, 1]), None).unwrap();
-        assert_eq!(p.cluster_actions.len(), 1);
+        let units = [unit("a", Some(0)), unit("b", Some(0))];
+        let items = [item("x", "a", Some(0)), item("z", "b", Some(0))];
+        let p = plan_whole(&config, &units, &items, &members(2, &[0, 1]), None).unwrap();
+        assert_eq!(p.unit_actions.len(), 1);
         assert_eq!(
-            p.cluster_actions[0].1,
+            p.unit_actions[0].1,
             whole(PlannerAction::RequestDrain { to: 1 })
         );
-        // Until the drain is acknowledged the apps keep their owner.
-        assert!(p.app_labels.is_empty());
+        // Until the drain is acknowledged the items keep their owner.
+        assert!(p.item_labels.is_empty());
     }
 
     #[test]
     fn a_dead_owners_clusters_and_apps_move_at_once() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
-        let clusters = [cluster("a", Some(0)), cluster("b", Some(1))];
-        let apps = [app("x", "a", Some(0)), app("z", "b", Some(1))];
+        let units = [unit("a", Some(0)), unit("b", Some(1))];
+        let items = [item("x", "a", Some(0)), item("z", "b", Some(1))];
         // Shard 1 is expected but its lease expired.
-        let p = plan_whole(&config, &clusters, &apps, &members(2, &[0]), None).unwrap();
+        let p = plan_whole(&config, &units, &items, &members(2, &[0]), None).unwrap();
         assert_eq!(
-            p.cluster_actions,
+            p.unit_actions,
             vec![(
                 ObjectKey::new("fleet", "b"),
                 whole(PlannerAction::Assign {
@@ -597,12 +597,12 @@ mod tests {
             )]
         );
         assert_eq!(
-            p.app_labels,
-            vec![AppLabel {
-                app: ObjectKey::new("fleet", "z"),
+            p.item_labels,
+            vec![ItemLabel {
+                item: ObjectKey::new("fleet", "z"),
                 shard: 0,
                 after: Some(RecordKey {
-                    cluster: ObjectKey::new("fleet", "b"),
+                    unit: ObjectKey::new("fleet", "b"),
                     range: KeyRange::WHOLE
                 }),
             }]
@@ -612,14 +612,14 @@ mod tests {
     #[test]
     fn a_restarted_owner_gets_its_clusters_back_under_its_new_incarnation() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
-        let clusters = [cluster("a", Some(0)), cluster("b", Some(1))];
-        let apps = [app("x", "a", Some(0)), app("z", "b", Some(1))];
+        let units = [unit("a", Some(0)), unit("b", Some(1))];
+        let items = [item("x", "a", Some(0)), item("z", "b", Some(1))];
         // Shard 1 restarted: its lease is valid again, held by a new process.
         let mut membership = members(2, &[0, 1]);
         membership.alive.insert(1, "fleet-1_second".into());
-        let p = plan_whole(&config, &clusters, &apps, &membership, None).unwrap();
+        let p = plan_whole(&config, &units, &items, &membership, None).unwrap();
         assert_eq!(
-            p.cluster_actions,
+            p.unit_actions,
             vec![(
                 ObjectKey::new("fleet", "b"),
                 whole(PlannerAction::Assign {
@@ -629,46 +629,42 @@ mod tests {
                 })
             )]
         );
-        // Same shard: the apps keep their label.
-        assert!(p.app_labels.is_empty());
+        // Same shard: the items keep their label.
+        assert!(p.item_labels.is_empty());
         assert_eq!(membership.identity(0), Some(identity(0).as_str()));
     }
 
     #[test]
     fn apps_of_missing_clusters_still_get_a_live_owner() {
         let config = StrategyConfig::new(StrategyKind::RoundRobin);
-        let apps = [
-            app("lost", "nowhere", None),
-            app("kept", "nowhere", Some(1)),
-            app("stale", "nowhere", Some(7)),
+        let items = [
+            item("lost", "nowhere", None),
+            item("kept", "nowhere", Some(1)),
+            item("stale", "nowhere", Some(7)),
         ];
-        let p = plan_whole(&config, &[], &apps, &members(3, &[0, 1, 2]), None).unwrap();
+        let p = plan_whole(&config, &[], &items, &members(3, &[0, 1, 2]), None).unwrap();
         let shards: BTreeMap<String, ShardId> = p
-            .app_labels
+            .item_labels
             .iter()
-            .map(|l| (l.app.name.clone(), l.shard))
+            .map(|l| (l.item.name.clone(), l.shard))
             .collect();
         assert!(!shards.contains_key("kept"), "a live label is kept");
         assert!(shards["lost"] < 3 && shards["stale"] < 3);
         // Deterministic: the same pass gives the same labels.
-        let again = plan_whole(&config, &[], &apps, &members(3, &[0, 1, 2]), None).unwrap();
-        assert_eq!(p.app_labels, again.app_labels);
+        let again = plan_whole(&config, &[], &items, &members(3, &[0, 1, 2]), None).unwrap();
+        assert_eq!(p.item_labels, again.item_labels);
     }
 
     #[test]
     fn scale_down_drains_the_departing_shard_while_it_lives() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
-        let clusters = [
-            cluster("a", Some(0)),
-            cluster("b", Some(1)),
-            cluster("c", Some(2)),
-        ];
+        let units = [unit("a", Some(0)), unit("b", Some(1)), unit("c", Some(2))];
         // replicas 3 -> 2, replica 2 still running.
-        let p = plan_whole(&config, &clusters, &[], &members(2, &[0, 1, 2]), None).unwrap();
-        assert_eq!(p.cluster_actions.len(), 1);
-        assert_eq!(p.cluster_actions[0].0.name, "c");
+        let p = plan_whole(&config, &units, &[], &members(2, &[0, 1, 2]), None).unwrap();
+        assert_eq!(p.unit_actions.len(), 1);
+        assert_eq!(p.unit_actions[0].0.name, "c");
         assert!(matches!(
-            p.cluster_actions[0].1,
+            p.unit_actions[0].1,
             SliceAction::Place {
                 action: PlannerAction::RequestDrain { to: 0 | 1 },
                 ..
@@ -679,7 +675,7 @@ mod tests {
     #[test]
     fn unhonoured_pins_are_reported() {
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
-        let mut pinned = cluster("p", Some(0));
+        let mut pinned = unit("p", Some(0));
         pinned.pin = Some(5);
         let p = plan_whole(&config, &[pinned], &[], &members(2, &[0, 1]), None).unwrap();
         assert_eq!(
@@ -691,7 +687,7 @@ mod tests {
 
 #[cfg(test)]
 mod memory_tests {
-    use super::fixtures::{cluster, members};
+    use super::fixtures::{members, unit};
     use super::tests::plan_whole;
     use super::*;
     use shard_assign::StrategyKind;
@@ -700,37 +696,32 @@ mod memory_tests {
     fn with_memory_an_unchanged_fleet_is_left_alone_and_without_it_keeps_converging() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
         // Everything on shard 0 of two: far from balanced.
-        let clusters: Vec<ClusterView> =
-            (0..6).map(|i| cluster(&format!("c{i}"), Some(0))).collect();
-        let apps: Vec<AppView> = (0..6)
+        let units: Vec<UnitView> = (0..6).map(|i| unit(&format!("c{i}"), Some(0))).collect();
+        let items: Vec<ItemView> = (0..6)
             .flat_map(|i| {
-                (0..=i).map(move |j| AppView {
+                (0..=i).map(move |j| ItemView {
                     key: ObjectKey::new("fleet", format!("a{i}-{j}")),
-                    uid: format!("app-{i}-{j}"),
-                    cluster: ObjectKey::new("fleet", format!("c{i}")),
+                    uid: format!("item-{i}-{j}"),
+                    unit: ObjectKey::new("fleet", format!("c{i}")),
                     shard: Some(0),
                 })
             })
             .collect();
         let members = members(2, &[0, 1]);
         let remembered = PlanMemory {
-            loads: clusters
+            loads: units
                 .iter()
                 .enumerate()
                 .map(|(i, c)| (c.uid.clone(), i as u64 + 1))
                 .collect(),
             shards: members.live(),
         };
-        let quiet = plan_whole(&config, &clusters, &apps, &members, Some(&remembered)).unwrap();
+        let quiet = plan_whole(&config, &units, &items, &members, Some(&remembered)).unwrap();
+        assert!(quiet.unit_actions.is_empty(), "{:?}", quiet.unit_actions);
+        let converging = plan_whole(&config, &units, &items, &members, None).unwrap();
+        assert!(!converging.unit_actions.is_empty());
         assert!(
-            quiet.cluster_actions.is_empty(),
-            "{:?}",
-            quiet.cluster_actions
-        );
-        let converging = plan_whole(&config, &clusters, &apps, &members, None).unwrap();
-        assert!(!converging.cluster_actions.is_empty());
-        assert!(
-            converging.cluster_actions.len() <= 3,
+            converging.unit_actions.len() <= 3,
             "the budget bounds a pass"
         );
     }
@@ -738,15 +729,15 @@ mod memory_tests {
 
 #[cfg(test)]
 mod slicing_tests {
-    use super::fixtures::{cluster, holder, members};
+    use super::fixtures::{holder, members, unit};
     use super::*;
     use shard_assign::StrategyKind;
 
     /// Applies a pass's writes to the views, as the API server would, and lets every owner
     /// acknowledge every drain at once (no work in flight anywhere).
-    fn apply(clusters: &mut [ClusterView], apps: &mut [AppView], plan: &Plan) {
-        for (key, action) in &plan.cluster_actions {
-            let Some(c) = clusters.iter_mut().find(|c| &c.key == key) else {
+    fn apply(units: &mut [UnitView], items: &mut [ItemView], plan: &Plan) {
+        for (key, action) in &plan.unit_actions {
+            let Some(c) = units.iter_mut().find(|c| &c.key == key) else {
                 continue;
             };
             let mut records = c.records();
@@ -763,7 +754,7 @@ mod slicing_tests {
                     None,
                 ) => records.push(SliceRecord {
                     range,
-                    record: ClusterRecord {
+                    record: UnitRecord {
                         owner: owner.map(|o| o.0),
                         holder: owner.map(|o| o.1),
                         epoch,
@@ -797,59 +788,59 @@ mod slicing_tests {
                 .filter(|r| r.range != KeyRange::WHOLE)
                 .collect();
         }
-        for label in &plan.app_labels {
-            if let Some(app) = apps.iter_mut().find(|a| a.key == label.app) {
-                app.shard = Some(label.shard);
+        for label in &plan.item_labels {
+            if let Some(item) = items.iter_mut().find(|a| a.key == label.item) {
+                item.shard = Some(label.shard);
             }
         }
     }
 
-    /// A fleet of four shards where cluster `hot` holds 300 of 400 apps, all on shard 0.
-    fn skewed() -> (Vec<ClusterView>, Vec<AppView>) {
-        let mut clusters = vec![cluster("hot", Some(0))];
-        let mut apps = Vec::new();
+    /// A fleet of four shards where unit `hot` holds 300 of 400 items, all on shard 0.
+    fn skewed() -> (Vec<UnitView>, Vec<ItemView>) {
+        let mut units = vec![unit("hot", Some(0))];
+        let mut items = Vec::new();
         for i in 0..300 {
-            apps.push(AppView {
+            items.push(ItemView {
                 key: ObjectKey::new("fleet", format!("hot-{i}")),
                 uid: format!("6b1c{i:04}-00aa-4c1e-9f00-{:012x}", i * 7919),
-                cluster: ObjectKey::new("fleet", "hot"),
+                unit: ObjectKey::new("fleet", "hot"),
                 shard: Some(0),
             });
         }
         for c in 0..4 {
-            clusters.push(cluster(&format!("c{c}"), Some(c)));
+            units.push(unit(&format!("c{c}"), Some(c)));
             for i in 0..25 {
-                apps.push(AppView {
+                items.push(ItemView {
                     key: ObjectKey::new("fleet", format!("c{c}-{i}")),
                     uid: format!("0d5e{c:02}{i:02}-11bb-4d2f-8e11-{:012x}", i * 104_729),
-                    cluster: ObjectKey::new("fleet", format!("c{c}")),
+                    unit: ObjectKey::new("fleet", format!("c{c}")),
                     shard: Some(c),
                 });
             }
         }
-        (clusters, apps)
+        (units, items)
     }
 
     #[test]
     fn a_hot_cluster_is_cut_moved_in_halves_and_then_left_alone() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
         let slicing = SliceConfig::enabled();
-        let (mut clusters, mut apps) = skewed();
+        let (mut units, mut items) = skewed();
         let members = members(4, &[0, 1, 2, 3]);
         let mut passes = 0;
         // Passes without memory, as the planner's periodic ones: each may spend the move budget
         // while the fleet is above its target balance.
         loop {
-            let p = plan(&config, &slicing, &clusters, &apps, &members, None).unwrap();
-            if p.cluster_actions.is_empty() && p.app_labels.is_empty() {
+            let p = plan(&config, &slicing, &units, &items, &members, None).unwrap();
+            if p.unit_actions.is_empty() && p.item_labels.is_empty() {
                 break;
             }
-            apply(&mut clusters, &mut apps, &p);
+            apply(&mut units, &mut items, &p);
             passes += 1;
-            assert!(passes < 20, "no convergence: {clusters:#?}");
+            assert!(passes < 20, "no convergence: {units:#?}");
         }
-        let hot = &clusters[0];
-        assert!(hot.cut, "the hot cluster is cut: {hot:#?}");
+        let hot = &units[0];
+        assert!(hot.cut, "the hot unit is cut: {hot:#?}");
         let shards: std::collections::BTreeSet<ShardId> =
             hot.slices.iter().filter_map(|s| s.record.owner).collect();
         assert!(shards.len() >= 3, "spread over shards: {hot:#?}");
@@ -860,45 +851,37 @@ mod slicing_tests {
             assert_eq!(s.record.holder, s.record.owner.map(holder));
             assert_eq!(s.record.drain_to, None);
         }
-        // Every app is labelled with the owner of its slice; the busiest shard is near the mean.
+        // Every item is labelled with the owner of its slice; the busiest shard is near the mean.
         let mut per_shard = BTreeMap::new();
-        for app in &apps {
-            let c = clusters.iter().find(|c| c.key == app.cluster).unwrap();
-            let key = app_key(&app.uid);
+        for item in &items {
+            let c = units.iter().find(|c| c.key == item.unit).unwrap();
+            let key = app_key(&item.uid);
             let owner = c
                 .records()
                 .iter()
                 .find(|r| r.range.contains(key))
                 .and_then(|r| r.record.owner);
-            assert_eq!(app.shard, owner, "{}", app.key);
+            assert_eq!(item.shard, owner, "{}", item.key);
             *per_shard.entry(owner).or_insert(0u64) += 1;
         }
         let max = per_shard.values().copied().max().unwrap();
         assert!(max <= 115, "max {max} of a mean of 100: {per_shard:?}");
         // A planner that takes over moves nothing either.
-        let takeover = PlanMemory::of_current(&clusters, &apps, &members);
-        let p = plan(
-            &config,
-            &slicing,
-            &clusters,
-            &apps,
-            &members,
-            Some(&takeover),
-        )
-        .unwrap();
-        assert!(p.cluster_actions.is_empty(), "{:?}", p.cluster_actions);
-        assert!(p.app_labels.is_empty());
+        let takeover = PlanMemory::of_current(&units, &items, &members);
+        let p = plan(&config, &slicing, &units, &items, &members, Some(&takeover)).unwrap();
+        assert!(p.unit_actions.is_empty(), "{:?}", p.unit_actions);
+        assert!(p.item_labels.is_empty());
     }
 
     /// The first pass of sticky-balanced over the skewed fleet on four shards.
     fn first_pass(slicing: SliceConfig) -> Plan {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
-        let (clusters, apps) = skewed();
+        let (units, items) = skewed();
         plan(
             &config,
             &slicing,
-            &clusters,
-            &apps,
+            &units,
+            &items,
             &members(4, &[0, 1, 2, 3]),
             None,
         )
@@ -909,7 +892,7 @@ mod slicing_tests {
     fn slicing_off_places_the_hot_cluster_whole() {
         let p = first_pass(SliceConfig::disabled());
         assert!(
-            p.cluster_actions
+            p.unit_actions
                 .iter()
                 .all(|(_, a)| a.range() == KeyRange::WHOLE)
         );
@@ -920,7 +903,7 @@ mod slicing_tests {
     fn a_split_names_where_each_half_goes_and_apps_wait_for_it() {
         let p = first_pass(SliceConfig::enabled());
         let creates: Vec<&SliceAction> = p
-            .cluster_actions
+            .unit_actions
             .iter()
             .filter(|(k, _)| k.name == "hot")
             .map(|(_, a)| a)
@@ -942,7 +925,11 @@ mod slicing_tests {
             )),
             "some half is headed elsewhere"
         );
-        // Nobody has moved yet, so no app of the hot cluster changes label.
-        assert!(p.app_labels.iter().all(|l| !l.app.name.starts_with("hot")));
+        // Nobody has moved yet, so no item of the hot unit changes label.
+        assert!(
+            p.item_labels
+                .iter()
+                .all(|l| !l.item.name.starts_with("hot"))
+        );
     }
 }

@@ -1,8 +1,8 @@
-//! The handoff protocol on slices: one record per slice of a cluster, and how the planner cuts
-//! and merges them without two replicas ever working on the same app.
+//! The handoff protocol on slices: one record per slice of a unit, and how the planner cuts
+//! and merges them without two replicas ever working on the same item.
 //!
-//! Each slice has its own [`ClusterRecord`] (owner label, holder, epoch, drain annotations) and
-//! moves between shards exactly as a whole cluster does ([`planner_action`], [`OwnerMachine`]).
+//! Each slice has its own [`UnitRecord`] (owner label, holder, epoch, drain annotations) and
+//! moves between shards exactly as a whole unit does ([`planner_action`], [`OwnerMachine`]).
 //! A recut (a split or a merge) never moves anything. It happens inside one owner:
 //!
 //! ```text
@@ -17,34 +17,34 @@
 //!    overlapping records whose holder is live name the same shard and holder: a record is
 //!    created naming the one live holder of the records it overlaps (or nobody, when none is
 //!    live), and a record that overlaps another is never placed elsewhere.
-//! 2. **The deepest record decides.** An owner works on an app under the deepest record
-//!    containing the app's key in its view ([`deepest`]). After a split the children take new
+//! 2. **The deepest record decides.** An owner works on an item under the deepest record
+//!    containing the item's key in its view ([`deepest`]). After a split the children take new
 //!    work at once; after a merge the parts, retiring, hold new work back until they are deleted.
 //! 3. **Retire before delete.** A record whose owner is live is deleted only after that owner
 //!    acknowledged releasing it (no work in flight under it), exactly like a drain, so no work
 //!    started under it outlives it. A record whose holder is not live is deleted at once: that
 //!    incarnation fenced itself and never comes back.
 //! 4. **Coverage.** A record is retired only when other records cover every key of it, so that
-//!    every app always has a record (and, once assigned, an owner).
+//!    every item always has a record (and, once assigned, an owner).
 //!
 //! Retiring is written as a drain request to the owner's own shard, which the owner handles as
 //! any drain: stop new work, acknowledge when none is in flight.
 
 use shard_assign::{KeyRange, ShardId};
 
-use crate::drain::{ClusterRecord, Incarnation, PlannerAction, planner_action};
+use crate::drain::{Incarnation, PlannerAction, UnitRecord, planner_action};
 
 #[cfg(doc)]
 use crate::drain::OwnerMachine;
 
-/// The record of one slice of a cluster.
+/// The record of one slice of a unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SliceRecord {
     pub range: KeyRange,
-    pub record: ClusterRecord,
+    pub record: UnitRecord,
 }
 
-/// What the planner writes for the slices of one cluster.
+/// What the planner writes for the slices of one unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SliceAction {
     /// Create the record of a new slice, naming `owner` (shard and holder) or nobody. When the
@@ -80,14 +80,14 @@ impl SliceAction {
     }
 }
 
-impl ClusterRecord {
+impl UnitRecord {
     /// Whether the record is being retired by a recut (a drain to its own shard).
     pub fn retiring(&self) -> bool {
         self.owner.is_some() && self.drain_to == self.owner
     }
 }
 
-/// The deepest of `ranges` that contains `key`: the record an owner works on an app under.
+/// The deepest of `ranges` that contains `key`: the record an owner works on an item under.
 pub fn deepest(ranges: impl IntoIterator<Item = KeyRange>, key: u64) -> Option<KeyRange> {
     ranges
         .into_iter()
@@ -99,7 +99,7 @@ fn overlaps(a: KeyRange, b: KeyRange) -> bool {
     a.within(b) || b.within(a)
 }
 
-/// The planner's writes for one cluster whose slices are `records` (any order) and should be
+/// The planner's writes for one unit whose slices are `records` (any order) and should be
 /// `desired`: a tiling of the key space, each slice with the shard it should end on.
 /// `holder_of` gives the incarnation holding a shard's lease, `None` when it is not valid.
 pub fn slice_actions(
@@ -107,7 +107,7 @@ pub fn slice_actions(
     desired: &[(KeyRange, ShardId)],
     holder_of: impl Fn(ShardId) -> Option<Incarnation>,
 ) -> Vec<SliceAction> {
-    let live = |r: &ClusterRecord| match (r.owner, r.holder) {
+    let live = |r: &UnitRecord| match (r.owner, r.holder) {
         (Some(owner), Some(holder)) => holder_of(owner) == Some(holder),
         _ => false,
     };

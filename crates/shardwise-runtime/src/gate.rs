@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use shard_assign::KeyRange;
-use shardwise_handoff::drain::{ClusterRecord, OwnerEffect, OwnerId, OwnerMachine};
+use shardwise_handoff::drain::{OwnerEffect, OwnerId, OwnerMachine, UnitRecord};
 use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use shardwise_handoff::slices::deepest;
 
@@ -59,7 +59,7 @@ impl Gate {
         &self,
         unit: &ObjectKey,
         range: KeyRange,
-        record: Option<&ClusterRecord>,
+        record: Option<&UnitRecord>,
     ) -> Observed {
         let mut machines = self.machines();
         let ranges = machines.entry(unit.clone()).or_default();
@@ -160,7 +160,7 @@ impl Gate {
             .iter()
             .flat_map(|(unit, ranges)| {
                 ranges.keys().map(|&range| RecordKey {
-                    cluster: unit.clone(),
+                    unit: unit.clone(),
                     range,
                 })
             })
@@ -241,8 +241,8 @@ mod tests {
         ObjectKey::new("fleet", name)
     }
 
-    fn assigned(shard: u32, incarnation: u64, epoch: u64) -> ClusterRecord {
-        ClusterRecord {
+    fn assigned(shard: u32, incarnation: u64, epoch: u64) -> UnitRecord {
+        UnitRecord {
             owner: Some(shard),
             holder: Some(Incarnation(incarnation)),
             epoch,
@@ -277,7 +277,7 @@ mod tests {
         let gate = Gate::new(ME);
         gate.observe(&key("a"), W, Some(&assigned(1, 7, 3)));
         assert!(gate.begin(&key("a"), 1).is_some());
-        let draining = ClusterRecord {
+        let draining = UnitRecord {
             drain_to: Some(2),
             ..assigned(1, 7, 3)
         };
@@ -307,7 +307,7 @@ mod tests {
         assert_eq!(gate.begin(&key("a"), 1), Some(W));
         assert!(gate.reports_on(&key("a")));
         // The whole is retired: nothing new under it, and its drain waits for its own work.
-        let retiring = ClusterRecord {
+        let retiring = UnitRecord {
             drain_to: Some(1),
             ..assigned(1, 7, 1)
         };
@@ -325,7 +325,7 @@ mod tests {
         assert_eq!(
             gate.records(),
             BTreeSet::from([RecordKey {
-                cluster: key("a"),
+                unit: key("a"),
                 range: high
             }])
         );

@@ -86,9 +86,8 @@ mod sharded;
 pub mod slice;
 pub mod term;
 
-pub use metrics::Nouns;
 pub use objects::{Object, key_of};
 pub use replica::{RunError, run, run_until};
-pub use sharded::{Action, ContextOf, ObjectKind, Sharded, TermOf, UnitPlacement};
+pub use sharded::{Action, ContextOf, Nouns, ObjectKind, Sharded, TermOf, UnitPlacement};
 pub use shardwise_handoff::plan::ObjectKey;
 pub use term::{Term, TermContext};

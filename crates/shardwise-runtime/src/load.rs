@@ -336,31 +336,31 @@ impl LoadReport {
 /// reads back exactly.
 pub fn record_text(key: &RecordKey) -> String {
     if key.range == KeyRange::WHOLE {
-        key.cluster.to_string()
+        key.unit.to_string()
     } else {
-        format!("{}#{}", key.cluster, key.range)
+        format!("{}#{}", key.unit, key.range)
     }
 }
 
 /// Reads back [`record_text`]; `None` for anything it does not write.
 pub fn parse_record(text: &str) -> Option<RecordKey> {
-    let (unit, range) = match text.split_once('#') {
-        Some((unit, range)) => {
+    let (text, range) = match text.split_once('#') {
+        Some((text, range)) => {
             let range: KeyRange = range.parse().ok()?;
             // One spelling per record: the whole unit has no suffix.
-            (range != KeyRange::WHOLE).then_some((unit, range))?
+            (range != KeyRange::WHOLE).then_some((text, range))?
         }
         None => (text, KeyRange::WHOLE),
     };
     let valid = |part: &str| !part.is_empty() && !part.contains(['/', '#']);
-    let cluster = match unit.split_once('/') {
+    let unit = match text.split_once('/') {
         Some((namespace, name)) if valid(namespace) && valid(name) => {
             ObjectKey::new(namespace, name)
         }
-        None if valid(unit) => ObjectKey::new("", unit),
+        None if valid(text) => ObjectKey::new("", text),
         _ => return None,
     };
-    Some(RecordKey { cluster, range })
+    Some(RecordKey { unit, range })
 }
 
 /// A record's latest measurement, as the planner keeps it.
@@ -451,14 +451,14 @@ mod tests {
 
     fn record(name: &str) -> RecordKey {
         RecordKey {
-            cluster: ObjectKey::new("fleet", name),
+            unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE,
         }
     }
 
     fn slice(name: &str) -> RecordKey {
         RecordKey {
-            cluster: ObjectKey::new("fleet", name),
+            unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE.halves().unwrap().1,
         }
     }
@@ -590,15 +590,15 @@ mod tests {
             record("a"),
             slice("a"),
             RecordKey {
-                cluster: ObjectKey::new("", "cluster-scoped"),
+                unit: ObjectKey::new("", "cluster-scoped"),
                 range: KeyRange::WHOLE,
             },
             RecordKey {
-                cluster: ObjectKey::new("", "cluster-scoped"),
+                unit: ObjectKey::new("", "cluster-scoped"),
                 range: low.halves().unwrap().1,
             },
             RecordKey {
-                cluster: ObjectKey::new("ns", "b"),
+                unit: ObjectKey::new("ns", "b"),
                 range: low,
             },
         ];
@@ -693,7 +693,7 @@ mod tests {
         let long = "n".repeat(63);
         let many = (0..1000u32).map(|i| {
             let key = RecordKey {
-                cluster: ObjectKey::new(&long, format!("{}{i}", "c".repeat(240))),
+                unit: ObjectKey::new(&long, format!("{}{i}", "c".repeat(240))),
                 range: KeyRange::WHOLE.halves().unwrap().0,
             };
             (key, load(0.123_456 * f64::from(i), 123_456))
@@ -734,7 +734,7 @@ mod tests {
         let report = LoadReport::decode(extra).unwrap();
         assert_eq!(
             report.records[&RecordKey {
-                cluster: ObjectKey::new("", "a"),
+                unit: ObjectKey::new("", "a"),
                 range: KeyRange::WHOLE
             }],
             load(0.5, 2)

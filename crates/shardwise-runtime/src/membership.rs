@@ -263,7 +263,7 @@ mod tests {
 
     fn record(name: &str) -> RecordKey {
         RecordKey {
-            cluster: ObjectKey::new("fleet", name),
+            unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE,
         }
     }

@@ -13,16 +13,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Words for a controller's units and items, in metric names, labels, logs and the audit:
-/// `shardwise_owned_<units>`, `kind="<unit>"`. Lowercase, `[a-z_]`, so that every metric name
-/// they make is valid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Nouns {
-    pub unit: &'static str,
-    pub units: &'static str,
-    pub item: &'static str,
-    pub items: &'static str,
-}
+use crate::planner::decide::ShardFigures;
+use crate::sharded::Nouns;
 
 /// No labels: a family of one series that can be removed (planner-only metrics must vanish
 /// from replicas that are not the planner).
@@ -81,19 +73,6 @@ pub struct RequestLabels {
     pub target: &'static str,
     pub verb: &'static str,
     pub code: String,
-}
-
-/// What a plan gives one shard.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ShardFigures {
-    /// Units with at least one slice here.
-    pub units: u64,
-    /// Slices (a unit that is not cut is one).
-    pub slices: u64,
-    pub items: u64,
-    /// Units cut across several shards with a slice here: each costs this shard a cache of
-    /// the unit that another shard has too.
-    pub shared: u64,
 }
 
 /// The gauges of the latest plan.

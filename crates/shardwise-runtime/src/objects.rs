@@ -4,7 +4,7 @@
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use shardwise_handoff::drain::{ClusterRecord, Incarnation};
+use shardwise_handoff::drain::{Incarnation, UnitRecord};
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
     parse_shard,
@@ -41,7 +41,7 @@ pub fn key_of<K: kube::Resource>(object: &K) -> ObjectKey {
 }
 
 /// The placement record of a unit, from its labels and annotations.
-pub fn record_of<K: Resource>(unit: &K) -> ClusterRecord {
+pub fn record_of<K: Resource>(unit: &K) -> UnitRecord {
     let meta = unit.meta();
     let annotation = |key: &str| {
         meta.annotations
@@ -49,7 +49,7 @@ pub fn record_of<K: Resource>(unit: &K) -> ClusterRecord {
             .and_then(|a| a.get(key))
             .map(String::as_str)
     };
-    ClusterRecord {
+    UnitRecord {
         owner: meta
             .labels
             .as_ref()

@@ -15,7 +15,7 @@ use kube::{Api, Client, Resource};
 use kube_runtime::reflector;
 use kube_runtime::{WatchStreamExt, watcher};
 use shard_assign::KeyRange;
-use shardwise_handoff::drain::{ClusterRecord, OwnerEffect, OwnerId};
+use shardwise_handoff::drain::{OwnerEffect, OwnerId, UnitRecord};
 use shardwise_handoff::keys::{DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL};
 use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use shardwise_handoff::slices::deepest;
@@ -94,7 +94,7 @@ struct Owner<C: Sharded> {
     term: TermOf<C>,
     settings: OwnerSettings,
     /// The records of this shard's slices, as last seen.
-    slice_records: Mutex<BTreeMap<(ObjectKey, KeyRange), ClusterRecord>>,
+    slice_records: Mutex<BTreeMap<(ObjectKey, KeyRange), UnitRecord>>,
     /// What each record's reconciles cost this term.
     meter: Mutex<Meter>,
     load: watch::Sender<Annotations>,
@@ -108,7 +108,7 @@ impl<C: Sharded> Owner<C> {
         self: &Arc<Self>,
         key: &ObjectKey,
         range: KeyRange,
-        record: Option<&ClusterRecord>,
+        record: Option<&UnitRecord>,
         spec_changed: bool,
     ) {
         let observed = self.term.gate.observe(key, range, record);
@@ -193,7 +193,7 @@ impl<C: Sharded> Owner<C> {
     }
 
     /// Keeps (or, `None`, forgets) the record of a slice of this shard as last seen.
-    fn remember_slice(&self, key: &ObjectKey, range: KeyRange, record: Option<ClusterRecord>) {
+    fn remember_slice(&self, key: &ObjectKey, range: KeyRange, record: Option<UnitRecord>) {
         let mut records = self
             .slice_records
             .lock()
@@ -216,7 +216,7 @@ impl<C: Sharded> Owner<C> {
 
     /// The record of `range` of `key` as this term last saw it: the whole unit's from the
     /// units labelled with this shard, a slice's from its UnitSlice.
-    fn current_record(&self, key: &ObjectKey, range: KeyRange) -> Option<ClusterRecord> {
+    fn current_record(&self, key: &ObjectKey, range: KeyRange) -> Option<UnitRecord> {
         if range == KeyRange::WHOLE {
             self.term
                 .units
@@ -282,7 +282,7 @@ impl<C: Sharded> Owner<C> {
     ) -> BTreeMap<RecordKey, u64> {
         let mut by_unit: BTreeMap<&ObjectKey, Vec<&RecordKey>> = BTreeMap::new();
         for record in records {
-            by_unit.entry(&record.cluster).or_default().push(record);
+            by_unit.entry(&record.unit).or_default().push(record);
         }
         let mut shares = BTreeMap::new();
         for (unit, records) in by_unit {
@@ -312,10 +312,7 @@ impl<C: Sharded> Owner<C> {
     fn items_per_record(&self, records: &BTreeSet<RecordKey>) -> BTreeMap<RecordKey, u64> {
         let mut ranges: BTreeMap<&ObjectKey, Vec<KeyRange>> = BTreeMap::new();
         for record in records {
-            ranges
-                .entry(&record.cluster)
-                .or_default()
-                .push(record.range);
+            ranges.entry(&record.unit).or_default().push(record.range);
         }
         let mut counts = BTreeMap::new();
         for item in self.term.items.state() {
@@ -324,12 +321,7 @@ impl<C: Sharded> Owner<C> {
                 continue;
             };
             if let Some(range) = deepest(unit_ranges.iter().copied(), item_key(item.as_ref())) {
-                *counts
-                    .entry(RecordKey {
-                        cluster: unit,
-                        range,
-                    })
-                    .or_insert(0) += 1;
+                *counts.entry(RecordKey { unit, range }).or_insert(0) += 1;
             }
         }
         counts

@@ -670,23 +670,23 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
         let record = &write.record;
         match send::<C>(client, &write.write).await {
             Ok(()) => {
-                debug!(unit = %record.cluster, range = %record.range, action = ?write.action, "record updated");
+                debug!(unit = %record.unit, range = %record.range, action = ?write.action, "record updated");
                 if let Some(PlannerAction::Assign { shard, .. }) = write.placement() {
                     if record.range == KeyRange::WHOLE {
-                        info!(unit = %record.cluster, shard, "{} assigned", C::NOUNS.unit);
+                        info!(unit = %record.unit, shard, "{} assigned", C::NOUNS.unit);
                     } else {
-                        info!(unit = %record.cluster, range = %record.range, shard, "slice of {} assigned", C::NOUNS.unit);
+                        info!(unit = %record.unit, range = %record.range, shard, "slice of {} assigned", C::NOUNS.unit);
                     }
                 }
                 written.moves += u64::from(write.moves());
                 written.records.insert(record.clone());
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                debug!(unit = %record.cluster, range = %record.range, "record changed under the planner; next pass retries");
+                debug!(unit = %record.unit, range = %record.range, "record changed under the planner; next pass retries");
                 planner.trigger.notify_one();
             }
             Err(e) => {
-                warn!(unit = %record.cluster, range = %record.range, error = %e, "could not write record");
+                warn!(unit = %record.unit, range = %record.range, error = %e, "could not write record");
                 planner.trigger.notify_one();
             }
         }

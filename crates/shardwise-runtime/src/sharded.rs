@@ -12,7 +12,6 @@ use std::time::Duration;
 use shard_assign::ShardId;
 use shardwise_handoff::plan::ObjectKey;
 
-use crate::metrics::Nouns;
 use crate::objects::Object;
 use crate::term::{Term, TermContext};
 
@@ -197,4 +196,15 @@ pub trait Sharded: Send + Sync + Sized + 'static {
         let _ = (kind, reason);
         None
     }
+}
+
+/// Words for a controller's units and items, in metric names, labels, logs and the audit:
+/// `shardwise_owned_<units>`, `kind="<unit>"`. Lowercase, `[a-z_]`, so that every metric name
+/// they make is valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nouns {
+    pub unit: &'static str,
+    pub units: &'static str,
+    pub item: &'static str,
+    pub items: &'static str,
 }

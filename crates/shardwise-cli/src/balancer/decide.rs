@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use shard_assign::{
     AssignError, Cluster, PreviousPlacement, ShardId, ShardSet, StrategyConfig, assign,
 };
-use shardwise_runtime::metrics::ShardFigures;
+use shardwise_runtime::planner::decide::ShardFigures;
 
 use crate::fleet::LiveFleet;
 use crate::fleet::argocd::{self, PinTarget};

@@ -10,10 +10,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use shard_assign::{StrategyConfig, StrategyKind};
 use shardwise_handoff::lease::LeaseTiming;
+use shardwise_runtime::Nouns;
 use shardwise_runtime::http::{self, MetricsAccess, auth::KubeReviewer};
 use shardwise_runtime::lease::{self, Fence, Holding, LeaseSpecification};
 use shardwise_runtime::metrics::{
-    MemberLabels, Metrics, Nouns, PlanGauges, ShardLabels, StrategyLabels, Telemetry,
+    MemberLabels, Metrics, PlanGauges, ShardLabels, StrategyLabels, Telemetry,
 };
 use shardwise_runtime::owner::Readiness;
 use tokio::sync::watch;

@@ -13,7 +13,7 @@ use serde::Serialize;
 use shard_assign::{Hysteresis, ShardSet, StrategyConfig};
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::keys::{LOAD_ANNOTATION, SHARD_LABEL, SLICES_LABEL, parse_shard};
-use shardwise_handoff::plan::{ClusterView, ObjectKey, RecordKey};
+use shardwise_handoff::plan::{ObjectKey, RecordKey, UnitView};
 use shardwise_runtime::load::MeasuredLoads;
 use shardwise_runtime::membership::LeaseLoads;
 use shardwise_runtime::objects::{key_of, record_of};
@@ -155,7 +155,7 @@ pub(crate) fn weigh(
         let (mut unit_busy, mut unit_items) = (0.0, 0u64);
         for record in view.records() {
             let key = RecordKey {
-                cluster: view.key.clone(),
+                unit: view.key.clone(),
                 range: record.range,
             };
             if let Some(m) = reports.loads.get(&key) {
@@ -190,7 +190,7 @@ pub(crate) fn weigh(
 
 /// The FleetClusters as the planner's index sees them: not being deleted, with the records of
 /// the UnitSlices made for them (same name and UID).
-fn views(clusters: &[FleetCluster], slices: &[UnitSlice]) -> Vec<ClusterView> {
+fn views(clusters: &[FleetCluster], slices: &[UnitSlice]) -> Vec<UnitView> {
     let mut records: BTreeMap<(ObjectKey, String), Vec<_>> = BTreeMap::new();
     for slice in slices {
         let entry = SliceEntry::of(slice);
@@ -207,7 +207,7 @@ fn views(clusters: &[FleetCluster], slices: &[UnitSlice]) -> Vec<ClusterView> {
         .map(|c| {
             let key = key_of(c);
             let uid = c.uid().unwrap_or_default();
-            ClusterView {
+            UnitView {
                 slices: records
                     .remove(&(key.clone(), uid.clone()))
                     .unwrap_or_default(),

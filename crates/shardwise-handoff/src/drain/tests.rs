@@ -10,7 +10,7 @@ fn incarnation(shard: ShardId, generation: u64) -> Incarnation {
     Incarnation(u64::from(shard) * 10 + generation)
 }
 
-fn records() -> Vec<ClusterRecord> {
+fn records() -> Vec<UnitRecord> {
     let mut all = Vec::new();
     for owner in [None, Some(0), Some(1), Some(2)] {
         let holders: Vec<Option<Incarnation>> = match owner {
@@ -25,7 +25,7 @@ fn records() -> Vec<ClusterRecord> {
                         drained.push(Some(epoch - 1));
                     }
                     for drained_epoch in drained {
-                        all.push(ClusterRecord {
+                        all.push(UnitRecord {
                             owner,
                             holder,
                             epoch,
@@ -107,7 +107,7 @@ fn planner_never_takes_a_cluster_from_a_live_owner_that_has_not_released_it() {
 #[test]
 fn planner_decisions_table() {
     let all = |s: ShardId| Some(incarnation(s, 1));
-    let rec = |owner: Option<ShardId>, drain_to, drained_epoch| ClusterRecord {
+    let rec = |owner: Option<ShardId>, drain_to, drained_epoch| UnitRecord {
         owner,
         holder: owner.map(|o| incarnation(o, 1)),
         epoch: 4,
@@ -140,13 +140,13 @@ fn planner_decisions_table() {
             "{record:?} -> {desired}"
         );
     }
-    // A dead owner's cluster moves at once.
+    // A dead owner's unit moves at once.
     assert_eq!(
         planner_action(&rec(Some(0), Some(1), None), 1, |s| (s != 0)
             .then(|| incarnation(s, 1))),
         assign(1)
     );
-    // A restarted owner (same shard, new incarnation) gets its cluster back under a new
+    // A restarted owner (same shard, new incarnation) gets its unit back under a new
     // epoch; the old incarnation has stopped, as it no longer holds the lease.
     let restarted = |s: ShardId| Some(incarnation(s, if s == 0 { 2 } else { 1 }));
     assert_eq!(
@@ -166,7 +166,7 @@ fn planner_decisions_table() {
 }
 
 /// Applies a planner action to the record, as the API server would.
-pub(crate) fn apply(record: &mut ClusterRecord, action: PlannerAction) {
+pub(crate) fn apply(record: &mut UnitRecord, action: PlannerAction) {
     match action {
         PlannerAction::Keep => {}
         PlannerAction::Assign {
@@ -174,7 +174,7 @@ pub(crate) fn apply(record: &mut ClusterRecord, action: PlannerAction) {
             holder,
             epoch,
         } => {
-            *record = ClusterRecord {
+            *record = UnitRecord {
                 owner: Some(shard),
                 holder: Some(holder),
                 epoch,
@@ -229,7 +229,7 @@ fn planner_and_a_cooperative_owner_converge_on_every_desired_shard() {
 
 #[derive(Clone, Copy, Debug)]
 enum Event {
-    Observe(Option<ClusterRecord>),
+    Observe(Option<UnitRecord>),
     Begin,
     End,
     AckWritten(u64),
@@ -257,7 +257,7 @@ fn owner_machine_invariants_hold_for_every_event_sequence() {
         (Some(1), Some(incarnation(1, 1))),
     ] {
         let epoch = if holder == Some(me.incarnation) { 5 } else { 3 };
-        alphabet.push(Event::Observe(Some(ClusterRecord {
+        alphabet.push(Event::Observe(Some(UnitRecord {
             owner,
             holder,
             epoch,
@@ -285,7 +285,7 @@ fn owner_machine_invariants_hold_for_every_event_sequence() {
     }
     for sequence in sequences {
         let mut m = OwnerMachine::new();
-        let mut last: Option<ClusterRecord> = None;
+        let mut last: Option<UnitRecord> = None;
         let mut acked: Option<u64> = None;
         for event in &sequence {
             let effect = match *event {
@@ -301,7 +301,7 @@ fn owner_machine_invariants_hold_for_every_event_sequence() {
                 Event::Begin => {
                     let admitted = m.begin();
                     if admitted {
-                        let r = last.expect("work only starts on an observed cluster");
+                        let r = last.expect("work only starts on an observed unit");
                         assert!(r.names(me), "{sequence:?}");
                         assert!(r.drain_to.is_none() && !r.released(), "{sequence:?}");
                         assert!(
@@ -360,7 +360,7 @@ mod model {
         incarnation: Incarnation,
         machine: OwnerMachine,
         /// Versions of the record not yet delivered by the watch, in order.
-        inbox: Vec<ClusterRecord>,
+        inbox: Vec<UnitRecord>,
         /// Not running after fencing or stopping, until restarted as a new incarnation.
         running: bool,
         pending_ack: Option<u64>,
@@ -393,14 +393,14 @@ mod model {
     /// The whole system: the record on the API server, the leases, the planner and replicas.
     #[derive(Clone, Debug)]
     struct World {
-        record: ClusterRecord,
+        record: UnitRecord,
         replicas: Vec<Replica>,
         /// The lease of each shard on the server: the incarnation holding it, if valid.
         leases: Vec<Option<Incarnation>>,
         /// The planner's view of the leases, refreshed only when it looks again.
         seen: Vec<Option<Incarnation>>,
         /// A decision taken, not yet written: the record it was based on, and the action.
-        pending: Option<(ClusterRecord, PlannerAction)>,
+        pending: Option<(UnitRecord, PlannerAction)>,
     }
 
     impl World {
@@ -416,7 +416,7 @@ mod model {
                 })
                 .collect();
             Self {
-                record: ClusterRecord::default(),
+                record: UnitRecord::default(),
                 leases: replicas.iter().map(|r| Some(r.incarnation)).collect(),
                 replicas,
                 seen: vec![None, None],
@@ -540,8 +540,8 @@ mod model {
     }
 
     /// The interleaving the end-to-end rolling restart found: shard 0 stops, the planner sees
-    /// its lease released and decides to give its cluster to shard 1; meanwhile shard 0
-    /// restarts, lists the cluster still labelled 0, and would start on it just before the
+    /// its lease released and decides to give its unit to shard 1; meanwhile shard 0
+    /// restarts, lists the unit still labelled 0, and would start on it just before the
     /// planner's write lands.
     #[test]
     fn a_restarted_replica_does_not_work_on_a_cluster_being_given_away() {

@@ -1,6 +1,6 @@
 //! Splits and merges with cooperative owners, and a randomized model of planner, owners,
 //! restarts, partitions (undelivered watches, unwritten acknowledgements), fencing and recuts
-//! that checks, per app: never do two replicas work on it at once, it always has a slice, and
+//! that checks, per item: never do two replicas work on it at once, it always has a slice, and
 //! a calm period brings every slice to its owner.
 
 use std::collections::BTreeMap;
@@ -31,8 +31,8 @@ fn layouts() -> Vec<Vec<(KeyRange, ShardId)>> {
     ]
 }
 
-/// One app in each quarter of the key space.
-const APPS: [u64; 4] = [
+/// One item in each quarter of the key space.
+const ITEMS: [u64; 4] = [
     0x1000_0000_0000_0000,
     0x5000_0000_0000_0000,
     0x9000_0000_0000_0000,
@@ -41,7 +41,7 @@ const APPS: [u64; 4] = [
 
 #[derive(Clone, Copy, Debug)]
 enum Event {
-    Upsert(KeyRange, ClusterRecord),
+    Upsert(KeyRange, UnitRecord),
     Remove(KeyRange),
 }
 
@@ -52,9 +52,9 @@ struct Replica {
     running: bool,
     /// Watch events not delivered yet, in order (a partition delays them).
     inbox: Vec<Event>,
-    view: BTreeMap<KeyRange, ClusterRecord>,
+    view: BTreeMap<KeyRange, UnitRecord>,
     machines: BTreeMap<KeyRange, OwnerMachine>,
-    /// Work in flight: the app and the record it was admitted under.
+    /// Work in flight: the item and the record it was admitted under.
     in_flight: Vec<(usize, KeyRange)>,
     /// Acknowledgements to write: the record and its epoch.
     acks: Vec<(KeyRange, u64)>,
@@ -110,7 +110,7 @@ type Write = (SliceAction, Option<u64>);
 #[derive(Clone, Debug)]
 struct World {
     /// The records on the API server, with a version bumped on every write.
-    server: BTreeMap<KeyRange, (ClusterRecord, u64)>,
+    server: BTreeMap<KeyRange, (UnitRecord, u64)>,
     version: u64,
     replicas: Vec<Replica>,
     leases: Vec<Option<Incarnation>>,
@@ -144,12 +144,12 @@ impl World {
             pending: Vec::new(),
             target: 0,
         };
-        // The cluster before any cut: one unassigned record.
-        world.set(KeyRange::WHOLE, Some(ClusterRecord::default()));
+        // The unit before any cut: one unassigned record.
+        world.set(KeyRange::WHOLE, Some(UnitRecord::default()));
         world
     }
 
-    fn set(&mut self, range: KeyRange, record: Option<ClusterRecord>) {
+    fn set(&mut self, range: KeyRange, record: Option<UnitRecord>) {
         self.version += 1;
         let event = match record {
             Some(record) => {
@@ -173,11 +173,11 @@ impl World {
             .collect()
     }
 
-    /// Replicas with work in flight on `app`.
-    fn working_on(&self, app: usize) -> usize {
+    /// Replicas with work in flight on `item`.
+    fn working_on(&self, item: usize) -> usize {
         self.replicas
             .iter()
-            .filter(|r| r.in_flight.iter().any(|&(a, _)| a == app))
+            .filter(|r| r.in_flight.iter().any(|&(a, _)| a == item))
             .count()
     }
 
@@ -199,7 +199,7 @@ impl World {
                 },
                 None,
             ) => {
-                let record = ClusterRecord {
+                let record = UnitRecord {
                     owner: owner.map(|o| o.0),
                     holder: owner.map(|o| o.1),
                     epoch,
@@ -278,16 +278,16 @@ impl World {
                     }
                 }
             }
-            Step::Begin(i, app) => {
+            Step::Begin(i, item) => {
                 let r = &mut self.replicas[i];
                 if !r.running {
                     return;
                 }
-                let Some(range) = deepest(r.view.keys().copied(), APPS[app]) else {
+                let Some(range) = deepest(r.view.keys().copied(), ITEMS[item]) else {
                     return;
                 };
                 if r.machines.entry(range).or_default().begin() {
-                    r.in_flight.push((app, range));
+                    r.in_flight.push((item, range));
                 }
             }
             Step::End(i) => {
@@ -452,8 +452,8 @@ fn a_split_creates_both_halves_on_the_owner_before_the_whole_is_retired() {
     );
 }
 
-/// The owner started work on an app under the whole cluster; the cluster is split and the
-/// app's half given to shard 1. Shard 1 may start on the app only once that work has ended.
+/// The owner started work on an item under the whole unit; the unit is split and the
+/// item's half given to shard 1. Shard 1 may start on the item only once that work has ended.
 #[test]
 fn work_under_a_slice_that_was_cut_ends_before_its_half_moves() {
     use Step::*;
@@ -511,7 +511,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => who.clone().prop_map(Step::PlannerSees),
         2 => who.clone().prop_map(Step::Deliver),
         3 => who.clone().prop_map(Step::DeliverAll),
-        3 => (who.clone(), 0..APPS.len()).prop_map(|(i, app)| Step::Begin(i, app)),
+        3 => (who.clone(), 0..ITEMS.len()).prop_map(|(i, item)| Step::Begin(i, item)),
         1 => who.clone().prop_map(Step::End),
         3 => who.clone().prop_map(Step::WriteAck),
         1 => who.clone().prop_map(Step::Fence),
@@ -529,23 +529,23 @@ proptest! {
         start in 0..layouts().len(),
         steps in prop::collection::vec(step(), 1..160),
     ) {
-        // A settled fleet whose owners are busy on every app they own, so that work started
+        // A settled fleet whose owners are busy on every item they own, so that work started
         // under one cut is still in flight while the next one is made.
         let mut world = World::new();
         world.settle(start, 8);
-        for app in 0..APPS.len() {
+        for item in 0..ITEMS.len() {
             for i in 0..2 {
-                world.step(Step::Begin(i, app));
+                world.step(Step::Begin(i, item));
             }
         }
         for step in steps {
             world.step(step);
-            for (app, &key) in APPS.iter().enumerate() {
-                prop_assert!(world.working_on(app) <= 1, "app {app} after {step:?}: {world:?}");
-                // Every app always has a record (a slice that can be given an owner).
+            for (item, &key) in ITEMS.iter().enumerate() {
+                prop_assert!(world.working_on(item) <= 1, "item {item} after {step:?}: {world:?}");
+                // Every item always has a record (a slice that can be given an owner).
                 prop_assert!(
                     world.server.keys().any(|r| r.contains(key)),
-                    "app {app} has no slice after {step:?}: {world:?}"
+                    "item {item} has no slice after {step:?}: {world:?}"
                 );
             }
         }

@@ -42,7 +42,7 @@ async fn gated<C: Sharded, T>(
         .audit
         .start(&unit.to_string(), range, kind, &key.to_string());
     let record = RecordKey {
-        cluster: unit.clone(),
+        unit: unit.clone(),
         range,
     };
     let running = owner.meter().begin(record, Instant::now());

@@ -120,7 +120,18 @@ impl ItemWrite {
     }
 }
 
-pub use crate::metrics::ShardFigures;
+/// What a plan gives one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardFigures {
+    /// Units with at least one slice here.
+    pub units: u64,
+    /// Slices (a unit that is not cut is one).
+    pub slices: u64,
+    pub items: u64,
+    /// Units cut across several shards with a slice here: each costs this shard a cache of
+    /// the unit that another shard has too.
+    pub shared: u64,
+}
 
 /// The figures of a plan, for the metrics.
 #[derive(Clone, Debug, PartialEq)]
@@ -208,10 +219,10 @@ fn record_write(
     action: SliceAction,
     layout: &[(KeyRange, ShardId)],
 ) -> Option<Write> {
-    let unit = index.unit(&record.cluster)?;
+    let unit = index.unit(&record.unit)?;
     let identity = |shard: Option<ShardId>| shard.and_then(|s| membership.identity(s));
     if record.range == KeyRange::WHOLE {
-        let key = record.cluster.clone();
+        let key = record.unit.clone();
         let version = unit.resource_version.as_deref();
         let metadata = match action {
             SliceAction::Place { action, .. } => {
@@ -258,11 +269,11 @@ fn record_write(
             patch: conditioned(metadata, version),
         });
     }
-    let existing = index.slice(&record.cluster, record.range);
+    let existing = index.slice(&record.unit, record.range);
     let version = existing.and_then(|s| s.resource_version.as_deref());
     let key = ObjectKey::new(
         rules.namespace,
-        slice_name(rules.statefulset, &record.cluster, record.range),
+        slice_name(rules.statefulset, &record.unit, record.range),
     );
     match action {
         SliceAction::Create {
@@ -273,7 +284,7 @@ fn record_write(
         } => {
             let mut slice = UnitSlice::new(
                 &key.name,
-                UnitSliceSpec::new(&record.cluster, &unit.view.uid, range),
+                UnitSliceSpec::new(&record.unit, &unit.view.uid, range),
             );
             slice.metadata.namespace = Some(key.namespace);
             let mut labels =
@@ -348,21 +359,21 @@ pub fn decide(
     let no_layout = Vec::new();
     let mut record_writes = Vec::new();
     let mut written_units = BTreeSet::new();
-    for (cluster, action) in &plan.cluster_actions {
+    for (unit_key, action) in &plan.unit_actions {
         let record = RecordKey {
-            cluster: cluster.clone(),
+            unit: unit_key.clone(),
             range: action.range(),
         };
-        let layout = plan.layouts.get(cluster).unwrap_or(&no_layout);
+        let layout = plan.layouts.get(unit_key).unwrap_or(&no_layout);
         if let Some(write) = record_write(rules, index, membership, &record, *action, layout) {
             if record.range == KeyRange::WHOLE {
-                written_units.insert(cluster.clone());
+                written_units.insert(unit_key.clone());
             }
             let owner_before = if record.range == KeyRange::WHOLE {
-                index.unit(cluster).and_then(|u| u.view.record.owner)
+                index.unit(unit_key).and_then(|u| u.view.record.owner)
             } else {
                 index
-                    .slice(cluster, record.range)
+                    .slice(unit_key, record.range)
                     .and_then(|s| s.record)
                     .and_then(|r| r.record.owner)
             };
@@ -377,11 +388,11 @@ pub fn decide(
     let mut other_writes = Vec::new();
     // Cut units show their slices; a unit whose whole record is written this pass shows them
     // with that write (a second write would fail on the version).
-    for (cluster, layout) in &plan.layouts {
-        let Some(unit) = index.unit(cluster) else {
+    for (unit_key, layout) in &plan.layouts {
+        let Some(unit) = index.unit(unit_key) else {
             continue;
         };
-        if !unit.view.cut || written_units.contains(cluster) {
+        if !unit.view.cut || written_units.contains(unit_key) {
             continue;
         }
         let show = shown(layout);
@@ -391,7 +402,7 @@ pub fn decide(
                 "annotations": {SLICE_SHARDS_ANNOTATION: show.shards},
             });
             other_writes.push(Write::Unit {
-                key: cluster.clone(),
+                key: unit_key.clone(),
                 patch: conditioned(metadata, unit.resource_version.as_deref()),
             });
         }
@@ -407,14 +418,14 @@ pub fn decide(
         .filter_map(|item| Some((&item.key, item.shard?)))
         .collect();
     let item_writes = plan
-        .app_labels
+        .item_labels
         .iter()
         .map(|label| ItemWrite {
-            key: label.app.clone(),
+            key: label.item.clone(),
             shard: label.shard,
             after: label.after.clone(),
             patch: item_patch(label.shard),
-            shard_before: labels_before.get(&label.app).copied(),
+            shard_before: labels_before.get(&label.item).copied(),
         })
         .collect();
     let figures = figures(rules.strategy, &plan);
@@ -445,8 +456,8 @@ fn figures(strategy: &StrategyConfig, plan: &Plan) -> Figures {
             (shard, figures)
         })
         .collect();
-    for cluster in sliced.units.keys() {
-        let on = sliced.shards_of(cluster);
+    for unit_key in sliced.units.keys() {
+        let on = sliced.shards_of(unit_key);
         let shared = u64::from(on.len() > 1);
         for shard in on {
             let figures = shards.entry(shard).or_default();
@@ -525,7 +536,7 @@ mod tests {
             let Write::Unit { key, patch } = &write.write else {
                 panic!("{write:?}");
             };
-            assert_eq!(key, &write.record.cluster);
+            assert_eq!(key, &write.record.unit);
             let metadata = &patch["metadata"];
             assert_eq!(metadata["labels"][SHARD_LABEL], shard.to_string());
             assert_eq!(metadata["annotations"][HOLDER_ANNOTATION], identity(shard));
@@ -537,7 +548,7 @@ mod tests {
                 .after
                 .as_ref()
                 .expect("a label that follows a new owner");
-            assert!(write.key.name.starts_with(&unit.cluster.name));
+            assert!(write.key.name.starts_with(&unit.unit.name));
             assert_eq!(unit.range, KeyRange::WHOLE);
             assert_eq!(write.patch, item_patch(write.shard));
         }
@@ -575,7 +586,7 @@ mod tests {
             .record_writes
             .iter()
             .filter(|w| w.moves())
-            .map(|w| w.record.cluster.name.as_str())
+            .map(|w| w.record.unit.name.as_str())
             .collect();
         assert_eq!(moved, ["b"], "{:?}", decision.record_writes);
         let moved: Vec<&str> = decision
@@ -594,7 +605,7 @@ mod tests {
             decision
                 .record_writes
                 .iter()
-                .any(|w| w.record.cluster.name == "b"
+                .any(|w| w.record.unit.name == "b"
                     && matches!(w.placement(), Some(PlannerAction::Assign { shard: 1, .. }))),
             "{:?}",
             decision.record_writes
@@ -644,7 +655,7 @@ mod tests {
         let drain = decision
             .record_writes
             .iter()
-            .find(|w| w.record.cluster.name == "b")
+            .find(|w| w.record.unit.name == "b")
             .expect("b is written");
         assert_eq!(
             drain.placement(),
@@ -684,7 +695,7 @@ mod tests {
             .iter()
             .map(|&(name, busy, items)| {
                 let key = RecordKey {
-                    cluster: ObjectKey::new("fleet", name),
+                    unit: ObjectKey::new("fleet", name),
                     range: KeyRange::WHOLE,
                 };
                 (key, RecordLoad::new(busy, items))
@@ -706,7 +717,7 @@ mod tests {
             .filter_map(|w| match w.placement() {
                 Some(
                     PlannerAction::Assign { shard: to, .. } | PlannerAction::RequestDrain { to },
-                ) => Some((w.record.cluster.name.clone(), to)),
+                ) => Some((w.record.unit.name.clone(), to)),
                 _ => None,
             })
             .collect()
@@ -821,7 +832,7 @@ mod tests {
                 .into_iter()
                 .map(|name| {
                     let key = RecordKey {
-                        cluster: ObjectKey::new("fleet", name),
+                        unit: ObjectKey::new("fleet", name),
                         range: KeyRange::WHOLE,
                     };
                     (key, RecordLoad::new(1.0, 12))
@@ -833,7 +844,7 @@ mod tests {
             for range in ranges {
                 let items = keys.iter().filter(|&&k| range.contains(k)).count() as u64;
                 let key = RecordKey {
-                    cluster: ObjectKey::new("fleet", "slow"),
+                    unit: ObjectKey::new("fleet", "slow"),
                     range,
                 };
                 let busy = slow_busy * items as f64 / 12.0;
@@ -950,7 +961,7 @@ mod tests {
         let creates: Vec<&RecordWrite> = first
             .record_writes
             .iter()
-            .filter(|w| w.record.cluster.name == "hot")
+            .filter(|w| w.record.unit.name == "hot")
             .collect();
         assert!(creates.len() >= 2, "{creates:?}");
         for write in &creates {
@@ -971,7 +982,7 @@ mod tests {
             assert_eq!(slice.spec.key_range(), Some(write.record.range));
             assert_eq!(
                 slice.metadata.name.as_deref(),
-                Some(slice_name("shardwise", &write.record.cluster, write.record.range).as_str())
+                Some(slice_name("shardwise", &write.record.unit, write.record.range).as_str())
             );
         }
         assert!(
@@ -1000,7 +1011,7 @@ mod tests {
             .find(|w| {
                 w.record
                     == RecordKey {
-                        cluster: ObjectKey::new("fleet", "hot"),
+                        unit: ObjectKey::new("fleet", "hot"),
                         range: KeyRange::WHOLE,
                     }
             })
@@ -1026,7 +1037,7 @@ mod tests {
         let delete = third
             .record_writes
             .iter()
-            .find(|w| w.record.range == KeyRange::WHOLE && w.record.cluster.name == "hot")
+            .find(|w| w.record.range == KeyRange::WHOLE && w.record.unit.name == "hot")
             .expect("the whole record is deleted");
         assert_eq!(
             delete.action,

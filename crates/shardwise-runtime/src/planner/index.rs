@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use kube::Resource;
 use shard_assign::KeyRange;
 use shardwise_handoff::keys::{SHARD_LABEL, SLICE_SHARDS_ANNOTATION, SLICES_LABEL, parse_shard};
-use shardwise_handoff::plan::{AppView, ClusterView, ObjectKey};
+use shardwise_handoff::plan::{ItemView, ObjectKey, UnitView};
 use shardwise_handoff::slices::SliceRecord;
 
 use crate::objects::{key_of, record_of};
@@ -28,7 +28,7 @@ pub struct Shown {
 /// A unit as the planner keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnitEntry {
-    pub view: ClusterView,
+    pub view: UnitView,
     /// The version the planner's writes to it are conditioned on.
     pub resource_version: Option<String>,
     /// Being deleted: left out of planning.
@@ -48,7 +48,7 @@ impl UnitEntry {
             .as_ref()
             .and_then(|a| a.get(SLICE_SHARDS_ANNOTATION));
         Self {
-            view: ClusterView {
+            view: UnitView {
                 key: key_of(unit),
                 uid: meta.uid.clone().unwrap_or_default(),
                 pin: placement.pin,
@@ -104,12 +104,12 @@ impl SliceEntry {
 }
 
 /// What placement needs of `item`: its unit and its shard label.
-pub fn item_view<C: Sharded>(item: &C::Item) -> AppView {
+pub fn item_view<C: Sharded>(item: &C::Item) -> ItemView {
     let meta = item.meta();
-    AppView {
+    ItemView {
         key: key_of(item),
         uid: meta.uid.clone().unwrap_or_default(),
-        cluster: C::unit_of(item),
+        unit: C::unit_of(item),
         shard: meta
             .labels
             .as_ref()
@@ -173,7 +173,7 @@ impl<T: Clone> Listed<T> {
 #[derive(Debug, Default)]
 pub struct Index {
     units: Listed<UnitEntry>,
-    items: Listed<AppView>,
+    items: Listed<ItemView>,
     slices: Listed<SliceEntry>,
     /// UnitSlices cannot be listed (their CRD is not installed): nothing is cut.
     slices_unavailable: bool,
@@ -207,7 +207,7 @@ impl Index {
         self.units.relist_done()
     }
 
-    pub fn apply_item(&mut self, view: AppView) -> bool {
+    pub fn apply_item(&mut self, view: ItemView) -> bool {
         self.items.apply(view.key.clone(), view, PartialEq::eq)
     }
 
@@ -219,7 +219,7 @@ impl Index {
         self.items.relist();
     }
 
-    pub fn relisted_item(&mut self, view: AppView) {
+    pub fn relisted_item(&mut self, view: ItemView) {
         self.items.relisted(view.key.clone(), view);
     }
 
@@ -289,7 +289,7 @@ impl Index {
 
     /// Units to place (not being deleted, with the records of their slices) and every item,
     /// in key order.
-    pub fn views(&self) -> (Vec<ClusterView>, Vec<AppView>) {
+    pub fn views(&self) -> (Vec<UnitView>, Vec<ItemView>) {
         let items = self.items.current.values().cloned().collect();
         (self.unit_views(), items)
     }
@@ -298,13 +298,13 @@ impl Index {
     pub fn item_counts(&self) -> BTreeMap<ObjectKey, u64> {
         let mut counts = BTreeMap::new();
         for item in self.items.current.values() {
-            *counts.entry(item.cluster.clone()).or_default() += 1;
+            *counts.entry(item.unit.clone()).or_default() += 1;
         }
         counts
     }
 
     /// Units to place, as in [`Index::views`].
-    pub fn unit_views(&self) -> Vec<ClusterView> {
+    pub fn unit_views(&self) -> Vec<UnitView> {
         let mut slices: BTreeMap<&ObjectKey, Vec<SliceRecord>> = BTreeMap::new();
         for slice in self.slices.current.values() {
             if let Some(record) = slice.record
@@ -317,7 +317,7 @@ impl Index {
             .current
             .values()
             .filter(|u| !u.deleting)
-            .map(|u| ClusterView {
+            .map(|u| UnitView {
                 slices: slices.remove(&u.view.key).unwrap_or_default(),
                 ..u.view.clone()
             })
@@ -352,7 +352,7 @@ impl Index {
 #[cfg(test)]
 pub(super) mod fixtures {
     use shard_assign::ShardId;
-    use shardwise_handoff::drain::{ClusterRecord, Incarnation};
+    use shardwise_handoff::drain::{Incarnation, UnitRecord};
     use shardwise_handoff::plan::Membership;
 
     use super::*;
@@ -372,12 +372,12 @@ pub(super) mod fixtures {
     /// epoch 1.
     pub fn unit(name: &str, owner: Option<ShardId>) -> UnitEntry {
         UnitEntry {
-            view: ClusterView {
+            view: UnitView {
                 key: ObjectKey::new("fleet", name),
                 uid: format!("uid-{name}"),
                 pin: None,
                 weight: None,
-                record: ClusterRecord {
+                record: UnitRecord {
                     owner,
                     holder: owner.map(|s| Incarnation::of_identity(&identity(s))),
                     epoch: 1,
@@ -392,11 +392,11 @@ pub(super) mod fixtures {
         }
     }
 
-    pub fn item(name: &str, unit: &str, shard: Option<ShardId>) -> AppView {
-        AppView {
+    pub fn item(name: &str, unit: &str, shard: Option<ShardId>) -> ItemView {
+        ItemView {
             key: ObjectKey::new("fleet", name),
             uid: format!("uid-{name}"),
-            cluster: ObjectKey::new("fleet", unit),
+            unit: ObjectKey::new("fleet", unit),
             shard,
         }
     }

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use shard_assign::{Balance, Hysteresis, Ratio, ShardId, ShardSet, SlicedAssignment};
-use shardwise_handoff::plan::{ClusterView, ObjectKey, RecordKey};
+use shardwise_handoff::plan::{ObjectKey, RecordKey, UnitView};
 
 use crate::load::MeasuredLoads;
 
@@ -135,7 +135,7 @@ impl MeasuredModel {
     /// (the others react to a change of the fleet, and move only what it forces).
     pub fn pass(
         &mut self,
-        units: &[ClusterView],
+        units: &[UnitView],
         items: &BTreeMap<ObjectKey, u64>,
         measured: &MeasuredLoads,
         live: &ShardSet,
@@ -182,14 +182,14 @@ impl MeasuredModel {
 
     /// Smooths each unit's busy per item with what the owners report now. A unit with a spec
     /// weight, or no longer there, is forgotten; one without a measurement keeps its estimate.
-    fn observe(&mut self, units: &[ClusterView], measured: &MeasuredLoads, now: Instant) {
+    fn observe(&mut self, units: &[UnitView], measured: &MeasuredLoads, now: Instant) {
         let mut kept = BTreeSet::new();
         for unit in units.iter().filter(|u| u.weight.is_none()) {
             kept.insert(unit.uid.as_str());
             let (mut busy, mut items, mut bytes) = (0.0, 0u64, Some(0u64));
             for record in unit.records() {
                 let key = RecordKey {
-                    cluster: unit.key.clone(),
+                    unit: unit.key.clone(),
                     range: record.range,
                 };
                 if let Some(m) = measured.get(&key) {
@@ -229,7 +229,7 @@ impl MeasuredModel {
     /// stands for.
     fn current_weights(
         &self,
-        units: &[ClusterView],
+        units: &[UnitView],
         items: &BTreeMap<ObjectKey, u64>,
     ) -> (BTreeMap<String, u32>, Option<f64>) {
         let (mut busy, mut counted, mut bytes, mut counted_bytes) = (0.0, 0u64, 0.0, 0u64);
@@ -378,7 +378,7 @@ mod tests {
 
     const MINUTE: Duration = Duration::from_secs(60);
 
-    fn view(name: &str, spec: Option<u32>) -> ClusterView {
+    fn view(name: &str, spec: Option<u32>) -> UnitView {
         let mut view = unit(name, Some(0)).view;
         view.weight = spec;
         view
@@ -386,7 +386,7 @@ mod tests {
 
     fn whole(name: &str) -> RecordKey {
         RecordKey {
-            cluster: ObjectKey::new("fleet", name),
+            unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE,
         }
     }
@@ -532,7 +532,7 @@ mod tests {
             view("pinned-cost", Some(3)),
         ];
         let slice = |range| RecordKey {
-            cluster: ObjectKey::new("fleet", "cut"),
+            unit: ObjectKey::new("fleet", "cut"),
             range,
         };
         let loads = measured(
@@ -611,9 +611,9 @@ mod tests {
     }
 
     /// Units a0, a1 on shard 0 and b0, b1 on shard 1, 10 items each, placed by sticky-balanced.
-    fn placed(model: &mut MeasuredModel) -> (Vec<ClusterView>, BTreeMap<ObjectKey, u64>) {
+    fn placed(model: &mut MeasuredModel) -> (Vec<UnitView>, BTreeMap<ObjectKey, u64>) {
         let names = ["a0", "a1", "b0", "b1"];
-        let units: Vec<ClusterView> = names.iter().map(|n| view(n, None)).collect();
+        let units: Vec<UnitView> = names.iter().map(|n| view(n, None)).collect();
         let clusters: Vec<Cluster> = names
             .iter()
             .map(|n| Cluster::new(format!("uid-{n}"), 10))

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use shardwise_handoff::plan::ClusterView;
+use shardwise_handoff::plan::UnitView;
 use shardwise_scale::{Sizing, SizingError, Stabilizer};
 
 use crate::settings::ScaleSettings;
@@ -43,10 +43,10 @@ pub struct Progress {
 
 impl Progress {
     /// Records of `units` with a drain request on them.
-    pub fn draining_in(units: &[ClusterView]) -> usize {
+    pub fn draining_in(units: &[UnitView]) -> usize {
         units
             .iter()
-            .flat_map(ClusterView::records)
+            .flat_map(UnitView::records)
             .filter(|r| r.record.drain_to.is_some())
             .count()
     }
@@ -313,15 +313,15 @@ mod tests {
     #[test]
     fn draining_records_are_counted_over_slices_too() {
         use shard_assign::KeyRange;
-        use shardwise_handoff::drain::ClusterRecord;
+        use shardwise_handoff::drain::UnitRecord;
         use shardwise_handoff::plan::ObjectKey;
         use shardwise_handoff::slices::SliceRecord;
-        let record = |drain_to| ClusterRecord {
+        let record = |drain_to| UnitRecord {
             owner: Some(0),
             drain_to,
-            ..ClusterRecord::default()
+            ..UnitRecord::default()
         };
-        let whole = |name: &str, drain_to| ClusterView {
+        let whole = |name: &str, drain_to| UnitView {
             key: ObjectKey::new("fleet", name),
             uid: name.to_string(),
             pin: None,
@@ -331,7 +331,7 @@ mod tests {
             slices: Vec::new(),
         };
         let (low, high) = KeyRange::WHOLE.halves().unwrap();
-        let cut = ClusterView {
+        let cut = UnitView {
             cut: true,
             // A cut unit's own record is not a record any more, whatever it says.
             record: record(Some(3)),
