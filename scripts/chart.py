@@ -1205,7 +1205,7 @@ def exposed_metrics() -> set[str]:
     source = (ROOT / "crates" / "shardwise-runtime" / "src" / "metrics.rs").read_text()
     fleet = (ROOT / "crates" / "shardwise-controller" / "src" / "fleet.rs").read_text()
     nouns = dict(re.findall(r"\b(unit|units|item|items): \"([a-z_]+)\"", fleet))
-    kinds = dict(re.findall(r"pub (\w+): Family<\w+, (Gauge|Counter|Histogram)\b", source))
+    kinds = dict(re.findall(r"pub(?:\(crate\))? (\w+): Family<\w+, (Gauge|Counter|Histogram)\b", source))
     body = source[source.index("fn register_replica(") : source.index("fn start_at_zero")]
     calls = re.findall(r'r\.register\(\s*(?:format!\(\s*)?"([a-z_{}]+)"\)?,.*?self\.(\w+)\.clone\(\)', body, re.S)
     if len(calls) != body.count("r.register(") or set(nouns) != {"unit", "units", "item", "items"}:

@@ -7,8 +7,11 @@ use crate::model::{Assignment, ShardId};
 /// One cluster that changes shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Move {
+    /// The cluster's id.
     pub cluster: String,
+    /// The shard it leaves.
     pub from: ShardId,
+    /// The shard it goes to.
     pub to: ShardId,
     /// Apps the receiving shard takes over (counted in the later assignment).
     pub apps: u64,
@@ -24,9 +27,11 @@ pub struct AssignmentDiff {
     pub moves: Vec<Move>,
     /// Moves whose old shard left (unavoidable).
     pub forced_clusters: usize,
+    /// Apps of the forced moves.
     pub forced_apps: u64,
     /// Moves between two shards that are both still live (the strategy's choice).
     pub voluntary_clusters: usize,
+    /// Apps of the voluntary moves.
     pub voluntary_apps: u64,
     /// Clusters only in the later assignment.
     pub added_clusters: usize,
@@ -71,10 +76,12 @@ impl AssignmentDiff {
         diff
     }
 
+    /// Clusters that change shard, forced or not.
     pub fn clusters_moved(&self) -> usize {
         self.moves.len()
     }
 
+    /// Apps that change shard, forced or not.
     pub fn apps_moved(&self) -> u64 {
         self.forced_apps + self.voluntary_apps
     }

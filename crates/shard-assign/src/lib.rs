@@ -23,6 +23,8 @@
 //! cluster on exactly one live shard, honours pins to live shards, places clusters pinned to a
 //! shard that is not live by the strategy (with a [`Warning`]), and ignores input order.
 
+#![deny(missing_docs)]
+
 mod diff;
 mod draft;
 mod engine;

@@ -23,12 +23,14 @@ pub struct PreviousPlacement {
 /// One cluster in a [`PreviousPlacement`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordedPlacement {
+    /// The shard the cluster was on.
     pub shard: ShardId,
     /// The load the cluster had when it was placed, if recorded.
     pub load: Option<u64>,
 }
 
 impl PreviousPlacement {
+    /// A record of nothing: no cluster, and live shards unknown.
     pub fn new() -> Self {
         Self::default()
     }
@@ -45,18 +47,20 @@ impl PreviousPlacement {
         self
     }
 
-    pub fn get(&self, cluster_id: &str) -> Option<RecordedPlacement> {
+    pub(crate) fn get(&self, cluster_id: &str) -> Option<RecordedPlacement> {
         self.clusters.get(cluster_id).copied()
     }
 
-    pub fn live_shards(&self) -> Option<&ShardSet> {
+    pub(crate) fn live_shards(&self) -> Option<&ShardSet> {
         self.shards.as_ref()
     }
 
+    /// Clusters recorded.
     pub fn len(&self) -> usize {
         self.clusters.len()
     }
 
+    /// Whether no cluster is recorded.
     pub fn is_empty(&self) -> bool {
         self.clusters.is_empty()
     }
@@ -131,22 +135,27 @@ impl ShardSet {
         }
     }
 
+    /// Number of live shards.
     pub fn len(&self) -> usize {
         self.ids.len()
     }
 
+    /// Whether no shard is live.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
 
+    /// Whether `shard` is live.
     pub fn contains(&self, shard: ShardId) -> bool {
         self.ids.binary_search(&shard).is_ok()
     }
 
+    /// The ids, in ascending order.
     pub fn as_slice(&self) -> &[ShardId] {
         &self.ids
     }
 
+    /// The ids, in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = ShardId> + '_ {
         self.ids.iter().copied()
     }
@@ -177,8 +186,11 @@ impl fmt::Display for ShardSet {
 /// Where one cluster went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Placement {
+    /// The shard the cluster is on.
     pub shard: ShardId,
+    /// The cluster's apps.
     pub apps: u64,
+    /// The cluster's load: apps times weight.
     pub load: u64,
     /// True when the cluster sits on its live pin rather than where the strategy put it.
     pub pinned: bool,
@@ -187,7 +199,9 @@ pub struct Placement {
 /// What one shard carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ShardLoad {
+    /// Clusters on the shard.
     pub clusters: u64,
+    /// Apps of those clusters.
     pub apps: u64,
     /// Apps times cluster weight: the quantity the load-aware strategies balance.
     pub load: u64,
@@ -199,8 +213,11 @@ pub struct ShardLoad {
 pub enum Warning {
     /// The cluster is pinned to a shard that is not live, so the strategy placed it.
     PinNotLive {
+        /// The cluster's id.
         cluster: String,
+        /// The shard it is pinned to.
         pin: ShardId,
+        /// The live shard the strategy put it on.
         placed_on: ShardId,
     },
 }
@@ -269,6 +286,7 @@ pub struct Assignment {
 }
 
 impl Assignment {
+    /// The strategy that made this assignment.
     pub fn strategy(&self) -> StrategyKind {
         self.strategy
     }
@@ -288,6 +306,7 @@ impl Assignment {
         &self.shards
     }
 
+    /// What the caller should know about: pins to shards that are not live.
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
     }

@@ -17,6 +17,7 @@ pub struct Ratio {
 }
 
 impl Ratio {
+    /// Exactly 1.
     pub const ONE: Ratio = Ratio { millionths: SCALE };
 
     /// `whole + thousandths / 1000`, for constants.
@@ -26,10 +27,13 @@ impl Ratio {
         }
     }
 
+    /// The value in millionths: 1.25 is 1,250,000.
     pub const fn millionths(self) -> u64 {
         self.millionths
     }
 
+    /// The nearest `f64`, for reports and for comparing with measured figures; placement
+    /// itself never uses it.
     pub fn as_f64(self) -> f64 {
         self.millionths as f64 / SCALE as f64
     }

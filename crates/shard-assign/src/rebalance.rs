@@ -59,6 +59,7 @@ impl Hysteresis {
         self.active
     }
 
+    /// The balance (busiest shard over the mean) above which a rebalance starts.
     pub fn trigger(&self) -> Ratio {
         self.trigger
     }

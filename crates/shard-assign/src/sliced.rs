@@ -33,6 +33,7 @@ pub fn slice_id(cluster_id: &str, range: KeyRange) -> String {
 pub struct SlicedAssignment {
     /// The placement of every slice, by [`slice_id`].
     pub assignment: Assignment,
+    /// How each cluster is cut.
     pub slicing: Slicing,
     /// Slice ids by cluster id, in range order.
     pub units: BTreeMap<String, Vec<(KeyRange, String)>>,
@@ -81,6 +82,7 @@ pub struct SliceMoves {
     pub clusters: u64,
     /// Of those, clusters with an app that left a shard that is still live.
     pub voluntary_clusters: u64,
+    /// Apps now on another shard.
     pub apps: u64,
     /// Apps that left a shard that is still live (the strategy's choice, not forced).
     pub voluntary_apps: u64,
@@ -150,16 +152,19 @@ pub fn slices(kind: StrategyKind) -> bool {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SliceSwitch {
+    /// Slice with `sticky-balanced` only.
     #[default]
     Auto,
+    /// Slice with every strategy that may cut.
     On,
+    /// Never slice.
     Off,
 }
 
 impl SliceSwitch {
-    pub const ALL: [SliceSwitch; 3] = [SliceSwitch::Auto, SliceSwitch::On, SliceSwitch::Off];
+    pub(crate) const ALL: [SliceSwitch; 3] = [SliceSwitch::Auto, SliceSwitch::On, SliceSwitch::Off];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SliceSwitch::Auto => "auto",
             SliceSwitch::On => "on",
@@ -209,10 +214,10 @@ impl std::str::FromStr for SliceSwitch {
 /// and the lower half of a slice cut in this pass stays where that slice was.
 ///
 /// `sticky-balanced` spends a budget of moves per pass, counted in units; when inputs changed and
-/// it ends above its target balance, the heaviest slice of a cut cluster on the heaviest shard is halved and the
-/// pass placed again, as long as that lowers the heaviest load (see [`refine`]). Last, two
-/// halves that ended on the same shard are one slice again: a cut costs nothing where it
-/// separates nothing.
+/// it ends above its target balance, the heaviest slice of a cut cluster on the heaviest shard is
+/// halved and the pass placed again, as long as that lowers the heaviest load. Last, two halves
+/// that ended on the same shard are one slice again: a cut costs nothing where it separates
+/// nothing.
 pub fn assign_sliced(
     config: &StrategyConfig,
     slice_config: &SliceConfig,

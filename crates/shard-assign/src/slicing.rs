@@ -45,11 +45,12 @@ impl KeyRange {
     pub const WHOLE: KeyRange = KeyRange { depth: 0, index: 0 };
 
     /// The range of the given depth and index; `None` unless `index < 2^depth` and
-    /// `depth <= MAX_DEPTH`.
+    /// `depth <= 16`.
     pub fn new(depth: u8, index: u64) -> Option<Self> {
         (depth <= MAX_DEPTH && index < (1u64 << depth)).then_some(Self { depth, index })
     }
 
+    /// How many halvings of the whole key space give this range (0 for the whole).
     pub fn depth(self) -> u8 {
         self.depth
     }
@@ -91,11 +92,12 @@ impl KeyRange {
         )
     }
 
+    /// Whether `key` is in the range.
     pub fn contains(self, key: u64) -> bool {
         self.start() <= key && key <= self.last()
     }
 
-    /// The two halves; `None` at [`MAX_DEPTH`].
+    /// The two halves; `None` at the deepest depth, 16.
     pub fn halves(self) -> Option<(KeyRange, KeyRange)> {
         (self.depth < MAX_DEPTH).then(|| {
             let depth = self.depth + 1;
@@ -188,8 +190,9 @@ pub struct SliceConfig {
 }
 
 impl SliceConfig {
-    pub const DEFAULT_MERGE_BELOW: Ratio = Ratio::from_thousandths(750);
+    const DEFAULT_MERGE_BELOW: Ratio = Ratio::from_thousandths(750);
 
+    /// Slicing on, with the default merge threshold (3/4 of the target) and free cache copies.
     pub const fn enabled() -> Self {
         Self {
             enabled: true,
@@ -198,6 +201,7 @@ impl SliceConfig {
         }
     }
 
+    /// Slicing off: every cluster stays one slice.
     pub const fn disabled() -> Self {
         Self {
             enabled: false,

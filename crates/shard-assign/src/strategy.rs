@@ -52,6 +52,7 @@ impl StrategyKind {
         Self::ALL.into_iter().chain(Self::OPT_IN)
     }
 
+    /// The name users select the strategy by, as `Display` prints it and `FromStr` reads it.
     pub const fn name(self) -> &'static str {
         match self {
             StrategyKind::LegacyModulo => "legacy-modulo",
@@ -98,6 +99,7 @@ impl FromStr for StrategyKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub struct StrategyConfig {
+    /// The strategy.
     pub kind: StrategyKind,
     /// Points per shard on the ring (`weighted-ring-hash`, `bounded-load`).
     pub virtual_nodes: u32,
@@ -110,10 +112,16 @@ pub struct StrategyConfig {
 }
 
 impl StrategyConfig {
+    /// Default of [`virtual_nodes`](Self::virtual_nodes).
     pub const DEFAULT_VIRTUAL_NODES: u32 = 100;
+    /// The most [`virtual_nodes`](Self::virtual_nodes) that [`validate`](Self::validate)
+    /// accepts.
     pub const MAX_VIRTUAL_NODES: u32 = 10_000;
+    /// Default of [`load_factor`](Self::load_factor): 1.25.
     pub const DEFAULT_LOAD_FACTOR: Ratio = Ratio::from_thousandths(1250);
+    /// Default of [`max_extra_moves`](Self::max_extra_moves).
     pub const DEFAULT_MAX_EXTRA_MOVES: u32 = 3;
+    /// Default of [`target_balance`](Self::target_balance): 1.03.
     pub const DEFAULT_TARGET_BALANCE: Ratio = Ratio::from_thousandths(1030);
 
     /// The strategy with default parameters.

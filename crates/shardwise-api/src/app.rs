@@ -48,7 +48,9 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FleetAppSpec {
+    /// The FleetCluster and the namespace in it that the manifests are applied to.
     pub destination: Destination,
+    /// Where the manifests come from. Exactly one of `manifests` and `configMapRef`.
     pub source: AppSource,
     /// A FleetPolicy (in this namespace) that lists this app and grants it more than its
     /// destination namespace. Without one, the app writes only namespaced objects, only into
@@ -79,9 +81,11 @@ pub struct AppSource {
     pub config_map_ref: Option<ConfigMapSource>,
 }
 
+/// A ConfigMap that holds an app's manifests.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapSource {
+    /// ConfigMap name, in the FleetApp's namespace.
     pub name: String,
     /// Key holding the YAML (default `manifests.yaml`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,8 +93,9 @@ pub struct ConfigMapSource {
 }
 
 impl ConfigMapSource {
-    pub const DEFAULT_KEY: &'static str = "manifests.yaml";
+    const DEFAULT_KEY: &'static str = "manifests.yaml";
 
+    /// The key holding the YAML: `key`, or `manifests.yaml` when it is not set.
     pub fn key(&self) -> &str {
         self.key.as_deref().unwrap_or(Self::DEFAULT_KEY)
     }
@@ -130,6 +135,8 @@ pub enum Health {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppHealth {
+    /// How the applied objects are doing: the worst health among them, by kstatus's
+    /// conventions.
     pub status: Health,
     /// Why, naming the object (absent when every object is Healthy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,10 +149,14 @@ pub struct AppHealth {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRef {
+    /// API version of the object, e.g. `apps/v1`.
     pub api_version: String,
+    /// Kind of the object.
     pub kind: String,
+    /// Namespace of the object; absent for a cluster-scoped one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Name of the object.
     pub name: String,
 }
 
@@ -158,11 +169,14 @@ impl std::fmt::Display for ResourceRef {
     }
 }
 
+/// What the owning shard last observed of the app.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetAppStatus {
+    /// Whether the destination matches the manifests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_phase: Option<SyncPhase>,
+    /// Why the app is not synced: what changed, or what failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Objects applied by the last successful sync.
@@ -172,8 +186,10 @@ pub struct FleetAppStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 4_294_967_295u32))]
     pub shard: Option<u32>,
+    /// When a sync last found the destination matching the manifests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
+    /// The generation of the FleetApp that this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Synced` (true when the destination matches).

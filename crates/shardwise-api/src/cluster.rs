@@ -137,13 +137,15 @@ pub struct SecretCredentials {
 }
 
 impl SecretCredentials {
-    pub const DEFAULT_TOKEN_KEY: &'static str = "token";
-    pub const DEFAULT_CA_KEY: &'static str = "ca.crt";
+    const DEFAULT_TOKEN_KEY: &'static str = "token";
+    const DEFAULT_CA_KEY: &'static str = "ca.crt";
 
+    /// The key of the bearer token: `tokenKey`, or `token` when it is not set.
     pub fn token_key(&self) -> &str {
         self.token_key.as_deref().unwrap_or(Self::DEFAULT_TOKEN_KEY)
     }
 
+    /// The key of the CA bundle: `caKey`, or `ca.crt` when it is not set.
     pub fn ca_key(&self) -> &str {
         self.ca_key.as_deref().unwrap_or(Self::DEFAULT_CA_KEY)
     }
@@ -166,6 +168,7 @@ pub enum ClusterPhase {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetClusterStatus {
+    /// Reachability of the cluster at the last probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ClusterPhase>,
     /// `gitVersion` of the destination's API server.
@@ -182,8 +185,10 @@ pub struct FleetClusterStatus {
     /// into slices: each slice's owner sees only its own apps (`shardwise_owned_apps`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_count: Option<u64>,
+    /// When the owning shard last probed the API server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<Time>,
+    /// The generation of the FleetCluster that this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready` (probe result) and `PinHonoured` (false while a pin names a shard that is not live).

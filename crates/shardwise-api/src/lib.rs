@@ -10,6 +10,8 @@
 //! `clusters.cluster.x-k8s.io`, so `kubectl get` stays unambiguous when they are installed side
 //! by side. [`keys`] holds the labels and annotations of what shardwise applies.
 
+#![deny(missing_docs)]
+
 mod app;
 mod cluster;
 pub mod keys;

@@ -66,8 +66,10 @@ pub struct PolicyDestination {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupKind {
+    /// API group pattern (default `""`, the core group).
     #[serde(default)]
     pub group: String,
+    /// Kind pattern.
     #[schemars(length(min = 1))]
     pub kind: String,
 }

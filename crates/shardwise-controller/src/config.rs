@@ -19,37 +19,39 @@ use crate::fleet::FleetSettings;
     args_override_self = true
 )]
 pub struct Config {
+    /// The flags every sharded replica takes: its pod and namespace, placement, load and
+    /// autoscaling, limits and logging.
     #[command(flatten)]
     pub replica: ReplicaArgs,
 
     /// Concurrent cluster reconciles.
     #[arg(long, env = "SHARDWISE_CLUSTER_WORKERS", default_value_t = 4, value_parser = positive_u32)]
-    pub cluster_workers: u32,
+    pub(crate) cluster_workers: u32,
     /// Concurrent app reconciles.
     #[arg(long, env = "SHARDWISE_APP_WORKERS", default_value_t = 8, value_parser = positive_u32)]
-    pub app_workers: u32,
+    pub(crate) app_workers: u32,
     /// Requests per second to each destination cluster.
     #[arg(long, env = "SHARDWISE_CLUSTER_QPS", default_value_t = 20, value_parser = positive_u32)]
-    pub cluster_qps: u32,
+    pub(crate) cluster_qps: u32,
     /// Burst of requests to each destination cluster.
     #[arg(long, env = "SHARDWISE_CLUSTER_BURST", default_value_t = 40, value_parser = positive_u32)]
-    pub cluster_burst: u32,
+    pub(crate) cluster_burst: u32,
     /// Timeout of one request to a destination cluster.
     #[arg(long, env = "SHARDWISE_CLUSTER_TIMEOUT", default_value = "30s", value_parser = duration)]
-    pub cluster_timeout: Duration,
+    pub(crate) cluster_timeout: Duration,
     /// Look at every app again this often, as a safety net: a change of an app's objects on its
     /// cluster is seen at once through the cluster's watches, and only what differs is written.
     #[arg(long, env = "SHARDWISE_RESYNC_INTERVAL", default_value = "1h", value_parser = duration)]
-    pub resync_interval: Duration,
+    pub(crate) resync_interval: Duration,
     /// Probe every destination cluster this often.
     #[arg(long, env = "SHARDWISE_PROBE_INTERVAL", default_value = "1m", value_parser = duration)]
-    pub probe_interval: Duration,
+    pub(crate) probe_interval: Duration,
 }
 
 impl Config {
     /// The runtime's settings: FleetClusters, FleetApps, leases and the StatefulSet all live in
     /// `--namespace`.
-    pub fn settings(&self) -> Result<Settings, ArgsError> {
+    pub(crate) fn settings(&self) -> Result<Settings, ArgsError> {
         let scope = WatchScope::Namespace(self.replica.namespace.clone());
         let mut settings = self.replica.settings("shardwise-controller", scope)?;
         settings.owner.unit_workers = self.cluster_workers;
@@ -58,7 +60,7 @@ impl Config {
     }
 
     /// The Fleet controller's own settings.
-    pub fn fleet(&self) -> FleetSettings {
+    pub(crate) fn fleet(&self) -> FleetSettings {
         FleetSettings {
             resync_interval: self.resync_interval,
             probe_interval: self.probe_interval,

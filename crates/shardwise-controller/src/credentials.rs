@@ -26,104 +26,178 @@ use tracing::warn;
 /// credential contents, nor the text of a parser's error (which may quote them).
 #[derive(Debug, Error)]
 pub enum ClusterConfigError {
+    /// `spec.server` is not an http or https URL with a host.
     #[error("spec.server {0:?} is not a valid http(s) URL")]
     BadServer(String),
+    /// `spec.credentials` sets neither or both of `secretRef` and `inCluster`.
     #[error("spec.credentials must set exactly one of secretRef and inCluster")]
     NoCredentials,
+    /// The Secret `secretRef` names does not exist.
     #[error("Secret {0:?} not found")]
     SecretMissing(String),
+    /// The Secret lacks the label that marks cluster credentials (shardwise's or Argo CD's).
     #[error(
         "Secret {0:?} is not cluster credentials: only a Secret labelled {CLUSTER_SECRET_LABEL}={CLUSTER_SECRET_TYPE} or {ARGOCD_SECRET_LABEL}={CLUSTER_SECRET_TYPE} is used"
     )]
     NotClusterSecret(String),
+    /// The Secret names no server, and its layout does not either (a kubeconfig does).
     #[error(
         "Secret {0:?} names no server (key {CLUSTER_SECRET_SERVER_KEY:?}): credentials are only sent to the server their Secret names"
     )]
     ServerUnbound(String),
+    /// The Secret's credentials are for another server than `spec.server`.
     #[error("Secret {secret:?} holds credentials for {bound:?}, not for spec.server {server:?}")]
     ServerMismatch {
+        /// The Secret's name.
         secret: String,
+        /// The server the Secret's credentials are for.
         bound: String,
+        /// The FleetCluster's `spec.server`.
         server: String,
     },
+    /// `spec.server` is plain http, and a Secret's credentials go over https only.
     #[error("spec.server {0:?} is plain http: credentials are only sent over https")]
     PlainHttp(String),
+    /// The Secret lacks a key its credentials need.
     #[error("Secret {secret:?} has no key {key:?}")]
-    KeyMissing { secret: String, key: String },
+    KeyMissing {
+        /// The Secret's name.
+        secret: String,
+        /// The missing key.
+        key: String,
+    },
+    /// A key of the Secret does not hold what its layout needs.
     #[error("key {key:?} of Secret {secret:?} is not valid {what}")]
     BadKey {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// What the key should hold.
         what: &'static str,
     },
+    /// A field inside a key of the Secret (in a kubeconfig or Argo CD's config) is not valid.
     #[error("{field} in key {key:?} of Secret {secret:?} is not valid {what}")]
     BadField {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// The field, as a path within the key.
         field: String,
+        /// What the field should hold.
         what: &'static str,
     },
+    /// The Secret has the keys of more than one layout.
     #[error("Secret {secret:?} holds more than one kind of credentials (keys {keys}): keep one")]
-    Ambiguous { secret: String, keys: String },
+    Ambiguous {
+        /// The Secret's name.
+        secret: String,
+        /// The keys found, quoted and separated by commas.
+        keys: String,
+    },
+    /// `secretRef.tokenKey` or `secretRef.caKey` is set for a Secret in another layout than the
+    /// bearer token.
     #[error(
         "secretRef.tokenKey and secretRef.caKey apply to a Secret with a bearer token, and Secret {secret:?} holds {layout}: remove them"
     )]
     KeysNotApplicable {
+        /// The Secret's name.
         secret: String,
+        /// The layout the Secret holds.
         layout: &'static str,
     },
+    /// One of a pair is set without the other: username and password, or client certificate and
+    /// key.
     #[error("key {key:?} of Secret {secret:?} sets {present} but not {missing}")]
     Incomplete {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// The one that is set.
         present: &'static str,
+        /// The one that is not.
         missing: &'static str,
     },
+    /// The key (a kubeconfig or Argo CD's config) holds no credentials.
     #[error("key {key:?} of Secret {secret:?} holds no credentials: {needed}")]
     Empty {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// What the key needs instead.
         needed: &'static str,
     },
+    /// The credentials would have the controller run a command or a login flow.
     #[error(
         "{plugin} are not supported: key {key:?} of Secret {secret:?} sets {field}, and the controller runs no command or login flow a Secret names: give a bearer token or a client certificate instead"
     )]
     Plugin {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// The field that asks for it.
         field: String,
+        /// The kind of plugin, in the plural.
         plugin: &'static str,
     },
+    /// The credentials name a file for the controller to read.
     #[error(
         "key {key:?} of Secret {secret:?} names a file ({field}): the controller reads no file a Secret names; embed its contents ({instead}) instead"
     )]
     FileReference {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// The field that names the file.
         field: String,
+        /// The field that would hold the file's contents instead.
         instead: &'static str,
     },
+    /// A field the controller does not honour, such as a proxy.
     #[error("{field} in key {key:?} of Secret {secret:?} is not supported: {why}")]
     Unsupported {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// The field, as a path within the key.
         field: String,
+        /// Why the controller does not honour it.
         why: &'static str,
     },
+    /// kube cannot make a client configuration of the kubeconfig (its current context is
+    /// missing, say).
     #[error("the kubeconfig in key {key:?} of Secret {secret:?} cannot be used: {reason}")]
     Kubeconfig {
+        /// The Secret's name.
         secret: String,
+        /// The key that holds the credentials.
         key: String,
+        /// kube's error, which names contexts, clusters and URLs, never credentials.
         reason: String,
     },
+    /// Argo CD's entry for the cluster it runs in, which holds no credentials.
     #[error(
         "Secret {secret:?} is Argo CD's entry for the cluster it runs in ({server}) and holds no credentials (Argo CD uses its own service account there): set credentials: {{inCluster: true}} instead"
     )]
-    ArgoInCluster { secret: String, server: String },
+    ArgoInCluster {
+        /// The Secret's name.
+        secret: String,
+        /// The in-cluster server the entry names.
+        server: String,
+    },
+    /// `spec.credentials.insecureSkipTLSVerify` is set for a Secret's credentials: only the
+    /// Secret may turn off certificate checks.
     #[error(
         "spec.credentials.insecureSkipTLSVerify cannot turn off certificate checks for the credentials of Secret {0:?}: only the Secret can (insecure-skip-tls-verify in its kubeconfig, insecure in Argo CD's config)"
     )]
     InsecureBySpec(String),
+    /// `inCluster` is set, and the controller's own service account is not available.
     #[error("inCluster is set but the controller's own service account is not available: {0}")]
     InCluster(String),
 }

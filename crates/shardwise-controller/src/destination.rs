@@ -183,18 +183,6 @@ impl Plan<'_> {
 #[derive(Debug, Default)]
 pub struct Written(BTreeMap<ResourceRef, Arc<DynamicObject>>);
 
-impl Written {
-    /// How many objects were written.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether nothing was written.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 /// The health of one object as served, with the object named in the message.
 fn assessed(object: &ResourceRef, live: &Value) -> (Health, String) {
     let Assessment { health, message } = assess(live);

@@ -6,15 +6,17 @@
 //! probing clusters, applying and pruning apps, tenancy, credentials, and their status. See
 //! `docs/architecture.md`.
 
+#![deny(missing_docs)]
+
 pub mod config;
 pub mod credentials;
-pub mod destination;
-pub mod drift;
-pub mod fleet;
-pub mod health;
-pub mod live;
-pub mod manifest;
-pub mod tenancy;
+mod destination;
+mod drift;
+mod fleet;
+mod health;
+mod live;
+mod manifest;
+mod tenancy;
 
 use anyhow::Context;
 

@@ -48,7 +48,9 @@ impl Incarnation {
 /// An owner: the shard it serves and which incarnation of that shard it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OwnerId {
+    /// The shard the owner serves.
     pub shard: ShardId,
+    /// The incarnation of the replica that serves it.
     pub incarnation: Incarnation,
 }
 
@@ -92,12 +94,18 @@ pub enum PlannerAction {
     /// Set the owner label to `shard`, the holder to `holder` and the epoch to `epoch`; remove
     /// both drain annotations.
     Assign {
+        /// The new owner.
         shard: ShardId,
+        /// The incarnation holding the new owner's lease.
         holder: Incarnation,
+        /// The new epoch, one more than the current.
         epoch: u64,
     },
     /// Ask the owner to release the unit, which will go to `to`.
-    RequestDrain { to: ShardId },
+    RequestDrain {
+        /// The shard the unit will go to.
+        to: ShardId,
+    },
     /// Withdraw a drain request the owner has not acknowledged yet.
     CancelDrain,
 }
@@ -147,12 +155,21 @@ pub fn planner_action(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OwnerState {
     /// Reconciling the unit and its items.
-    Active { epoch: u64 },
+    Active {
+        /// The epoch of the assignment being served.
+        epoch: u64,
+    },
     /// Asked to release: no new work; acknowledge when in-flight work is done.
-    Draining { epoch: u64 },
+    Draining {
+        /// The epoch being released.
+        epoch: u64,
+    },
     /// No work in flight and an acknowledgement sent (or being sent); waiting for the planner
     /// to relabel.
-    Released { epoch: u64 },
+    Released {
+        /// The epoch released.
+        epoch: u64,
+    },
 }
 
 impl OwnerState {
@@ -169,7 +186,10 @@ impl OwnerState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OwnerEffect {
     /// Write `drained-epoch = epoch` on the unit object.
-    WriteAck { epoch: u64 },
+    WriteAck {
+        /// The epoch released.
+        epoch: u64,
+    },
     /// The unit is no longer this shard's: drop its client and queued work.
     Forget,
 }
@@ -185,14 +205,18 @@ pub struct OwnerMachine {
 }
 
 impl OwnerMachine {
+    /// A machine that has not seen the unit yet.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Where the owner stands with the unit; `None` when the unit is not its own (not seen
+    /// yet, or forgotten).
     pub fn state(&self) -> Option<OwnerState> {
         self.state
     }
 
+    /// Reconciles admitted by [`begin`](Self::begin) that have not ended yet.
     pub fn in_flight(&self) -> u32 {
         self.in_flight
     }

@@ -2,18 +2,32 @@
 
 use thiserror::Error;
 
+/// Why a pod name gives no shard.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum IdentityError {
+    /// The name has no `-` with text on both sides of it.
     #[error(
         "pod name {0:?} does not end in -ORDINAL; shardwise must run as a StatefulSet pod (name-0, name-1, ...)"
     )]
     NoOrdinal(String),
+    /// What follows the last `-` is not a decimal number without leading zeros.
     #[error(
         "pod name {name:?} has no valid ordinal ({ordinal:?} is not a decimal number without leading zeros); shardwise must run as a StatefulSet pod"
     )]
-    BadOrdinal { name: String, ordinal: String },
+    BadOrdinal {
+        /// The pod name.
+        name: String,
+        /// What follows its last `-`.
+        ordinal: String,
+    },
+    /// What precedes the ordinal is not the name of the expected StatefulSet.
     #[error("pod name {name:?} does not belong to StatefulSet {statefulset:?}")]
-    WrongStatefulSet { name: String, statefulset: String },
+    WrongStatefulSet {
+        /// The pod name.
+        name: String,
+        /// The StatefulSet the pod should belong to.
+        statefulset: String,
+    },
 }
 
 /// The shard of the pod `pod_name` (`<statefulset>-<ordinal>`). When `statefulset` is given the

@@ -26,19 +26,30 @@ pub struct LeaseTiming {
     pub retry_period: Duration,
 }
 
+/// Why a [`LeaseTiming`] cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TimingError {
+    /// The lease duration is shorter than 1 s.
     #[error("lease duration must be at least 1 s (got {0:?})")]
     TooShort(Duration),
+    /// The renew deadline is not at least 1 s shorter than the lease duration.
     #[error(
         "renew deadline {deadline:?} must be shorter than the lease duration {duration:?}, with at least 1 s to spare"
     )]
     DeadlineTooLong {
+        /// The renew deadline.
         deadline: Duration,
+        /// The lease duration.
         duration: Duration,
     },
+    /// The retry period is not shorter than the renew deadline.
     #[error("retry period {retry:?} must be shorter than the renew deadline {deadline:?}")]
-    RetryTooLong { retry: Duration, deadline: Duration },
+    RetryTooLong {
+        /// The retry period.
+        retry: Duration,
+        /// The renew deadline.
+        deadline: Duration,
+    },
 }
 
 impl LeaseTiming {
@@ -49,6 +60,8 @@ impl LeaseTiming {
         retry_period: Duration::from_secs(2),
     };
 
+    /// Checks that the durations fit together: a lease duration of at least 1 s, a renew
+    /// deadline at least 1 s shorter, and a retry period shorter than the renew deadline.
     pub fn validate(&self) -> Result<(), TimingError> {
         if self.duration < Duration::from_secs(1) {
             return Err(TimingError::TooShort(self.duration));
@@ -108,6 +121,7 @@ pub struct LeaseObserver {
 }
 
 impl LeaseObserver {
+    /// An observer that has seen no lease yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -132,6 +146,8 @@ impl LeaseObserver {
         self.leases.remove(name);
     }
 
+    /// The holder of the lease as last seen, whether or not the lease is still valid; `None`
+    /// when it is released or was never seen.
     pub fn holder(&self, name: &str) -> Option<&str> {
         self.leases
             .get(name)

@@ -8,6 +8,8 @@
 //! - [`plan`]: from the observed fleet and membership to the labels the planner must write.
 //! - [`slices`]: the protocol on slices of a unit: splits and merges inside one owner.
 
+#![deny(missing_docs)]
+
 pub mod drain;
 pub mod identity;
 pub mod keys;

@@ -15,11 +15,14 @@ use crate::slices::{SliceAction, SliceRecord, slice_actions};
 /// Namespace and name of an object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
+    /// Namespace of the object; empty for a cluster-scoped one.
     pub namespace: String,
+    /// Name of the object.
     pub name: String,
 }
 
 impl ObjectKey {
+    /// The key of the object `name` in `namespace`.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
             namespace: namespace.into(),
@@ -42,9 +45,13 @@ impl std::fmt::Display for ObjectKey {
 /// A unit as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnitView {
+    /// Namespace and name of the unit's object.
     pub key: ObjectKey,
+    /// UID of the unit's object: what identifies the unit for placement.
     pub uid: String,
+    /// The shard the unit is pinned to, if any.
     pub pin: Option<ShardId>,
+    /// Cost of each of the unit's items relative to other units' (1 when not set).
     pub weight: Option<u32>,
     /// The record of the whole unit, on the unit's object.
     pub record: UnitRecord,
@@ -76,7 +83,10 @@ impl UnitView {
 /// An item as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ItemView {
+    /// Namespace and name of the item's object.
     pub key: ObjectKey,
+    /// UID of the item's object, from which its key is hashed: the key decides which slice of
+    /// its unit the item belongs to.
     pub uid: String,
     /// The unit it targets (same namespace as the item).
     pub unit: ObjectKey,
@@ -121,8 +131,8 @@ impl Membership {
 /// the move budget.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlanMemory {
-    pub loads: BTreeMap<String, u64>,
-    pub shards: ShardSet,
+    pub(crate) loads: BTreeMap<String, u64>,
+    pub(crate) shards: ShardSet,
 }
 
 impl PlanMemory {
@@ -149,7 +159,9 @@ impl PlanMemory {
 /// One record of a unit: the unit and the range of the slice.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RecordKey {
+    /// The unit.
     pub unit: ObjectKey,
+    /// The keys of the slice ([`KeyRange::WHOLE`] for the record of the whole unit).
     pub range: KeyRange,
 }
 
@@ -174,16 +186,21 @@ pub struct Plan {
 /// A label change of an item.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ItemLabel {
+    /// The item.
     pub item: ObjectKey,
+    /// Its new shard label.
     pub shard: ShardId,
     /// The record whose write must succeed first, if the new label depends on one.
     pub after: Option<RecordKey>,
 }
 
+/// Why a planning pass produced no plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// No shard is both expected and alive.
     #[error("no live shard: no replica both exists in the StatefulSet and holds its lease")]
     NoLiveShards,
+    /// The strategy could not place the units.
     #[error(transparent)]
     Assign(#[from] AssignError),
 }

@@ -40,7 +40,9 @@ use crate::drain::OwnerMachine;
 /// The record of one slice of a unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SliceRecord {
+    /// The keys of the slice.
     pub range: KeyRange,
+    /// Its placement record.
     pub record: UnitRecord,
 }
 
@@ -52,18 +54,30 @@ pub enum SliceAction {
     /// record itself then says where the slice is going (a planner that takes over reads it
     /// back), and no new work starts under a slice that is about to move.
     Create {
+        /// The keys of the new slice.
         range: KeyRange,
+        /// The shard and holder the record names; `None` for nobody.
         owner: Option<(ShardId, Incarnation)>,
+        /// The record's epoch, above that of every record it overlaps.
         epoch: u64,
+        /// The shard the slice should end on, when it is not the owner's.
         drain_to: Option<ShardId>,
     },
     /// Ask the owner to stop work under this record (drain to its own shard).
-    Retire { range: KeyRange },
+    Retire {
+        /// The keys of the record's slice.
+        range: KeyRange,
+    },
     /// Delete the record: released by its owner, or its holder is not live.
-    Delete { range: KeyRange },
+    Delete {
+        /// The keys of the record's slice.
+        range: KeyRange,
+    },
     /// An ordinary placement step on the record.
     Place {
+        /// The keys of the record's slice.
         range: KeyRange,
+        /// The step.
         action: PlannerAction,
     },
 }

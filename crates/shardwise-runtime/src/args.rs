@@ -49,7 +49,7 @@ pub fn positive_u32(text: &str) -> Result<u32, String> {
 }
 
 /// Parses a number of bytes as Kubernetes writes memory: `536870912`, `512Mi`, `2Gi`, `500M`.
-pub fn bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let digits = text
         .find(|c: char| !c.is_ascii_digit())
@@ -82,15 +82,19 @@ pub fn bytes(text: &str) -> Result<u64, String> {
 /// How logs are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line, for log collectors.
     Json,
 }
 
 /// Flags that make a replica's settings unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum ArgsError {
+    /// The pod name does not give a shard (or does not match the StatefulSet's name).
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// The settings the flags give cannot work together.
     #[error(transparent)]
     Settings(#[from] SettingsError),
 }
@@ -104,143 +108,143 @@ pub struct ReplicaArgs {
     pub namespace: String,
     /// This pod's name, `<statefulset>-<ordinal>`; the ordinal is the shard.
     #[arg(long, env = "POD_NAME")]
-    pub pod_name: String,
+    pub(crate) pod_name: String,
     /// Name of the StatefulSet (default: the pod name without its ordinal).
     #[arg(long, env = "SHARDWISE_STATEFULSET")]
-    pub statefulset: Option<String>,
+    pub(crate) statefulset: Option<String>,
 
     /// Placement strategy.
     #[arg(long, env = "SHARDWISE_STRATEGY", default_value = "sticky-balanced")]
-    pub strategy: StrategyKind,
+    pub(crate) strategy: StrategyKind,
     /// Ring points per shard (weighted-ring-hash, bounded-load).
     #[arg(long, env = "SHARDWISE_VIRTUAL_NODES", default_value_t = StrategyConfig::DEFAULT_VIRTUAL_NODES, value_parser = positive_u32)]
-    pub virtual_nodes: u32,
+    pub(crate) virtual_nodes: u32,
     /// Bounded-load factor c.
     #[arg(long, env = "SHARDWISE_LOAD_FACTOR", default_value_t = StrategyConfig::DEFAULT_LOAD_FACTOR)]
-    pub load_factor: Ratio,
+    pub(crate) load_factor: Ratio,
     /// Extra moves per planning pass (sticky-balanced).
     #[arg(long, env = "SHARDWISE_MAX_EXTRA_MOVES", default_value_t = StrategyConfig::DEFAULT_MAX_EXTRA_MOVES)]
-    pub max_extra_moves: u32,
+    pub(crate) max_extra_moves: u32,
     /// Max/mean load at which sticky-balanced stops moving units.
     #[arg(long, env = "SHARDWISE_TARGET_BALANCE", default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
-    pub target_balance: Ratio,
+    pub(crate) target_balance: Ratio,
     /// Cut units too big for one shard into slices of their items: `auto` with sticky-balanced
     /// only, `on` with every strategy that may cut (not legacy-modulo or round-robin), `off`.
     #[arg(long, env = "SHARDWISE_SLICING", default_value_t = SliceSwitch::Auto)]
-    pub slicing: SliceSwitch,
+    pub(crate) slicing: SliceSwitch,
     /// Re-plan at least this often (load-aware strategies), besides every change.
     #[arg(long, env = "SHARDWISE_PLAN_INTERVAL", default_value = "30s", value_parser = duration)]
-    pub plan_interval: Duration,
+    pub(crate) plan_interval: Duration,
     /// Re-plan this often instead while the fleet is above the target balance (sticky-balanced
     /// converging after a scale-up, a few moves per pass).
     #[arg(long, env = "SHARDWISE_CONVERGE_INTERVAL", default_value = "5s", value_parser = duration)]
-    pub converge_interval: Duration,
+    pub(crate) converge_interval: Duration,
     /// What the planner balances: `measured` busy time (units not measured yet count as an
     /// average item times their weight), or `apps`, items times weight.
     #[arg(long, env = "SHARDWISE_LOAD_MODEL", value_enum, default_value_t = LoadModel::Measured)]
-    pub load_model: LoadModel,
+    pub(crate) load_model: LoadModel,
     /// With measured load, units move for balance only once the busiest live shard is above
     /// this times the mean (at least --target-balance), and until it is back at the target.
     #[arg(long, env = "SHARDWISE_LOAD_TRIGGER", default_value_t = LoadSettings::DEFAULT.trigger)]
-    pub load_trigger: Ratio,
+    pub(crate) load_trigger: Ratio,
     /// Half-life of the planner's smoothing of each unit's measured cost per item, up to 24h
     /// (0s: the latest measurement alone).
     #[arg(long, env = "SHARDWISE_LOAD_SMOOTHING", default_value = "15m", value_parser = duration)]
-    pub load_smoothing: Duration,
+    pub(crate) load_smoothing: Duration,
     /// The share of memory in a measured unit's weight (0 to 1), busy time having the rest:
     /// each is the unit's cost per item over the fleet's average, and memory is what owners
     /// keep for the unit beyond its items (shardwise's controller: its cache of the cluster).
     #[arg(long, env = "SHARDWISE_LOAD_MEMORY_WEIGHT", default_value_t = LoadSettings::DEFAULT.memory_weight)]
-    pub load_memory_weight: f64,
+    pub(crate) load_memory_weight: f64,
 
     /// The items one replica should carry: the planner's count of replicas needed
     /// (`shardwise_desired_replicas`) is the items over this, within the bounds.
     #[arg(long, env = "SHARDWISE_ITEMS_PER_REPLICA", default_value_t = ScaleSettings::DEFAULT.items_per_replica, value_parser = positive_u32)]
-    pub items_per_replica: u32,
+    pub(crate) items_per_replica: u32,
     /// The measured busy seconds per second one replica should carry; when set, the count
     /// needed is the larger of what the items and the measured busy time need.
     #[arg(long, env = "SHARDWISE_BUSY_PER_REPLICA")]
-    pub busy_per_replica: Option<f64>,
+    pub(crate) busy_per_replica: Option<f64>,
     /// The cache one replica should carry (bytes as owners report them: `512Mi`, `2Gi`); when
     /// set, the count needed is also at least the fleet's reported cache over this.
     #[arg(long, env = "SHARDWISE_CACHE_PER_REPLICA", value_parser = bytes)]
-    pub cache_per_replica: Option<u64>,
+    pub(crate) cache_per_replica: Option<u64>,
     /// The fewest replicas to ask for.
     #[arg(long, env = "SHARDWISE_MIN_REPLICAS", default_value_t = ScaleSettings::DEFAULT.min, value_parser = positive_u32)]
-    pub min_replicas: u32,
+    pub(crate) min_replicas: u32,
     /// The most replicas to ask for.
     #[arg(long, env = "SHARDWISE_MAX_REPLICAS", default_value_t = ScaleSettings::DEFAULT.max, value_parser = positive_u32)]
-    pub max_replicas: u32,
+    pub(crate) max_replicas: u32,
     /// The planner sets the StatefulSet's replicas to the count needed, through its scale
     /// subresource (it needs `get` and `update` on `statefulsets/scale`), never while a
     /// handoff is in progress.
     #[arg(long, env = "SHARDWISE_AUTOSCALE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub autoscale: bool,
+    pub(crate) autoscale: bool,
     /// Scale up once the count needed has been higher for this long (0s: at once).
     #[arg(long, env = "SHARDWISE_SCALE_UP_WINDOW", default_value = "0s", value_parser = duration)]
-    pub scale_up_window: Duration,
+    pub(crate) scale_up_window: Duration,
     /// Scale down once the count needed has been lower for this long, to the highest count
     /// needed over it.
     #[arg(long, env = "SHARDWISE_SCALE_DOWN_WINDOW", default_value = "5m", value_parser = duration)]
-    pub scale_down_window: Duration,
+    pub(crate) scale_down_window: Duration,
 
     /// Requests per second to the control plane (the cluster the controller runs in).
     #[arg(long, env = "SHARDWISE_KUBE_QPS", default_value_t = 50, value_parser = positive_u32)]
-    pub kube_qps: u32,
+    pub(crate) kube_qps: u32,
     /// Burst of requests to the control plane.
     #[arg(long, env = "SHARDWISE_KUBE_BURST", default_value_t = 100, value_parser = positive_u32)]
-    pub kube_burst: u32,
+    pub(crate) kube_burst: u32,
     /// Requests per second of the planner's writes (labels of units and items).
     #[arg(long, env = "SHARDWISE_PLANNER_QPS", default_value_t = 200, value_parser = positive_u32)]
-    pub planner_qps: u32,
+    pub(crate) planner_qps: u32,
     /// Burst of the planner's writes.
     #[arg(long, env = "SHARDWISE_PLANNER_BURST", default_value_t = 400, value_parser = positive_u32)]
-    pub planner_burst: u32,
+    pub(crate) planner_burst: u32,
 
     /// How long a lease stays valid after its last renewal.
     #[arg(long, env = "SHARDWISE_LEASE_DURATION", default_value = "15s", value_parser = duration)]
-    pub lease_duration: Duration,
+    pub(crate) lease_duration: Duration,
     /// A replica that could not renew its lease for this long stops all work.
     #[arg(long, env = "SHARDWISE_RENEW_DEADLINE", default_value = "10s", value_parser = duration)]
-    pub renew_deadline: Duration,
+    pub(crate) renew_deadline: Duration,
     /// Interval between lease renewals.
     #[arg(long, env = "SHARDWISE_RETRY_PERIOD", default_value = "2s", value_parser = duration)]
-    pub retry_period: Duration,
+    pub(crate) retry_period: Duration,
     /// Refresh the measured load this replica publishes on its shard lease this often, 1s to
     /// 5m (the lease renewals carry it: no request of its own).
     #[arg(long, env = "SHARDWISE_LOAD_REPORT_INTERVAL", default_value = "10s", value_parser = duration)]
-    pub load_report_interval: Duration,
+    pub(crate) load_report_interval: Duration,
     /// On SIGTERM, wait at most this long for in-flight reconciles before releasing everything.
     #[arg(long, env = "SHARDWISE_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
-    pub shutdown_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
 
     /// Address of `/metrics`.
     #[arg(long, env = "SHARDWISE_METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: SocketAddr,
+    pub(crate) metrics_addr: SocketAddr,
     /// Address of `/healthz` and `/readyz` (plain HTTP, for the kubelet).
     #[arg(long, env = "SHARDWISE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
-    pub health_addr: SocketAddr,
+    pub(crate) health_addr: SocketAddr,
     /// Serve `/metrics` over HTTPS, and only to requests whose bearer token the API server
     /// accepts (TokenReview) for a user allowed to `get` the path `/metrics`
     /// (SubjectAccessReview). `false`: plain HTTP, open to anyone who reaches the port.
     #[arg(long, env = "SHARDWISE_METRICS_SECURE", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub metrics_secure: bool,
+    pub(crate) metrics_secure: bool,
     /// Directory with `tls.crt` and `tls.key` for secure metrics (a mounted kubernetes.io/tls
     /// Secret), re-read when they change. Unset: a self-signed certificate made at startup.
     #[arg(long, env = "SHARDWISE_METRICS_CERT_DIR")]
-    pub metrics_cert_dir: Option<PathBuf>,
+    pub(crate) metrics_cert_dir: Option<PathBuf>,
     /// Reviews per second the metrics endpoint may ask of the API server, on a client of its
     /// own: scrapes with made-up tokens cannot slow down lease renewals.
     #[arg(long, env = "SHARDWISE_METRICS_REVIEW_QPS", default_value_t = 5, value_parser = positive_u32)]
-    pub metrics_review_qps: u32,
+    pub(crate) metrics_review_qps: u32,
     #[arg(long, env = "SHARDWISE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Log filter (tracing-subscriber syntax).
     #[arg(long, env = "SHARDWISE_LOG", default_value = "info")]
-    pub log: String,
+    pub(crate) log: String,
     /// Append every reconcile interval (start, end, unit, shard) to this file, as JSON lines.
     #[arg(long, env = "SHARDWISE_AUDIT_FILE")]
-    pub audit_file: Option<PathBuf>,
+    pub(crate) audit_file: Option<PathBuf>,
 }
 
 impl ReplicaArgs {

@@ -10,7 +10,7 @@
 //! do not overlap; on nested ones (or on a unit that is not cut) they do.
 //!
 //! A start line is written (and flushed) before the reconcile touches anything and an end line
-//! when its [`OpenInterval`] is dropped: after the reconcile finished, or when it was abandoned
+//! when its open interval is dropped: after the reconcile finished, or when it was abandoned
 //! (its task aborted at fencing or shutdown), which is when its work stopped. A killed process
 //! leaves an open interval that a checker must treat as lasting until the process died.
 
@@ -44,7 +44,7 @@ struct Inner {
 
 /// Appends audit lines to a file; a no-op when no file was configured.
 #[derive(Clone, Debug)]
-pub struct Audit {
+pub(crate) struct Audit {
     shard: u32,
     /// The field that names the unit: the unit's noun.
     unit_field: &'static str,
@@ -53,7 +53,7 @@ pub struct Audit {
 
 /// The interval of a reconcile in progress; dropping it ends it.
 #[derive(Debug)]
-pub struct OpenInterval {
+pub(crate) struct OpenInterval {
     audit: Audit,
     id: u64,
     unit: String,
@@ -149,7 +149,9 @@ impl Drop for OpenInterval {
 /// One reconcile of one process, as read back from audit files.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interval {
+    /// The process that did the work.
     pub pid: u32,
+    /// The shard that process held.
     pub shard: u32,
     /// The unit the work belonged to.
     pub unit: String,
@@ -158,16 +160,20 @@ pub struct Interval {
     pub range: KeyRange,
     /// What was reconciled.
     pub key: String,
+    /// When the work started, in wall-clock nanoseconds since the Unix epoch.
     pub start: u64,
-    /// `None` when the process never wrote the end (killed, or still running).
+    /// When it ended, as `start`; `None` when the process never wrote the end (killed, or
+    /// still running).
     pub end: Option<u64>,
 }
 
 /// Two processes working on one unit at the same time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Overlap {
-    pub unit: String,
+    pub(crate) unit: String,
+    /// The interval that started first.
     pub first: Interval,
+    /// The interval of another process that started before `first` ended.
     pub second: Interval,
 }
 
@@ -192,16 +198,23 @@ impl std::fmt::Display for Overlap {
 /// An audit file that cannot be read back.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
+    /// The file exists but cannot be read.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: std::path::PathBuf,
+        /// Why it cannot be read.
         #[source]
         source: std::io::Error,
     },
+    /// A line that is not the last one (which may be torn) is not an audit line.
     #[error("{path}:{line}: not an audit line: {reason}")]
     Line {
+        /// The file.
         path: std::path::PathBuf,
+        /// The line's number, from 1.
         line: usize,
+        /// What is wrong with it.
         reason: String,
     },
 }

@@ -23,6 +23,7 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
+    /// `qps` requests per second on average, up to `burst` at once; 0 counts as 1.
     pub fn new(qps: u32, burst: u32) -> Self {
         let qps = std::num::NonZeroU32::new(qps).unwrap_or(std::num::NonZeroU32::MIN);
         let burst = std::num::NonZeroU32::new(burst.max(1)).unwrap_or(std::num::NonZeroU32::MIN);
@@ -95,7 +96,7 @@ where
 
 /// Counts requests by target, verb (kube's name for the call) and status code.
 #[derive(Clone, Debug)]
-pub struct CountLayer {
+pub(crate) struct CountLayer {
     target: &'static str,
     metrics: Metrics,
 }
@@ -118,7 +119,7 @@ impl<S> Layer<S> for CountLayer {
 }
 
 #[derive(Debug)]
-pub struct Counted<S> {
+pub(crate) struct Counted<S> {
     inner: S,
     layer: CountLayer,
 }
@@ -178,7 +179,7 @@ fn method_verb(method: &http::Method) -> &'static str {
 }
 
 /// A client with the given limit and request counting.
-pub fn build_client(
+pub(crate) fn build_client(
     config: Config,
     target: &'static str,
     limit: &RateLimitLayer,
@@ -193,7 +194,7 @@ pub fn build_client(
 /// authentication and everything else that may wait, right above the connection pool, so that
 /// nothing sent through it leaves after the fence has closed.
 #[derive(Clone, Debug)]
-pub struct FenceLayer {
+pub(crate) struct FenceLayer {
     fence: Fence,
 }
 
@@ -217,7 +218,7 @@ impl<S> Layer<S> for FenceLayer {
 /// A service (requests) or connector (new connections, [`FencedConnector`]) behind a
 /// [`Fence`].
 #[derive(Clone, Debug)]
-pub struct FenceGate<S> {
+pub(crate) struct FenceGate<S> {
     inner: S,
     fence: Fence,
 }
@@ -259,7 +260,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// the request-level gate and then waited (for a pooled connection to come free, or in a
 /// process frozen meanwhile) cannot leave once the fence has closed.
 #[derive(Clone, Debug)]
-pub struct FencedConnector<C> {
+pub(crate) struct FencedConnector<C> {
     gate: FenceGate<C>,
 }
 
@@ -298,7 +299,7 @@ where
 
 /// A connection that refuses to write once its [`Fence`] has closed.
 #[derive(Debug)]
-pub struct FencedIo<T> {
+pub(crate) struct FencedIo<T> {
     inner: T,
     fence: Fence,
 }
@@ -375,7 +376,7 @@ impl<T: hyper_util::client::legacy::connect::Connection>
 /// A client of one owner term whose every request passes `fence` last, just before it is
 /// written to a connection, and whose connections refuse every write once it has closed (a
 /// request that waited for a pooled connection, or in a frozen process, does not leave late);
-/// with a limit and request counting as [`build_client`].
+/// with a limit ([`RateLimitLayer`]) and requests counted by target, verb and status code.
 pub fn build_fenced_client(
     config: Config,
     fence: Fence,

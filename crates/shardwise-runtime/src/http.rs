@@ -62,7 +62,9 @@ pub enum MetricsAccess<R> {
     Open,
     /// HTTPS, and only for requests the gate allows.
     Secure {
+        /// The TLS configuration connections are accepted with.
         tls: tokio_rustls::TlsAcceptor,
+        /// Who may read the metrics.
         gate: Arc<auth::Gate<R>>,
     },
 }
@@ -81,10 +83,10 @@ impl<R> std::fmt::Debug for MetricsAccess<R> {
 #[error("cannot listen on {addr}: {source}")]
 pub struct BindError {
     /// The address asked for.
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// Why the operating system refused it.
     #[source]
-    pub source: std::io::Error,
+    pub(crate) source: std::io::Error,
 }
 
 /// The sockets of `/metrics` and the probes, bound before the process starts any work: a

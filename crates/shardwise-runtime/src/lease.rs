@@ -19,9 +19,12 @@ use tracing::{debug, info, warn};
 /// Whether this process holds the lease, and until when it may act on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Holding {
+    /// Not held: not yet acquired, lost or released.
     NotHeld,
     /// Held; all work must have stopped by `fence_at` unless a renewal moves it.
     Held {
+        /// When the hold ends without another renewal, on the monotonic clock (counted from
+        /// the start of the last successful renewal).
         fence_at: Instant,
         /// The token of the identity it is held under. Each time the lease is lost, the
         /// process takes it again under a new identity: work assigned to the lost term is not
@@ -61,16 +64,12 @@ pub struct Fence {
 pub struct Fenced;
 
 impl Fence {
+    /// The fence of the term held under `incarnation`, following the lease task's `holding`.
     pub fn new(holding: watch::Receiver<Holding>, incarnation: Incarnation) -> Self {
         Self {
             holding,
             incarnation,
         }
-    }
-
-    /// The term this fence guards.
-    pub fn incarnation(&self) -> Incarnation {
-        self.incarnation
     }
 
     /// `Ok` while a request may still be sent.
@@ -87,7 +86,7 @@ impl Fence {
 
 /// The leases of the protocol, by the value of their `shardwise.io/lease` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseKind {
+pub(crate) enum LeaseKind {
     /// One per shard, held by the replica of that ordinal.
     Shard,
     /// One per StatefulSet, held by the elected planner.
@@ -106,11 +105,14 @@ impl LeaseKind {
 /// A lease to hold.
 #[derive(Clone, Debug)]
 pub struct LeaseSpecification {
+    /// The Lease object's name.
     pub name: String,
+    /// Labels the Lease is created with.
     pub labels: BTreeMap<String, String>,
     /// Unique per process: a restarted pod waits for its previous incarnation's lease to expire.
     /// The lease is held under this identity, then under `<identity>-<n>` after its n-th loss.
     pub identity: String,
+    /// How long the lease lasts, and when it is renewed and given up.
     pub timing: LeaseTiming,
 }
 
@@ -159,7 +161,7 @@ pub async fn until_held(
 }
 
 /// What the protocol needs of a Lease object.
-pub fn lease_record(lease: &Lease) -> LeaseRecord {
+pub(crate) fn lease_record(lease: &Lease) -> LeaseRecord {
     let spec = lease.spec.as_ref();
     LeaseRecord {
         holder: spec.and_then(|s| s.holder_identity.clone()),
@@ -191,7 +193,7 @@ pub async fn hold(
 }
 
 /// Annotations of a Lease, by key.
-pub type Annotations = BTreeMap<String, String>;
+pub(crate) type Annotations = BTreeMap<String, String>;
 
 /// [`hold`], and every write that creates or renews the lease also sets the annotations
 /// `annotations` holds at that moment: what the holder publishes rides on the renewals it

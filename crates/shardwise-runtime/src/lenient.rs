@@ -29,6 +29,7 @@ use serde::{Deserialize, Deserializer};
 /// An object that did not decode: who it is, and why.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Undecodable {
+    /// The object's metadata, which always decodes.
     pub metadata: ObjectMeta,
     /// `<field path>: <problem>`, e.g. `spec.weight: invalid value: integer `4294967296`,
     /// expected u32`.

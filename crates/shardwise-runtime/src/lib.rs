@@ -62,14 +62,16 @@
 //! ```
 //!
 //! The placement and handoff rules themselves are pure code in `shard-assign` and
-//! `shardwise-handoff`; in those crates a unit is called a cluster and an item an app, after
-//! the controller they were first written for.
+//! `shardwise-handoff`; `shard-assign` calls a unit a cluster and an item an app, after the
+//! controller it was first written for.
+
+#![deny(missing_docs)]
 
 pub mod args;
 pub mod audit;
 pub mod clients;
 pub mod decode;
-pub mod gate;
+pub(crate) mod gate;
 pub mod http;
 pub mod lease;
 pub mod lenient;
@@ -79,12 +81,12 @@ pub mod metrics;
 pub mod objects;
 pub mod owner;
 pub mod planner;
-pub mod queue;
-pub mod replica;
+pub(crate) mod queue;
+pub(crate) mod replica;
 pub mod settings;
 mod sharded;
 pub mod slice;
-pub mod term;
+pub(crate) mod term;
 
 pub use objects::{Object, key_of};
 pub use replica::{RunError, run, run_until};

@@ -1,7 +1,7 @@
 //! Measured load: what each record (a whole unit, or one slice of a cut unit) costs the shard
 //! that owns it, and how the planner reads it back. Pure code, no I/O: callers pass the time.
 //!
-//! - [`Meter`] (owner side) adds up the time reconciles of a record's unit and items spend
+//! - The owner's meter adds up the time reconciles of a record's unit and items spend
 //!   running, per fixed window, and smooths *busy seconds per second* with an exponentially
 //!   weighted moving average across windows.
 //! - [`LoadReport`] is what an owner publishes in the `shardwise.io/load` annotation of its
@@ -19,7 +19,7 @@ use shardwise_handoff::plan::{ObjectKey, RecordKey};
 
 /// How busy time is turned into a smoothed rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MeterSettings {
+pub(crate) struct MeterSettings {
     /// Busy time is summed over windows of this length; each full window gives one sample.
     pub window: Duration,
     /// A sample's weight in the average halves after this long.
@@ -52,7 +52,7 @@ impl Default for MeterSettings {
 /// A reconcile under way, as [`Meter::begin`] counted it.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a reconcile that is begun must be ended"]
-pub struct Running(u64);
+pub(crate) struct Running(u64);
 
 #[derive(Clone, Debug)]
 struct Tally {
@@ -71,7 +71,7 @@ struct Tally {
 /// first hears of it ([`own`](Self::own) or [`begin`](Self::begin)), and stays unmeasured
 /// until a whole window has passed since: a record just taken over is not reported as idle.
 #[derive(Clone, Debug)]
-pub struct Meter {
+pub(crate) struct Meter {
     settings: MeterSettings,
     decay: f64,
     window_start: Instant,
@@ -168,6 +168,7 @@ impl Meter {
     }
 
     /// The smoothed busy seconds per second of `record`; `None` while it is not measured yet.
+    #[cfg_attr(not(test), expect(dead_code, reason = "only the tests read it"))]
     pub fn busy(&self, record: &RecordKey) -> Option<f64> {
         self.records.get(record)?.smoothed
     }
@@ -196,7 +197,7 @@ pub struct RecordLoad {
 
 impl RecordLoad {
     /// Busy time and items, with no memory figure.
-    pub fn new(busy: f64, items: u64) -> Self {
+    pub(crate) fn new(busy: f64, items: u64) -> Self {
         Self {
             busy,
             items,
@@ -210,7 +211,7 @@ impl RecordLoad {
 /// shard owns (and under 100 KB with the longest names Kubernetes allows, well within its
 /// 256 KiB of annotations): it is written with every renewal of the lease and sent to every
 /// replica watching it.
-pub const MAX_REPORTED_RECORDS: usize = 256;
+pub(crate) const MAX_REPORTED_RECORDS: usize = 256;
 
 /// The version of the report's format.
 const REPORT_VERSION: u32 = 1;
@@ -218,23 +219,33 @@ const REPORT_VERSION: u32 = 1;
 /// The measured records of one shard, as its lease carries them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LoadReport {
+    /// The load of each record reported.
     pub records: BTreeMap<RecordKey, RecordLoad>,
     /// Measured records left out to keep the report small: each is at most as busy as the
     /// least busy record reported.
-    pub omitted: u64,
+    pub(crate) omitted: u64,
 }
 
 /// Why an annotation is not a report.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// Not JSON of the report's shape.
     #[error("not a load report: {0}")]
     Json(#[from] serde_json::Error),
+    /// A format version this replica does not read.
     #[error("load report version {0} is not known here (this replica reads version 1)")]
     Version(u32),
+    /// A key that does not name a record.
     #[error("load report names {0:?}, which is not a record (`<namespace>/<name>[#<range>]`)")]
     Key(String),
+    /// A busy time that is negative or not a number.
     #[error("load report gives {key:?} a busy time of {busy}, which is not a rate")]
-    Busy { key: String, busy: f64 },
+    Busy {
+        /// The record, as the report writes it.
+        key: String,
+        /// The busy time it gives.
+        busy: f64,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -256,7 +267,10 @@ fn significant(value: f64) -> f64 {
 
 impl LoadReport {
     /// The busiest `max` of `records`, and how many were left out.
-    pub fn top(records: impl IntoIterator<Item = (RecordKey, RecordLoad)>, max: usize) -> Self {
+    pub(crate) fn top(
+        records: impl IntoIterator<Item = (RecordKey, RecordLoad)>,
+        max: usize,
+    ) -> Self {
         let mut records: Vec<_> = records.into_iter().collect();
         records.sort_by(|(a_key, a), (b_key, b)| {
             b.busy.total_cmp(&a.busy).then_with(|| a_key.cmp(b_key))
@@ -272,7 +286,7 @@ impl LoadReport {
     /// The compact JSON of the annotation: `{"v":1,"records":{"<ns>/<name>":{"busy":0.0123,
     /// "items":42,"bytes":81920},"<ns>/<name>#<range>":{…}},"omitted":3}` (`bytes` only when
     /// known, `omitted` only when not 0), busy times to 4 significant digits.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let wire = Wire {
             v: REPORT_VERSION,
             records: self
@@ -291,7 +305,7 @@ impl LoadReport {
         serde_json::to_string(&wire).unwrap_or_default()
     }
 
-    /// Reads back what [`encode`](Self::encode) writes.
+    /// Reads a report from the text of its annotation, as an owner writes it.
     pub fn decode(text: &str) -> Result<Self, ReportError> {
         let wire: Wire = serde_json::from_str(text)?;
         if wire.v != REPORT_VERSION {
@@ -315,7 +329,7 @@ impl LoadReport {
     }
 
     /// The annotations a shard lease carries for this report.
-    pub fn annotations(&self) -> BTreeMap<String, String> {
+    pub(crate) fn annotations(&self) -> BTreeMap<String, String> {
         BTreeMap::from([(LOAD_ANNOTATION.to_string(), self.encode())])
     }
 
@@ -343,7 +357,7 @@ pub fn record_text(key: &RecordKey) -> String {
 }
 
 /// Reads back [`record_text`]; `None` for anything it does not write.
-pub fn parse_record(text: &str) -> Option<RecordKey> {
+pub(crate) fn parse_record(text: &str) -> Option<RecordKey> {
     let (text, range) = match text.split_once('#') {
         Some((text, range)) => {
             let range: KeyRange = range.parse().ok()?;
@@ -366,9 +380,10 @@ pub fn parse_record(text: &str) -> Option<RecordKey> {
 /// A record's latest measurement, as the planner keeps it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
+    /// The load the report gave.
     pub load: RecordLoad,
     /// The shard whose report it came from (the record may have moved since).
-    pub shard: u32,
+    pub(crate) shard: u32,
     /// The renewal time of the lease that carried the report.
     at: jiff::Timestamp,
     /// When a report last carried the record.
@@ -379,7 +394,7 @@ pub struct Measured {
 ///
 /// A record that leaves a shard's report (it moved, or its owner lost its lease) keeps its
 /// last value until another report carries it: its new owner's, once measured. A value no
-/// report has carried for [`MeasuredLoads::RETAIN`] is dropped (a record deleted, say).
+/// report has carried for 10 minutes is dropped (a record deleted, say).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MeasuredLoads {
     records: BTreeMap<RecordKey, Measured>,
@@ -387,10 +402,16 @@ pub struct MeasuredLoads {
 
 impl MeasuredLoads {
     /// How long a record's value outlives the last report that carried it.
-    pub const RETAIN: Duration = Duration::from_secs(600);
+    pub(crate) const RETAIN: Duration = Duration::from_secs(600);
 
     /// Takes in the report of `shard`, carried by a lease renewed at `at`, observed at `now`.
-    pub fn apply(&mut self, shard: u32, at: jiff::Timestamp, report: &LoadReport, now: Instant) {
+    pub(crate) fn apply(
+        &mut self,
+        shard: u32,
+        at: jiff::Timestamp,
+        report: &LoadReport,
+        now: Instant,
+    ) {
         self.records
             .retain(|_, m| now.saturating_duration_since(m.seen) < Self::RETAIN);
         // A record of this shard's that the report leaves out either moved (its value stays
@@ -429,14 +450,16 @@ impl MeasuredLoads {
     }
 
     /// Every measured record, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Measured)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Measured)> {
         self.records.iter()
     }
 
+    /// How many records are measured.
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
+    /// Whether no record is measured.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }

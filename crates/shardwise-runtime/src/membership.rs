@@ -29,7 +29,7 @@ use crate::lease::{LeaseKind, lease_record};
 use crate::load::{LoadReport, MeasuredLoads, ReportError};
 
 /// The shards a StatefulSet asks for: `spec.replicas`, or 1 when unset (the API's default).
-pub fn expected_shards(statefulset: &StatefulSet) -> u32 {
+pub(crate) fn expected_shards(statefulset: &StatefulSet) -> u32 {
     statefulset
         .spec
         .as_ref()
@@ -77,7 +77,7 @@ impl LeaseLoads {
 }
 
 /// The shard leases of one StatefulSet, observed continuously.
-pub struct ShardLeases {
+pub(crate) struct ShardLeases {
     api: Api<Lease>,
     selector: String,
     observer: Mutex<LeaseObserver>,

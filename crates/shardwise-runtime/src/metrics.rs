@@ -19,57 +19,64 @@ use crate::sharded::Nouns;
 /// No labels: a family of one series that can be removed (planner-only metrics must vanish
 /// from replicas that are not the planner).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NoLabels {}
+pub(crate) struct NoLabels {}
 
+/// The labels of a per-shard series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabels {
+    /// The shard's number, or what stands in for it in a process that owns no shard.
     pub shard: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
+pub(crate) struct KindLabels {
     pub kind: &'static str,
     pub shard: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReconcileLabels {
+pub(crate) struct ReconcileLabels {
     pub kind: &'static str,
     pub shard: String,
     pub result: &'static str,
 }
 
+/// The labels of a count of planning passes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StrategyLabels {
+    /// The placement strategy that planned.
     pub strategy: String,
+    /// How the pass ended: `success`, `error` or `no-live-shards`.
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MoveLabels {
+pub(crate) struct MoveLabels {
     pub strategy: String,
     pub kind: &'static str,
 }
 
+/// The labels of the shard counts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MemberLabels {
+    /// `expected` (the StatefulSet's replicas) or `live` (shards with a valid lease).
     pub state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DirectionLabels {
+pub(crate) struct DirectionLabels {
     /// `up` or `down`.
     pub direction: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HandoffLabels {
+pub(crate) struct HandoffLabels {
     pub shard: String,
     pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     pub target: &'static str,
     pub verb: &'static str,
     pub code: String,
@@ -80,6 +87,7 @@ pub struct RequestLabels {
 pub struct PlanGauges<'a> {
     /// Max over mean items per live shard.
     pub balance: f64,
+    /// What the plan gives each shard.
     pub shards: &'a BTreeMap<u32, ShardFigures>,
     /// Caches of units beyond one per unit, over the fleet.
     pub cache_copies: u64,
@@ -92,38 +100,41 @@ pub struct PlanGauges<'a> {
 pub struct Metrics {
     shard: String,
     nouns: Nouns,
-    pub owned_units: Family<ShardLabels, Gauge>,
-    pub owned_items: Family<ShardLabels, Gauge>,
-    pub owned_slices: Family<ShardLabels, Gauge>,
-    pub measured_busy: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub measured_records: Family<ShardLabels, Gauge>,
-    pub reconciles: Family<ReconcileLabels, Counter>,
-    pub reconcile_duration: Family<KindLabels, Histogram>,
-    pub queue_depth: Family<KindLabels, Gauge>,
-    pub lease_held: Family<ShardLabels, Gauge>,
-    pub fenced: Family<ShardLabels, Counter>,
-    pub handoffs: Family<HandoffLabels, Counter>,
+    pub(crate) owned_units: Family<ShardLabels, Gauge>,
+    pub(crate) owned_items: Family<ShardLabels, Gauge>,
+    pub(crate) owned_slices: Family<ShardLabels, Gauge>,
+    pub(crate) measured_busy: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(crate) measured_records: Family<ShardLabels, Gauge>,
+    pub(crate) reconciles: Family<ReconcileLabels, Counter>,
+    pub(crate) reconcile_duration: Family<KindLabels, Histogram>,
+    pub(crate) queue_depth: Family<KindLabels, Gauge>,
+    pub(crate) lease_held: Family<ShardLabels, Gauge>,
+    pub(crate) fenced: Family<ShardLabels, Counter>,
+    pub(crate) handoffs: Family<HandoffLabels, Counter>,
+    /// `shardwise_planner_leader`: 1 while this process is the planner.
     pub planner_leader: Family<ShardLabels, Gauge>,
+    /// `shardwise_planner_runs`: planning passes by strategy and result.
     pub planner_runs: Family<StrategyLabels, Counter>,
-    pub planner_moves: Family<MoveLabels, Counter>,
-    pub planner_rebalances: Family<NoLabels, Counter>,
-    pub balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(crate) planner_moves: Family<MoveLabels, Counter>,
+    pub(crate) planner_rebalances: Family<NoLabels, Counter>,
+    pub(crate) balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// `shardwise_members`: shards expected and live, as the planner last saw them.
     pub members: Family<MemberLabels, Gauge>,
-    pub desired_replicas: Family<NoLabels, Gauge>,
-    pub replica_changes: Family<DirectionLabels, Counter>,
-    pub load_balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub assigned_load: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub assigned_items: Family<ShardLabels, Gauge>,
-    pub assigned_units: Family<ShardLabels, Gauge>,
-    pub assigned_slices: Family<ShardLabels, Gauge>,
-    pub shared_units: Family<ShardLabels, Gauge>,
-    pub cache_copies: Family<NoLabels, Gauge>,
-    pub cut_units: Family<NoLabels, Gauge>,
-    pub api_requests: Family<RequestLabels, Counter>,
+    pub(crate) desired_replicas: Family<NoLabels, Gauge>,
+    pub(crate) replica_changes: Family<DirectionLabels, Counter>,
+    pub(crate) load_balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(crate) assigned_load: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(crate) assigned_items: Family<ShardLabels, Gauge>,
+    pub(crate) assigned_units: Family<ShardLabels, Gauge>,
+    pub(crate) assigned_slices: Family<ShardLabels, Gauge>,
+    pub(crate) shared_units: Family<ShardLabels, Gauge>,
+    pub(crate) cache_copies: Family<NoLabels, Gauge>,
+    pub(crate) cut_units: Family<NoLabels, Gauge>,
+    pub(crate) api_requests: Family<RequestLabels, Counter>,
 }
 
 impl Metrics {
-    pub fn new(shard: u32, nouns: Nouns, registry: &mut Registry) -> Self {
+    pub(crate) fn new(shard: u32, nouns: Nouns, registry: &mut Registry) -> Self {
         let metrics = Self::unregistered(shard.to_string(), nouns);
         let r = registry.sub_registry_with_prefix("shardwise");
         metrics.register_replica(r);
@@ -437,7 +448,7 @@ impl Metrics {
 
     /// Sets the latest plan's load under the load model: each live shard's, and the busiest
     /// over the mean.
-    pub fn set_load(&self, loads: &BTreeMap<u32, f64>, balance: f64) {
+    pub(crate) fn set_load(&self, loads: &BTreeMap<u32, f64>, balance: f64) {
         self.load_balance.get_or_create(&NoLabels {}).set(balance);
         // Shards that left the plan must not keep their last values.
         self.assigned_load.clear();
@@ -464,18 +475,13 @@ impl Metrics {
         self.cut_units.clear();
     }
 
-    /// The controller's nouns, which some labels carry.
-    pub fn nouns(&self) -> Nouns {
-        self.nouns
-    }
-
-    pub fn shard_labels(&self) -> ShardLabels {
+    pub(crate) fn shard_labels(&self) -> ShardLabels {
         ShardLabels {
             shard: self.shard.clone(),
         }
     }
 
-    pub fn kind_labels(&self, kind: &'static str) -> KindLabels {
+    pub(crate) fn kind_labels(&self, kind: &'static str) -> KindLabels {
         KindLabels {
             kind,
             shard: self.shard.clone(),
@@ -484,7 +490,7 @@ impl Metrics {
 
     /// Counts a reconcile; its duration is recorded only if it ran (a reconcile the gate
     /// refused, or that a lost lease cancelled, says nothing about reconcile latency).
-    pub fn reconciled(&self, kind: &'static str, result: &'static str, seconds: f64) {
+    pub(crate) fn reconciled(&self, kind: &'static str, result: &'static str, seconds: f64) {
         self.reconciles
             .get_or_create(&ReconcileLabels {
                 kind,
@@ -501,7 +507,7 @@ impl Metrics {
 
     /// Sets the gauges of the shard's measured load: the busy seconds per second summed over
     /// its measured records, and how many there are.
-    pub fn set_measured(&self, busy: f64, records: usize) {
+    pub(crate) fn set_measured(&self, busy: f64, records: usize) {
         let labels = self.shard_labels();
         self.measured_busy.get_or_create(&labels).set(busy);
         self.measured_records
@@ -509,7 +515,7 @@ impl Metrics {
             .set(records as i64);
     }
 
-    pub fn handoff(&self, reason: &'static str) {
+    pub(crate) fn handoff(&self, reason: &'static str) {
         self.handoffs
             .get_or_create(&HandoffLabels {
                 shard: self.shard.clone(),
@@ -569,13 +575,15 @@ impl Collector for ProcessCollector {
 /// The registry and the metrics, shared by the HTTP server and the workers.
 #[derive(Clone, Debug)]
 pub struct Telemetry {
+    /// What `/metrics` encodes: the runtime's metrics and any the controller registered.
     pub registry: Arc<Registry>,
+    /// Handles to the runtime's metrics in `registry`.
     pub metrics: Metrics,
 }
 
 impl Telemetry {
     /// The runtime's metrics, and whatever `controller` registers beside them.
-    pub fn new(shard: u32, nouns: Nouns, controller: impl FnOnce(&mut Registry)) -> Self {
+    pub(crate) fn new(shard: u32, nouns: Nouns, controller: impl FnOnce(&mut Registry)) -> Self {
         let mut registry = Registry::default();
         let metrics = Metrics::new(shard, nouns, &mut registry);
         controller(&mut registry);
@@ -585,7 +593,7 @@ impl Telemetry {
         }
     }
 
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)

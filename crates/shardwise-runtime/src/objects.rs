@@ -65,7 +65,7 @@ pub fn record_of<K: Resource>(unit: &K) -> UnitRecord {
 }
 
 /// The API of `K` in `namespace`, or across the cluster when it is empty, read leniently.
-pub fn api_in<K: Object>(client: &Client, namespace: &str) -> Api<Lenient<K>> {
+pub(crate) fn api_in<K: Object>(client: &Client, namespace: &str) -> Api<Lenient<K>> {
     if namespace.is_empty() {
         Api::all_with(client.clone(), &())
     } else {
@@ -82,7 +82,7 @@ pub fn api_over<K: Object>(client: &Client, scope: &WatchScope) -> Api<Lenient<K
 }
 
 /// Applies a JSON merge patch to the status of the object `key` of kind `K`.
-pub async fn merge_patch_status<K: Object>(
+pub(crate) async fn merge_patch_status<K: Object>(
     client: &Client,
     key: &ObjectKey,
     patch: &serde_json::Value,
@@ -94,7 +94,7 @@ pub async fn merge_patch_status<K: Object>(
 }
 
 /// Applies a JSON merge patch to the object `key` of kind `K`.
-pub async fn merge_patch<K: Object>(
+pub(crate) async fn merge_patch<K: Object>(
     client: &Client,
     key: &ObjectKey,
     patch: &serde_json::Value,

@@ -43,18 +43,19 @@ use crate::term::{SliceHome, Term, TermContext, item_key, reference};
 pub struct Readiness(Arc<AtomicBool>);
 
 impl Readiness {
+    /// Makes `/readyz` answer ready, or not.
     pub fn set(&self, ready: bool) {
         self.0.store(ready, Ordering::SeqCst);
     }
 
-    pub fn get(&self) -> bool {
+    pub(crate) fn get(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 }
 
 /// How a term ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// The lease was lost: work was cancelled at once.
     Fenced,
     /// Shutdown: no new work was started and in-flight work finished (or timed out).
@@ -63,7 +64,7 @@ pub enum Exit {
 
 /// What a term is built from.
 #[derive(Clone)]
-pub struct Parts {
+pub(crate) struct Parts {
     pub me: OwnerId,
     /// The gate every request of this term passes.
     pub fence: Fence,
@@ -355,7 +356,7 @@ impl<C: Sharded> Owner<C> {
 
 /// Runs one term of `controller` until `fenced` resolves (lease lost) or `shutdown` is
 /// cancelled.
-pub async fn run<C: Sharded>(
+pub(crate) async fn run<C: Sharded>(
     controller: Arc<C>,
     parts: Parts,
     fenced: impl std::future::Future<Output = ()>,

@@ -7,7 +7,7 @@ pub mod decide;
 pub mod index;
 pub mod measured;
 mod report;
-pub mod scaling;
+pub(crate) mod scaling;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -47,7 +47,7 @@ const ITEM_WRITE_CONCURRENCY: usize = 16;
 
 /// What a planner term is built from.
 #[derive(Clone)]
-pub struct Parts {
+pub(crate) struct Parts {
     /// The control plane, behind the planner lease's fence.
     pub client: Client,
     pub settings: PlannerSettings,
@@ -87,7 +87,7 @@ impl<C: Sharded> Planner<C> {
 }
 
 /// Runs the planner until `lost` resolves (leadership lost) or `shutdown` is cancelled.
-pub async fn run<C: Sharded>(
+pub(crate) async fn run<C: Sharded>(
     parts: Parts,
     lost: impl std::future::Future<Output = ()>,
     shutdown: CancellationToken,

@@ -34,22 +34,31 @@ use crate::term::SliceHome;
 /// Why a replica could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// No Kubernetes configuration was found (in-cluster or kubeconfig).
     #[error("cannot configure the Kubernetes client: {0}")]
     Kubeconfig(#[source] kube::config::InferConfigError),
+    /// A Kubernetes client could not be built from the configuration.
     #[error("cannot build a Kubernetes client: {0}")]
     Client(#[source] kube::Error),
+    /// The audit file could not be opened for appending.
     #[error("cannot open the audit file {path:?}: {source}")]
     Audit {
+        /// The file (`--audit-file`).
         path: Option<std::path::PathBuf>,
+        /// Why it could not be opened.
         #[source]
         source: std::io::Error,
     },
+    /// SIGTERM and SIGINT could not be listened for.
     #[error("cannot watch signals: {0}")]
     Signals(#[source] std::io::Error),
+    /// The metrics endpoint's certificate could not be loaded or made.
     #[error("cannot set up TLS for the metrics endpoint: {0}")]
     Tls(#[source] http::tls::TlsError),
+    /// The metrics or health address could not be bound.
     #[error("metrics and health server: {0}")]
     Listen(#[source] http::BindError),
+    /// The metrics and health server failed while serving.
     #[error("metrics and health server: {0}")]
     Http(#[source] std::io::Error),
 }

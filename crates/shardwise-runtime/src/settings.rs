@@ -24,8 +24,9 @@ pub enum WatchScope {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replica {
     /// Namespace of the StatefulSet and of the protocol's leases.
-    pub namespace: String,
-    pub pod_name: String,
+    pub(crate) namespace: String,
+    pub(crate) pod_name: String,
+    /// Name of the StatefulSet the pod belongs to.
     pub statefulset: String,
     /// The pod's ordinal.
     pub shard: u32,
@@ -34,7 +35,7 @@ pub struct Replica {
 impl Replica {
     /// From the pod name `<statefulset>-<ordinal>`; `statefulset` names the StatefulSet when
     /// the pod name alone cannot (the ordinal is checked against it).
-    pub fn new(
+    pub(crate) fn new(
         namespace: impl Into<String>,
         pod_name: impl Into<String>,
         statefulset: Option<&str>,
@@ -56,12 +57,12 @@ impl Replica {
     }
 
     /// The Lease of this replica's shard.
-    pub fn shard_lease(&self) -> String {
+    pub(crate) fn shard_lease(&self) -> String {
         format!("{}-shard-{}", self.statefulset, self.shard)
     }
 
     /// The Lease of the planner.
-    pub fn planner_lease(&self) -> String {
+    pub(crate) fn planner_lease(&self) -> String {
         format!("{}-planner", self.statefulset)
     }
 }
@@ -69,13 +70,15 @@ impl Replica {
 /// A request budget: `qps` per second on average, up to `burst` at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimit {
+    /// Requests per second, on average.
     pub qps: u32,
+    /// Requests that may go at once after a quiet spell.
     pub burst: u32,
 }
 
 /// What the planner balances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LoadModel {
+pub(crate) enum LoadModel {
     /// Items times the unit's weight.
     Apps,
     /// The busy time owners measure, smoothed; units not measured yet count as an average
@@ -85,7 +88,7 @@ pub enum LoadModel {
 
 /// How the planner counts load, and when measured load may move units.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LoadSettings {
+pub(crate) struct LoadSettings {
     pub model: LoadModel,
     /// Voluntary moves start once the busiest live shard is above this times the mean.
     pub trigger: Ratio,
@@ -115,7 +118,7 @@ impl LoadSettings {
 
 /// How many replicas the planner asks for, and whether it sets the count itself.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ScaleSettings {
+pub(crate) struct ScaleSettings {
     /// Items one replica should carry.
     pub items_per_replica: u32,
     /// Measured busy seconds per second one replica should carry; `None`: items alone.
@@ -176,7 +179,7 @@ impl ScaleSettings {
 
 /// The planner's settings.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PlannerSettings {
+pub(crate) struct PlannerSettings {
     pub strategy: StrategyConfig,
     /// Whether units too big for one shard are cut into slices of their items.
     pub slicing: SliceSwitch,
@@ -209,26 +212,26 @@ pub struct OwnerSettings {
     /// Concurrent item reconciles.
     pub item_workers: u32,
     /// On shutdown, wait at most this long for in-flight reconciles before releasing.
-    pub shutdown_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
     /// A unit is reconciled again this long after its items arrive or leave (one reconcile
     /// for a burst of them).
-    pub item_change_delay: Duration,
+    pub(crate) item_change_delay: Duration,
     /// The measured load on the shard lease is refreshed this often (the lease renewals carry
     /// it, so it is written no more often than they are).
-    pub load_report_interval: Duration,
+    pub(crate) load_report_interval: Duration,
 }
 
 impl OwnerSettings {
     /// The range `--load-report-interval` must be in: at least a second (the report counts
     /// every item of the shard), and at most 5 minutes (beyond it the report lags the
     /// measurement by more than the measurement's own smoothing).
-    pub const LOAD_REPORT_INTERVALS: std::ops::RangeInclusive<Duration> =
+    pub(crate) const LOAD_REPORT_INTERVALS: std::ops::RangeInclusive<Duration> =
         Duration::from_secs(1)..=Duration::from_secs(300);
 }
 
 /// How `/metrics` and the probes are served.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HttpSettings {
+pub(crate) struct HttpSettings {
     pub metrics_addr: SocketAddr,
     pub health_addr: SocketAddr,
     /// HTTPS and TokenReview/SubjectAccessReview; plain HTTP otherwise.
@@ -242,60 +245,85 @@ pub struct HttpSettings {
 /// Everything a replica runs with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
+    /// Who this replica is.
     pub replica: Replica,
     /// The controller's name, in Events and logs.
-    pub controller_name: String,
+    pub(crate) controller_name: String,
     /// Where units and items are watched.
     pub scope: WatchScope,
-    pub leases: LeaseTiming,
-    pub planner: PlannerSettings,
+    pub(crate) leases: LeaseTiming,
+    pub(crate) planner: PlannerSettings,
+    /// How the owner reconciles: workers, shutdown and load reports.
     pub owner: OwnerSettings,
     /// Requests of leases and owners to the control plane.
-    pub control_plane: RequestLimit,
-    pub http: HttpSettings,
+    pub(crate) control_plane: RequestLimit,
+    pub(crate) http: HttpSettings,
     /// Where the reconcile audit goes; none when unset.
-    pub audit_file: Option<PathBuf>,
+    pub(crate) audit_file: Option<PathBuf>,
 }
 
 /// Settings that cannot work, said in terms of the flags that set them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingsError {
+    /// Secure metrics and the probes on one address.
     #[error(
         "--metrics-addr and --health-addr are both {0}: secure metrics need a port of their own, since the kubelet probes over plain HTTP"
     )]
     SharedMetricsPort(SocketAddr),
+    /// A certificate directory for metrics served over plain HTTP.
     #[error(
         "--metrics-cert-dir is set but --metrics-secure is false: the certificate would not be used"
     )]
     UnusedCertificate,
+    /// A load report interval outside 1s to 5m.
     #[error("--load-report-interval must be between 1s and 5m, got {}", humantime::format_duration(*.0))]
     LoadReportInterval(Duration),
+    /// A load trigger below the target balance.
     #[error(
         "--load-trigger ({trigger}) is below --target-balance ({target}): moves would start where they must stop"
     )]
-    LoadTrigger { trigger: Ratio, target: Ratio },
+    LoadTrigger {
+        /// `--load-trigger`.
+        trigger: Ratio,
+        /// `--target-balance`.
+        target: Ratio,
+    },
+    /// A smoothing half-life beyond 24h.
     #[error("--load-smoothing must be at most 24h, got {}", humantime::format_duration(*.0))]
     LoadSmoothing(Duration),
+    /// A memory weight outside 0 to 1 (as given).
     #[error("--load-memory-weight must be between 0 and 1, got {0}")]
     MemoryWeight(String),
+    /// Replica bounds that allow no count.
     #[error("--min-replicas ({min}) and --max-replicas ({max}) must satisfy 1 <= min <= max")]
-    ReplicaBounds { min: u32, max: u32 },
+    ReplicaBounds {
+        /// `--min-replicas`.
+        min: u32,
+        /// `--max-replicas`.
+        max: u32,
+    },
+    /// A busy time per replica that is not a positive number (as given).
     #[error("--busy-per-replica must be a positive number of seconds per second, got {0}")]
     BusyPerReplica(String),
+    /// A scaling window beyond an hour.
     #[error("{flag} must be at most 1h, got {}", humantime::format_duration(*.window))]
     ScaleWindow {
+        /// The flag that set it.
         flag: &'static str,
+        /// The window given.
         window: Duration,
     },
+    /// Lease timings that cannot hold a lease safely.
     #[error(transparent)]
     Leases(#[from] TimingError),
+    /// A placement strategy configuration that cannot work.
     #[error(transparent)]
     Strategy(#[from] AssignError),
 }
 
 impl Settings {
     /// Refuses settings that only fail later.
-    pub fn validate(&self) -> Result<(), SettingsError> {
+    pub(crate) fn validate(&self) -> Result<(), SettingsError> {
         self.leases.validate()?;
         self.planner.strategy.validate()?;
         let http = &self.http;

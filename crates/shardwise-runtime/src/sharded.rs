@@ -33,7 +33,9 @@ pub struct UnitPlacement {
 /// The kinds of object the runtime reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ObjectKind {
+    /// What the planner places ([`Sharded::Unit`]).
     Unit,
+    /// What follows a unit ([`Sharded::Item`]).
     Item,
 }
 
@@ -203,8 +205,12 @@ pub trait Sharded: Send + Sync + Sized + 'static {
 /// they make is valid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Nouns {
+    /// One unit, as in `kind="namespace"`.
     pub unit: &'static str,
+    /// Units, as in `shardwise_owned_namespaces`.
     pub units: &'static str,
+    /// One item.
     pub item: &'static str,
+    /// Items.
     pub items: &'static str,
 }

@@ -60,17 +60,18 @@ use shardwise_handoff::keys::SLICES_LABEL;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct UnitSliceSpec {
+    /// The unit a slice belongs to.
     pub unit: UnitReference,
     /// The range is the keys whose top `depth` bits are `index`.
     #[schemars(range(max = 16))]
-    pub depth: u8,
+    pub(crate) depth: u8,
     #[schemars(range(max = 65535))]
-    pub index: u64,
+    pub(crate) index: u64,
     /// The first and last key of the range, in hexadecimal (for people).
-    pub range: String,
+    pub(crate) range: String,
     /// The range as a KEP-5866 shard selector on `metadata.uid` (for people, and for API
     /// servers that filter on it).
-    pub selector: String,
+    pub(crate) selector: String,
 }
 
 /// The unit a slice belongs to.
@@ -79,7 +80,10 @@ pub struct UnitSliceSpec {
 pub struct UnitReference {
     /// Empty for a cluster-scoped unit.
     #[serde(default)]
-    pub namespace: String,
+    pub(crate) namespace: String,
+    /// The unit's name.
+    // Kept out of the CRD's schema, so that the published CRD (deploy/crds.yaml) is unchanged.
+    #[schemars(description = "")]
     pub name: String,
     /// The unit's UID: a slice of a unit that was deleted and made again is not one of the new
     /// unit's.
@@ -87,6 +91,7 @@ pub struct UnitReference {
 }
 
 impl UnitSliceSpec {
+    /// The spec of `range` of `unit`, whose UID is `uid`.
     pub fn new(unit: &ObjectKey, uid: &str, range: KeyRange) -> Self {
         Self {
             unit: UnitReference {
@@ -107,7 +112,7 @@ impl UnitSliceSpec {
         KeyRange::new(self.depth, self.index).filter(|r| *r != KeyRange::WHOLE)
     }
 
-    pub fn unit_key(&self) -> ObjectKey {
+    pub(crate) fn unit_key(&self) -> ObjectKey {
         ObjectKey::new(&self.unit.namespace, &self.unit.name)
     }
 }
@@ -119,7 +124,7 @@ const NAME_PREFIX: usize = 200;
 /// The name of the UnitSlice of `range` of `unit`, for the StatefulSet `statefulset`: the
 /// unit's name (cut short if need be), a hash of everything that tells units and controllers
 /// apart, the depth and the index. Always a valid object name.
-pub fn slice_name(statefulset: &str, unit: &ObjectKey, range: KeyRange) -> String {
+pub(crate) fn slice_name(statefulset: &str, unit: &ObjectKey, range: KeyRange) -> String {
     let identity = format!("{statefulset}/{}/{}", unit.namespace, unit.name);
     let hash = XxHash3_64::oneshot(identity.as_bytes()) >> 16;
     let mut prefix: String = unit

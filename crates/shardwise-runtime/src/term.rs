@@ -129,13 +129,13 @@ impl<U: Object, I: Object> TermContext<U, I> {
 
     /// Whether this term knows the unit at all: owns it (or a slice of it), or is handing it
     /// off.
-    pub fn knows(&self, unit: &ObjectKey) -> bool {
+    pub(crate) fn knows(&self, unit: &ObjectKey) -> bool {
         self.gate.knows(unit)
     }
 
     /// Whether this term reconciles the unit itself (of a cut unit, the owner of the slice
     /// holding key 0 does; the others only reconcile the items of their slices).
-    pub fn reports_on(&self, unit: &ObjectKey) -> bool {
+    pub(crate) fn reports_on(&self, unit: &ObjectKey) -> bool {
         self.gate.reports_on(unit)
     }
 

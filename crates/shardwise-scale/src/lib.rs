@@ -25,6 +25,8 @@
 //! assert_eq!(count.recommend(after_window, sizing.needed(500.0, 4), 4), 1);
 //! ```
 
+#![deny(missing_docs)]
+
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -33,10 +35,18 @@ use thiserror::Error;
 /// Sizing that cannot work.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum SizingError {
+    /// The target load per replica is not a positive number.
     #[error("the target load per replica must be a positive number, got {0}")]
     Target(f64),
+    /// The replica bounds are not `1 <= min <= max`.
     #[error("the replica bounds must satisfy 1 <= min <= max, got {min}..{max}")]
-    Bounds { min: u32, max: u32 },
+    Bounds {
+        /// The lower bound given.
+        min: u32,
+        /// The upper bound given.
+        max: u32,
+    },
+    /// The tolerance is outside `0..=0.5`.
     #[error("the tolerance must be from 0 to 0.5, got {0}")]
     Tolerance(f64),
 }
@@ -46,7 +56,9 @@ pub enum SizingError {
 pub struct Sizing {
     /// Load one replica should carry (apps, or measured busy seconds per second).
     pub per_replica: f64,
+    /// Fewest replicas, whatever the load.
     pub min: u32,
+    /// Most replicas, whatever the load.
     pub max: u32,
     /// A load within this share of what the current count carries at the target keeps the
     /// count (the HorizontalPodAutoscaler's default, 10%).
@@ -54,8 +66,10 @@ pub struct Sizing {
 }
 
 impl Sizing {
-    pub const DEFAULT_TOLERANCE: f64 = 0.1;
+    const DEFAULT_TOLERANCE: f64 = 0.1;
 
+    /// Sizing for `per_replica` load per replica, from `min` to `max` replicas, with the
+    /// default tolerance of 10%.
     pub fn new(per_replica: f64, min: u32, max: u32) -> Result<Self, SizingError> {
         Self {
             per_replica,
@@ -66,6 +80,7 @@ impl Sizing {
         .validated()
     }
 
+    /// The same sizing with another tolerance, a share from 0 to 0.5.
     pub fn with_tolerance(self, tolerance: f64) -> Result<Self, SizingError> {
         Self { tolerance, ..self }.validated()
     }
@@ -144,6 +159,7 @@ pub struct Stabilizer {
 }
 
 impl Stabilizer {
+    /// A stabilizer that has seen no need yet.
     pub fn new(windows: Windows) -> Self {
         Self {
             windows,
@@ -197,10 +213,6 @@ impl Stabilizer {
             return highest;
         }
         current
-    }
-
-    pub fn windows(&self) -> Windows {
-        self.windows
     }
 }
 

@@ -22,11 +22,17 @@ use crate::stats::Summary;
 /// The experiment: a fleet placed on `from` shards, then planned for `to`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Convergence {
+    /// Where each seed's fleet comes from.
     pub fleet: FleetSource,
+    /// Shards before the change.
     pub from: u32,
+    /// Shards after it.
     pub to: u32,
+    /// The strategies to compare, in report order.
     pub strategies: Vec<StrategyConfig>,
+    /// The first seed; the others follow it.
     pub first_seed: u64,
+    /// Number of seeds.
     pub seeds: u32,
     /// Passes replayed at most after the change.
     pub max_passes: u32,
@@ -35,31 +41,43 @@ pub struct Convergence {
 /// What it reports per strategy, over seeds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConvergenceReport {
+    /// The fleet it ran on.
     pub fleet: FleetDescription,
+    /// Shards before the change.
     pub from: u32,
+    /// Shards after it.
     pub to: u32,
+    /// The first seed.
     pub first_seed: u64,
+    /// Number of seeds.
     pub seeds: u32,
+    /// Passes replayed at most after the change.
     pub max_passes: u32,
+    /// One row per strategy, in the experiment's order.
     pub strategies: Vec<ConvergenceRow>,
 }
 
+/// One strategy's passes, over seeds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConvergenceRow {
+    /// The strategy.
     pub strategy: StrategyKind,
     /// The balance the strategy aims for: the fleet is within it when the busiest shard is at
     /// or below `target × mean`.
     pub target: f64,
-    /// Busiest shard over the mean after the first pass, and after the last.
+    /// Busiest shard over the mean after the first pass.
     pub first_pass: Summary,
+    /// Busiest shard over the mean after the last pass.
     pub last_pass: Summary,
     /// Passes until within the target (those that reach it).
     pub passes: Summary,
     /// Seeds that reached the target.
     pub within_target: u32,
-    /// Apps moved over all passes, the least any placement must move, and their ratio.
+    /// Apps moved over all passes.
     pub apps_moved: Summary,
+    /// The least apps any placement on `to` shards must move.
     pub minimum_apps: Summary,
+    /// Apps moved over that least (a minimum of 0 counts as 1).
     pub moved_over_minimum: Summary,
 }
 
@@ -85,6 +103,8 @@ impl Convergence {
         }
     }
 
+    /// Refuses an experiment that cannot run: a shard count of 0 or no change, no pass,
+    /// strategy or seed, or an invalid strategy.
     pub fn validate(&self) -> Result<(), SimError> {
         let invalid = |why: &str| Err(SimError::InvalidScenario(why.into()));
         if self.from == 0 || self.to == 0 {
@@ -107,6 +127,7 @@ impl Convergence {
         Ok(())
     }
 
+    /// Validates the experiment, then replays the passes of every strategy on every seed.
     pub fn run(&self) -> Result<ConvergenceReport, SimError> {
         self.validate()?;
         let mut rows: Vec<Vec<(SeedPasses, u64)>> =

@@ -39,7 +39,8 @@ pub enum LoadModel {
 }
 
 impl LoadModel {
-    pub const ALL: [LoadModel; 2] = [LoadModel::Apps, LoadModel::Measured];
+    /// Every model, in report order.
+    const ALL: [LoadModel; 2] = [LoadModel::Apps, LoadModel::Measured];
 }
 
 /// Resolution of an observed cost per app in a cluster's weight: 1/1000 of the starting cost.
@@ -48,8 +49,11 @@ const COST_SCALE: f64 = 1000.0;
 /// The experiment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Drift {
+    /// Where each seed's fleet comes from.
     pub fleet: FleetSource,
+    /// Shards throughout.
     pub shards: u32,
+    /// The strategies to compare, each under every load model.
     pub strategies: Vec<StrategyConfig>,
     /// Simulated time.
     pub hours: u32,
@@ -63,22 +67,36 @@ pub struct Drift {
     pub smoothing: u32,
     /// Where `sticky-balanced`'s voluntary moves start with measured loads.
     pub trigger: Ratio,
+    /// The first seed; the others follow it.
     pub first_seed: u64,
+    /// Number of seeds.
     pub seeds: u32,
 }
 
+/// What the experiment reports: its settings and a row per strategy and load model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DriftReport {
+    /// The fleet it ran on.
     pub fleet: FleetDescription,
+    /// Shards throughout.
     pub shards: u32,
+    /// Simulated time.
     pub hours: u32,
+    /// Minutes between two planning passes.
     pub plan_every: u32,
+    /// Standard deviation of the log of a cluster's cost per app after one hour.
     pub drift: f64,
+    /// Standard deviation of the log of an observation's error.
     pub noise: f64,
+    /// Half-life, in minutes, of the planner's smoothing of the observed costs.
     pub smoothing: u32,
+    /// Where `sticky-balanced`'s voluntary moves start with measured loads.
     pub trigger: f64,
+    /// The first seed.
     pub first_seed: u64,
+    /// Number of seeds.
     pub seeds: u32,
+    /// Each strategy under `apps`, then under `measured`, in the experiment's order.
     pub rows: Vec<DriftRow>,
 }
 
@@ -86,14 +104,17 @@ pub struct DriftReport {
 /// the true busiest-over-mean over its passes, and its moves per hour.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DriftRow {
+    /// The strategy.
     pub strategy: StrategyKind,
+    /// What it balanced.
     pub load_model: LoadModel,
-    /// The median over seeds of each seed's median over time, and of each seed's 95th
-    /// percentile over time.
+    /// True busiest shard over the mean: each seed's median over its passes.
     pub true_max_over_mean: Summary,
+    /// The same with each seed's 95th percentile over its passes.
     pub true_max_over_mean_p95: Summary,
     /// Apps moved per hour, as a share of all apps (0.02 is 2%).
     pub apps_moved_per_hour: Summary,
+    /// Clusters moved per hour.
     pub clusters_moved_per_hour: Summary,
 }
 
@@ -124,6 +145,9 @@ impl Drift {
         }
     }
 
+    /// Refuses an experiment that cannot run: no shard, hour, pass or smoothing, a pass
+    /// interval longer than the run, a drift or noise outside 0 to 2, no strategy or seed, or
+    /// an invalid strategy.
     pub fn validate(&self) -> Result<(), SimError> {
         let invalid = |why: String| Err(SimError::InvalidScenario(why));
         if self.shards == 0 {
@@ -155,6 +179,8 @@ impl Drift {
         Ok(())
     }
 
+    /// Validates the experiment, then plans every strategy under both load models on every
+    /// seed, each seed with one history of costs for all of them.
     pub fn run(&self) -> Result<DriftReport, SimError> {
         self.validate()?;
         let variants: Vec<(StrategyConfig, LoadModel)> = self

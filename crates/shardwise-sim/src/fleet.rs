@@ -20,11 +20,15 @@ pub enum AppDistribution {
     Random,
     /// The k-th cluster (in a random order) has weight `1 / k^exponent`: a few huge clusters
     /// and a long tail of small ones.
-    Zipf { exponent: f64 },
+    Zipf {
+        /// How steeply weights fall with rank; larger is more skewed.
+        exponent: f64,
+    },
 }
 
 impl AppDistribution {
-    pub const DEFAULT_ZIPF_EXPONENT: f64 = 1.0;
+    /// The exponent of a plain `zipf`.
+    const DEFAULT_ZIPF_EXPONENT: f64 = 1.0;
 }
 
 impl fmt::Display for AppDistribution {
@@ -68,8 +72,11 @@ impl FromStr for AppDistribution {
 /// A synthetic fleet: how many clusters, how many apps in all, and how they are spread.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct FleetSpec {
+    /// Number of clusters.
     pub clusters: u32,
+    /// Apps over all clusters.
     pub apps: u64,
+    /// How the apps are spread over the clusters.
     pub distribution: AppDistribution,
 }
 

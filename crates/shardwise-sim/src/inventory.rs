@@ -23,7 +23,9 @@ use crate::error::SimError;
 /// How to read an inventory's text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InventoryFormat {
+    /// JSON.
     Json,
+    /// YAML.
     Yaml,
 }
 

@@ -8,6 +8,8 @@
 //!
 //! Everything is reproducible: a seed fixes the fleet and the scenario's draws (ChaCha8).
 
+#![deny(missing_docs)]
+
 mod convergence;
 mod drift;
 mod error;
@@ -22,10 +24,10 @@ pub use drift::{Drift, DriftReport, DriftRow, LoadModel};
 pub use error::SimError;
 pub use fleet::{AppDistribution, FleetSpec, app_keys, app_uid, apportion};
 pub use inventory::{InventoryFormat, parse_inventory};
-pub use scenario::{Scenario, Step};
+pub use scenario::Scenario;
 pub use simulate::{
     BalanceSummary, DiffCounts, FleetDescription, FleetSource, MovesSummary, Report, SeedRun,
-    Simulation, SliceMode, StepSummary, StrategyReport, run_steps,
+    Simulation, SliceMode, StepSummary, StrategyReport,
 };
 pub use stats::Summary;
 

@@ -13,17 +13,36 @@ use crate::fleet::{random_uid, shuffle};
 pub enum Scenario {
     /// The StatefulSet goes from `from` to `to` replicas; a scale-down removes the highest
     /// ordinals, as Kubernetes does.
-    Scale { from: u32, to: u32 },
+    Scale {
+        /// Replicas at the start.
+        from: u32,
+        /// Replicas after the change.
+        to: u32,
+    },
     /// `count` new clusters join a fleet on `shards` shards.
-    AddClusters { shards: u32, count: u32 },
+    AddClusters {
+        /// Shards throughout.
+        shards: u32,
+        /// Clusters that join.
+        count: u32,
+    },
     /// `count` clusters, chosen at random, leave a fleet on `shards` shards.
-    RemoveClusters { shards: u32, count: u32 },
+    RemoveClusters {
+        /// Shards throughout.
+        shards: u32,
+        /// Clusters that leave.
+        count: u32,
+    },
     /// Over `steps` steps, `arrivals` ephemeral clusters join at each step and each leaves after
     /// a lifetime drawn uniformly from 1..=`max_lifetime` steps, beside the permanent fleet.
     Churn {
+        /// Shards throughout.
         shards: u32,
+        /// Steps after the initial one.
         steps: u32,
+        /// Ephemeral clusters that join at each step.
         arrivals: u32,
+        /// Most steps an ephemeral cluster stays.
         max_lifetime: u32,
     },
 }
@@ -32,7 +51,8 @@ impl Scenario {
     /// The reference experiment: 10 shards scaled to 9.
     pub const REFERENCE: Scenario = Scenario::Scale { from: 10, to: 9 };
 
-    pub fn validate(&self, fleet_size: usize) -> Result<(), SimError> {
+    /// Checks the scenario against a fleet of `fleet_size` clusters.
+    pub(crate) fn validate(&self, fleet_size: usize) -> Result<(), SimError> {
         let invalid = |why: String| Err(SimError::InvalidScenario(why));
         match *self {
             Scenario::Scale { from, to } if from == 0 || to == 0 => invalid(format!(
@@ -64,7 +84,7 @@ impl Scenario {
 
     /// The successive states (fleet, live shards), starting with the initial one.
     /// `mean_apps` sizes the clusters that join.
-    pub fn steps(&self, fleet: Vec<Cluster>, rng: &mut impl RngCore) -> Vec<Step> {
+    pub(crate) fn steps(&self, fleet: Vec<Cluster>, rng: &mut impl RngCore) -> Vec<Step> {
         let initial = ShardSet::contiguous(self.initial_shards());
         let mean_apps = mean_apps(&fleet);
         let first = Step {
@@ -133,7 +153,7 @@ impl Scenario {
 
 /// One state of a scenario.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Step {
+pub(crate) struct Step {
     pub clusters: Vec<Cluster>,
     pub shards: ShardSet,
 }

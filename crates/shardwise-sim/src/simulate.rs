@@ -62,7 +62,9 @@ impl FleetSource {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SliceMode {
+    /// Each strategy runs once, sliced if the switch says so for it.
     Switch(SliceSwitch),
+    /// Each strategy runs without slices, and again with them if it can cut.
     Both,
 }
 
@@ -75,12 +77,17 @@ impl Default for SliceMode {
 /// A simulation: a fleet, a scenario, the strategies to compare and the seeds to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Simulation {
+    /// Where each seed's fleet comes from.
     pub fleet: FleetSource,
+    /// The change the strategies absorb.
     pub scenario: Scenario,
+    /// The strategies to compare, in report order.
     pub strategies: Vec<StrategyConfig>,
     /// Slicing, for the strategies that slice (never `legacy-modulo` or `round-robin`).
     pub slicing: SliceMode,
+    /// The first seed; the others follow it.
     pub first_seed: u64,
+    /// Number of seeds.
     pub seeds: u32,
     /// Whether to time every assignment ([`StrategyReport::assign_ms`]); off, a report depends
     /// on its inputs only.
@@ -102,6 +109,8 @@ impl Simulation {
         }
     }
 
+    /// Refuses a simulation that cannot run: no strategy or seed, a seed range past
+    /// `u64::MAX`, an invalid strategy, an empty fleet or an invalid scenario.
     pub fn validate(&self) -> Result<(), SimError> {
         if self.strategies.is_empty() {
             return Err(SimError::InvalidScenario("no strategy selected".into()));
@@ -201,22 +210,26 @@ pub struct SeedRun {
     pub after: Vec<Balance>,
     /// Per step after the first: the diff from the step before.
     pub diffs: Vec<DiffCounts>,
-    /// Shard loads of the initial and final assignments.
+    /// Shard loads of the initial assignment.
     pub loads_before: Vec<u64>,
+    /// Shard loads of the final assignment.
     pub loads_after: Vec<u64>,
     /// Duration of every assignment, in milliseconds (empty when the simulation is not timed).
     pub assign_ms: Vec<f64>,
     /// Per step after the first: cache copies (cluster, shard pairs beyond one per cluster) and
     /// slices beyond one per cluster. Zero without slicing.
-    pub cache_copies: Vec<u64>,
-    pub extra_slices: Vec<u64>,
+    pub(crate) cache_copies: Vec<u64>,
+    pub(crate) extra_slices: Vec<u64>,
 }
 
 /// The counts of an [`AssignmentDiff`] that the reports use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DiffCounts {
+    /// Clusters that changed shard.
     pub clusters: u64,
+    /// Clusters that left a shard that is still live.
     pub clusters_excluding_removed: u64,
+    /// Apps that changed shard.
     pub apps: u64,
     /// Apps that left a shard that is still live.
     pub apps_excluding_removed: u64,
@@ -255,7 +268,7 @@ fn loads(assignment: &Assignment) -> Vec<u64> {
 /// Assigns every step in turn, each with the previous result as its previous assignment;
 /// with `slicing` (and the apps' keys), clusters are cut into slices as they need, and moves are
 /// counted per app.
-pub fn run_steps(
+fn run_steps(
     config: &StrategyConfig,
     slicing: Option<(&SliceConfig, &AppKeys)>,
     steps: &[Step],
@@ -400,26 +413,37 @@ impl StrategyRuns {
 /// What a report says about the fleet.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FleetDescription {
+    /// Clusters in a fleet.
     pub clusters: u64,
+    /// Apps over all clusters of a fleet.
     pub apps: u64,
+    /// How apps are spread (`random`, `zipf:1.5`), or `inventory` for a fleet read from one.
     pub distribution: String,
 }
 
 /// The result of a simulation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
+    /// The scenario simulated.
     pub scenario: Scenario,
+    /// The fleet it ran on.
     pub fleet: FleetDescription,
+    /// The first seed.
     pub first_seed: u64,
+    /// Number of seeds.
     pub seeds: u32,
+    /// One report per strategy run, in the simulation's order.
     pub strategies: Vec<StrategyReport>,
 }
 
 /// Balance statistics over seeds (and over steps, for multi-step scenarios).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct BalanceSummary {
+    /// Busiest shard's load over the mean.
     pub max_over_mean: Summary,
+    /// Busiest minus lightest shard's load, over the mean.
     pub spread_over_mean: Summary,
+    /// Coefficient of variation of the shard loads.
     pub cv: Summary,
 }
 
@@ -437,39 +461,50 @@ impl BalanceSummary {
 /// Churn statistics over seeds; multi-step scenarios sum the moves of every step of a seed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct MovesSummary {
+    /// Clusters that changed shard.
     pub clusters: Summary,
+    /// Clusters that left a shard that is still live.
     pub clusters_excluding_removed: Summary,
+    /// Apps that changed shard.
     pub apps: Summary,
+    /// Apps that left a shard that is still live.
     pub apps_excluding_removed: Summary,
 }
 
 /// One step of a multi-step scenario, over seeds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct StepSummary {
+    /// The step, from 1 (the first change).
     pub step: u32,
+    /// Busiest shard's load over the mean after the step.
     pub max_over_mean: Summary,
+    /// Apps that changed shard in the step.
     pub apps_moved: Summary,
 }
 
 /// One strategy's results.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StrategyReport {
+    /// The strategy.
     pub strategy: StrategyKind,
+    /// Its full configuration.
     pub config: StrategyConfig,
     /// Whether clusters were cut into slices.
     pub sliced: bool,
-    /// After the last change: (cluster, shard) pairs beyond one per cluster, and slices beyond
-    /// one per cluster.
+    /// After the last change: (cluster, shard) pairs beyond one per cluster.
     pub cache_copies: Summary,
+    /// After the last change: slices beyond one per cluster.
     pub extra_slices: Summary,
     /// After the change (every step after the first, for multi-step scenarios).
     pub balance: BalanceSummary,
     /// Of the initial assignment.
     pub balance_before: BalanceSummary,
+    /// Moves over the whole scenario.
     pub moves: MovesSummary,
     /// Time of one assignment, in milliseconds, when the simulation was timed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assign_ms: Option<Summary>,
+    /// Each step after the first, in order.
     pub per_step: Vec<StepSummary>,
     /// Raw per-seed results, for plots and checks.
     #[serde(skip)]

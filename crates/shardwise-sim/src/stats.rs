@@ -5,7 +5,9 @@ use serde::Serialize;
 /// Median and 95th percentile of a sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
+    /// The middle value.
     pub median: f64,
+    /// The nearest-rank 95th percentile.
     pub p95: f64,
 }
 

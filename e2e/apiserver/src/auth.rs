@@ -10,9 +10,13 @@ use rand::Rng;
 /// and groups RBAC sees, and the bearer token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
+    /// The kubeconfig user and context name, also the name faults are scoped by.
     pub name: String,
+    /// The user name RBAC sees, e.g. `system:serviceaccount:ns:sa`.
     pub user: String,
+    /// The groups RBAC sees, without the implied `system:authenticated`.
     pub groups: Vec<String>,
+    /// The bearer token that authenticates as this identity.
     pub token: String,
 }
 
@@ -46,6 +50,7 @@ impl Identity {
         Self::new(name, format!("system:serviceaccount:{namespace}:{sa}"))
     }
 
+    /// Adds groups, skipping ones it already has.
     pub fn with_groups<I, S>(mut self, groups: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -60,11 +65,13 @@ impl Identity {
         self
     }
 
+    /// Replaces the random token with a fixed one.
     pub fn with_token(mut self, token: impl Into<String>) -> Self {
         self.token = token.into();
         self
     }
 
+    /// Whether it is in `system:masters`, so RBAC never applies to it.
     pub fn is_admin(&self) -> bool {
         self.groups.iter().any(|g| g == "system:masters")
     }

@@ -17,11 +17,14 @@ use crate::error::ApiError;
 /// Who a fault applies to: everyone, or the identity with this name (as in the kubeconfig).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultScope {
+    /// Every client, anonymous ones included.
     Global,
+    /// Only the identity with this name.
     Identity(String),
 }
 
 impl FaultScope {
+    /// The scope of the identity named `name`.
     pub fn identity(name: impl Into<String>) -> Self {
         Self::Identity(name.into())
     }
@@ -62,6 +65,8 @@ fn default_retry_after() -> u64 {
 }
 
 impl ErrorFault {
+    /// Fails `rate` of the requests with one of `codes`, with `Retry-After: 1` and the server's
+    /// fault seed.
     pub fn new(rate: f64, codes: impl Into<Vec<u16>>) -> Self {
         Self {
             rate,
@@ -71,23 +76,28 @@ impl ErrorFault {
         }
     }
 
+    /// Sets the `Retry-After` seconds.
     pub fn retry_after(mut self, seconds: u64) -> Self {
         self.retry_after_seconds = seconds;
         self
     }
 
-    pub fn seed(mut self, seed: u64) -> Self {
+    pub(crate) fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
     }
 }
 
+/// Why a fault was not set.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum FaultError {
+    /// The error rate is not a probability.
     #[error("rate must be between 0 and 1, got {0}")]
     Rate(f64),
+    /// No status codes, or one the error fault cannot answer with.
     #[error("codes must be a non-empty subset of 429, 500 and 503, got {0:?}")]
     Codes(Vec<u16>),
+    /// A periodic watch close with a zero period.
     #[error("the period must be positive")]
     Period,
 }
@@ -98,9 +108,11 @@ pub enum FaultError {
 pub struct FaultCounters {
     /// Requests that were delayed.
     pub delayed_requests: u64,
-    /// Requests answered 429, 500, 503 by the error fault.
+    /// Requests answered 429 by the error fault.
     pub injected_429: u64,
+    /// Requests answered 500 by the error fault.
     pub injected_500: u64,
+    /// Requests answered 503 by the error fault.
     pub injected_503: u64,
     /// Watch streams ended by a close-watches fault.
     pub watches_closed: u64,
@@ -121,26 +133,32 @@ struct Counters {
     paused: AtomicU64,
 }
 
-/// One scoped latency, error or periodic-close entry, as reported by the admin API.
+/// A latency in force, as reported by the admin API.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScopedLatency {
+    /// The identity it applies to; `None` for everyone.
     pub identity: Option<String>,
+    /// The delay added to each request, in milliseconds.
     pub ms: u64,
 }
 
+/// An error fault in force, as reported by the admin API.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScopedErrors {
-    pub identity: Option<String>,
+    pub(crate) identity: Option<String>,
+    /// The fault as it was set.
     #[serde(flatten)]
     pub fault: ErrorFault,
 }
 
+/// A periodic watch close in force, as reported by the admin API.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScopedPeriod {
-    pub identity: Option<String>,
+    pub(crate) identity: Option<String>,
+    /// The period between closes, in milliseconds.
     pub every_ms: u64,
 }
 
@@ -148,19 +166,24 @@ pub struct ScopedPeriod {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActiveFaults {
+    /// Whether the server is paused.
     pub paused: bool,
+    /// Added latencies, global first, then by identity.
     pub latency: Vec<ScopedLatency>,
+    /// Error faults, global first, then by identity.
     pub errors: Vec<ScopedErrors>,
+    /// Partitioned scopes in the order they were set: an identity's name, `None` for everyone.
     pub partitions: Vec<Option<String>>,
+    /// Periodic watch closes, global first, then by identity.
     pub close_watches_every: Vec<ScopedPeriod>,
 }
 
 /// Active faults and counters, as `GET /_fault` answers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FaultStatus {
-    pub active: ActiveFaults,
-    pub counters: FaultCounters,
+pub(crate) struct FaultStatus {
+    pub(crate) active: ActiveFaults,
+    pub(crate) counters: FaultCounters,
 }
 
 /// A signal to open watch streams.
@@ -240,6 +263,7 @@ impl Faults {
         self.state.lock().latency.insert(scope, delay);
     }
 
+    /// Removes the latency set for exactly this scope.
     pub fn clear_latency(&self, scope: &FaultScope) {
         self.state.lock().latency.remove(scope);
     }
@@ -260,6 +284,7 @@ impl Faults {
         Ok(())
     }
 
+    /// Removes the error fault set for exactly this scope.
     pub fn clear_errors(&self, scope: &FaultScope) {
         self.state.lock().errors.remove(scope);
     }
@@ -294,6 +319,7 @@ impl Faults {
         Ok(())
     }
 
+    /// Stops the periodic watch close set for exactly this scope.
     pub fn clear_close_watches(&self, scope: &FaultScope) {
         if let Some((_, task)) = self.state.lock().periodic.remove(scope) {
             task.abort();
@@ -312,6 +338,7 @@ impl Faults {
         let _ = self.signals.send(WatchSignal::Cut(scope));
     }
 
+    /// Ends the partition of exactly this scope.
     pub fn heal(&self, scope: &FaultScope) {
         self.state.lock().partitions.retain(|s| s != scope);
     }
@@ -321,6 +348,7 @@ impl Faults {
         self.pause.send_replace(true);
     }
 
+    /// Ends the pause: held requests and watch events go on.
     pub fn resume(&self) {
         self.pause.send_replace(false);
     }
@@ -344,6 +372,7 @@ impl Faults {
         self.resume();
     }
 
+    /// What was injected so far.
     pub fn counters(&self) -> FaultCounters {
         let c = &self.counters;
         FaultCounters {
@@ -357,7 +386,7 @@ impl Faults {
         }
     }
 
-    pub fn reset_counters(&self) {
+    pub(crate) fn reset_counters(&self) {
         let c = &self.counters;
         for a in [
             &c.delayed, &c.e429, &c.e500, &c.e503, &c.closed, &c.refused, &c.paused,
@@ -366,6 +395,7 @@ impl Faults {
         }
     }
 
+    /// The faults in force.
     pub fn active(&self) -> ActiveFaults {
         let st = self.state.lock();
         let mut periodic: Vec<ScopedPeriod> = st
@@ -400,7 +430,7 @@ impl Faults {
         }
     }
 
-    pub fn status(&self) -> FaultStatus {
+    pub(crate) fn status(&self) -> FaultStatus {
         FaultStatus {
             active: self.active(),
             counters: self.counters(),

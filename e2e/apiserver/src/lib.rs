@@ -18,6 +18,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 mod admin;
 mod apply;
 mod auth;
@@ -49,8 +51,8 @@ mod writes;
 
 pub use auth::Identity;
 pub use faults::{
-    ActiveFaults, ErrorFault, FaultCounters, FaultError, FaultScope, FaultStatus, Faults,
-    ScopedErrors, ScopedLatency, ScopedPeriod,
+    ActiveFaults, ErrorFault, FaultCounters, FaultError, FaultScope, Faults, ScopedErrors,
+    ScopedLatency, ScopedPeriod,
 };
 pub use server::{ApiServer, Credential, ServerConfig, StartError, kubeconfig_yaml};
 pub use tls::{CertificateAuthority, CertificateError, ClientCertificate};

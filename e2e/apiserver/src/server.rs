@@ -73,6 +73,7 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// The defaults, with this cluster name.
     pub fn named(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -80,6 +81,7 @@ impl ServerConfig {
         }
     }
 
+    /// Listens on this port; 0 picks a free one.
     pub fn port(mut self, port: u16) -> Self {
         self.bind.set_port(port);
         self
@@ -92,49 +94,56 @@ impl ServerConfig {
         self
     }
 
+    /// Whether RBAC is enforced for identities outside `system:masters`.
     pub fn rbac(mut self, enforce: bool) -> Self {
         self.enforce_rbac = enforce;
         self
     }
 
+    /// Events kept per resource for watch resumption.
     pub fn watch_history(mut self, events: usize) -> Self {
         self.watch_history = events;
         self
     }
 
+    /// Interval between BOOKMARK events.
     pub fn bookmark_interval(mut self, every: Duration) -> Self {
         self.bookmark_interval = every;
         self
     }
 
-    pub fn watch_queue(mut self, events: usize) -> Self {
-        self.watch_queue = events;
-        self
-    }
-
+    /// Seed for the error-rate faults that set none of their own.
     pub fn fault_seed(mut self, seed: u64) -> Self {
         self.fault_seed = seed;
         self
     }
 
+    /// Serve HTTPS (the default) or plain HTTP.
     pub fn tls(mut self, enabled: bool) -> Self {
         self.tls = enabled;
         self
     }
 }
 
+/// Why a server did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The server cannot listen on the address.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why binding failed.
         #[source]
         source: std::io::Error,
     },
+    /// The thread or runtime of a detached server could not be created.
     #[error("cannot start the server runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// A detached server's thread ended without reporting whether the server started.
     #[error("the server thread stopped before the server started")]
     ThreadGone,
+    /// The certificates or the TLS configuration could not be made.
     #[error(transparent)]
     Tls(#[from] TlsError),
 }
@@ -242,10 +251,12 @@ impl ApiServer {
         })
     }
 
+    /// The address it listens on, with the port actually bound.
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
     }
 
+    /// The base URL clients use: `https://` or `http://` and the address.
     pub fn url(&self) -> String {
         let scheme = if self.shared.tls.is_some() {
             "https"
@@ -260,10 +271,7 @@ impl ApiServer {
         self.shared.tls.as_ref().map(|t| t.ca_pem.as_str())
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
+    /// The fault controller, to inject faults from the test itself.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
     }
@@ -273,10 +281,12 @@ impl ApiServer {
         &self.shared.writes
     }
 
+    /// The identity with this name, if there is one.
     pub fn identity(&self, name: &str) -> Option<Identity> {
         self.shared.auth.by_name(name)
     }
 
+    /// Every identity, in the order they were added.
     pub fn identities(&self) -> Vec<Identity> {
         self.shared.auth.identities()
     }
@@ -286,6 +296,7 @@ impl ApiServer {
         self.shared.auth.add(identity);
     }
 
+    /// Turns RBAC enforcement on or off while running.
     pub fn set_rbac(&self, enforce: bool) {
         self.shared.enforce_rbac.store(enforce, Ordering::Relaxed);
     }
@@ -353,6 +364,7 @@ impl ApiServer {
         ))
     }
 
+    /// Writes [`ApiServer::kubeconfig`] to `path`.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         std::fs::write(path, self.kubeconfig())
     }

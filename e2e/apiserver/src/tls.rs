@@ -29,14 +29,22 @@ pub enum TlsError {
 /// Why a client certificate cannot be issued.
 #[derive(Debug, thiserror::Error)]
 pub enum CertificateError {
+    /// No identity has this name.
     #[error("the server has no identity {0:?}")]
     UnknownIdentity(String),
+    /// The server serves plain HTTP and so has no CA.
     #[error("the server serves plain HTTP, so it has no CA to sign client certificates")]
     NoTls,
     /// rcgen keeps one value per subject attribute type; the second Organization goes in under
     /// the same OID as a custom type, so two groups are what it can encode.
     #[error("identity {identity:?} has {groups} groups; a client certificate carries at most 2")]
-    TooManyGroups { identity: String, groups: usize },
+    TooManyGroups {
+        /// The identity's name.
+        identity: String,
+        /// How many groups it has.
+        groups: usize,
+    },
+    /// Key or certificate generation failed.
     #[error("cannot generate the client certificate: {0}")]
     Generate(#[from] rcgen::Error),
 }
@@ -44,7 +52,9 @@ pub enum CertificateError {
 /// A client certificate and its private key, both PEM. `Debug` leaves the key out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClientCertificate {
+    /// The certificate, PEM.
     pub cert_pem: String,
+    /// Its private key, PEM.
     pub key_pem: String,
 }
 

@@ -12,8 +12,11 @@ pub struct WriteRecord {
     pub at: SystemTime,
     /// The authenticated identity's name.
     pub identity: String,
+    /// The `User-Agent` header, when the request had one.
     pub user_agent: Option<String>,
+    /// The HTTP method.
     pub method: String,
+    /// The request path, without the query.
     pub path: String,
     /// The status code of the answer.
     pub code: u16,

@@ -12,10 +12,12 @@
 //! The fleet is the end-to-end suites' own (`e2e/tests/support`), so the demo shows exactly
 //! what the tests check.
 
+#![deny(missing_docs)]
+
 #[allow(clippy::unwrap_used)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
-pub mod view;
+mod view;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -74,6 +76,7 @@ const BROKEN: [(&str, &str, &str); 3] = [
 pub struct Options {
     /// The `shardwise-controller` binary the replicas run.
     pub controller: PathBuf,
+    /// FleetClusters in the fleet, `cluster-0` the hot one.
     pub clusters: u32,
     /// Healthy apps; the broken ones come on top.
     pub apps: u32,
@@ -115,24 +118,35 @@ impl Options {
     }
 }
 
+/// Why the demo stopped.
 #[derive(Debug, Error)]
 pub enum DemoError {
+    /// [`Options::controller`] is not a file.
     #[error(
         "no controller binary at {0}: build it with `cargo build -p shardwise-controller`, or name one with --controller"
     )]
     NoController(PathBuf),
+    /// Setting up, driving or checking the fleet failed.
     #[error("{what}: {source}")]
     Step {
+        /// What the demo was doing.
         what: String,
+        /// What went wrong.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A step did not settle in [`Options::settle_timeout`].
     #[error("step {step:?} did not settle within {timeout:?}: {last}\nreplica logs:\n{logs}")]
     NotSettled {
+        /// The step's name.
         step: String,
+        /// How long it was given.
         timeout: Duration,
+        /// Why the fleet did not count as settled at the last look.
         last: String,
+        /// Each replica's state and the end of its output.
         logs: String,
     },
+    /// Writing to the terminal (or to the writer given instead) failed.
     #[error("cannot write to the terminal: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -150,8 +164,9 @@ fn step<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
 /// How the demo ended.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
-    /// Healthy apps, and how many of them ended Synced.
+    /// Healthy apps.
     pub healthy: usize,
+    /// How many of the healthy apps ended Synced.
     pub synced: usize,
     /// Each broken app with the message of its status (`None`: it did not fail).
     pub broken: Vec<(String, Option<String>)>,
@@ -159,9 +174,10 @@ pub struct Summary {
     pub handoffs: u64,
     /// Owner changes the planners reported writing: of clusters and slices, of apps.
     pub moves: (u64, u64),
-    /// Reconcile intervals in the merged audit of every replica, and how many overlapped.
+    /// Reconcile intervals in the merged audit of every replica.
     pub intervals: usize,
-    pub overlaps: Vec<String>,
+    /// The overlaps found among them, described.
+    pub(crate) overlaps: Vec<String>,
     /// Each step and how long it took to settle.
     pub steps: Vec<(String, Duration)>,
     /// The dashboard's series as Prometheus recorded them (with Prometheus only).

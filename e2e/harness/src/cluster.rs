@@ -135,10 +135,6 @@ impl Cluster {
             .join(format!("{}.{identity}.kubeconfig", self.name))
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The server URL (`https://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
         match &self.backend {
@@ -152,14 +148,6 @@ impl Cluster {
         match &self.backend {
             Backend::Test(_) => ServerKind::Test,
             Backend::Real(_) => ServerKind::Real,
-        }
-    }
-
-    /// The test server, when this cluster is one.
-    pub fn test_server(&self) -> Option<&ApiServer> {
-        match &self.backend {
-            Backend::Test(s) => Some(s),
-            Backend::Real(_) => None,
         }
     }
 
@@ -618,6 +606,8 @@ impl EnvironmentBuilder {
 }
 
 impl Environment {
+    /// A builder for an environment of only a control plane, without RBAC, on the server
+    /// `SHARDWISE_E2E_SERVER` chooses.
     pub fn builder() -> EnvironmentBuilder {
         EnvironmentBuilder {
             destinations: 0,
@@ -647,14 +637,17 @@ impl Environment {
         }
     }
 
+    /// The control-plane cluster (`control-plane`).
     pub fn control_plane(&self) -> &Cluster {
         &self.control_plane
     }
 
+    /// The destination clusters, `dest-0` first.
     pub fn destinations(&self) -> &[Cluster] {
         &self.destinations
     }
 
+    /// Destination cluster `dest-{index}`, if there is one.
     pub fn destination(&self, index: usize) -> Option<&Cluster> {
         self.destinations.get(index)
     }

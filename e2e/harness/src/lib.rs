@@ -40,6 +40,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 mod cluster;
 mod metrics;
 mod process;
@@ -49,68 +51,114 @@ mod wait;
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER, ServerKind};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use process::{Process, ProcessError, ProcessSpec};
-pub use real::{Binaries, RealApiServer};
+pub use real::RealApiServer;
 pub use shardwise_test_apiserver::{
     ActiveFaults, ApiServer, CertificateError, ClientCertificate, ErrorFault, FaultCounters,
-    FaultScope, FaultStatus, Faults, Identity, ServerConfig, WriteRecord,
+    FaultScope, Faults, Identity, ServerConfig, WriteRecord,
 };
 pub use wait::{Poll, WaitError, wait_for, wait_with};
 
 /// Everything that can go wrong in the harness.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
+    /// A test API server did not start.
     #[error("cannot start test API server {name}: {source}")]
     Start {
+        /// The cluster's name (`control-plane`, `dest-N`).
         name: String,
+        /// Why it did not start.
         #[source]
         source: shardwise_test_apiserver::StartError,
     },
+    /// `SHARDWISE_E2E_SERVER` holds a value other than `test` or `real`; this is the value.
     #[error("SHARDWISE_E2E_SERVER={0:?}: expected `test` or `real`")]
     ServerKind(String),
+    /// A binary of the real control plane has not been built.
     #[error(
         "{program} is missing: build the real control plane with scripts/control-plane.sh (or set SHARDWISE_CONTROL_PLANE_BIN)"
     )]
-    ControlPlaneMissing { program: std::path::PathBuf },
+    ControlPlaneMissing {
+        /// Where the binary was expected.
+        program: std::path::PathBuf,
+    },
+    /// A real kube-apiserver did not become ready in time, or exited while starting.
     #[error("kube-apiserver of {cluster} not ready after {waited:?}: {last}\n{log}")]
     NotReady {
+        /// The cluster the server was for.
         cluster: String,
+        /// How long the harness waited.
         waited: std::time::Duration,
+        /// The last answer to the readiness check (or how the process exited).
         last: String,
+        /// The last lines of the server's log.
         log: String,
     },
+    /// An operation the test server cannot do; names the operation.
     #[error("{0} needs the real control plane (SHARDWISE_E2E_SERVER=real)")]
     NeedsRealServer(&'static str),
+    /// An identity the cluster does not know.
     #[error("cluster {cluster} has no identity {identity:?}")]
-    UnknownIdentity { cluster: String, identity: String },
+    UnknownIdentity {
+        /// The cluster asked.
+        cluster: String,
+        /// The identity's name.
+        identity: String,
+    },
+    /// A client certificate could not be generated or signed.
     #[error("cannot issue a client certificate on {cluster}: {source}")]
     Certificate {
+        /// The cluster whose CA was to sign it.
         cluster: String,
+        /// Why it failed.
         #[source]
         source: shardwise_test_apiserver::CertificateError,
     },
+    /// A kubeconfig that kube cannot read or turn into a client configuration.
     #[error("invalid kubeconfig for {cluster}: {reason}")]
-    Kubeconfig { cluster: String, reason: String },
+    Kubeconfig {
+        /// The cluster the kubeconfig is for.
+        cluster: String,
+        /// What kube reported.
+        reason: String,
+    },
+    /// A file (or socket) operation failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file, or what was being set up instead (a port range, the tokio runtime).
         path: std::path::PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// A YAML document that cannot be parsed or applied.
     #[error("YAML document {index}: {reason}")]
-    Yaml { index: usize, reason: String },
+    Yaml {
+        /// Its position in the stream, from 0.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The server does not serve an object's kind.
     #[error("cannot resolve {api_version} {kind}: {source}")]
     Discovery {
+        /// The object's `apiVersion`.
         api_version: String,
+        /// The object's `kind`.
         kind: String,
+        /// What discovery reported.
         #[source]
         source: kube::Error,
     },
+    /// A request to an API server failed.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+    /// Starting, signalling or waiting for a process failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// A metrics scrape failed.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    /// A condition did not hold in time.
     #[error(transparent)]
     Wait(#[from] WaitError),
 }

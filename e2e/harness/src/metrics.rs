@@ -8,22 +8,43 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+/// Why a scrape or a parse failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
+    /// The URL does not parse.
     #[error("invalid metrics URL {url:?}: {reason}")]
-    Url { url: String, reason: String },
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No answer: the connection failed, the body broke off, or 10 seconds passed.
     #[error("cannot scrape {url}: {reason}")]
-    Scrape { url: String, reason: String },
+    Scrape {
+        /// The URL scraped.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// An answer other than 200 OK.
     #[error("{url} answered {status}: {body}")]
     Status {
+        /// The URL scraped.
         url: String,
+        /// The HTTP status code.
         status: u16,
+        /// The start of the body (500 characters at most).
         body: String,
     },
+    /// A line that is not a valid sample.
     #[error("line {line}: cannot parse {text:?}: {reason}")]
     Parse {
+        /// Its number, from 1.
         line: usize,
+        /// The line as read.
         text: String,
+        /// What is wrong with it.
         reason: String,
     },
 }
@@ -31,8 +52,10 @@ pub enum MetricsError {
 /// One sample: `name{labels} value`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
-    pub name: String,
+    name: String,
+    /// The labels, by name; unescaped.
     pub labels: BTreeMap<String, String>,
+    /// The value (`+Inf`, `-Inf` and `NaN` included).
     pub value: f64,
 }
 
@@ -60,6 +83,7 @@ impl Metrics {
         Ok(Self { samples })
     }
 
+    /// Every sample, in the order of the text.
     pub fn samples(&self) -> &[Sample] {
         &self.samples
     }

@@ -10,37 +10,55 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// Why starting, signalling or waiting for a process failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
+    /// A log file could not be opened or written.
     #[error("cannot open log file {path}: {source}")]
     Log {
+        /// The log file.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// The program could not be started (e.g. it does not exist).
     #[error("cannot start {program}: {source}")]
     Spawn {
+        /// The program.
         program: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// A signal could not be sent.
     #[error("cannot signal {name} (pid {pid}): {source}")]
     Signal {
+        /// The process's name.
         name: String,
+        /// Its process ID.
         pid: u32,
+        /// What `kill(2)` reported.
         #[source]
         source: nix::Error,
     },
+    /// The process's exit status could not be read.
     #[error("cannot wait for {name}: {source}")]
     Wait {
+        /// The process's name.
         name: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// The process did not exit in time.
     #[error("{name} did not exit within {timeout:?}\n{report}")]
     StillRunning {
+        /// The process's name.
         name: String,
+        /// How long the harness waited.
         timeout: Duration,
+        /// [`Process::report`]: its state and last lines of output.
         report: String,
     },
 }
@@ -48,11 +66,11 @@ pub enum ProcessError {
 /// What to run: a program with arguments and environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessSpec {
-    pub name: String,
-    pub program: PathBuf,
-    pub args: Vec<OsString>,
-    pub env: Vec<(OsString, OsString)>,
-    pub current_dir: Option<PathBuf>,
+    name: String,
+    program: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    current_dir: Option<PathBuf>,
 }
 
 impl ProcessSpec {
@@ -67,11 +85,13 @@ impl ProcessSpec {
         }
     }
 
+    /// Appends an argument.
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
         self.args.push(arg.as_ref().to_os_string());
         self
     }
 
+    /// Appends arguments.
     pub fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -82,12 +102,14 @@ impl ProcessSpec {
         self
     }
 
+    /// Sets an environment variable, on top of the ones the test process has.
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
         self.env
             .push((key.as_ref().to_os_string(), value.as_ref().to_os_string()));
         self
     }
 
+    /// Runs it in `dir` instead of the test process's working directory.
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.current_dir = Some(dir.into());
         self
@@ -161,18 +183,17 @@ impl Process {
         })
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
+    /// Its process ID (0 if the OS did not report one).
     pub fn pid(&self) -> u32 {
         self.pid
     }
 
+    /// The file its stdout goes to.
     pub fn stdout_path(&self) -> &Path {
         &self.stdout
     }
 
+    /// The file its stderr goes to.
     pub fn stderr_path(&self) -> &Path {
         &self.stderr
     }
@@ -228,6 +249,7 @@ impl Process {
         Ok(self.status)
     }
 
+    /// Whether it has not exited yet (false too when the status cannot be read).
     pub fn is_running(&mut self) -> bool {
         matches!(self.try_status(), Ok(None))
     }
@@ -271,6 +293,7 @@ impl Process {
         std::fs::read_to_string(&self.stdout).unwrap_or_default()
     }
 
+    /// Everything written to stderr so far (across restarts under the same name).
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }

@@ -30,11 +30,14 @@ impl fmt::Display for WaitError {
 /// How often and how long to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Poll {
+    /// How long to keep checking before giving up.
     pub timeout: Duration,
+    /// The pause between the end of one check and the start of the next.
     pub interval: Duration,
 }
 
 impl Poll {
+    /// Checks every 50 ms for up to `timeout`.
     pub fn timeout(timeout: Duration) -> Self {
         Self {
             timeout,
@@ -42,6 +45,7 @@ impl Poll {
         }
     }
 
+    /// Checks every `interval` instead.
     pub fn every(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self

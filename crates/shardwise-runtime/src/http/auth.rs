@@ -28,16 +28,16 @@ use tracing::{debug, warn};
 /// An authenticated user, as a TokenReview reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct User {
-    pub username: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-    pub extra: BTreeMap<String, Vec<String>>,
+    pub(crate) username: String,
+    pub(crate) uid: String,
+    pub(crate) groups: Vec<String>,
+    pub(crate) extra: BTreeMap<String, Vec<String>>,
 }
 
 /// The API server could not be asked.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("cannot review the request with the API server: {0}")]
-pub struct ReviewError(pub String);
+pub struct ReviewError(pub(crate) String);
 
 /// Asks who a token belongs to and what its user may do.
 pub trait Reviewer: Send + Sync + 'static {
@@ -125,7 +125,7 @@ impl Reviewer for KubeReviewer {
 
 /// What a request to a guarded path gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Served to this user.
     Allowed(String),
     /// 401: no bearer token, or one the API server does not accept.
@@ -141,7 +141,7 @@ pub enum Verdict {
 /// long past that an accepted token and an allow still stand in while the API server cannot
 /// be asked: a replica cut off from the control plane is the one whose metrics matter most.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheTimes {
+pub(crate) struct CacheTimes {
     pub token: Duration,
     pub allowed: Duration,
     pub denied: Duration,
@@ -226,7 +226,7 @@ pub struct Gate<R> {
 }
 
 impl<R: Reviewer> Gate<R> {
-    pub fn new(reviewer: R, times: CacheTimes) -> Self {
+    pub(crate) fn new(reviewer: R, times: CacheTimes) -> Self {
         Self {
             reviewer,
             times,
@@ -236,7 +236,7 @@ impl<R: Reviewer> Gate<R> {
     }
 
     /// The verdict on a request with this `Authorization` header for `verb` on `path`.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         authorization: Option<&HeaderValue>,
         verb: &str,
@@ -335,7 +335,7 @@ fn bearer_token(header: Option<&HeaderValue>) -> Option<&str> {
 }
 
 /// Axum middleware: serves the request only when the [`Gate`] allows it.
-pub async fn require_access<R: Reviewer>(
+pub(crate) async fn require_access<R: Reviewer>(
     State(gate): State<Arc<Gate<R>>>,
     request: Request,
     next: Next,

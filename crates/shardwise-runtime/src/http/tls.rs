@@ -21,8 +21,8 @@ use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
 
 /// The files read from a certificate directory.
-pub const CERT_FILE: &str = "tls.crt";
-pub const KEY_FILE: &str = "tls.key";
+pub(crate) const CERT_FILE: &str = "tls.crt";
+pub(crate) const KEY_FILE: &str = "tls.key";
 
 /// How often the files are looked at for a change, at most.
 const RELOAD_CHECK: Duration = Duration::from_secs(5);
@@ -31,23 +31,42 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes under way at once; more connections wait to be accepted.
 const CONCURRENT_HANDSHAKES: usize = 64;
 
+/// Why the metrics endpoint cannot serve HTTPS.
 #[derive(Debug, Error)]
 pub enum TlsError {
+    /// A file of the certificate directory cannot be read.
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be read.
+        source: io::Error,
+    },
+    /// The certificate file holds no certificate.
     #[error("{path} holds no PEM certificate")]
-    NoCertificate { path: PathBuf },
+    NoCertificate {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// The key file holds no key, or one that does not belong to the certificate.
     #[error("{path} holds no usable PEM private key: {why}")]
-    Key { path: PathBuf, why: String },
+    Key {
+        /// The key file (`(generated)` for a self-signed key).
+        path: PathBuf,
+        /// What is wrong with the key.
+        why: String,
+    },
+    /// No self-signed certificate could be made.
     #[error("cannot generate a self-signed certificate: {0}")]
     Generate(#[from] rcgen::Error),
+    /// rustls refused the configuration.
     #[error("cannot configure TLS: {0}")]
     Config(#[from] rustls::Error),
 }
 
 /// Where the serving certificate comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CertSource {
+pub(crate) enum CertSource {
     /// `tls.crt` (the chain) and `tls.key` in this directory.
     Directory(PathBuf),
     /// Self-signed, for these DNS names and addresses.
@@ -183,7 +202,7 @@ fn self_signed(names: &[String]) -> Result<CertifiedKey, TlsError> {
 }
 
 /// The TLS configuration of the metrics server.
-pub fn acceptor(source: &CertSource) -> Result<TlsAcceptor, TlsError> {
+pub(crate) fn acceptor(source: &CertSource) -> Result<TlsAcceptor, TlsError> {
     let resolver: Arc<dyn ResolvesServerCert> = match source {
         CertSource::Directory(dir) => Arc::new(Reloading::new(dir.clone(), RELOAD_CHECK)?),
         CertSource::SelfSigned(names) => Arc::new(Fixed(Arc::new(self_signed(names)?))),
@@ -201,7 +220,7 @@ pub fn acceptor(source: &CertSource) -> Result<TlsAcceptor, TlsError> {
 /// A listener of TLS connections for `axum::serve`. Handshakes run beside the accept loop,
 /// each with a timeout, so that a slow or silent client holds up no one else.
 #[derive(Debug)]
-pub struct TlsListener {
+pub(crate) struct TlsListener {
     local: SocketAddr,
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     accepting: tokio::task::JoinHandle<()>,

@@ -22,7 +22,7 @@ use crate::slice::{UnitSlice, UnitSliceSpec, slice_name};
 
 /// What the planner remembers for this pass.
 #[derive(Clone, Copy, Debug)]
-pub enum Recall<'a> {
+pub(crate) enum Recall<'a> {
     /// The first pass of a planner that just took over: it plans as if it had made the current
     /// placement itself, so that a failover moves nothing.
     Takeover,
@@ -36,7 +36,7 @@ pub enum Recall<'a> {
 /// How the planner places: the strategy, whether it cuts units, and where the UnitSlices of
 /// cut units live (the StatefulSet's namespace, labelled with its name).
 #[derive(Clone, Copy, Debug)]
-pub struct Rules<'a> {
+pub(crate) struct Rules<'a> {
     pub strategy: &'a StrategyConfig,
     pub slicing: SliceSwitch,
     pub namespace: &'a str,
@@ -51,7 +51,7 @@ pub struct Rules<'a> {
 
 /// One request to the control plane.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Write {
+pub(crate) enum Write {
     /// A JSON merge patch of a unit.
     Unit {
         key: ObjectKey,
@@ -72,7 +72,7 @@ pub enum Write {
 
 /// A write of a record: the whole unit's, or one slice's.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RecordWrite {
+pub(crate) struct RecordWrite {
     pub record: RecordKey,
     pub action: SliceAction,
     pub write: Write,
@@ -102,7 +102,7 @@ impl RecordWrite {
 
 /// A new shard label of an item.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ItemWrite {
+pub(crate) struct ItemWrite {
     pub key: ObjectKey,
     pub shard: ShardId,
     /// The record whose write must land first, if the label follows a change of owner.
@@ -127,6 +127,7 @@ pub struct ShardFigures {
     pub units: u64,
     /// Slices (a unit that is not cut is one).
     pub slices: u64,
+    /// Items placed here.
     pub items: u64,
     /// Units cut across several shards with a slice here: each costs this shard a cache of
     /// the unit that another shard has too.
@@ -135,7 +136,7 @@ pub struct ShardFigures {
 
 /// The figures of a plan, for the metrics.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Figures {
+pub(crate) struct Figures {
     /// Max over mean items per live shard.
     pub balance: f64,
     pub shards: BTreeMap<ShardId, ShardFigures>,
@@ -150,7 +151,7 @@ pub struct Figures {
 
 /// Everything a pass writes and reports.
 #[derive(Clone, Debug)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub plan: Plan,
     /// Writes of records, in the order they must be made.
     pub record_writes: Vec<RecordWrite>,
@@ -162,7 +163,7 @@ pub struct Decision {
 
 /// The patch of a placement step; `None` for [`PlannerAction::Keep`]. `membership` is the one
 /// the action was decided on: it names the identity behind an assignment's holder.
-pub fn unit_patch(
+pub(crate) fn unit_patch(
     action: PlannerAction,
     membership: &Membership,
     resource_version: Option<&str>,
@@ -196,7 +197,7 @@ fn conditioned(mut metadata: Value, resource_version: Option<&str>) -> Value {
 }
 
 /// The patch of an item's shard label.
-pub fn item_patch(shard: ShardId) -> Value {
+pub(crate) fn item_patch(shard: ShardId) -> Value {
     json!({"metadata": {"labels": {SHARD_LABEL: shard.to_string()}}})
 }
 
@@ -325,7 +326,7 @@ fn record_write(
 }
 
 /// Decides one pass.
-pub fn decide(
+pub(crate) fn decide(
     rules: &Rules<'_>,
     index: &Index,
     membership: &Membership,

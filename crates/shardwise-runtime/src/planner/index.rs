@@ -1,9 +1,8 @@
 //! What the planner knows of the fleet, as synchronous state with no I/O: every unit and item
 //! reduced to what placement needs, and the shard count the StatefulSet asks for. Watch events
-//! update it ([`Index::apply_unit`], [`Index::delete_unit`], relists through
-//! [`Index::relist_units`] and [`Index::relisted_units`], the same for items); each update says
+//! update it (each object applied or deleted, or a kind relisted as a whole); each update says
 //! whether planning must run again, so that status writes (most of the events) cost nothing.
-//! The records of cut units' slices come from UnitSlices ([`Index::apply_slice`]).
+//! The records of cut units' slices come from UnitSlices ([`SliceEntry`]).
 
 use std::collections::BTreeMap;
 
@@ -20,17 +19,17 @@ use crate::slice::UnitSlice;
 /// What a cut unit shows people of its slices: the value of [`SLICES_LABEL`] and of
 /// [`SLICE_SHARDS_ANNOTATION`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Shown {
+pub(crate) struct Shown {
     pub slices: Option<String>,
     pub shards: Option<String>,
 }
 
 /// A unit as the planner keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnitEntry {
+pub(crate) struct UnitEntry {
     pub view: UnitView,
     /// The version the planner's writes to it are conditioned on.
-    pub resource_version: Option<String>,
+    pub(crate) resource_version: Option<String>,
     /// Being deleted: left out of planning.
     pub deleting: bool,
     /// What it shows of its slices.
@@ -76,15 +75,19 @@ impl UnitEntry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceEntry {
     /// The UnitSlice object.
-    pub key: ObjectKey,
+    pub(crate) key: ObjectKey,
+    /// The unit it is a slice of.
     pub unit: ObjectKey,
+    /// The UID of the unit it was made for: a unit made again under the same name is another.
     pub unit_uid: String,
-    /// `None` when its spec names no slice: it is deleted as a stray.
+    /// Its range and the placement record on it; `None` when its spec names no slice: it is
+    /// deleted as a stray.
     pub record: Option<SliceRecord>,
-    pub resource_version: Option<String>,
+    pub(crate) resource_version: Option<String>,
 }
 
 impl SliceEntry {
+    /// What the planner keeps of `slice`.
     pub fn of(slice: &UnitSlice) -> Self {
         Self {
             key: key_of(slice),
@@ -104,7 +107,7 @@ impl SliceEntry {
 }
 
 /// What placement needs of `item`: its unit and its shard label.
-pub fn item_view<C: Sharded>(item: &C::Item) -> ItemView {
+pub(crate) fn item_view<C: Sharded>(item: &C::Item) -> ItemView {
     let meta = item.meta();
     ItemView {
         key: key_of(item),
@@ -171,7 +174,7 @@ impl<T: Clone> Listed<T> {
 
 /// The planner's view of the fleet.
 #[derive(Debug, Default)]
-pub struct Index {
+pub(crate) struct Index {
     units: Listed<UnitEntry>,
     items: Listed<ItemView>,
     slices: Listed<SliceEntry>,

@@ -43,7 +43,7 @@ use crate::load::MeasuredLoads;
 pub const AVERAGE_WEIGHT: u32 = 1000;
 
 /// The weight of a unit whose cost is not measured: its spec's weight (or 1) average items.
-pub fn unmeasured_weight(spec: Option<u32>) -> u32 {
+pub(crate) fn unmeasured_weight(spec: Option<u32>) -> u32 {
     spec.unwrap_or(1).saturating_mul(AVERAGE_WEIGHT)
 }
 
@@ -60,7 +60,7 @@ struct Estimate {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PassLoads {
     /// The weight to place each unit with, by UID.
-    pub placing: BTreeMap<String, u32>,
+    pub(crate) placing: BTreeMap<String, u32>,
     /// Each unit's weight under the latest smoothed measurements, by UID: what balance is
     /// judged and reported on.
     pub current: BTreeMap<String, u32>,
@@ -68,7 +68,7 @@ pub struct PassLoads {
     /// fleet's average busy per item over [`AVERAGE_WEIGHT`]. `None` while nothing is measured.
     pub busy_per_load: Option<f64>,
     /// Whether this pass may move units for balance.
-    pub moves_allowed: bool,
+    pub(crate) moves_allowed: bool,
 }
 
 /// The measured model's state for one planner term: a new planner starts with nothing smoothed
@@ -111,7 +111,7 @@ impl MeasuredModel {
 
     /// Memory counts for `weight` (clamped to `0..=1`) of a measured unit's weight, busy time
     /// for the rest.
-    pub fn with_memory_weight(mut self, weight: f64) -> Self {
+    pub(crate) fn with_memory_weight(mut self, weight: f64) -> Self {
         self.memory_weight = if weight.is_finite() {
             weight.clamp(0.0, 1.0)
         } else {
@@ -121,12 +121,12 @@ impl MeasuredModel {
     }
 
     /// Whether a rebalance is under way (the planner then passes every converge interval).
-    pub fn rebalancing(&self) -> bool {
+    pub(crate) fn rebalancing(&self) -> bool {
         self.band.is_active() || self.converging
     }
 
     /// The placement the latest plan made: the next pass judges balance on it.
-    pub fn placed(&mut self, assignment: SlicedAssignment) {
+    pub(crate) fn placed(&mut self, assignment: SlicedAssignment) {
         self.placed = Some(assignment);
     }
 
@@ -279,7 +279,11 @@ impl MeasuredModel {
 /// copy as a share of an average item's reported bytes, times what an item weighs (1 counting
 /// apps; under the measured model an average item's [`AVERAGE_WEIGHT`] times the memory's share
 /// of the weight). 0 while no owner reports bytes.
-pub fn copy_cost(copy_bytes: u64, measured: &MeasuredLoads, memory_weight: Option<f64>) -> u64 {
+pub(crate) fn copy_cost(
+    copy_bytes: u64,
+    measured: &MeasuredLoads,
+    memory_weight: Option<f64>,
+) -> u64 {
     let (mut bytes, mut items) = (0u64, 0u64);
     for (_, m) in measured.iter() {
         if let Some(b) = m.load.bytes {
@@ -297,7 +301,7 @@ pub fn copy_cost(copy_bytes: u64, measured: &MeasuredLoads, memory_weight: Optio
 
 /// The load of each live shard in `assignment` with each unit (by UID) at `weights` (units
 /// not in it at [`AVERAGE_WEIGHT`]); slices on shards that are not live are left out.
-pub fn shard_loads(
+pub(crate) fn shard_loads(
     assignment: &SlicedAssignment,
     weights: &BTreeMap<String, u32>,
     live: &ShardSet,
@@ -318,13 +322,13 @@ pub fn shard_loads(
 }
 
 /// The busiest shard over the mean.
-pub fn balance(loads: &BTreeMap<ShardId, u64>) -> f64 {
+pub(crate) fn balance(loads: &BTreeMap<ShardId, u64>) -> f64 {
     Balance::of_loads(&loads.values().copied().collect::<Vec<_>>()).max_over_mean
 }
 
 /// What the metrics show of a plan's load.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LoadFigures {
+pub(crate) struct LoadFigures {
     /// Each live shard's load, in the model's unit: busy seconds per second when measured.
     pub shards: BTreeMap<ShardId, f64>,
     /// The busiest live shard over the mean.

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use nix::sys::signal::Signal;
 use parking_lot::RwLock;
 use serde_json::json;
 use shardwise_test_apiserver::{
@@ -33,13 +32,14 @@ use supervisor::Supervised;
 /// Where the control plane's binaries are: `$SHARDWISE_CONTROL_PLANE_BIN`, else the
 /// workspace's `target/control-plane/`.
 #[derive(Clone, Debug)]
-pub struct Binaries {
-    pub kube_apiserver: PathBuf,
-    pub etcd: PathBuf,
+pub(crate) struct Binaries {
+    kube_apiserver: PathBuf,
+    etcd: PathBuf,
 }
 
 impl Binaries {
-    pub fn locate() -> Result<Self, HarnessError> {
+    /// Finds both binaries, or fails naming the first that is missing.
+    pub(crate) fn locate() -> Result<Self, HarnessError> {
         let dir = std::env::var_os("SHARDWISE_CONTROL_PLANE_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -367,7 +367,7 @@ impl RealApiServer {
         }
     }
 
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
@@ -376,6 +376,7 @@ impl RealApiServer {
         &self.serving_ca
     }
 
+    /// The process ID of kube-apiserver (a new one after [`RealApiServer::restart`]).
     pub fn pid(&self) -> u32 {
         self.process
             .lock()
@@ -391,11 +392,11 @@ impl RealApiServer {
             .cloned()
     }
 
-    pub fn identity(&self, name: &str) -> Option<Identity> {
+    pub(crate) fn identity(&self, name: &str) -> Option<Identity> {
         self.find(name).map(|i| i.identity)
     }
 
-    pub fn identities(&self) -> Vec<Identity> {
+    pub(crate) fn identities(&self) -> Vec<Identity> {
         self.identities
             .read()
             .iter()
@@ -443,12 +444,12 @@ impl RealApiServer {
     }
 
     /// Cuts `identity`'s link: its open connections and watches drop and new ones are refused
-    /// without an answer, until [`RealApiServer::heal`].
+    /// without an answer, until it is healed ([`Cluster::heal`](crate::Cluster::heal)).
     pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
         self.links.set_cut(identity, true)
     }
 
-    pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
+    pub(crate) fn heal(&self, identity: &str) -> Result<(), HarnessError> {
         self.links.set_cut(identity, false)
     }
 
@@ -640,18 +641,5 @@ impl RealApiServer {
                     .spawn("kube-apiserver", &self.program, &self.args, &self.dir)?;
         }
         self.wait_ready()
-    }
-
-    /// Freezes (SIGSTOP) or resumes (SIGCONT) kube-apiserver: requests hang, then complete.
-    pub fn set_paused(&self, paused: bool) -> Result<(), HarnessError> {
-        let signal = if paused {
-            Signal::SIGSTOP
-        } else {
-            Signal::SIGCONT
-        };
-        self.process
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .signal(signal)
     }
 }

@@ -9,9 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
 use crate::HarnessError;
 
 type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
@@ -112,18 +109,6 @@ impl Supervised {
             Ok(None) => None,
             Ok(Some(status)) => Some(status.to_string()),
             Err(e) => Some(format!("cannot be waited for: {e}")),
-        }
-    }
-
-    /// Sends `signal` (e.g. SIGSTOP to freeze it, SIGCONT to resume it).
-    pub(crate) fn signal(&self, signal: Signal) -> Result<(), HarnessError> {
-        let pid = Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(i32::MAX));
-        match kill(pid, signal) {
-            Ok(()) | Err(nix::Error::ESRCH) => Ok(()),
-            Err(e) => Err(HarnessError::Io {
-                path: self.name.clone().into(),
-                source: std::io::Error::from(e),
-            }),
         }
     }
 
