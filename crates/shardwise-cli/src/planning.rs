@@ -1119,16 +1119,21 @@ mod tests {
         assert_eq!(same.strategies[0].moves.clusters, 0);
     }
 
-    #[test]
-    fn argo_cd_sends_pins_out_of_range_to_shard_0_and_negative_pins_nowhere() {
-        // Ids sort as a < b < c < d < e: round-robin ranks 0..4 over 2 replicas.
-        let mut fleet = LiveFleet {
+    /// Clusters `a` to `e` of 10 apps each, ids in name order.
+    fn five_clusters() -> LiveFleet {
+        LiveFleet {
             clusters: ["a", "b", "c", "d", "e"]
                 .iter()
                 .map(|id| cluster(id, 10))
                 .collect(),
             ..LiveFleet::default()
-        };
+        }
+    }
+
+    #[test]
+    fn argo_cd_sends_pins_out_of_range_to_shard_0_and_negative_pins_nowhere() {
+        // Ids sort as a < b < c < d < e: round-robin ranks 0..4 over 2 replicas.
+        let mut fleet = five_clusters();
         // b is pinned past the replica count; c has a negative shard (orphaned).
         fleet.clusters[1].pin = Some(5);
         fleet.orphaned.insert("c".into());
@@ -1221,13 +1226,7 @@ mod tests {
     fn plan_gives_a_pin_argo_cd_lacks_the_shard_argo_cd_gives_it() {
         // Argo CD runs 3 replicas; "b" is pinned to shard 2. At 2 replicas Argo CD puts it on
         // shard 0, and so must the strategies that reproduce Argo CD.
-        let mut fleet = LiveFleet {
-            clusters: ["a", "b", "c", "d", "e"]
-                .iter()
-                .map(|id| cluster(id, 10))
-                .collect(),
-            ..LiveFleet::default()
-        };
+        let mut fleet = five_clusters();
         fleet.clusters[1].pin = Some(2);
         for kind in [StrategyKind::LegacyModulo, StrategyKind::RoundRobin] {
             let config = StrategyConfig::new(kind);
