@@ -1,0 +1,46 @@
+"""The settings of the controller and of `shardwise balance`, read from their own --help (built
+with cargo), which the chart must set from its values."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from .common import ROOT
+
+
+def controller_flags() -> dict[str, str | None]:
+    """The controller's environment variables and their defaults, from its own --help."""
+    cargo = os.environ.get("CARGO", "cargo")
+    help_text = subprocess.run(
+        [cargo, "run", "--quiet", "-p", "shardwise-controller", "--", "--help"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    flags: dict[str, str | None] = {}
+    for block in re.split(r"\n(?=\s*(?:-[a-zA-Z], )?--[a-z])", help_text):
+        env = re.search(r"\[env: ([A-Z_]+)=", block)
+        if env:
+            default = re.search(r"\[default: ([^\]]*)\]", block)
+            flags[env.group(1)] = default.group(1) if default else None
+    return flags
+
+
+def balance_options() -> tuple[set[str], set[str]]:
+    """The long flags and environment variables of `shardwise balance`, from its own --help."""
+    cargo = os.environ.get("CARGO", "cargo")
+    help_text = subprocess.run(
+        [cargo, "run", "--quiet", "-p", "shardwise-cli", "--bin", "shardwise", "--", "balance", "--help"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    flags = set(re.findall(r"^\s*(?:-[a-zA-Z], )?(--[a-z][a-z-]*)", help_text, re.M))
+    env = set(re.findall(r"\[env: ([A-Z_]+)=", help_text))
+    if not {"--namespace", "--interval"} <= flags or "POD_NAME" not in env:
+        raise AssertionError("could not read the flags of `shardwise balance --help`: update balance_options()")
+    return flags, env
