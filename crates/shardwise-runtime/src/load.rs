@@ -167,12 +167,6 @@ impl Meter {
         }
     }
 
-    /// The smoothed busy seconds per second of `record`; `None` while it is not measured yet.
-    #[cfg_attr(not(test), expect(dead_code, reason = "only the tests read it"))]
-    pub fn busy(&self, record: &RecordKey) -> Option<f64> {
-        self.records.get(record)?.smoothed
-    }
-
     /// Every measured record with its smoothed busy seconds per second, in key order.
     pub fn measured(&self) -> impl Iterator<Item = (&RecordKey, f64)> {
         self.records
@@ -468,6 +462,14 @@ impl MeasuredLoads {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Meter {
+        /// The smoothed busy seconds per second of `record`; `None` while it is not measured
+        /// yet.
+        fn busy(&self, record: &RecordKey) -> Option<f64> {
+            self.records.get(record)?.smoothed
+        }
+    }
 
     const SETTINGS: MeterSettings = MeterSettings::DEFAULT;
     const WINDOW: Duration = MeterSettings::DEFAULT.window;

@@ -82,8 +82,6 @@ pub struct UnitReference {
     #[serde(default)]
     pub(crate) namespace: String,
     /// The unit's name.
-    // Kept out of the CRD's schema, so that the published CRD (deploy/crds.yaml) is unchanged.
-    #[schemars(description = "")]
     pub name: String,
     /// The unit's UID: a slice of a unit that was deleted and made again is not one of the new
     /// unit's.
