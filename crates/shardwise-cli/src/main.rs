@@ -25,6 +25,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => commands::simulate::run(&args),
         Command::Assign(args) => commands::assign::run(&args),
+        Command::Plan(args) if args.apply => commands::apply::run(&args),
         Command::Plan(args) => commands::plan::run(&args),
         Command::Balance(args) => commands::balance::run(&args),
         Command::Crds => commands::crds::run(),

@@ -8,7 +8,7 @@ use std::io::Write;
 use anyhow::{Result, anyhow, bail};
 use shard_assign::{Assignment, ShardId};
 
-use super::plan::{Gathered, strategies};
+use super::plan::{self, Gathered, strategies};
 use crate::cli::{Format, PlanArgs, Source};
 use crate::fleet::LiveFleet;
 use crate::fleet::api::{Connection, WriteError};
@@ -17,7 +17,7 @@ use crate::limits::Usage;
 use crate::planning::{self, Current, PlanRequest};
 
 /// The options of `--apply`, before anything is read.
-pub(crate) fn check(args: &PlanArgs) -> Result<(), Usage> {
+fn check(args: &PlanArgs) -> Result<(), Usage> {
     if args.source != Source::Argocd {
         return Err(Usage(
             "--apply writes the shard keys of Argo CD's cluster Secrets: it needs --source argocd (shardwise's controller places clusters itself)".into(),
@@ -69,7 +69,19 @@ impl Row {
     }
 }
 
-pub(crate) async fn run(args: &PlanArgs, gathered: Gathered) -> Result<()> {
+/// `shardwise plan --apply`: the options, then the fleet read as `plan` reads it, then the diff
+/// (and, with `--yes`, the writes).
+pub(crate) fn run(args: &PlanArgs) -> Result<()> {
+    check(args)?;
+    plan::check(args)?;
+    let runtime = plan::runtime()?;
+    runtime.block_on(async {
+        let gathered = plan::read(args).await?;
+        apply(args, gathered).await
+    })
+}
+
+async fn apply(args: &PlanArgs, gathered: Gathered) -> Result<()> {
     let Gathered {
         fleet,
         request,

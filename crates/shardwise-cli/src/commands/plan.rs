@@ -17,15 +17,8 @@ use crate::planning::{self, ArgoCdSettings, Current, PlanRequest};
 
 pub(crate) fn run(args: &PlanArgs) -> Result<()> {
     check(args)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let gathered = runtime.block_on(read(args))?;
-    if args.apply {
-        return runtime.block_on(super::apply::run(args, gathered));
-    }
-    let Gathered { fleet, request, .. } = gathered;
+    let runtime = runtime()?;
+    let Gathered { fleet, request, .. } = runtime.block_on(read(args))?;
     let report = planning::build(&fleet, request)?;
     let mut stdout = std::io::stdout().lock();
     output::write_plan(&mut stdout, &report, args.format, args.limit)?;
@@ -38,11 +31,16 @@ pub(crate) fn run(args: &PlanArgs) -> Result<()> {
     Ok(())
 }
 
+/// The runtime `plan` and `plan --apply` read the fleet on.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 /// The options alone, before anything is read.
-fn check(args: &PlanArgs) -> Result<(), Usage> {
-    if args.apply {
-        super::apply::check(args)?;
-    }
+pub(crate) fn check(args: &PlanArgs) -> Result<(), Usage> {
     if args.source == Source::Shardwise {
         if args.current_strategy.is_some() {
             return Err(Usage(
@@ -97,7 +95,7 @@ pub(crate) struct Gathered {
 }
 
 /// Reads the fleet and everything the plan needs from the API server.
-async fn read(args: &PlanArgs) -> Result<Gathered> {
+pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
     let (default_namespace, default_statefulset) = match args.source {
         Source::Shardwise => ("shardwise", "shardwise"),
         Source::Argocd => ("argocd", "argocd-application-controller"),
