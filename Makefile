@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc unit e2e-real bench bench-assign bench-fleet bench-apiserver bench-argocd simulate demo crds clean
+.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit e2e-real bench bench-assign bench-fleet bench-apiserver bench-argocd simulate demo crds clean
 
 all: build
 
@@ -26,13 +26,13 @@ demo:
 	$(CARGO) build -p shardwise-controller -p shardwise-demo
 	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 
-## Everything CI checks: formatting, lints (warnings are errors), the API docs, the Helm chart, and every test
+## Everything CI checks: formatting, lints (warnings are errors), the API docs, no import cycle, the Helm chart, and every test
 ## (the dashboard's against a real Prometheus), all with the committed lockfile (`--locked`, as
 ## the image's build stage uses it). The image's release build is not part of it: the tests
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy doc chart unit e2e-real
+test: prerequisites fmt-check clippy doc cycles chart unit e2e-real
 
 prerequisites:
 	scripts/prerequisites.sh
@@ -55,6 +55,10 @@ clippy:
 ## every library crate denies missing docs.
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+
+## No crate's modules import each other in a cycle (scripts/module_cycles.py lists them).
+cycles:
+	$(PYTHON) scripts/module_cycles.py
 
 unit:
 	$(CARGO) test --workspace --locked

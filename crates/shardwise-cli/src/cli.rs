@@ -3,10 +3,11 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde::Serialize;
 use shard_assign::{Ratio, StrategyConfig, StrategyKind};
 use shardwise_sim::AppDistribution;
 
+use crate::fleet::FleetSource;
+use crate::fleet::argocd::ArgoCdLoad;
 use crate::limits;
 
 /// The version and the commit it was built from (build.rs; "unknown" without git).
@@ -97,8 +98,7 @@ pub enum Format {
 }
 
 /// Where `plan` reads the fleet from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Source {
     /// FleetClusters and FleetApps; the current placement is their shard label.
     Shardwise,
@@ -107,13 +107,30 @@ pub enum Source {
 }
 
 /// What counts as load in an Argo CD fleet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Load {
     /// One per Application.
     Apps,
     /// One per resource an Application manages (`status.resources`).
     Resources,
+}
+
+impl From<Source> for FleetSource {
+    fn from(source: Source) -> Self {
+        match source {
+            Source::Shardwise => FleetSource::Shardwise,
+            Source::Argocd => FleetSource::Argocd,
+        }
+    }
+}
+
+impl From<Load> for ArgoCdLoad {
+    fn from(load: Load) -> Self {
+        match load {
+            Load::Apps => ArgoCdLoad::Apps,
+            Load::Resources => ArgoCdLoad::Resources,
+        }
+    }
 }
 
 /// What counts as load in `plan`: Argo CD's two counts, or what shardwise's replicas measure.
@@ -130,10 +147,10 @@ pub enum PlanLoad {
 
 impl PlanLoad {
     /// The load of an Argo CD fleet; `None` for `measured`, which Argo CD does not publish.
-    pub fn argocd(self) -> Option<Load> {
+    pub fn argocd(self) -> Option<ArgoCdLoad> {
         match self {
-            PlanLoad::Apps => Some(Load::Apps),
-            PlanLoad::Resources => Some(Load::Resources),
+            PlanLoad::Apps => Some(ArgoCdLoad::Apps),
+            PlanLoad::Resources => Some(ArgoCdLoad::Resources),
             PlanLoad::Measured => None,
         }
     }

@@ -14,6 +14,16 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use shard_assign::{AppKeys, Cluster, KeyRange, ShardId};
 use thiserror::Error;
 
+/// Where a fleet is read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum FleetSource {
+    /// FleetClusters and FleetApps; the current placement is their shard label.
+    Shardwise,
+    /// Argo CD's cluster Secrets and Applications; the current placement is computed.
+    Argocd,
+}
+
 /// Clusters of a fleet and where they are now.
 #[derive(Debug, Default)]
 pub(crate) struct LiveFleet {

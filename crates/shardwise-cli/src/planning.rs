@@ -12,9 +12,9 @@ use shard_assign::{
     Warning, assign, assign_sliced, count_in, slice_id,
 };
 
-use crate::cli::{Load, Source};
-use crate::fleet::LiveFleet;
+use crate::fleet::argocd::ArgoCdLoad;
 use crate::fleet::measured::MeasuredSummary;
+use crate::fleet::{FleetSource, LiveFleet};
 
 /// How the current placement is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub(crate) enum Current {
 /// What to plan, besides the fleet.
 #[derive(Clone, Debug)]
 pub(crate) struct PlanRequest {
-    pub source: Source,
+    pub source: FleetSource,
     pub server: String,
     pub namespace: String,
     /// Replicas now, and where that number was read.
@@ -53,13 +53,13 @@ pub(crate) struct ArgoCdSettings {
     /// The control plane's namespace, then the patterns of `application.namespaces`.
     pub app_namespaces: Vec<String>,
     pub app_namespaces_origin: String,
-    pub load: Load,
+    pub load: ArgoCdLoad,
 }
 
 /// The whole plan; its JSON form is documented in docs/plan.md.
 #[derive(Debug, Serialize)]
 pub(crate) struct PlanReport {
-    pub source: Source,
+    pub source: FleetSource,
     pub server: String,
     pub namespace: String,
     pub replicas: Replicas,
@@ -901,7 +901,7 @@ mod tests {
 
     fn request(replicas: u32, to: u32, current: Current, kinds: &[StrategyKind]) -> PlanRequest {
         PlanRequest {
-            source: Source::Shardwise,
+            source: FleetSource::Shardwise,
             server: "https://example:6443".into(),
             namespace: "shardwise".into(),
             replicas,

@@ -78,6 +78,7 @@ pub mod lenient;
 pub mod load;
 pub mod membership;
 pub mod metrics;
+mod nouns;
 pub mod objects;
 pub mod owner;
 pub mod planner;
@@ -88,8 +89,9 @@ mod sharded;
 pub mod slice;
 pub(crate) mod term;
 
+pub use nouns::Nouns;
 pub use objects::{Object, key_of};
 pub use replica::{RunError, run, run_until};
-pub use sharded::{Action, ContextOf, Nouns, ObjectKind, Sharded, TermOf, UnitPlacement};
+pub use sharded::{Action, ContextOf, ObjectKind, Sharded, TermOf, UnitPlacement};
 pub use shardwise_handoff::plan::ObjectKey;
 pub use term::{Term, TermContext};

@@ -13,8 +13,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::planner::decide::ShardFigures;
-use crate::sharded::Nouns;
+use crate::nouns::Nouns;
+use crate::planner::figures::ShardFigures;
 
 /// No labels: a family of one series that can be removed (planner-only metrics must vanish
 /// from replicas that are not the planner).

@@ -4,6 +4,7 @@
 //! this module only watches, calls them, writes and counts.
 
 pub mod decide;
+pub mod figures;
 pub mod index;
 pub mod measured;
 mod report;

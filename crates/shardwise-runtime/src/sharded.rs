@@ -12,6 +12,7 @@ use std::time::Duration;
 use shard_assign::ShardId;
 use shardwise_handoff::plan::ObjectKey;
 
+use crate::nouns::Nouns;
 use crate::objects::Object;
 use crate::term::{Term, TermContext};
 
@@ -198,19 +199,4 @@ pub trait Sharded: Send + Sync + Sized + 'static {
         let _ = (kind, reason);
         None
     }
-}
-
-/// Words for a controller's units and items, in metric names, labels, logs and the audit:
-/// `shardwise_owned_<units>`, `kind="<unit>"`. Lowercase, `[a-z_]`, so that every metric name
-/// they make is valid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Nouns {
-    /// One unit, as in `kind="namespace"`.
-    pub unit: &'static str,
-    /// Units, as in `shardwise_owned_namespaces`.
-    pub units: &'static str,
-    /// One item.
-    pub item: &'static str,
-    /// Items.
-    pub items: &'static str,
 }

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
@@ -13,6 +12,7 @@ use shardwise_test_apiserver::{
 };
 
 use crate::HarnessError;
+use crate::client::client_of;
 use crate::process::{Process, ProcessSpec};
 use crate::real::{Binaries, Etcd, RealApiServer, Spawner};
 
@@ -367,19 +367,6 @@ impl Cluster {
         let yaml = std::fs::read_to_string(path).map_err(io_error(path))?;
         self.apply_yaml(identity, &yaml).await
     }
-}
-
-/// A kube client of the current context of kubeconfig `yaml` (of cluster `cluster`).
-pub(crate) async fn client_of(cluster: &str, yaml: &str) -> Result<kube::Client, HarnessError> {
-    let invalid = |reason: String| HarnessError::Kubeconfig {
-        cluster: cluster.to_string(),
-        reason,
-    };
-    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| invalid(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| invalid(e.to_string()))?;
-    Ok(kube::Client::try_from(config)?)
 }
 
 async fn apply_one(

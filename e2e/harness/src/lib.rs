@@ -42,6 +42,7 @@
 
 #![deny(missing_docs)]
 
+mod client;
 mod cluster;
 mod metrics;
 mod process;

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use shard_assign::{
     AssignError, Cluster, PreviousPlacement, ShardId, ShardSet, StrategyConfig, assign,
 };
-use shardwise_runtime::planner::decide::ShardFigures;
+use shardwise_runtime::planner::figures::ShardFigures;
 
 use crate::fleet::LiveFleet;
 use crate::fleet::argocd::{self, PinTarget};
@@ -155,7 +155,7 @@ mod tests {
     use shard_assign::StrategyKind;
 
     use super::*;
-    use crate::cli::Load;
+    use crate::fleet::argocd::ArgoCdLoad;
 
     /// A fleet on Argo CD: cluster Secrets and Applications, changed between passes as Argo CD
     /// and the API server would (a write bumps the resourceVersion).
@@ -218,7 +218,7 @@ mod tests {
         }
 
         fn fleet(&self) -> LiveFleet {
-            argocd::fleet(&self.secrets, &self.apps, false, Load::Apps).unwrap()
+            argocd::fleet(&self.secrets, &self.apps, false, ArgoCdLoad::Apps).unwrap()
         }
 
         fn pass(&self) -> Pass {

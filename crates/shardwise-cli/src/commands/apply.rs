@@ -364,10 +364,11 @@ mod tests {
     use shardwise_e2e::Environment;
 
     use super::*;
+    use crate::fleet::FleetSource;
 
     fn request(replicas: u32, origin: &str, to: u32) -> PlanRequest {
         PlanRequest {
-            source: Source::Argocd,
+            source: FleetSource::Argocd,
             server: "https://api".into(),
             namespace: "argocd".into(),
             replicas,

@@ -218,7 +218,7 @@ impl Balancer<'_> {
             replicas: None,
             current_strategy: args.current_strategy,
             app_namespaces: &args.app_namespaces,
-            load: args.load,
+            load: args.load.into(),
             strategy_args: &args.strategy_args,
         };
         let Read {

@@ -7,8 +7,9 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Secret;
 use shard_assign::{ShardSet, StrategyConfig, StrategyKind};
 
-use crate::cli::{Format, Load, PlanArgs, PlanLoad, Source, StrategyArgs};
+use crate::cli::{Format, PlanArgs, PlanLoad, Source, StrategyArgs};
 use crate::fleet::api::Connection;
+use crate::fleet::argocd::ArgoCdLoad;
 use crate::fleet::installation::{self, Message, Workload};
 use crate::fleet::{self, LiveFleet};
 use crate::limits::{self, Usage};
@@ -74,7 +75,7 @@ pub(crate) fn check(args: &PlanArgs) -> Result<(), Usage> {
 }
 
 /// What counts as load in an Argo CD fleet.
-fn argocd_load(load: PlanLoad) -> Result<Load, Usage> {
+fn argocd_load(load: PlanLoad) -> Result<ArgoCdLoad, Usage> {
     load.argocd().ok_or_else(|| {
         Usage(
             "--load measured applies to --source shardwise only: Argo CD's controller publishes no measured load; use --load apps or --load resources".into(),
@@ -188,7 +189,7 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
         );
     }
     let request = PlanRequest {
-        source: args.source,
+        source: args.source.into(),
         server: connection.server().to_string(),
         namespace: namespace.to_string(),
         replicas,
@@ -228,7 +229,7 @@ pub(crate) struct ArgoCdQuery<'a> {
     pub replicas: Option<u32>,
     pub current_strategy: Option<(StrategyKind, &'static str)>,
     pub app_namespaces: &'a [String],
-    pub load: Load,
+    pub load: ArgoCdLoad,
     pub strategy_args: &'a StrategyArgs,
 }
 

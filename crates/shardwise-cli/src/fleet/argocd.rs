@@ -10,10 +10,19 @@ use serde_json::Value;
 use shard_assign::{Cluster, ShardId};
 
 use super::{FleetError, LiveFleet, some_names};
-use crate::cli::Load;
 
 /// Label selector of Argo CD's cluster Secrets.
 pub(crate) const CLUSTER_SECRET_SELECTOR: &str = "argocd.argoproj.io/secret-type=cluster";
+
+/// What counts as load in an Argo CD fleet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ArgoCdLoad {
+    /// One per Application.
+    Apps,
+    /// One per resource an Application manages (`status.resources`).
+    Resources,
+}
 /// The API server of the cluster Argo CD runs in.
 const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 /// Name of that cluster when no Secret describes it.
@@ -33,7 +42,7 @@ pub(crate) fn fleet(
     secrets: &[Secret],
     apps: &[DynamicObject],
     in_cluster_enabled: bool,
-    load: Load,
+    load: ArgoCdLoad,
 ) -> Result<LiveFleet, FleetError> {
     let mut ordered: Vec<&Secret> = secrets.iter().collect();
     ordered.sort_by_key(|s| s.name_any());
@@ -263,7 +272,7 @@ fn resolve(app: &DynamicObject, index: &Index) -> Destination {
 /// Counts each Application toward the cluster its destination resolves to. Argo CD's
 /// controller lets every replica process an Application whose destination does not resolve
 /// (it reports the error), so those are noted and counted toward no cluster.
-fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load: Load) {
+fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load: ArgoCdLoad) {
     let mut unmatched = Vec::new();
     let mut ambiguous: BTreeMap<String, u64> = BTreeMap::new();
     let mut server_apps = vec![0u64; index.servers.len()];
@@ -282,8 +291,8 @@ fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load
         match resolve(app, index) {
             Destination::Cluster(i) => {
                 let weight = match load {
-                    Load::Apps => 1,
-                    Load::Resources => app
+                    ArgoCdLoad::Apps => 1,
+                    ArgoCdLoad::Resources => app
                         .data
                         .pointer("/status/resources")
                         .and_then(Value::as_array)
@@ -294,7 +303,7 @@ fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load
                 let id = cluster.id.clone();
                 // Slicing cuts a cluster by its apps' keys, one per app: they count apps, so
                 // they stand for no other load.
-                if load == Load::Apps {
+                if load == ArgoCdLoad::Apps {
                     fleet.add_app_key(&id, app.metadata.uid.as_deref());
                 }
             }
@@ -462,7 +471,7 @@ pub(crate) mod tests {
             application("e", json!({"name": "nowhere"})),
             application("f", json!({})),
         ];
-        let fleet = fleet(&secrets, &apps, true, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, true, ArgoCdLoad::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [
@@ -496,7 +505,7 @@ pub(crate) mod tests {
             application("b", json!({"name": "in-cluster"})),
             application("c", json!({"server": "https://kubernetes.default.svc/"})),
         ];
-        let fleet = fleet(&[], &apps, true, Load::Apps).unwrap();
+        let fleet = fleet(&[], &apps, true, ArgoCdLoad::Apps).unwrap();
         assert_eq!(apps_by_cluster(&fleet), [("in-cluster", "", 3, None)]);
     }
 
@@ -512,7 +521,7 @@ pub(crate) mod tests {
             application("b", json!({"name": "in-cluster"})),
             application("c", json!({"name": "home"})),
         ];
-        let fleet = fleet(&secrets, &apps, true, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, true, ArgoCdLoad::Apps).unwrap();
         assert_eq!(apps_by_cluster(&fleet), [("home", "uid-local", 3, None)]);
     }
 
@@ -520,7 +529,7 @@ pub(crate) mod tests {
     fn a_disabled_in_cluster_cluster_does_not_exist() {
         let secrets = [secret("local", &[("server", IN_CLUSTER_SERVER)])];
         let apps = [application("a", json!({"name": "in-cluster"}))];
-        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Apps).unwrap();
         assert!(fleet.clusters.is_empty());
         assert_eq!(fleet.unmatched_apps, 1);
         assert!(fleet.notes[0].contains("argocd-cm disables"));
@@ -536,7 +545,7 @@ pub(crate) mod tests {
             "a",
             json!({"server": "https://two", "name": "one"}),
         )];
-        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [("one", "uid-one", 0, None), ("two", "uid-two", 0, None)]
@@ -568,7 +577,7 @@ pub(crate) mod tests {
                 ],
             ),
         ];
-        let fleet = fleet(&secrets, &[], false, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &[], false, ArgoCdLoad::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [
@@ -598,7 +607,7 @@ pub(crate) mod tests {
             secret("a", &[("name", "a"), ("server", "https://same/")]),
         ];
         let apps = [application("x", json!({"server": "https://same"}))];
-        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Apps).unwrap();
         assert_eq!(apps_by_cluster(&fleet), [("a", "uid-a", 1, None)]);
         assert_eq!(fleet.warnings.len(), 1);
         assert!(
@@ -622,7 +631,7 @@ pub(crate) mod tests {
             SKIP_RECONCILE.to_string(),
             "yes".to_string(),
         )]));
-        let fleet = fleet(&[skipped, kept], &[], false, Load::Apps).unwrap();
+        let fleet = fleet(&[skipped, kept], &[], false, ArgoCdLoad::Apps).unwrap();
         assert_eq!(fleet.orphaned, BTreeSet::from(["uid-s".to_string()]));
         assert_eq!(fleet.warnings.len(), 1);
         assert!(
@@ -640,7 +649,7 @@ pub(crate) mod tests {
             application("by-name", json!({"name": "prod"})),
             application("by-server", json!({"server": "https://two"})),
         ];
-        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [("prod", "uid-s1", 0, None), ("prod", "uid-s2", 1, None)]
@@ -658,7 +667,7 @@ pub(crate) mod tests {
             application("by-object-name", json!({"name": "cluster-x"})),
             application("by-server", json!({"server": "https://x"})),
         ];
-        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [("(Secret cluster-x)", "uid-cluster-x", 1, None)]
@@ -683,7 +692,7 @@ pub(crate) mod tests {
             cluster("null", "null"),
         ];
         let apps = [application("a", json!({"server": "https://bad"}))];
-        let fleet = fleet(&secrets, &apps, false, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Apps).unwrap();
         assert_eq!(
             apps_by_cluster(&fleet),
             [("good", "uid-good", 0, None), ("null", "uid-null", 0, None)]
@@ -709,7 +718,7 @@ pub(crate) mod tests {
         by_name.data["status"] = json!({"resources": [{}]});
         let exact = application("c", json!({"server": "https://prod"}));
         let apps = [by_server, by_name, exact];
-        let fleet = fleet(&secrets, &apps, false, Load::Resources).unwrap();
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Resources).unwrap();
         assert_eq!(apps_by_cluster(&fleet), [("prod", "uid-s", 4, None)]);
         // Keys stand for apps, so a resource load leaves the cluster uncut.
         assert!(fleet.keys.is_empty());
@@ -737,7 +746,7 @@ pub(crate) mod tests {
         for s in &mut secrets {
             s.metadata.resource_version = Some(format!("rv-{}", s.name_any()));
         }
-        let fleet = fleet(&secrets, &[], true, Load::Apps).unwrap();
+        let fleet = fleet(&secrets, &[], true, ArgoCdLoad::Apps).unwrap();
         let (targets, left) = pin_targets(&secrets, &fleet);
         let target = |name: &str, key: Option<&str>| PinTarget {
             secret: name.into(),
@@ -771,7 +780,7 @@ pub(crate) mod tests {
         let mut s = secret("a", &[("server", "https://a")]);
         s.metadata.uid = None;
         assert_eq!(
-            fleet(&[s], &[], true, Load::Apps).unwrap_err(),
+            fleet(&[s], &[], true, ArgoCdLoad::Apps).unwrap_err(),
             FleetError::MissingUid {
                 kind: "Secret",
                 name: "a".into()

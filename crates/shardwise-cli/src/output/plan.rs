@@ -7,7 +7,9 @@ use std::io::{self, Write};
 use shard_assign::ShardId;
 
 use super::Table;
-use crate::cli::{Format, Load, Source};
+use crate::cli::Format;
+use crate::fleet::FleetSource;
+use crate::fleet::argocd::ArgoCdLoad;
 use crate::fleet::measured::MeasuredSummary;
 use crate::planning::{CutCluster, PlanReport, StrategyPlan};
 
@@ -175,8 +177,8 @@ fn write_table(out: &mut impl Write, report: &PlanReport, limit: usize) -> io::R
     let (from, to) = (report.replicas.from, report.replicas.to);
     let weighted = report.fleet.weighted;
     let objects = match report.source {
-        Source::Argocd => "Argo CD cluster Secrets and Applications",
-        Source::Shardwise => "FleetClusters and FleetApps",
+        FleetSource::Argocd => "Argo CD cluster Secrets and Applications",
+        FleetSource::Shardwise => "FleetClusters and FleetApps",
     };
     writeln!(
         out,
@@ -217,8 +219,8 @@ fn write_table(out: &mut impl Write, report: &PlanReport, limit: usize) -> io::R
                 argocd.app_namespaces_origin
             )?;
             let load = match argocd.load {
-                Load::Apps => "one per Application",
-                Load::Resources => "one per managed resource (status.resources)",
+                ArgoCdLoad::Apps => "one per Application",
+                ArgoCdLoad::Resources => "one per managed resource (status.resources)",
             };
             writeln!(out, "load: {load}")?;
         }
@@ -546,7 +548,7 @@ mod tests {
         fleet.recorded.remove("id-29");
         fleet.clusters[5].pin = Some(9);
         let request = PlanRequest {
-            source: Source::Shardwise,
+            source: FleetSource::Shardwise,
             server: "https://example:6443".into(),
             namespace: "fleet".into(),
             replicas: 3,
@@ -639,7 +641,7 @@ mod tests {
         }
         fleet.finish_keys();
         let request = PlanRequest {
-            source: Source::Shardwise,
+            source: FleetSource::Shardwise,
             server: "https://example:6443".into(),
             namespace: "fleet".into(),
             replicas: 3,
@@ -680,7 +682,7 @@ mod tests {
     fn csv_gives_each_recorded_slice_its_own_current_shard() {
         let (fleet, cut, _) = crate::fleet::shardwise::fixtures::cut_fleet();
         let request = PlanRequest {
-            source: Source::Shardwise,
+            source: FleetSource::Shardwise,
             server: "https://example:6443".into(),
             namespace: "shardwise".into(),
             replicas: 3,

@@ -16,6 +16,7 @@ use shardwise_handoff::plan::{
 };
 use shardwise_handoff::slices::SliceAction;
 
+use super::figures::ShardFigures;
 use super::index::{Index, Shown};
 use super::measured::unmeasured_weight;
 use crate::slice::{UnitSlice, UnitSliceSpec, slice_name};
@@ -118,20 +119,6 @@ impl ItemWrite {
     pub fn moves(&self) -> bool {
         self.shard_before.is_some_and(|before| before != self.shard)
     }
-}
-
-/// What a plan gives one shard.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ShardFigures {
-    /// Units with at least one slice here.
-    pub units: u64,
-    /// Slices (a unit that is not cut is one).
-    pub slices: u64,
-    /// Items placed here.
-    pub items: u64,
-    /// Units cut across several shards with a slice here: each costs this shard a cache of
-    /// the unit that another shard has too.
-    pub shared: u64,
 }
 
 /// The figures of a plan, for the metrics.

@@ -523,7 +523,7 @@ impl RealApiServer {
     }
 
     async fn admin_client(&self) -> Result<kube::Client, HarnessError> {
-        crate::cluster::client_of(&self.name, &self.admin_kubeconfig()?).await
+        crate::client::client_of(&self.name, &self.admin_kubeconfig()?).await
     }
 
     async fn request_token(&self, namespace: &str, account: &str) -> Result<String, HarnessError> {

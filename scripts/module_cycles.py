@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Fails when the modules of a crate of the workspace import each other in a cycle.
+
+Each `.rs` file under a crate's `src/` is a module (`fleet/argocd.rs` is `fleet::argocd`); it
+depends on the modules its non-test code names through `crate::…` or `super::…`. A cycle such as
+`cli -> fleet::installation -> fleet::argocd -> cli` means no module of it can be understood, or
+moved to a crate of its own, without the others. Test modules (after `#[cfg(test)]`) are left
+out: a test may reach anywhere. Run by `make test` (`make cycles`); prints every cycle found.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CRATES = sorted(p.parent for p in ROOT.glob("*/*/src") if (p.parent / "Cargo.toml").exists())
+
+
+def module_of(src: Path, file: Path) -> str:
+    parts = list(file.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts.pop()
+    return "::".join(parts)
+
+
+def resolve(src: Path, parts: list[str]) -> str | None:
+    """The longest prefix of `parts` that is a module file of `src`."""
+    for n in range(len(parts), 0, -1):
+        path = src.joinpath(*parts[:n])
+        if path.with_suffix(".rs").exists() or (path / "mod.rs").exists():
+            return "::".join(parts[:n])
+    return None
+
+
+def edges(src: Path) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for file in sorted(src.rglob("*.rs")):
+        module = module_of(src, file)
+        code = file.read_text().split("#[cfg(test)]")[0]
+        # Comments may name modules (doc links) without importing them.
+        code = re.sub(r"//[^\n]*", "", code)
+        deps: set[str] = set()
+        for path in re.findall(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", code):
+            target = resolve(src, path.split("::"))
+            if target:
+                deps.add(target)
+        parent = module.rsplit("::", 1)[0].split("::") if "::" in module else []
+        for path in re.findall(r"\bsuper::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", code):
+            target = resolve(src, parent + path.split("::")) if parent else None
+            if target:
+                deps.add(target)
+        graph[module] = deps - {module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every elementary cycle, each once, starting at its smallest module."""
+    found: set[tuple[str, ...]] = set()
+
+    def walk(start: str, node: str, path: list[str]) -> None:
+        for next_node in sorted(graph.get(node, ())):
+            if next_node == start:
+                found.add(tuple(path))
+            elif next_node > start and next_node not in path:
+                walk(start, next_node, path + [next_node])
+
+    for start in sorted(graph):
+        walk(start, start, [start])
+    return [list(c) for c in sorted(found)]
+
+
+def main() -> int:
+    failed = 0
+    for crate in CRATES:
+        graph = edges(crate / "src")
+        found = cycles(graph)
+        name = crate.relative_to(ROOT)
+        if found:
+            failed += 1
+            print(f"FAILED {name}: {len(found)} import cycle(s) among its modules")
+            for cycle in found:
+                print("  " + " -> ".join(cycle + [cycle[0]]))
+        else:
+            edges_count = sum(len(d) for d in graph.values())
+            print(f"ok     {name}: {len(graph)} modules, {edges_count} imports, no cycle")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
