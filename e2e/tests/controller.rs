@@ -38,41 +38,38 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
         assert_eq!(labels["app.kubernetes.io/managed-by"], "shardwise");
     }
 
-    let clusters = fleet
-        .clusters_api()
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
+    // The planner may still move a cluster by its measured load after the fleet settled, so
+    // every check below compares a replica's figures with the labels as they are at that
+    // attempt, not with one early listing.
     for shard in 0..3u32 {
-        let owned_clusters = clusters
-            .items
-            .iter()
-            .filter(|c| shard_label(*c) == Some(shard))
-            .count();
-        let owned_apps = apps
-            .items
-            .iter()
-            .filter(|a| shard_label(*a) == Some(shard))
-            .count();
-        assert!(owned_clusters > 0, "shard {shard} owns no cluster");
         let label = shard.to_string();
         let metrics_url = &fleet.replicas[&shard].metrics_url;
         // Each replica's gauges show exactly its own share, and it counted a successful
         // reconcile of each of its apps.
         wait_for(
             "owned gauges to match the labels",
-            Duration::from_secs(10),
+            Duration::from_secs(30),
             || async {
+                let (owned_clusters, owned_apps) = labelled_to(&fleet, shard).await?;
+                if owned_clusters.is_empty() {
+                    return Err(format!("shard {shard} owns no cluster"));
+                }
                 let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;
                 let c = m.get("shardwise_owned_clusters", &[("shard", &label)]);
                 let a = m.get("shardwise_owned_apps", &[("shard", &label)]);
-                let ok = m.sum("shardwise_reconciles_total", &[("kind", "app"), ("result", "success")]);
-                if c == Some(owned_clusters as f64) && a == Some(owned_apps as f64) && ok >= owned_apps as f64 {
+                let ok = m.sum(
+                    "shardwise_reconciles_total",
+                    &[("kind", "app"), ("result", "success")],
+                );
+                if c == Some(owned_clusters.len() as f64)
+                    && a == Some(owned_apps as f64)
+                    && ok >= owned_apps as f64
+                {
                     Ok(())
                 } else {
                     Err(format!(
-                        "clusters {c:?} apps {a:?} successes {ok}, labels say {owned_clusters} and {owned_apps}"
+                        "clusters {c:?} apps {a:?} successes {ok}, labels say {} and {owned_apps}",
+                        owned_clusters.len()
                     ))
                 }
             },
@@ -86,12 +83,6 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
     // its cache of the cluster: 25 ConfigMaps of a few hundred bytes each.
     let leases: Api<Lease> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
     for shard in 0..3u32 {
-        let owned: BTreeSet<String> = clusters
-            .items
-            .iter()
-            .filter(|c| shard_label(*c) == Some(shard))
-            .map(|c| format!("{NAMESPACE}/{}", c.name_any()))
-            .collect();
         let lease = format!("{STATEFULSET}-shard-{shard}");
         let label = shard.to_string();
         let metrics_url = &fleet.replicas[&shard].metrics_url;
@@ -99,6 +90,7 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
             "each shard lease to report the load of its clusters",
             Duration::from_secs(60),
             || async {
+                let (owned, _) = labelled_to(&fleet, shard).await?;
                 let lease = leases.get(&lease).await.map_err(|e| e.to_string())?;
                 let text = lease.annotations().get(LOAD_ANNOTATION).cloned();
                 let report =
@@ -761,4 +753,34 @@ async fn health_follows_the_objects_and_sync_status_shows_repairs() {
     .await
     .unwrap();
     recorder.abort();
+}
+
+/// The clusters labelled for `shard` (as `namespace/name`) and the number of apps labelled for
+/// it, as the control plane has them now.
+async fn labelled_to(
+    fleet: &Fleet,
+    shard: u32,
+) -> std::result::Result<(BTreeSet<String>, usize), String> {
+    let clusters = fleet
+        .clusters_api()
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let apps = fleet
+        .apps_api()
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let owned = clusters
+        .items
+        .iter()
+        .filter(|c| shard_label(*c) == Some(shard))
+        .map(|c| format!("{NAMESPACE}/{}", c.name_any()))
+        .collect();
+    let apps = apps
+        .items
+        .iter()
+        .filter(|a| shard_label(*a) == Some(shard))
+        .count();
+    Ok((owned, apps))
 }
