@@ -68,7 +68,7 @@ unit:
 E2E_REAL_SUITES = --test e2e_controller --test e2e_slices --test e2e_hostile --test e2e_credentials \
 	--test e2e_autoscale --test e2e_dashboard --test e2e_demo --test e2e_chaos
 e2e-real: control-plane
-	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked --no-fail-fast -p shardwise-controller $(E2E_REAL_SUITES)
+	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked --no-fail-fast -p shardwise-e2e-suites $(E2E_REAL_SUITES)
 	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-cli --test balance
 	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p namespace-labeller --test e2e
 
@@ -88,7 +88,7 @@ bench-apiserver:
 ## counted apps; and (`servers`) throughput, memory and handoffs on the test server and on the real
 ## control plane side by side. Builds the control plane first.
 bench-fleet: control-plane
-	$(CARGO) bench -p shardwise-controller --bench fleet
+	$(CARGO) bench -p shardwise-e2e-suites --bench fleet
 
 ## The Argo CD balancer (a real `shardwise balance`) against Argo CD's algorithms: one fleet of
 ## 100 clusters and 10,000 apps through adoption, clusters joining and leaving, a hot spot and
@@ -138,7 +138,7 @@ e2e-kind:
 ## scripts/dashboard_picture.py (pip install -r scripts/requirements-picture.txt).
 dashboard-picture:
 	data=$$(mktemp) \
-	&& SHARDWISE_DASHBOARD_DATA=$$data $(CARGO) test -p shardwise-controller --test e2e_dashboard \
+	&& SHARDWISE_DASHBOARD_DATA=$$data $(CARGO) test -p shardwise-e2e-suites --test e2e_dashboard \
 	&& $(PYTHON) scripts/dashboard_picture.py $$data docs/dashboard.png \
 	&& rm -f $$data
 

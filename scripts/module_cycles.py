@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Fails when the modules of a crate of the workspace import each other in a cycle.
 
-Each `.rs` file under a crate's `src/` is a module (`fleet/argocd.rs` is `fleet::argocd`); it
-depends on the modules its non-test code names through `crate::…` or `super::…`. A cycle such as
+Each `.rs` file under a crate's `src/` is a module (`fleet/argocd.rs` is `fleet::argocd`); in a
+package of test targets alone (e2e/tests: the suites and their `support` module), under the
+package's directory. A module depends on the modules its non-test code names through `crate::…`
+or `super::…`. A cycle such as
 `cli -> fleet::installation -> fleet::argocd -> cli` means no module of it can be understood, or
 moved to a crate of its own, without the others. Test modules (after `#[cfg(test)]`) are left
 out: a test may reach anywhere. Run by `make test` (`make cycles`); prints every cycle found.
@@ -15,7 +17,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CRATES = sorted(p.parent for p in ROOT.glob("*/*/src") if (p.parent / "Cargo.toml").exists())
+PACKAGES = sorted(p.parent for p in ROOT.glob("*/*/Cargo.toml"))
+# Where each package's modules are: src/, or the package's own directory when it has only
+# test targets.
+CRATES = [p / "src" if (p / "src").is_dir() else p for p in PACKAGES]
 
 
 def module_of(src: Path, file: Path) -> str:
@@ -73,10 +78,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def main() -> int:
     failed = 0
-    for crate in CRATES:
-        graph = edges(crate / "src")
+    for src in CRATES:
+        graph = edges(src)
         found = cycles(graph)
-        name = crate.relative_to(ROOT)
+        name = (src.parent if src.name == "src" else src).relative_to(ROOT)
         if found:
             failed += 1
             print(f"FAILED {name}: {len(found)} import cycle(s) among its modules")

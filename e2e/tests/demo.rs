@@ -1,5 +1,5 @@
 //! `make demo`, end to end: the demo's whole scenario (3 replicas, scaled to 4, then 2, one
-//! killed and restarted) on a smaller fleet, run by this test's controller binary, with a real
+//! killed and restarted) on a smaller fleet, run by the workspace's controller, with a real
 //! Prometheus scraping the replicas (Debian's `prometheus`, or `$PROMETHEUS`, as the dashboard
 //! test needs). With `SHARDWISE_E2E_SERVER=real`, as `make demo ARGS=--real`, on a real
 //! kube-apiserver and etcd.
@@ -18,7 +18,7 @@ async fn the_demo_plays_every_step_and_its_summary_holds() {
             std::env::var_os("PROMETHEUS").map_or_else(|| "prometheus".into(), Into::into),
         ),
         real: shardwise_e2e::ServerKind::from_env().unwrap() == shardwise_e2e::ServerKind::Real,
-        ..Options::new(env!("CARGO_BIN_EXE_shardwise-controller").into())
+        ..Options::new(shardwise_e2e::controller_binary().unwrap())
     };
     let mut demo = Demo::start(options).await.unwrap();
     let mut shown = Vec::new();

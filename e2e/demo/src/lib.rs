@@ -290,7 +290,7 @@ impl Demo {
             hot_percent: Some(options.hot_percent),
             audit: true,
             args,
-            controller: options.controller.clone(),
+            controller: Some(options.controller.clone()),
             server: Some(if options.real {
                 shardwise_e2e::ServerKind::Real
             } else {

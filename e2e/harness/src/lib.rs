@@ -2,13 +2,16 @@
 //!
 //! Starts in-memory Kubernetes API servers ([`shardwise_test_apiserver`]) on loopback — a
 //! control plane and destination clusters — writes a kubeconfig per identity, applies YAML,
-//! launches and kills processes with captured output, scrapes their Prometheus metrics, and
-//! waits for conditions with failure messages that say what was expected and what was seen.
+//! builds the workspace's binaries from the current source ([`controller_binary`]), launches
+//! and kills processes with captured output, scrapes their Prometheus metrics, and waits for
+//! conditions with failure messages that say what was expected and what was seen.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), shardwise_e2e::HarnessError> {
 //! use std::time::Duration;
-//! use shardwise_e2e::{Environment, FaultScope, Identity, ProcessSpec, free_port, wait_for};
+//! use shardwise_e2e::{
+//!     Environment, FaultScope, Identity, ProcessSpec, controller_binary, free_port, wait_for,
+//! };
 //!
 //! let env = Environment::builder()
 //!     .destinations(2)
@@ -18,7 +21,7 @@
 //! let port = free_port()?;
 //! let kubeconfig = env.control_plane().kubeconfig_path("shardwise-0")?;
 //! let mut replica = env.spawn(
-//!     &ProcessSpec::new("shardwise-0", "target/debug/shardwise-controller")
+//!     &ProcessSpec::new("shardwise-0", controller_binary()?)
 //!         .env("POD_NAME", "shardwise-0")
 //!         .env("POD_NAMESPACE", "shardwise")
 //!         .env("KUBECONFIG", &kubeconfig)
@@ -42,6 +45,7 @@
 
 #![deny(missing_docs)]
 
+mod binary;
 mod client;
 mod cluster;
 mod metrics;
@@ -49,6 +53,7 @@ mod process;
 mod real;
 mod wait;
 
+pub use binary::{BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_binary};
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER, ServerKind};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use process::{Process, ProcessError, ProcessSpec};
@@ -162,6 +167,9 @@ pub enum HarnessError {
     /// A condition did not hold in time.
     #[error(transparent)]
     Wait(#[from] WaitError),
+    /// A binary of the workspace could not be built.
+    #[error(transparent)]
+    Build(#[from] BuildError),
 }
 
 /// A free TCP port on 127.0.0.1 for a process to listen on (e.g. its metrics endpoint).

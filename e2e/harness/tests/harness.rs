@@ -6,8 +6,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams};
 use shardwise_e2e::{
-    Environment, FaultScope, HarnessError, Identity, Metrics, MetricsError, Poll, ProcessSpec,
-    scrape, wait_for, wait_with,
+    BuildError, Environment, FaultScope, HarnessError, Identity, Metrics, MetricsError, Poll,
+    ProcessSpec, scrape, wait_for, wait_with,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -413,5 +413,42 @@ fn free_ports_are_distinct_and_out_of_reach_of_outgoing_connections() {
     for &port in &ports {
         assert!(port < ephemeral, "{port} is in the ephemeral range");
         std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+}
+
+#[test]
+fn workspace_binaries_are_built_once_and_a_failed_build_says_why() {
+    let controller =
+        shardwise_e2e::workspace_binary("shardwise-controller", "shardwise-controller").unwrap();
+    assert!(controller.is_file(), "{}", controller.display());
+    assert!(
+        controller.ends_with("shardwise-controller"),
+        "{}",
+        controller.display()
+    );
+    // This test's own profile.
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    assert!(
+        controller.parent().unwrap().ends_with(profile),
+        "{}",
+        controller.display()
+    );
+    assert_eq!(
+        shardwise_e2e::workspace_binary("shardwise-controller", "shardwise-controller"),
+        Ok(controller)
+    );
+
+    match shardwise_e2e::workspace_binary("no-such-package", "no-such-bin") {
+        Err(BuildError::Failed {
+            command, stderr, ..
+        }) => {
+            assert!(command.contains("-p no-such-package"), "{command}");
+            assert!(stderr.contains("no-such-package"), "{stderr}");
+        }
+        other => panic!("{other:?}"),
     }
 }

@@ -65,9 +65,10 @@ pub struct FleetOptions {
     /// The percentage of the apps that target `cluster-0`; the others are spread evenly over
     /// the other clusters. `None`: every cluster gets the same share.
     pub hot_percent: Option<u32>,
-    /// The `shardwise-controller` binary every replica runs: by default the one Cargo built for
-    /// the test that includes this module (the demo, which is not such a test, names its own).
-    pub controller: PathBuf,
+    /// The `shardwise-controller` binary every replica runs; `None`: the workspace's, built
+    /// from the current source when the fleet starts ([`shardwise_e2e::controller_binary`]). The
+    /// demo names its own.
+    pub controller: Option<PathBuf>,
     /// The API servers to run on; `None`: `SHARDWISE_E2E_SERVER`'s choice.
     pub server: Option<ServerKind>,
     /// More identities on every destination cluster, known from the start (a real server reads
@@ -92,9 +93,7 @@ impl Default for FleetOptions {
             realistic_apps: false,
             secure_metrics: false,
             hot_percent: None,
-            controller: option_env!("CARGO_BIN_EXE_shardwise-controller")
-                .map(PathBuf::from)
-                .unwrap_or_default(),
+            controller: None,
             server: None,
             destination_identities: Vec::new(),
             apiserver_args: Vec::new(),
@@ -121,6 +120,8 @@ pub struct Fleet {
     pub started: std::time::Instant,
     /// With secure metrics: how to scrape them.
     pub metrics_access: Option<MetricsAccess>,
+    /// The `shardwise-controller` binary every replica runs.
+    pub controller: PathBuf,
 }
 
 /// What an authorized scraper of secure metrics has.
@@ -237,6 +238,11 @@ pub fn realistic_manifests(index: u32) -> String {
 
 impl Fleet {
     pub async fn start(options: FleetOptions) -> Result<Self> {
+        // Built first, and blocking: nothing of the fleet runs or is timed yet.
+        let controller = match &options.controller {
+            Some(path) => path.clone(),
+            None => shardwise_e2e::controller_binary()?,
+        };
         let mut builder = Environment::builder()
             .destinations(options.destinations)
             .destination_identity(Identity::admin(DESTINATION_IDENTITY))
@@ -309,6 +315,7 @@ impl Fleet {
             audits: Vec::new(),
             started: std::time::Instant::now(),
             metrics_access,
+            controller,
         };
         fleet.create_destination_secrets().await?;
         fleet.create_clusters(0..options.clusters).await?;
@@ -496,7 +503,7 @@ impl Fleet {
                 .dir()
                 .join(format!("audit-{ordinal}-{}.jsonl", self.audits.len()))
         });
-        let mut spec = ProcessSpec::new(name.clone(), &self.options.controller)
+        let mut spec = ProcessSpec::new(name.clone(), &self.controller)
             .env("POD_NAME", &name)
             .env("POD_NAMESPACE", NAMESPACE)
             .env("KUBECONFIG", &kubeconfig)

@@ -32,12 +32,12 @@
 //!
 //! The other sections run on `SHARDWISE_E2E_SERVER`'s server (the test server by default).
 //!
-//! `cargo bench -p shardwise-controller --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|servers]`
+//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|servers]`
 //! (all by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,143 @@
+//! Binaries of this workspace, built from the current source for the test that runs them.
+//!
+//! Cargo tells a test where its own package's binaries are (`CARGO_BIN_EXE_*`), and builds
+//! them first, but no other package's: a suite that runs the controller from a package of its
+//! own asks Cargo for it here, so it never runs a stale build.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use parking_lot::Mutex;
+
+/// The variable that names a `shardwise-controller` to run instead of the one
+/// [`controller_binary`] builds (a release, a coverage or sanitizer build, a machine without
+/// Cargo).
+pub const CONTROLLER_BIN_VAR: &str = "SHARDWISE_CONTROLLER_BIN";
+
+/// Why a binary of the workspace could not be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// Cargo could not be started.
+    #[error("cannot run `{command}`: {reason}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// Why it did not start.
+        reason: String,
+    },
+    /// Cargo ran and failed.
+    #[error("`{command}` failed ({status}):\n{stderr}")]
+    Failed {
+        /// The command line.
+        command: String,
+        /// How Cargo exited.
+        status: String,
+        /// What Cargo printed there, the compiler's errors included.
+        stderr: String,
+    },
+    /// Cargo succeeded but named no executable for the binary.
+    #[error("`{command}` reported no executable for binary {bin}")]
+    NoExecutable {
+        /// The command line.
+        command: String,
+        /// The binary asked for.
+        bin: String,
+    },
+    /// [`CONTROLLER_BIN_VAR`] names something that is not a file.
+    #[error("{CONTROLLER_BIN_VAR}={0:?} is not a file")]
+    NotAFile(PathBuf),
+}
+
+/// The `shardwise-controller` the suites run: the file `$SHARDWISE_CONTROLLER_BIN` names when
+/// it is set, else the workspace's, built now by [`workspace_binary`].
+pub fn controller_binary() -> Result<PathBuf, BuildError> {
+    match std::env::var_os(CONTROLLER_BIN_VAR) {
+        Some(path) if !path.is_empty() => {
+            let path = PathBuf::from(path);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(BuildError::NotAFile(path))
+            }
+        }
+        _ => workspace_binary("shardwise-controller", "shardwise-controller"),
+    }
+}
+
+/// Binary `bin` of the workspace's package `package`, built from the current source: runs
+/// `$CARGO build --locked -p <package> --bin <bin>` (`cargo` when `$CARGO` is unset), with
+/// `--release` when the caller was built without debug assertions (a benchmark), and returns
+/// the executable Cargo reports.
+///
+/// Once per process and binary: later calls return the first answer, an error included, and
+/// concurrent callers wait for it. Cargo chooses the target directory as for any build
+/// (`CARGO_TARGET_DIR`, its configuration), and nothing is rebuilt when the test's own build
+/// left the binary up to date. A test run by `cargo test` may build here: Cargo releases the
+/// build directory's lock before it runs the tests.
+pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
+    type Built = BTreeMap<(String, String), Result<PathBuf, BuildError>>;
+    static BUILT: Mutex<Built> = Mutex::new(BTreeMap::new());
+
+    // Held through the build: a second caller waits for the first build instead of starting
+    // its own.
+    let mut built = BUILT.lock();
+    built
+        .entry((package.to_owned(), bin.to_owned()))
+        .or_insert_with(|| build(package, bin))
+        .clone()
+}
+
+fn build(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // Rendered diagnostics: a compile error then reaches stderr, which the error carries,
+    // instead of being one more JSON message.
+    let mut args = vec![
+        "build",
+        "--locked",
+        "--message-format=json-render-diagnostics",
+        "-p",
+        package,
+        "--bin",
+        bin,
+    ];
+    // The test's profile: its own dependencies are then shared with the binary, and a
+    // benchmark measures an optimized build.
+    if !cfg!(debug_assertions) {
+        args.push("--release");
+    }
+    let command = format!("{} {}", cargo.to_string_lossy(), args.join(" "));
+    // The harness is e2e/harness of the workspace; Cargo reads the workspace's configuration
+    // from where it runs, as it did for the test.
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new(&cargo)
+        .args(&args)
+        .current_dir(&workspace)
+        .output()
+        .map_err(|e| BuildError::Spawn {
+            command: command.clone(),
+            reason: e.to_string(),
+        })?;
+    if !output.status.success() {
+        return Err(BuildError::Failed {
+            command,
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| {
+            message["reason"] == "compiler-artifact"
+                && message["target"]["name"] == bin
+                && message["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|kind| kind == "bin"))
+        })
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| BuildError::NoExecutable {
+            command,
+            bin: bin.to_owned(),
+        })
+}
