@@ -69,7 +69,7 @@ E2E_REAL_SUITES = --test e2e_controller --test e2e_slices --test e2e_hostile --t
 	--test e2e_autoscale --test e2e_dashboard --test e2e_demo --test e2e_chaos
 e2e-real: control-plane
 	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked --no-fail-fast -p shardwise-e2e-suites $(E2E_REAL_SUITES)
-	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-cli --test balance
+	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-balancer --test balance
 	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p namespace-labeller --test e2e
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
@@ -90,11 +90,11 @@ bench-apiserver:
 bench-fleet: control-plane
 	$(CARGO) bench -p shardwise-e2e-suites --bench fleet
 
-## The Argo CD balancer (a real `shardwise balance`) against Argo CD's algorithms: one fleet of
+## The Argo CD balancer (a real `shardwise-balancer`) against Argo CD's algorithms: one fleet of
 ## 100 clusters and 10,000 apps through adoption, clusters joining and leaving, a hot spot and
 ## 10 -> 9 -> 10 replicas.
 bench-argocd:
-	$(CARGO) bench -p shardwise-cli --bench argocd_balancer
+	$(CARGO) bench -p shardwise-balancer --bench argocd_balancer
 
 ## Regenerate deploy/crds.yaml (and the chart's copy) from the Rust types (tests fail when stale).
 crds:
@@ -120,11 +120,11 @@ chart-crds:
 
 ## The Dockerfile's build stage: both binaries, release, with the committed Cargo.lock.
 image-binaries:
-	$(CARGO) build --release --locked -p shardwise-controller -p shardwise-cli
+	$(CARGO) build --release --locked -p shardwise-controller -p shardwise-cli -p shardwise-balancer
 
 ## The same, compiled without code generation or linking.
 image-check:
-	$(CARGO) check --release --locked -p shardwise-controller -p shardwise-cli
+	$(CARGO) check --release --locked -p shardwise-controller -p shardwise-cli -p shardwise-balancer
 
 ## The container image (needs a Docker engine).
 image:

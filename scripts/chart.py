@@ -10,7 +10,7 @@ and its script (run by busybox, as in the Pod), NOTES.txt, the CRDs as templates
 (`crds.upgrade`), a dashboard uid per release, the PrometheusRule: the alerts of
 docs/operations.md, on metrics the controller registers, checked by promtool (syntax and unit
 tests), releases without the controller (`controller.enabled`), and the Argo CD balancer
-(`argocdBalancer`): each value on its flag of `shardwise balance --help`, its pods out of the
+(`argocdBalancer`): each value on its flag of `shardwise-balancer --help`, its pods out of the
 controller's selectors, and its roles exactly the Role of docs/argocd.md. Also checks that
 charts/shardwise/README.md is what scripts/chart_readme.py generates, and lints e2e/kind/run.sh
 (`make e2e-kind` needs Docker) with shellcheck. promtool and busybox come from

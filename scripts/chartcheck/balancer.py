@@ -63,8 +63,8 @@ def check_balancer(
     container = pod["spec"]["containers"][0]
     env = env_of(container)
     f.check(
-        container["command"] == ["/usr/local/bin/shardwise", "balance"],
-        f"{where}: the balancer runs {container['command']}, not the CLI's balance",
+        container["command"] == ["/usr/local/bin/shardwise-balancer"],
+        f"{where}: the balancer runs {container['command']}, not shardwise-balancer",
     )
     f.check(
         container["image"] == one(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -76,7 +76,7 @@ def check_balancer(
 
     args = container["args"]
     given = {a.split("=", 1)[0] for a in args}
-    f.check(given <= flags, f"{where}: flags `shardwise balance` does not have: {sorted(given - flags)}")
+    f.check(given <= flags, f"{where}: flags `shardwise-balancer` does not have: {sorted(given - flags)}")
     expected = [
         f"--namespace={b['namespace']}",
         f"--statefulset={b['controller']}",

@@ -1,4 +1,4 @@
-"""The settings of the controller and of `shardwise balance`, read from their own --help (built
+"""The settings of the controller and of `shardwise-balancer`, read from their own --help (built
 with cargo), which the chart must set from its values."""
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def controller_flags() -> dict[str, str | None]:
 
 
 def balance_options() -> tuple[set[str], set[str]]:
-    """The long flags and environment variables of `shardwise balance`, from its own --help."""
+    """The long flags and environment variables of `shardwise-balancer`, from its own --help."""
     cargo = os.environ.get("CARGO", "cargo")
     help_text = subprocess.run(
-        [cargo, "run", "--quiet", "-p", "shardwise-cli", "--bin", "shardwise", "--", "balance", "--help"],
+        [cargo, "run", "--quiet", "-p", "shardwise-balancer", "--bin", "shardwise-balancer", "--", "--help"],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -42,5 +42,5 @@ def balance_options() -> tuple[set[str], set[str]]:
     flags = set(re.findall(r"^\s*(?:-[a-zA-Z], )?(--[a-z][a-z-]*)", help_text, re.M))
     env = set(re.findall(r"\[env: ([A-Z_]+)=", help_text))
     if not {"--namespace", "--interval"} <= flags or "POD_NAME" not in env:
-        raise AssertionError("could not read the flags of `shardwise balance --help`: update balance_options()")
+        raise AssertionError("could not read the flags of `shardwise-balancer --help`: update balance_options()")
     return flags, env

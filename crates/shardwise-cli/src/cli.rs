@@ -6,9 +6,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use shard_assign::{Ratio, StrategyConfig, StrategyKind};
 use shardwise_sim::AppDistribution;
 
-use crate::fleet::FleetSource;
-use crate::fleet::argocd::ArgoCdLoad;
 use crate::limits;
+use shardwise_fleet::FleetSource;
+use shardwise_fleet::argocd::ArgoCdLoad;
+use shardwise_fleet::installation::argocd_algorithm_named;
 
 /// The version and the commit it was built from (build.rs; "unknown" without git).
 const VERSION: &str = concat!(
@@ -26,8 +27,7 @@ const VERSION: &str = concat!(
     long_about = "Spread a fleet's clusters over the replicas of a sharded controller: simulate how \
                   shard-assignment strategies balance a fleet and how much they move when \
                   replicas or clusters change, show where clusters would go, plan a live \
-                  shardwise or Argo CD fleet, keep Argo CD's shard keys balanced, and print the \
-                  CRDs."
+                  shardwise or Argo CD fleet, and print the CRDs."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -44,9 +44,6 @@ pub enum Command {
     /// Read a live fleet through the kubeconfig and show, per strategy, the load of each shard
     /// and what would move when the replica count changes from --replicas to --to.
     Plan(PlanArgs),
-    /// Keep the shard keys of a live Argo CD's cluster Secrets balanced with sticky-balanced as
-    /// clusters and apps come and go. Runs until stopped; one balancer at a time holds a Lease.
-    Balance(BalanceArgs),
     /// Print the CustomResourceDefinitions of shardwise (FleetCluster, FleetApp, FleetPolicy
     /// and the runtime's UnitSlice) as YAML.
     Crds,
@@ -215,22 +212,6 @@ fn at_least_one<const MAX: u64>(text: &str) -> Result<u32, String> {
     }
 }
 
-/// Argo CD's sharding algorithm by its own name (`legacy`, `round-robin`,
-/// `consistent-hashing`) or by the name of the shardwise strategy that reproduces it: that
-/// strategy, and Argo CD's name.
-fn argocd_algorithm(text: &str) -> Result<(StrategyKind, &'static str), String> {
-    let argocd = match text {
-        "legacy-modulo" => "legacy",
-        "argocd-consistent-hashing" => "consistent-hashing",
-        other => other,
-    };
-    crate::fleet::installation::argocd_algorithm(argocd).ok_or_else(|| {
-        format!(
-            "Argo CD has no sharding algorithm {text:?}; it has legacy, round-robin and consistent-hashing"
-        )
-    })
-}
-
 /// A whole number of at least 0.
 fn count<T: TryFrom<i128>>(text: &str) -> Result<T, String> {
     match text.trim().parse::<i128>() {
@@ -387,7 +368,7 @@ pub struct PlanArgs {
     pub strategy: Vec<StrategyKind>,
     /// Argo CD's sharding algorithm today: legacy, round-robin or consistent-hashing (or
     /// shardwise's names for them). --source argocd only; default: read from the installation.
-    #[arg(long, value_name = "NAME", value_parser = argocd_algorithm)]
+    #[arg(long, value_name = "NAME", value_parser = argocd_algorithm_named)]
     pub current_strategy: Option<(StrategyKind, &'static str)>,
     /// What a cluster's load is: its apps times its weight; for --source argocd, the resources
     /// its Applications manage (the length of each status.resources); for --source shardwise,
@@ -417,67 +398,4 @@ pub struct PlanArgs {
     /// With --apply: write the Secrets (without it, --apply is a dry run).
     #[arg(long, requires = "apply")]
     pub yes: bool,
-}
-
-/// `shardwise balance`: Argo CD's installation is read as `plan --source argocd` reads it; the
-/// balancer's own settings follow.
-#[derive(Debug, Args)]
-pub struct BalanceArgs {
-    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context (default: the current one)
-    #[arg(long, value_name = "NAME")]
-    pub context: Option<String>,
-    /// Argo CD's namespace: its cluster Secrets, application controller and settings
-    #[arg(long, short = 'n', value_name = "NS", default_value = "argocd")]
-    pub namespace: String,
-    /// Argo CD's application controller (a StatefulSet, or a Deployment under dynamic cluster
-    /// distribution)
-    #[arg(
-        long,
-        value_name = "NAME",
-        default_value = "argocd-application-controller"
-    )]
-    pub statefulset: String,
-    /// Namespaces of Applications besides Argo CD's (default: application.namespaces of
-    /// argocd-cmd-params-cm, as the controller reads it)
-    #[arg(long, value_delimiter = ',', value_name = "NS")]
-    pub app_namespaces: Vec<String>,
-    /// Argo CD's sharding algorithm (default: read from the installation): legacy, round-robin
-    /// or consistent-hashing
-    #[arg(long, value_name = "NAME", value_parser = argocd_algorithm)]
-    pub current_strategy: Option<(StrategyKind, &'static str)>,
-    /// What an Application weighs: 1 (apps) or its managed resources (resources)
-    #[arg(long, value_enum, default_value_t = Load::Apps)]
-    pub load: Load,
-    #[command(flatten)]
-    pub strategy_args: StrategyArgs,
-    /// Seconds between passes; each pass may spend the move budget (--max-extra-moves) once
-    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = at_least_one::<{ limits::MAX_INTERVAL_SECONDS }>)]
-    pub interval: u32,
-    /// Namespace of the balancer's Lease (default: $POD_NAMESPACE, else --namespace)
-    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
-    pub lease_namespace: Option<String>,
-    /// Name of the balancer's Lease: one balancer at a time writes
-    #[arg(long, value_name = "NAME", default_value = "shardwise-argocd-balancer")]
-    pub lease_name: String,
-    /// This process's name in the Lease (default: $POD_NAME, else the host name), to which a
-    /// random suffix is added
-    #[arg(long, value_name = "NAME", env = "POD_NAME")]
-    pub identity: Option<String>,
-    /// Address of /metrics (plain HTTP)
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: std::net::SocketAddr,
-    /// Address of /healthz and /readyz
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
-    pub health_addr: std::net::SocketAddr,
-    /// Decide and log each pass's writes, but write nothing
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Log filter (tracing-subscriber syntax)
-    #[arg(long, env = "SHARDWISE_LOG", default_value = "info")]
-    pub log: String,
-    #[arg(long, env = "SHARDWISE_LOG_FORMAT", value_enum, default_value_t = shardwise_runtime::args::LogFormat::Text)]
-    pub log_format: shardwise_runtime::args::LogFormat,
 }

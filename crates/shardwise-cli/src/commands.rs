@@ -2,7 +2,6 @@
 
 pub(crate) mod apply;
 pub(crate) mod assign;
-pub(crate) mod balance;
 pub(crate) mod completions;
 pub(crate) mod crds;
 pub(crate) mod plan;

@@ -37,8 +37,6 @@ pub(crate) const MAX_MINUTES: u64 = 1_440;
 /// Assignments an experiment (`converge`, `drift`) makes over all its seeds, passes and
 /// strategies: about a minute of work.
 pub(crate) const MAX_EXPERIMENT_ASSIGNMENTS: u64 = 5_000_000;
-/// Seconds between two passes of the balancer: an hour at most, so that a typo cannot stop it.
-pub(crate) const MAX_INTERVAL_SECONDS: u64 = 3_600;
 /// Clusters summed over every step of a scenario, all of which are held at once.
 pub(crate) const MAX_CLUSTER_STATES: u64 = 10_000_000;
 

@@ -1,13 +1,10 @@
 //! `shardwise`: the command-line tool of shardwise.
 
-mod balancer;
 mod cli;
 mod commands;
-mod fleet;
 mod inventory;
 mod limits;
 mod output;
-mod planning;
 mod plot;
 
 use std::io::Write;
@@ -27,7 +24,6 @@ fn main() -> ExitCode {
         Command::Assign(args) => commands::assign::run(&args),
         Command::Plan(args) if args.apply => commands::apply::run(&args),
         Command::Plan(args) => commands::plan::run(&args),
-        Command::Balance(args) => commands::balance::run(&args),
         Command::Crds => commands::crds::run(),
         Command::Completions { shell } => commands::completions::run(shell),
     };

@@ -11,11 +11,11 @@ use serde_json::Value;
 use shardwise_e2e::{Environment, Identity};
 
 mod common;
-use common::argocd::{
+use common::{USAGE, failure, shardwise};
+use shardwise_e2e::argocd::{
     APPLICATION_CRD, application, cluster_secret, documented_role, secrets, shard_key,
     without_shard,
 };
-use common::{USAGE, failure, shardwise};
 
 const STRATEGY: &str = "sticky-balanced";
 

@@ -689,14 +689,6 @@ fn every_size_is_bounded_before_any_work() {
             "--to 10001 is over the limit of 10000",
         ),
         (
-            refused(&["balance", "--interval", "5000"]),
-            "--interval 5000 is over the limit of 3600",
-        ),
-        (
-            refused(&["balance", "--target-balance", "0.5"]),
-            "invalid target balance: 0.5 is below 1",
-        ),
-        (
             refused(&["simulate", "--seeds", "100001"]),
             "--seeds 100001 is over the limit of 100000",
         ),
@@ -916,14 +908,7 @@ fn completions_cover_every_subcommand() {
         let out = shardwise(&["completions", shell]);
         assert!(out.status.success(), "{shell}: {}", stderr(&out));
         let script = stdout(&out);
-        for command in [
-            "simulate",
-            "assign",
-            "plan",
-            "balance",
-            "crds",
-            "completions",
-        ] {
+        for command in ["simulate", "assign", "plan", "crds", "completions"] {
             assert!(script.contains(command), "{shell}: no {command}");
         }
         assert!(script.contains("inventory"), "{shell}");

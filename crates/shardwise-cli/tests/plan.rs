@@ -14,6 +14,7 @@ use shard_assign::{
     count_in, fnv1a_32,
 };
 use shardwise_api::{FleetApp, FleetCluster};
+use shardwise_e2e::argocd::APPLICATION_CRD;
 use shardwise_e2e::{Environment, Identity};
 use shardwise_handoff::plan::ObjectKey;
 use shardwise_runtime::slice::{UnitSlice, UnitSliceSpec};
@@ -721,9 +722,6 @@ fn load_is_refused_where_the_source_has_no_such_load() {
         "{measured}"
     );
 }
-
-/// Argo CD's Application CRD as released (trimmed; the file says how).
-const APPLICATION_CRD: &str = include_str!("fixtures/application-crd.yaml");
 
 fn cluster_secret(name: &str, data: &str) -> String {
     format!(

@@ -16,12 +16,14 @@ use std::time::{Duration, Instant};
 use shardwise_e2e::Environment;
 
 mod common;
-use common::argocd::{APPLICATION_CRD, application, cluster_secret};
 use common::{shard_lease, statefulset};
+use shardwise_e2e::argocd::{APPLICATION_CRD, application, cluster_secret};
 
 const README: &str = include_str!("../../../README.md");
 const MAKEFILE: &str = include_str!("../../../Makefile");
 const CARGO_RUN: &str = "cargo run --release -p shardwise-cli --bin shardwise --";
+/// The Argo CD balancer's binary, a package of its own.
+const BALANCER: &str = "shardwise-balancer";
 
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,7 +32,7 @@ fn repo_file(path: &str) -> PathBuf {
 }
 
 /// The README's commands: the lines of its `sh` blocks (comments cut) and its inline code spans
-/// that start with `shardwise ` (a span may wrap across lines).
+/// that start with `shardwise ` or name the balancer (a span may wrap across lines).
 fn commands(readme: &str) -> Vec<String> {
     let mut commands = Vec::new();
     let mut in_sh = false;
@@ -54,7 +56,7 @@ fn commands(readme: &str) -> Vec<String> {
     // Odd pieces between backticks are code spans; a code block was left out above.
     for span in prose.split('`').skip(1).step_by(2) {
         let span = span.split_whitespace().collect::<Vec<_>>().join(" ");
-        if span.starts_with("shardwise ") {
+        if span.starts_with("shardwise ") || span.starts_with(BALANCER) {
             commands.push(span);
         }
     }
@@ -165,7 +167,11 @@ impl Reader {
     }
 
     fn command(&self, args: &[String]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_shardwise"));
+        self.command_of(Path::new(env!("CARGO_BIN_EXE_shardwise")), args)
+    }
+
+    fn command_of(&self, binary: &Path, args: &[String]) -> Command {
+        let mut command = Command::new(binary);
         command
             .args(args)
             .current_dir(self.clone.path())
@@ -200,11 +206,12 @@ impl Reader {
         last.unwrap()
     }
 
-    /// `shardwise balance` runs until stopped: as written, it must plan at least once (its
+    /// `shardwise-balancer` runs until stopped: as written, it must plan at least once (its
     /// metrics on the default address say so) and stop cleanly on SIGTERM.
     async fn balance(&self, args: &[String]) {
+        let binary = shardwise_e2e::workspace_binary(BALANCER, BALANCER).unwrap();
         let mut child = self
-            .command(args)
+            .command_of(&binary, args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -276,6 +283,12 @@ async fn every_command_in_the_readme_runs_as_written() {
             }
             continue;
         }
+        if let Some(args) = command.strip_prefix(BALANCER) {
+            let args: Vec<String> = args.split_whitespace().map(String::from).collect();
+            reader.balance(&args).await;
+            ran.push(command.clone());
+            continue;
+        }
         let shardwise = command
             .strip_prefix(CARGO_RUN)
             .map(|args| format!("shardwise{args}"))
@@ -289,17 +302,12 @@ async fn every_command_in_the_readme_runs_as_written() {
         };
         if stages.len() == 1 {
             for each in args(stages[0]) {
-                if each.first().map(String::as_str) == Some("balance") {
-                    reader.balance(&each).await;
-                    ran.push(format!("shardwise {}", each.join(" ")));
-                } else {
-                    let output = reader.pipeline(std::slice::from_ref(&each));
-                    let text = String::from_utf8(output.stdout).unwrap();
-                    assert!(!text.is_empty(), "{each:?} printed nothing");
-                    let run = format!("shardwise {}", each.join(" "));
-                    printed.insert(run.clone(), text);
-                    ran.push(run);
-                }
+                let output = reader.pipeline(std::slice::from_ref(&each));
+                let text = String::from_utf8(output.stdout).unwrap();
+                assert!(!text.is_empty(), "{each:?} printed nothing");
+                let run = format!("shardwise {}", each.join(" "));
+                printed.insert(run.clone(), text);
+                ran.push(run);
             }
         } else {
             let stages: Vec<Vec<String>> = stages
@@ -341,7 +349,7 @@ async fn every_command_in_the_readme_runs_as_written() {
         "shardwise completions fish",
         "shardwise plan --source argocd",
         "shardwise plan --load measured",
-        "shardwise balance",
+        BALANCER,
     ] {
         assert!(
             ran.iter().any(|r| r == expected),

@@ -18,7 +18,7 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Telemetry;
-use crate::owner::Readiness;
+pub use crate::owner::Readiness;
 
 #[derive(Clone, Debug)]
 struct AppState {
@@ -80,7 +80,7 @@ impl<R> std::fmt::Debug for MetricsAccess<R> {
 
 /// A socket that could not be bound.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr}: {source}")]
+#[error("cannot listen on {addr}")]
 pub struct BindError {
     /// The address asked for.
     pub(crate) addr: SocketAddr,

@@ -20,7 +20,7 @@
 //! - **Measured load**: each owner measures what each of its records (a unit, or a slice)
 //!   costs it in reconcile time, smoothed, and publishes it on its shard lease's renewals; the
 //!   planner balances on it, smoothed again and within a hysteresis band, unless
-//!   `--load-model=apps` ([`load`], [`planner::measured`]).
+//!   `--load-model=apps` ([`load`], [`estimate`]).
 //! - **Fencing**: every request of a term (control plane or elsewhere, through
 //!   [`TermContext::fence`]) stops when the lease stops being held, even in a process that was
 //!   frozen.
@@ -28,22 +28,59 @@
 //!   with backoff, an audit of every reconcile, Prometheus metrics (over HTTPS for reviewed
 //!   scrapers), health probes, and a graceful handoff on SIGTERM.
 //!
+//! A controller is a [`Sharded`] type and a `main` that hands it to [`run`] with the settings
+//! its flags give; this is the shape of `examples/namespace-labeller`, which labels the
+//! ConfigMaps of each namespace:
+//!
 //! ```no_run
-//! # use shardwise_runtime::{Sharded, TermOf, ContextOf, Action, Nouns, ObjectKey};
-//! # use std::sync::Arc;
-//! # use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-//! # struct Labeller;
-//! # impl Sharded for Labeller {
-//! #     type Unit = Namespace; type Item = ConfigMap; type State = (); type Error = kube::Error;
-//! #     const NOUNS: Nouns = Nouns { unit: "namespace", units: "namespaces", item: "configmap", items: "configmaps" };
-//! #     fn unit_of(item: &ConfigMap) -> ObjectKey { ObjectKey::new("", item.metadata.namespace.clone().unwrap_or_default()) }
-//! #     fn begin_term(&self, _: &Arc<ContextOf<Self>>) -> Result<(), kube::Error> { Ok(()) }
-//! #     async fn reconcile_unit(&self, _: &TermOf<Self>, _: Arc<Namespace>) -> Result<Action, kube::Error> { Ok(Action::Done(None)) }
-//! #     async fn reconcile_item(&self, _: &TermOf<Self>, _: Arc<ConfigMap>) -> Result<Action, kube::Error> { Ok(Action::Done(None)) }
-//! # }
+//! use std::sync::Arc;
+//!
 //! use clap::Parser;
+//! use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 //! use shardwise_runtime::args::ReplicaArgs;
 //! use shardwise_runtime::settings::WatchScope;
+//! use shardwise_runtime::{Action, ContextOf, Nouns, ObjectKey, Sharded, TermOf};
+//!
+//! /// Namespaces are the units; the ConfigMaps in each follow it.
+//! struct Labeller;
+//!
+//! impl Sharded for Labeller {
+//!     type Unit = Namespace;
+//!     type Item = ConfigMap;
+//!     type State = ();
+//!     type Error = kube::Error;
+//!     const NOUNS: Nouns = Nouns {
+//!         unit: "namespace",
+//!         units: "namespaces",
+//!         item: "configmap",
+//!         items: "configmaps",
+//!     };
+//!
+//!     fn unit_of(item: &ConfigMap) -> ObjectKey {
+//!         ObjectKey::new("", item.metadata.namespace.clone().unwrap_or_default())
+//!     }
+//!
+//!     fn begin_term(&self, _context: &Arc<ContextOf<Self>>) -> Result<(), kube::Error> {
+//!         Ok(())
+//!     }
+//!
+//!     async fn reconcile_unit(
+//!         &self,
+//!         _term: &TermOf<Self>,
+//!         _namespace: Arc<Namespace>,
+//!     ) -> Result<Action, kube::Error> {
+//!         Ok(Action::Done(None))
+//!     }
+//!
+//!     async fn reconcile_item(
+//!         &self,
+//!         _term: &TermOf<Self>,
+//!         _config_map: Arc<ConfigMap>,
+//!     ) -> Result<Action, kube::Error> {
+//!         // Patch the ConfigMap through the term's fenced client here.
+//!         Ok(Action::Done(None))
+//!     }
+//! }
 //!
 //! #[derive(Parser)]
 //! struct Args {
@@ -61,6 +98,22 @@
 //! }
 //! ```
 //!
+//! # The public API
+//!
+//! - For a controller: [`Sharded`] and what it names ([`TermOf`], [`ContextOf`], [`Action`],
+//!   [`Nouns`], [`ObjectKey`], [`UnitPlacement`]), [`run`], [`args::ReplicaArgs`] and
+//!   [`settings`], [`objects`] (keys and typed APIs of watched objects), [`decode`] and
+//!   [`lenient`] (objects that do not parse), [`clients`] (fenced, rate-limited clients of
+//!   other clusters), [`audit`] (the reconcile log and its overlap check) and [`metrics`] (the
+//!   series and their names).
+//! - For tools that read a sharded fleet from outside: [`slice::UnitSlice`], [`load`] (the
+//!   load reports on shard leases) and [`estimate`] (the planner's conclusions from them).
+//! - For another leader-elected process beside the replicas (shardwise's Argo CD balancer):
+//!   [`lease`] (hold a Lease, fence on it), [`http`] (metrics and probes) and [`metrics`].
+//!
+//! Everything else (the planner, membership, the owners' gates and queues, the replica's
+//! outline) is the runtime's own.
+//!
 //! The placement and handoff rules themselves are pure code in `shard-assign` and
 //! `shardwise-handoff`; `shard-assign` calls a unit a cluster and an item an app, after the
 //! controller it was first written for.
@@ -71,17 +124,18 @@ pub mod args;
 pub mod audit;
 pub mod clients;
 pub mod decode;
+pub mod estimate;
 pub(crate) mod gate;
 pub mod http;
 pub mod lease;
 pub mod lenient;
 pub mod load;
-pub mod membership;
+pub(crate) mod membership;
 pub mod metrics;
 mod nouns;
 pub mod objects;
-pub mod owner;
-pub mod planner;
+pub(crate) mod owner;
+pub(crate) mod planner;
 pub(crate) mod queue;
 pub(crate) mod replica;
 pub mod settings;

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::nouns::Nouns;
-use crate::planner::figures::ShardFigures;
+pub use crate::planner::figures::ShardFigures;
 
 /// No labels: a family of one series that can be removed (planner-only metrics must vanish
 /// from replicas that are not the planner).

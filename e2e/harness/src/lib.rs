@@ -45,6 +45,7 @@
 
 #![deny(missing_docs)]
 
+pub mod argocd;
 mod binary;
 mod client;
 mod cluster;

@@ -10,11 +10,11 @@ use shard_assign::{Assignment, ShardId};
 
 use super::plan::{self, Gathered, strategies};
 use crate::cli::{Format, PlanArgs, Source};
-use crate::fleet::LiveFleet;
-use crate::fleet::api::{Connection, WriteError};
-use crate::fleet::argocd::{self, PinTarget};
 use crate::limits::Usage;
-use crate::planning::{self, Current, PlanRequest};
+use shardwise_fleet::LiveFleet;
+use shardwise_fleet::api::write_pins;
+use shardwise_fleet::argocd::{self, PinTarget};
+use shardwise_fleet::planning::{self, Current, PlanRequest};
 
 /// The options of `--apply`, before anything is read.
 fn check(args: &PlanArgs) -> Result<(), Usage> {
@@ -310,61 +310,12 @@ fn write_table(out: &mut impl Write, rows: &[Row]) -> Result<()> {
     Ok(())
 }
 
-/// Writes each `(Secret, shard)` in order, on condition of the resourceVersion read, and stops
-/// at the first failure, or before the first write `may_write` refuses (the balancer's fence):
-/// the error says which Secrets were written and which were not.
-pub(crate) async fn write_pins(
-    connection: &Connection,
-    namespace: &str,
-    writes: &[(PinTarget, Option<ShardId>)],
-    may_write: impl Fn() -> Result<(), String>,
-) -> Result<usize> {
-    let names = |part: &[(PinTarget, Option<ShardId>)]| {
-        if part.is_empty() {
-            "none".to_string()
-        } else {
-            part.iter()
-                .map(|(t, _)| t.secret.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
-    for (i, (target, shard)) in writes.iter().enumerate() {
-        if let Err(why) = may_write() {
-            bail!(
-                "{why}: stopped; written: {}; not written: {}",
-                names(&writes[..i]),
-                names(&writes[i..])
-            );
-        }
-        if let Err(e) = connection
-            .write_shard(namespace, &target.secret, &target.resource_version, *shard)
-            .await
-        {
-            let again = match e {
-                WriteError::Conflict(_) => "; run the plan again, which reads the Secrets anew",
-                WriteError::Fetch(_) => "",
-            };
-            bail!(
-                "{e}: stopped; written: {}; not written: {}{again}",
-                names(&writes[..i]),
-                names(&writes[i..])
-            );
-        }
-    }
-    Ok(writes.len())
-}
-
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::Secret;
-    use kube::api::{ListParams, Patch, PatchParams};
-    use kube::{Api, ResourceExt};
     use shard_assign::{StrategyConfig, StrategyKind};
-    use shardwise_e2e::Environment;
+    use shardwise_fleet::FleetSource;
 
     use super::*;
-    use crate::fleet::FleetSource;
 
     fn request(replicas: u32, origin: &str, to: u32) -> PlanRequest {
         PlanRequest {
@@ -402,69 +353,5 @@ mod tests {
             refused(&request(1, "unset", 3), false, "StatefulSet argocd/c"),
             "Argo CD runs 1 shard(s) (unset) and the plan is for its 3 pods: scale the application controller first (set ARGOCD_CONTROLLER_REPLICAS and the replicas of StatefulSet argocd/c to 3), then apply; or plan --to 1"
         );
-    }
-
-    fn shard_key(secret: &Secret) -> Option<String> {
-        let bytes = secret.data.as_ref()?.get("shard")?;
-        Some(String::from_utf8_lossy(&bytes.0).into_owned())
-    }
-
-    #[tokio::test]
-    async fn a_secret_changed_since_it_was_read_stops_the_writes() {
-        let env = Environment::builder().start().unwrap();
-        let cp = env.control_plane();
-        let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n");
-        for name in ["a", "b", "c"] {
-            yaml.push_str(&format!(
-                "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: cluster-{name}, namespace: argocd}}\nstringData: {{server: \"https://{name}.example\"}}\n"
-            ));
-        }
-        cp.apply_yaml("admin", &yaml).await.unwrap();
-        let kubeconfig = cp.kubeconfig_path("admin").unwrap();
-        let connection = Connection::new(Some(&kubeconfig), None).await.unwrap();
-        let api: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
-        let read = api.list(&ListParams::default()).await.unwrap().items;
-        let writes: Vec<(PinTarget, Option<ShardId>)> = read
-            .iter()
-            .map(|s| {
-                let target = PinTarget {
-                    secret: s.name_any(),
-                    id: s.uid().unwrap(),
-                    cluster: s.name_any(),
-                    resource_version: s.resource_version().unwrap(),
-                    key: None,
-                };
-                (target, Some(1))
-            })
-            .collect();
-        assert_eq!(writes.len(), 3);
-
-        // Someone writes cluster-b after the plan read it.
-        let label = serde_json::json!({"metadata": {"labels": {"team": "x"}}});
-        let changed = api
-            .patch("cluster-b", &PatchParams::default(), &Patch::Merge(&label))
-            .await
-            .unwrap();
-
-        let error = write_pins(&connection, "argocd", &writes, || Ok(()))
-            .await
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            error,
-            "Secret \"cluster-b\" changed since it was read (409 Conflict): stopped; written: cluster-a; not written: cluster-b, cluster-c; run the plan again, which reads the Secrets anew"
-        );
-        let now = |name: &str| {
-            let api = api.clone();
-            let name = name.to_string();
-            async move { api.get(&name).await.unwrap() }
-        };
-        assert_eq!(shard_key(&now("cluster-a").await).as_deref(), Some("1"));
-        let b = now("cluster-b").await;
-        assert_eq!(shard_key(&b), None);
-        assert_eq!(b.resource_version(), changed.resource_version());
-        let c = now("cluster-c").await;
-        assert_eq!(shard_key(&c), None);
-        assert_eq!(c.resource_version(), read[2].resource_version());
     }
 }

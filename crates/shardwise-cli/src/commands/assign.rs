@@ -8,8 +8,8 @@ use shardwise_sim::app_keys;
 
 use crate::cli::AssignArgs;
 use crate::limits::{self, Usage};
-use crate::planning::argocd_pin_rule;
 use crate::{inventory, output};
+use shardwise_fleet::planning::argocd_pin_rule;
 
 pub(crate) fn run(args: &AssignArgs) -> Result<()> {
     // Options first, then the inventory: every refusal comes before any work.

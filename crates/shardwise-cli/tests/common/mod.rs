@@ -3,8 +3,6 @@
 // Each test binary that includes this module uses part of it.
 #![allow(dead_code)]
 
-pub mod argocd;
-
 use std::path::Path;
 use std::process::{Command, Output};
 

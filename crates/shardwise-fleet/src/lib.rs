@@ -1,12 +1,41 @@
-//! A live fleet as `shardwise plan` sees it: clusters with their app counts, pins and weights,
-//! and the shard each one is recorded on. The submodules `shardwise` and `argocd` build it from
-//! listed objects without any I/O (so they are tested without a cluster); `api` lists them.
+//! Live fleets read and planned, without a command line: a shardwise fleet (FleetClusters,
+//! FleetApps, UnitSlices) or an Argo CD installation (cluster Secrets, Applications, its
+//! controller's sharding settings) becomes a [`LiveFleet`] of clusters with their app counts,
+//! pins, weights and the shard each one is recorded on; [`planning`] lays out where each
+//! strategy would put them and what moves; [`balance`] is one pass of the Argo CD balancer.
+//!
+//! The modules that turn listed objects into a fleet (`shardwise`, `argocd`, `installation`,
+//! `measured`) do no I/O and are tested by feeding them objects; [`api`] lists and writes
+//! them, and [`read`] puts the two together.
+//!
+//! ```no_run
+//! # async fn plan() -> Result<(), Box<dyn std::error::Error>> {
+//! use shardwise_fleet::api::Connection;
+//! use shardwise_fleet::read::{ShardwiseQuery, read_shardwise};
+//!
+//! let connection = Connection::new(None, None).await?;
+//! let query = ShardwiseQuery {
+//!     namespace: "shardwise",
+//!     statefulset: "shardwise",
+//!     replicas: None,
+//!     measured: true,
+//! };
+//! let read = read_shardwise(&query, &connection).await?;
+//! println!("{} clusters on {} replicas", read.fleet.clusters.len(), read.replicas);
+//! # Ok(())
+//! # }
+//! ```
 
-pub(crate) mod api;
-pub(crate) mod argocd;
-pub(crate) mod installation;
-pub(crate) mod measured;
-pub(crate) mod shardwise;
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod argocd;
+pub mod balance;
+pub mod installation;
+pub mod measured;
+pub mod planning;
+pub mod read;
+pub mod shardwise;
 
 use std::collections::BTreeMap;
 
@@ -17,7 +46,7 @@ use thiserror::Error;
 /// Where a fleet is read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum FleetSource {
+pub enum FleetSource {
     /// FleetClusters and FleetApps; the current placement is their shard label.
     Shardwise,
     /// Argo CD's cluster Secrets and Applications; the current placement is computed.
@@ -26,7 +55,7 @@ pub(crate) enum FleetSource {
 
 /// Clusters of a fleet and where they are now.
 #[derive(Debug, Default)]
-pub(crate) struct LiveFleet {
+pub struct LiveFleet {
     /// Every cluster, in name order; `id` is the object's UID.
     pub clusters: Vec<Cluster>,
     /// The shard each cluster is recorded on, by id. Empty when the source records no placement
@@ -102,16 +131,23 @@ impl LiveFleet {
 
 /// Objects that cannot be turned into clusters.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub(crate) enum FleetError {
+pub enum FleetError {
+    /// An object has no UID.
     #[error("{kind} {name:?} has no metadata.uid, so it cannot be identified")]
-    MissingUid { kind: &'static str, name: String },
+    MissingUid {
+        /// The object's kind.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+    /// A FleetCluster weighs nothing.
     #[error("FleetCluster {0:?} has weight 0; a weight must be at least 1")]
     ZeroWeight(String),
 }
 
 /// The replica count of a StatefulSet (an unset `spec.replicas` is defaulted to 1 by the API
 /// server).
-pub(crate) fn statefulset_replicas(sts: &StatefulSet) -> u32 {
+pub fn statefulset_replicas(sts: &StatefulSet) -> u32 {
     sts.spec
         .as_ref()
         .and_then(|s| s.replicas)

@@ -1,4 +1,4 @@
-//! The Argo CD balancer measured: a real `shardwise balance` process keeps the `shard` keys of
+//! The Argo CD balancer measured: a real `shardwise-balancer` process keeps the `shard` keys of
 //! Argo CD's cluster Secrets on the test API server, through six steps of one seeded fleet
 //! (100 clusters, 10,000 Applications, Argo CD with 10 replicas and its default `legacy`
 //! algorithm, the in-cluster cluster disabled):
@@ -26,7 +26,7 @@
 //! balancer logs, plus those the change made, must be the moves the keys show, and its metrics
 //! must count every app and report the max/mean the keys give.
 //!
-//! `cargo bench -p shardwise-cli --bench argocd_balancer` (`make bench-argocd`). Prints Markdown
+//! `cargo bench -p shardwise-balancer --bench argocd_balancer` (`make bench-argocd`). Prints Markdown
 //! for docs/benchmarks.md; exits 1 when a target is missed: the balancer's max/mean after each
 //! step at most 1.10, and its total moves below the autoscaler-style total.
 
@@ -42,6 +42,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde_json::{Value, json};
 use shard_assign::{Cluster, ShardId, ShardSet, StrategyConfig, StrategyKind, assign};
+use shardwise_e2e::argocd::APPLICATION_CRD;
 use shardwise_e2e::{Environment, Poll, Process, ProcessSpec, free_port, scrape, wait_with};
 use shardwise_sim::{AppDistribution, FleetSpec};
 use tokio::task::JoinSet;
@@ -59,9 +60,6 @@ const QUIET_PASSES: u64 = 3;
 const SETTLE: Duration = Duration::from_secs(180);
 /// Requests in flight while objects are created or deleted.
 const WORKERS: usize = 8;
-
-const APPLICATION_CRD: &str =
-    include_str!("../../crates/shardwise-cli/tests/fixtures/application-crd.yaml");
 
 fn application_resource() -> ApiResource {
     ApiResource {
@@ -388,8 +386,7 @@ impl ArgoCd {
             .kubeconfig_path("admin")
             .expect("a kubeconfig");
         let health = free_port().expect("a free port");
-        let spec = ProcessSpec::new("balancer", env!("CARGO_BIN_EXE_shardwise"))
-            .arg("balance")
+        let spec = ProcessSpec::new("balancer", env!("CARGO_BIN_EXE_shardwise-balancer"))
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(["--interval", "1"])

@@ -18,7 +18,7 @@ use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_runtime::slice::UnitSlice;
 use thiserror::Error;
 
-use super::argocd::CLUSTER_SECRET_SELECTOR;
+use crate::argocd::{CLUSTER_SECRET_SELECTOR, PinTarget};
 
 /// Objects per list request, so that a large fleet arrives in pages.
 const PAGE: u32 = 500;
@@ -33,48 +33,76 @@ const FIELD_MANAGER: &str = "shardwise";
 const ARGOCD_CM: &str = "argocd-cm";
 const IN_CLUSTER_ENABLED_KEY: &str = "cluster.inClusterEnabled";
 
+/// A request to the API server that failed, said so that the user knows what to change.
 #[derive(Debug, Error)]
-pub(crate) enum FetchError {
+pub enum FetchError {
+    /// No kubeconfig, context or in-cluster configuration could be loaded.
     #[error("cannot load a Kubernetes configuration: {0}")]
     Config(String),
+    /// The server did not answer.
     #[error("cannot reach the API server at {server}: {reason}")]
-    Unreachable { server: String, reason: String },
+    Unreachable {
+        /// The server's URL.
+        server: String,
+        /// Why, as the client said.
+        reason: String,
+    },
+    /// The server refused the credentials.
     #[error(
         "the API server at {server} refused the kubeconfig's credentials (401 Unauthorized): {message}"
     )]
-    Unauthorized { server: String, message: String },
-    #[error("forbidden (403): cannot {verb} {what}: {message}")]
-    Forbidden {
-        verb: &'static str,
-        what: String,
+    Unauthorized {
+        /// The server's URL.
+        server: String,
+        /// The server's message.
         message: String,
     },
+    /// RBAC refused the request.
+    #[error("forbidden (403): cannot {verb} {what}: {message}")]
+    Forbidden {
+        /// The verb refused.
+        verb: &'static str,
+        /// What it was asked for.
+        what: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server does not serve the resource (its CRD is not installed).
     #[error("{resource} is not served by the API server at {server}: {hint}")]
     NotServed {
+        /// The resource.
         resource: &'static str,
+        /// The server's URL.
         server: String,
+        /// What to install.
         hint: &'static str,
     },
+    /// Any other failure.
     #[error("cannot {verb} {what}: {reason}")]
     Other {
+        /// The verb that failed.
         verb: &'static str,
+        /// What it was asked for.
         what: String,
+        /// Why.
         reason: String,
     },
 }
 
 /// A failed write of a cluster Secret's `shard` key.
 #[derive(Debug, Error)]
-pub(crate) enum WriteError {
+pub enum WriteError {
     /// The Secret's resourceVersion is no longer the one read: someone wrote it since.
     #[error("Secret {0:?} changed since it was read (409 Conflict)")]
     Conflict(String),
+    /// The write failed as a read would.
     #[error(transparent)]
     Fetch(#[from] FetchError),
 }
 
 /// A client and the server it talks to.
-pub(crate) struct Connection {
+#[derive(Clone)]
+pub struct Connection {
     client: Client,
     server: String,
 }
@@ -125,6 +153,14 @@ const LEASES: Resource = Resource {
     missing: None,
 };
 
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Connection {
     /// Connects with `kubeconfig` (or kube's inference: `$KUBECONFIG`, `~/.kube/config`, the
     /// in-cluster service account) and `context` (or the current one).
@@ -167,12 +203,14 @@ impl Connection {
         &self.server
     }
 
+    /// Every FleetCluster of `namespace`.
     pub async fn fleet_clusters(&self, namespace: &str) -> Result<Vec<FleetCluster>, FetchError> {
         let api = Api::namespaced(self.client.clone(), namespace);
         self.list_all(&api, None, FLEET_CLUSTERS, Some(namespace))
             .await
     }
 
+    /// Every FleetApp of `namespace`.
     pub async fn fleet_apps(&self, namespace: &str) -> Result<Vec<FleetApp>, FetchError> {
         let api = Api::namespaced(self.client.clone(), namespace);
         self.list_all(&api, None, FLEET_APPS, Some(namespace)).await
@@ -203,7 +241,7 @@ impl Connection {
         statefulset: &str,
     ) -> Result<Vec<Lease>, FetchError> {
         let api = Api::namespaced(self.client.clone(), namespace);
-        let selector = shardwise_runtime::membership::shard_lease_selector(statefulset);
+        let selector = shardwise_runtime::estimate::shard_lease_selector(statefulset);
         self.list_all(&api, Some(&selector), LEASES, Some(namespace))
             .await
     }
@@ -450,8 +488,62 @@ fn describe(error: &dyn std::error::Error) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// Writes of `shard` keys that stopped part way: the message names the Secrets written and
+/// those not written.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct PinsStopped(pub String);
+
+/// Writes each `(Secret, shard)` in order, on condition of the resourceVersion read, and stops
+/// at the first failure, or before the first write `may_write` refuses (the balancer's fence):
+/// the error says which Secrets were written and which were not.
+pub async fn write_pins(
+    connection: &Connection,
+    namespace: &str,
+    writes: &[(PinTarget, Option<ShardId>)],
+    may_write: impl Fn() -> Result<(), String>,
+) -> Result<usize, PinsStopped> {
+    let names = |part: &[(PinTarget, Option<ShardId>)]| {
+        if part.is_empty() {
+            "none".to_string()
+        } else {
+            part.iter()
+                .map(|(t, _)| t.secret.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    for (i, (target, shard)) in writes.iter().enumerate() {
+        if let Err(why) = may_write() {
+            return Err(PinsStopped(format!(
+                "{why}: stopped; written: {}; not written: {}",
+                names(&writes[..i]),
+                names(&writes[i..])
+            )));
+        }
+        if let Err(e) = connection
+            .write_shard(namespace, &target.secret, &target.resource_version, *shard)
+            .await
+        {
+            let again = match e {
+                WriteError::Conflict(_) => "; run the plan again, which reads the Secrets anew",
+                WriteError::Fetch(_) => "",
+            };
+            return Err(PinsStopped(format!(
+                "{e}: stopped; written: {}; not written: {}{again}",
+                names(&writes[..i]),
+                names(&writes[i..])
+            )));
+        }
+    }
+    Ok(writes.len())
+}
+
 #[cfg(test)]
 mod tests {
+    use kube::ResourceExt;
+    use shardwise_e2e::Environment;
+
     use super::*;
 
     #[derive(Debug, Error)]
@@ -470,5 +562,69 @@ mod tests {
     fn described_errors_are_one_line_without_repeats() {
         assert_eq!(describe(&Embeds(Inner)), "outer (inner reason)");
         assert_eq!(describe(&Wraps(Inner)), "outer: inner reason");
+    }
+
+    fn shard_key(secret: &Secret) -> Option<String> {
+        let bytes = secret.data.as_ref()?.get("shard")?;
+        Some(String::from_utf8_lossy(&bytes.0).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_secret_changed_since_it_was_read_stops_the_writes() {
+        let env = Environment::builder().start().unwrap();
+        let cp = env.control_plane();
+        let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n");
+        for name in ["a", "b", "c"] {
+            yaml.push_str(&format!(
+                "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: cluster-{name}, namespace: argocd}}\nstringData: {{server: \"https://{name}.example\"}}\n"
+            ));
+        }
+        cp.apply_yaml("admin", &yaml).await.unwrap();
+        let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+        let connection = Connection::new(Some(&kubeconfig), None).await.unwrap();
+        let api: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+        let read = api.list(&ListParams::default()).await.unwrap().items;
+        let writes: Vec<(PinTarget, Option<ShardId>)> = read
+            .iter()
+            .map(|s| {
+                let target = PinTarget {
+                    secret: s.name_any(),
+                    id: s.uid().unwrap(),
+                    cluster: s.name_any(),
+                    resource_version: s.resource_version().unwrap(),
+                    key: None,
+                };
+                (target, Some(1))
+            })
+            .collect();
+        assert_eq!(writes.len(), 3);
+
+        // Someone writes cluster-b after the plan read it.
+        let label = serde_json::json!({"metadata": {"labels": {"team": "x"}}});
+        let changed = api
+            .patch("cluster-b", &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .unwrap();
+
+        let error = write_pins(&connection, "argocd", &writes, || Ok(()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "Secret \"cluster-b\" changed since it was read (409 Conflict): stopped; written: cluster-a; not written: cluster-b, cluster-c; run the plan again, which reads the Secrets anew"
+        );
+        let now = |name: &str| {
+            let api = api.clone();
+            let name = name.to_string();
+            async move { api.get(&name).await.unwrap() }
+        };
+        assert_eq!(shard_key(&now("cluster-a").await).as_deref(), Some("1"));
+        let b = now("cluster-b").await;
+        assert_eq!(shard_key(&b), None);
+        assert_eq!(b.resource_version(), changed.resource_version());
+        let c = now("cluster-c").await;
+        assert_eq!(shard_key(&c), None);
+        assert_eq!(c.resource_version(), read[2].resource_version());
     }
 }

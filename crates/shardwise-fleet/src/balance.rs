@@ -1,5 +1,12 @@
-//! One pass of the balancer, decided from objects already read: which `shard` keys to write,
-//! and the figures of the resulting placement.
+//! One pass of the Argo CD balancer, decided from objects already read: which `shard` keys
+//! to write, and the figures of the resulting placement.
+//!
+//! Argo CD places a cluster on the shard its Secret's `shard` key names. The balancer owns those
+//! keys: on each pass it reads the installation as `shardwise plan --source argocd` does, takes
+//! where Argo CD runs each cluster now as the previous placement, lets `sticky-balanced` keep
+//! clusters home and spend its move budget only while the busiest shard is above the target,
+//! and writes the keys that differ. [`decide`] is that pass without I/O; the
+//! `shardwise-balancer` binary runs it under a Lease.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,18 +15,20 @@ use kube::ResourceExt;
 use shard_assign::{
     AssignError, Cluster, PreviousPlacement, ShardId, ShardSet, StrategyConfig, assign,
 };
-use shardwise_runtime::planner::figures::ShardFigures;
+use shardwise_runtime::metrics::ShardFigures;
 
-use crate::fleet::LiveFleet;
-use crate::fleet::argocd::{self, PinTarget};
+use crate::LiveFleet;
+use crate::argocd::{self, PinTarget};
 use crate::planning;
 
 /// A cluster Secret annotated with this (`"true"`) keeps its `shard` key: the balancer counts
 /// the cluster where Argo CD runs it and never writes the key. The balancer only reads it.
-pub(crate) const KEEP_SHARD_ANNOTATION: &str = "shardwise.io/keep-shard";
+pub const KEEP_SHARD_ANNOTATION: &str = "shardwise.io/keep-shard";
 
 /// What one pass reads.
-pub(crate) struct Inputs<'a> {
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    /// Argo CD's fleet as read.
     pub fleet: &'a LiveFleet,
     /// Argo CD's cluster Secrets, as read (their resourceVersions are the writes' preconditions).
     pub secrets: &'a [Secret],
@@ -33,11 +42,12 @@ pub(crate) struct Inputs<'a> {
 
 /// What one pass decides.
 #[derive(Debug)]
-pub(crate) struct Pass {
+pub struct Pass {
     /// The Secrets whose `shard` key changes, with the key to write, in Secret name order.
     pub writes: Vec<(PinTarget, Option<ShardId>)>,
-    /// Clusters whose Argo CD shard changes once the writes land, and their apps.
+    /// Clusters whose Argo CD shard changes once the writes land.
     pub moved_clusters: u64,
+    /// Their apps.
     pub moved_apps: u64,
     /// Busiest shard over the mean after the pass.
     pub balance: f64,
@@ -52,7 +62,7 @@ pub(crate) struct Pass {
 /// names the planned shard (spelled as Argo CD reads it) is not rewritten. A pass fed the
 /// Secrets its own writes produced writes nothing, unless the busiest shard is above the target
 /// and a move can lower it.
-pub(crate) fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
+pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
     let Inputs {
         fleet,
         secrets,
@@ -155,7 +165,7 @@ mod tests {
     use shard_assign::StrategyKind;
 
     use super::*;
-    use crate::fleet::argocd::ArgoCdLoad;
+    use crate::argocd::ArgoCdLoad;
 
     /// A fleet on Argo CD: cluster Secrets and Applications, changed between passes as Argo CD
     /// and the API server would (a write bumps the resourceVersion).

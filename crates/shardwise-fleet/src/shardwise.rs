@@ -16,7 +16,7 @@ use super::{FleetError, LiveFleet, some_names};
 /// Builds the fleet of one namespace. Clusters being deleted are left out, as the planner leaves
 /// them out; each app counts toward the cluster its `spec.destination.cluster` names. A cluster
 /// labelled as cut is placed by the UnitSlices made for it (same name and UID).
-pub(crate) fn fleet(
+pub fn fleet(
     clusters: &[FleetCluster],
     apps: &[FleetApp],
     slices: &[UnitSlice],
@@ -185,9 +185,12 @@ fn record_cuts(
     }
 }
 
-/// Objects as the API server gives them, for the tests of this crate.
-#[cfg(test)]
-pub(crate) mod fixtures {
+/// Objects as the API server gives them, for tests (this crate's, and with the `fixtures`
+/// feature other crates').
+#[cfg(any(test, feature = "fixtures"))]
+// Fixtures: one that cannot be built is a broken test.
+#[allow(clippy::unwrap_used)]
+pub mod fixtures {
     use shardwise_api::{AppSource, Destination, FleetAppSpec, FleetClusterSpec};
     use shardwise_handoff::plan::ObjectKey;
     use shardwise_runtime::slice::UnitSliceSpec;
@@ -195,7 +198,7 @@ pub(crate) mod fixtures {
     use super::*;
 
     /// A FleetCluster with UID `uid-<name>` and, if given, a shard label.
-    pub(crate) fn cluster(name: &str, label: Option<&str>) -> FleetCluster {
+    pub fn cluster(name: &str, label: Option<&str>) -> FleetCluster {
         let mut c = FleetCluster::new(
             name,
             FleetClusterSpec {
@@ -213,7 +216,7 @@ pub(crate) mod fixtures {
     }
 
     /// A FleetCluster cut into `slices` slices: labelled so, with no shard label.
-    pub(crate) fn cut_cluster(name: &str, slices: usize) -> FleetCluster {
+    pub fn cut_cluster(name: &str, slices: usize) -> FleetCluster {
         let mut c = cluster(name, None);
         c.labels_mut()
             .insert(SLICES_LABEL.into(), slices.to_string());
@@ -221,7 +224,7 @@ pub(crate) mod fixtures {
     }
 
     /// A FleetApp without a UID.
-    pub(crate) fn app(name: &str, cluster: &str) -> FleetApp {
+    pub fn app(name: &str, cluster: &str) -> FleetApp {
         FleetApp::new(
             name,
             FleetAppSpec {
@@ -237,7 +240,7 @@ pub(crate) mod fixtures {
 
     /// `count` FleetApps of `cluster` with random UIDs, as the API server makes them (so that
     /// their keys spread over the key space).
-    pub(crate) fn keyed_apps(cluster: &str, count: u64) -> Vec<FleetApp> {
+    pub fn keyed_apps(cluster: &str, count: u64) -> Vec<FleetApp> {
         (0..count)
             .map(|n| {
                 let mut a = app(&format!("{cluster}-{n}"), cluster);
@@ -249,12 +252,7 @@ pub(crate) mod fixtures {
 
     /// The UnitSlice of `range` of the FleetCluster `cluster` whose UID is `uid`, with a shard
     /// label if given.
-    pub(crate) fn unit_slice(
-        cluster: &str,
-        uid: &str,
-        range: KeyRange,
-        shard: Option<&str>,
-    ) -> UnitSlice {
+    pub fn unit_slice(cluster: &str, uid: &str, range: KeyRange, shard: Option<&str>) -> UnitSlice {
         let unit = ObjectKey::new("shardwise", cluster);
         let name = format!("{cluster}-{}-{:x}", range.depth(), range.index());
         let mut slice = UnitSlice::new(&name, UnitSliceSpec::new(&unit, uid, range));
@@ -268,7 +266,7 @@ pub(crate) mod fixtures {
     /// whole clusters "a", "b" and "c" that bring every shard to exactly 200 apps, and a
     /// UnitSlice left by an earlier "hot"; with the cut and the apps of each slice. Hot is
     /// heavier than a shard's share at 2 replicas too, so that it stays cut then.
-    pub(crate) fn cut_fleet() -> (LiveFleet, [KeyRange; 3], [u64; 3]) {
+    pub fn cut_fleet() -> (LiveFleet, [KeyRange; 3], [u64; 3]) {
         let range = |depth, index| KeyRange::new(depth, index).unwrap();
         let cut = [range(2, 0), range(2, 1), range(1, 1)];
         let mut apps = keyed_apps("hot", 360);

@@ -1,4 +1,4 @@
-//! `shardwise balance` end to end: two real balancer processes against the test Kubernetes API
+//! `shardwise-balancer` end to end: two real balancer processes against the test Kubernetes API
 //! server of `e2e/`, with Argo CD's Application CRD and cluster Secret layout, RBAC enforced
 //! with the Role docs/argocd.md gives. Clusters come and go and apps pile onto one cluster; the
 //! keys must converge each time, and nothing but `data.shard` of cluster Secrets is written.
@@ -15,8 +15,7 @@ use shardwise_e2e::{
     Environment, Identity, Poll, Process, ProcessSpec, free_port, scrape, wait_for, wait_with,
 };
 
-mod common;
-use common::argocd::{
+use shardwise_e2e::argocd::{
     APPLICATION_CRD, application, cluster_secret, documented_role, secrets, shard_key,
     without_shard,
 };
@@ -53,8 +52,7 @@ fn cluster(name: &str, extra: &str, first: u64, apps: u64) -> (String, String) {
 
 fn balancer(env: &Environment, kubeconfig: &Path, name: &str, metrics: u16) -> Process {
     let health = free_port().expect("a free port");
-    let spec = ProcessSpec::new(name, env!("CARGO_BIN_EXE_shardwise"))
-        .arg("balance")
+    let spec = ProcessSpec::new(name, env!("CARGO_BIN_EXE_shardwise-balancer"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--interval", "1"])

@@ -12,12 +12,12 @@ use shard_assign::{Cluster, ShardId};
 use super::{FleetError, LiveFleet, some_names};
 
 /// Label selector of Argo CD's cluster Secrets.
-pub(crate) const CLUSTER_SECRET_SELECTOR: &str = "argocd.argoproj.io/secret-type=cluster";
+pub const CLUSTER_SECRET_SELECTOR: &str = "argocd.argoproj.io/secret-type=cluster";
 
 /// What counts as load in an Argo CD fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum ArgoCdLoad {
+pub enum ArgoCdLoad {
     /// One per Application.
     Apps,
     /// One per resource an Application manages (`status.resources`).
@@ -38,7 +38,7 @@ const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
 /// `cluster.inClusterEnabled` (default true): when set, the cluster Argo CD runs in exists even
 /// without a Secret; when not, it does not exist even with one. `load` is what each
 /// Application weighs.
-pub(crate) fn fleet(
+pub fn fleet(
     secrets: &[Secret],
     apps: &[DynamicObject],
     in_cluster_enabled: bool,
@@ -161,7 +161,8 @@ pub(crate) fn fleet(
 
 /// A cluster Secret `plan --apply` may write: one of a cluster Argo CD shards.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PinTarget {
+pub struct PinTarget {
+    /// The Secret's name.
     pub secret: String,
     /// The Secret's UID, the cluster's id.
     pub id: String,
@@ -177,7 +178,7 @@ pub(crate) struct PinTarget {
 /// other cluster Secret is left as it is. A cluster no replica reconciles (negative `shard`,
 /// skip-reconcile) or one Argo CD ignores (a config it cannot read, a duplicate server, a
 /// disabled in-cluster) would change what Argo CD does with it if pinned, which no plan asks.
-pub(crate) fn pin_targets(secrets: &[Secret], fleet: &LiveFleet) -> (Vec<PinTarget>, Vec<String>) {
+pub fn pin_targets(secrets: &[Secret], fleet: &LiveFleet) -> (Vec<PinTarget>, Vec<String>) {
     let names: BTreeMap<&str, &str> = fleet
         .clusters
         .iter()
@@ -219,7 +220,7 @@ pub(crate) fn pin_targets(secrets: &[Secret], fleet: &LiveFleet) -> (Vec<PinTarg
 }
 
 /// The in-cluster cluster that no Secret describes, if `fleet` has it.
-pub(crate) fn implicit_in_cluster(fleet: &LiveFleet) -> Option<&Cluster> {
+pub fn implicit_in_cluster(fleet: &LiveFleet) -> Option<&Cluster> {
     fleet.clusters.iter().find(|c| c.id == IN_CLUSTER_ID)
 }
 
@@ -364,7 +365,7 @@ fn config_error(secret: &Secret) -> Option<String> {
 }
 
 /// Go's `strconv.ParseBool`; `None` when it fails.
-pub(crate) fn parse_go_bool(text: &str) -> Option<bool> {
+pub fn parse_go_bool(text: &str) -> Option<bool> {
     match text {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),

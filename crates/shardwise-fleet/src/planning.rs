@@ -12,13 +12,13 @@ use shard_assign::{
     Warning, assign, assign_sliced, count_in, slice_id,
 };
 
-use crate::fleet::argocd::ArgoCdLoad;
-use crate::fleet::measured::MeasuredSummary;
-use crate::fleet::{FleetSource, LiveFleet};
+use crate::argocd::ArgoCdLoad;
+use crate::measured::MeasuredSummary;
+use crate::{FleetSource, LiveFleet};
 
 /// How the current placement is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Current {
+pub enum Current {
     /// Recorded on the objects (shard labels of clusters, and of the slices of cut ones).
     Recorded,
     /// Not recorded: computed with the strategy the controller runs (Argo CD).
@@ -27,16 +27,22 @@ pub(crate) enum Current {
 
 /// What to plan, besides the fleet.
 #[derive(Clone, Debug)]
-pub(crate) struct PlanRequest {
+pub struct PlanRequest {
+    /// Where the fleet was read.
     pub source: FleetSource,
+    /// The API server it was read from.
     pub server: String,
+    /// The namespace it was read from.
     pub namespace: String,
     /// Replicas now, and where that number was read.
     pub replicas: u32,
+    /// Where `replicas` was read.
     pub replicas_origin: String,
     /// Replicas to plan for.
     pub to: u32,
+    /// How the current placement is known.
     pub current: Current,
+    /// The strategies to plan with, in the order to report them.
     pub strategies: Vec<StrategyConfig>,
     /// Which strategies cut hot clusters into slices.
     pub slicing: SliceSwitch,
@@ -46,47 +52,66 @@ pub(crate) struct PlanRequest {
 
 /// How Argo CD is configured, and where each setting was read.
 #[derive(Clone, Debug, Serialize)]
-pub(crate) struct ArgoCdSettings {
+pub struct ArgoCdSettings {
     /// Argo CD's name of its sharding algorithm.
     pub algorithm: &'static str,
+    /// Where `algorithm` was read.
     pub algorithm_origin: String,
     /// The control plane's namespace, then the patterns of `application.namespaces`.
     pub app_namespaces: Vec<String>,
+    /// Where `app_namespaces` was read.
     pub app_namespaces_origin: String,
+    /// What an Application weighs.
     pub load: ArgoCdLoad,
 }
 
 /// The whole plan; its JSON form is documented in docs/plan.md.
 #[derive(Debug, Serialize)]
-pub(crate) struct PlanReport {
+pub struct PlanReport {
+    /// Where the fleet was read.
     pub source: FleetSource,
+    /// The API server it was read from.
     pub server: String,
+    /// The namespace it was read from.
     pub namespace: String,
+    /// Replicas now and to plan for.
     pub replicas: Replicas,
+    /// The fleet's totals.
     pub fleet: FleetTotals,
+    /// Where the clusters are now.
     pub current: CurrentPlacement,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Argo CD's settings as read, for an Argo CD fleet.
     pub argocd: Option<ArgoCdSettings>,
     /// With `--load measured`: where the weights came from. `load` is then in thousandths of an
     /// app of the fleet's average measured cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured: Option<MeasuredSummary>,
+    /// What the reader should know about the fleet as read.
     pub notes: Vec<String>,
     /// What hurts the fleet as read (Argo CD: orphaned clusters, ignored Secrets, ...).
     pub warnings: Vec<String>,
+    /// Every cluster, in name order.
     pub clusters: Vec<ClusterRow>,
+    /// The plan of each strategy asked for.
     pub strategies: Vec<StrategyPlan>,
 }
 
+/// Replicas now, to plan for, and where the count now was read.
 #[derive(Debug, Serialize)]
-pub(crate) struct Replicas {
+pub struct Replicas {
+    /// Replicas now.
     pub from: u32,
+    /// Replicas to plan for.
     pub to: u32,
+    /// Where `from` was read.
     pub origin: String,
 }
 
+/// The fleet's size.
 #[derive(Debug, Serialize)]
-pub(crate) struct FleetTotals {
+pub struct FleetTotals {
+    /// Clusters in the fleet.
     pub clusters: usize,
     /// Apps counted toward a cluster.
     pub apps: u64,
@@ -99,8 +124,9 @@ pub(crate) struct FleetTotals {
     pub weighted: bool,
 }
 
+/// Where the clusters are now.
 #[derive(Debug, Serialize)]
-pub(crate) struct CurrentPlacement {
+pub struct CurrentPlacement {
     /// `labels` or `computed`.
     pub placement: &'static str,
     /// The strategy a computed placement was made with.
@@ -109,43 +135,62 @@ pub(crate) struct CurrentPlacement {
     pub balance: Balance,
     /// Every live shard, and any other shard a cluster or slice is recorded on.
     pub shards: Vec<CurrentShard>,
+    /// Clusters, and their apps, on no shard.
     pub unplaced: Count,
+    /// Clusters not on the shard they are pinned to.
     pub warnings: Vec<PinWarning>,
 }
 
+/// One shard of the current placement.
 #[derive(Debug, Serialize)]
-pub(crate) struct CurrentShard {
+pub struct CurrentShard {
+    /// The shard.
     pub shard: ShardId,
     /// Clusters with apps here: a cut cluster counts on every shard holding one of its slices.
     pub clusters: u64,
+    /// Apps reconciled here.
     pub apps: u64,
+    /// Their load (apps times weight).
     pub load: u64,
     /// False for a shard at or above the replica count: nothing reconciles its clusters.
     pub live: bool,
 }
 
+/// Clusters (or slices) and their apps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct Count {
+pub struct Count {
+    /// Clusters (or slices).
     pub clusters: u64,
+    /// Their apps.
     pub apps: u64,
 }
 
+/// One cluster of the fleet as read.
 #[derive(Debug, Serialize)]
-pub(crate) struct ClusterRow {
+pub struct ClusterRow {
+    /// The cluster's name.
     pub name: String,
+    /// Its UID.
     pub id: String,
+    /// Its apps.
     pub apps: u64,
+    /// Its weight: the load of one of its apps.
     pub weight: u32,
+    /// Apps times weight.
     pub load: u64,
+    /// The shard it is pinned to, if any.
     pub pin: Option<ShardId>,
     /// Current shard (of a cut cluster: the one holding most of its apps); `None` when
     /// unplaced.
     pub shard: Option<ShardId>,
 }
 
+/// One strategy's plan.
 #[derive(Debug, Serialize)]
-pub(crate) struct StrategyPlan {
+pub struct StrategyPlan {
+    /// The strategy.
     pub strategy: StrategyKind,
+    /// Its parameters.
     pub config: StrategyConfig,
     /// The strategy's placement at `replicas.from`.
     pub at_from: Layout,
@@ -167,7 +212,7 @@ pub(crate) struct StrategyPlan {
 
 /// The cut of a sliced plan at `replicas.to`.
 #[derive(Debug, Serialize)]
-pub(crate) struct SlicePlan {
+pub struct SlicePlan {
     /// (cluster, shard) pairs beyond one per cluster: the extra caches of clusters.
     pub cache_copies: usize,
     /// Slices beyond one per cluster.
@@ -176,43 +221,63 @@ pub(crate) struct SlicePlan {
     pub cut: Vec<CutCluster>,
 }
 
+/// A cluster the plan cuts into slices.
 #[derive(Debug, Serialize)]
-pub(crate) struct CutCluster {
+pub struct CutCluster {
+    /// The cluster's name.
     pub cluster: String,
+    /// Its UID.
     pub id: String,
+    /// Its slices, in key order.
     pub slices: Vec<SliceRow>,
 }
 
+/// One slice of a cut cluster.
 #[derive(Debug, Serialize)]
-pub(crate) struct SliceRow {
+pub struct SliceRow {
     /// The unit id: `<cluster id>#<range>`.
     pub id: String,
+    /// The range of app keys it holds.
     pub range: String,
     /// The range as a KEP-5866 selector on `metadata.uid`.
     pub selector: String,
+    /// Its apps.
     pub apps: u64,
+    /// The shard the plan gives it.
     pub shard: ShardId,
-    /// Where the slice's apps are now (see [`shard_now`]); `None` when its cluster is unplaced.
+    /// Where the slice's apps are now: the recorded slice its range lies within, or the one
+    /// holding most of its apps; `None` when its cluster is unplaced.
     pub now: Option<ShardId>,
 }
 
+/// A placement's balance and shards.
 #[derive(Debug, Serialize)]
-pub(crate) struct Layout {
+pub struct Layout {
+    /// Over the live shards.
     pub balance: Balance,
+    /// Every live shard.
     pub shards: Vec<ShardRow>,
 }
 
+/// One shard of a placement.
 #[derive(Debug, Serialize)]
-pub(crate) struct ShardRow {
+pub struct ShardRow {
+    /// The shard.
     pub shard: ShardId,
+    /// Clusters (or slices) placed on it.
     pub clusters: u64,
+    /// Their apps.
     pub apps: u64,
+    /// Their load.
     pub load: u64,
 }
 
+/// What moves from the current placement to the planned one.
 #[derive(Debug, Serialize)]
-pub(crate) struct MoveTotals {
+pub struct MoveTotals {
+    /// Clusters (or slices) that move.
     pub clusters: u64,
+    /// Their apps.
     pub apps: u64,
     /// Moves off a shard that is not live at `replicas.to`.
     pub forced: Count,
@@ -222,35 +287,56 @@ pub(crate) struct MoveTotals {
     pub placed: Count,
 }
 
+/// A cluster (or slice) that changes shard.
 #[derive(Debug, Serialize)]
-pub(crate) struct MovedCluster {
+pub struct MovedCluster {
+    /// The cluster's name (of a slice: `cluster#range`).
     pub cluster: String,
+    /// Its unit id.
     pub id: String,
+    /// Its apps.
     pub apps: u64,
+    /// Their load.
     pub load: u64,
+    /// The shard it leaves.
     pub from: ShardId,
+    /// The shard it goes to.
     pub to: ShardId,
+    /// True when `from` is not live at `replicas.to`.
     pub forced: bool,
 }
 
+/// An unplaced cluster (or slice) and the shard it would go to.
 #[derive(Debug, Serialize)]
-pub(crate) struct PlacedCluster {
+pub struct PlacedCluster {
+    /// The cluster's name (of a slice: `cluster#range`).
     pub cluster: String,
+    /// Its unit id.
     pub id: String,
+    /// Its apps.
     pub apps: u64,
+    /// Their load.
     pub load: u64,
+    /// The shard it would go to.
     pub to: ShardId,
 }
 
+/// A cluster placed away from the shard it is pinned to.
 #[derive(Debug, Serialize)]
-pub(crate) struct PinWarning {
+pub struct PinWarning {
+    /// The cluster's name.
     pub cluster: String,
+    /// Its UID.
     pub id: String,
+    /// The shard it is pinned to.
     pub pin: ShardId,
+    /// The shard it is placed on instead.
     pub placed_on: ShardId,
 }
 
-pub(crate) fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanReport, AssignError> {
+/// The plan of `fleet`: where it is now, and where each strategy of `request` would put it
+/// at the replicas now and at the replicas to plan for.
+pub fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanReport, AssignError> {
     let from_shards = ShardSet::contiguous(request.replicas);
     let to_shards = ShardSet::contiguous(request.to);
     let by_id: BTreeMap<&str, &Cluster> =
@@ -502,12 +588,16 @@ fn current_placement(
 /// (`now`, at the replica count read) and where `config` puts each whole cluster at
 /// `request.to` (`planned`), as the plan's strategy section computes it without slicing: Argo
 /// CD pins whole clusters.
-pub(crate) struct ApplyPlacement {
+#[derive(Debug)]
+pub struct ApplyPlacement {
+    /// Where Argo CD runs each cluster now.
     pub now: Assignment,
+    /// Where the plan puts it.
     pub planned: Assignment,
 }
 
-pub(crate) fn apply_placement(
+/// The placements `plan --apply` writes from: see [`ApplyPlacement`].
+pub fn apply_placement(
     fleet: &LiveFleet,
     request: &PlanRequest,
     config: &StrategyConfig,
@@ -527,7 +617,7 @@ pub(crate) fn apply_placement(
 /// Where Argo CD's controller, running `config` over `replicas` shards, puts each cluster of
 /// `fleet` once each cluster's pin is the one `pins` gives (by id; `None` removes it).
 /// Clusters `pins` does not name keep theirs.
-pub(crate) fn argocd_placement_with(
+pub fn argocd_placement_with(
     fleet: &LiveFleet,
     config: &StrategyConfig,
     replicas: u32,
@@ -550,7 +640,7 @@ pub(crate) fn argocd_placement_with(
 /// the lowest live shard (`argocd-consistent-hashing` does so itself). shardwise's own
 /// strategies keep shard-assign's rule: the strategy places the cluster until the shard is
 /// live. Returns the clusters to place and a warning for each one redirected.
-pub(crate) fn argocd_pin_rule(
+pub fn argocd_pin_rule(
     kind: StrategyKind,
     clusters: &[Cluster],
     shards: &ShardSet,
@@ -861,7 +951,7 @@ fn layout(assignment: &Assignment) -> Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::shardwise::fixtures::cut_fleet;
+    use crate::shardwise::fixtures::cut_fleet;
 
     fn cluster(id: &str, apps: u64) -> Cluster {
         Cluster {

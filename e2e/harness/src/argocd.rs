@@ -1,4 +1,5 @@
-//! Argo CD's objects as the tests create them, and what they read back.
+//! Argo CD's objects as the tests of `plan --apply` and of the balancer create them, and what
+//! they read back.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,6 +27,7 @@ pub fn application(name: &str, cluster: &str) -> String {
     )
 }
 
+/// Every Secret `api` lists, by name.
 pub async fn secrets(api: &Api<Secret>) -> BTreeMap<String, Secret> {
     api.list(&ListParams::default())
         .await
@@ -36,6 +38,7 @@ pub async fn secrets(api: &Api<Secret>) -> BTreeMap<String, Secret> {
         .collect()
 }
 
+/// The `shard` key of a cluster Secret, if any.
 pub fn shard_key(secret: &Secret) -> Option<String> {
     let bytes = secret.data.as_ref()?.get("shard")?;
     Some(String::from_utf8(bytes.0.clone()).expect("the key is text"))

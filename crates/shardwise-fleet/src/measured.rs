@@ -1,36 +1,36 @@
 //! Measured load for `plan --source shardwise --load measured`: the load reports shardwise's
 //! replicas publish on their shard Leases, read as the elected planner reads them, and the
 //! weight the planner would place each FleetCluster with. The weighting is the planner's own
-//! (`shardwise_runtime::planner::measured`); this module gives it what the planner's index would
-//! hold, without I/O (`api` lists the Leases).
+//! (`shardwise_runtime::estimate`); this module gives it what the planner's index would hold,
+//! without I/O (`api` lists the Leases).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use serde::Serialize;
-use shard_assign::{Hysteresis, ShardSet, StrategyConfig};
+use shard_assign::ShardSet;
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::keys::{LOAD_ANNOTATION, SHARD_LABEL, SLICES_LABEL, parse_shard};
 use shardwise_handoff::plan::{ObjectKey, RecordKey, UnitView};
+use shardwise_runtime::estimate::{LeaseLoads, first_pass, slice_records};
 use shardwise_runtime::load::MeasuredLoads;
-use shardwise_runtime::membership::LeaseLoads;
 use shardwise_runtime::objects::{key_of, record_of};
-use shardwise_runtime::planner::index::SliceEntry;
-use shardwise_runtime::planner::measured::{AVERAGE_WEIGHT, MeasuredModel};
 use shardwise_runtime::slice::UnitSlice;
 
 use super::LiveFleet;
 
 /// The load reports of the shard Leases, merged as the planner merges them.
 #[derive(Debug, Default)]
-pub(crate) struct Reports {
+pub struct Reports {
+    /// The merged loads.
     pub loads: MeasuredLoads,
     /// Shard Leases read (those with a valid shard label; the planner ignores the others).
     pub leases: usize,
     /// Reports taken in.
     pub reports: usize,
+    /// What the reader should know about them.
     pub notes: Vec<String>,
     /// Reports that could not be read, each naming its Lease.
     pub warnings: Vec<String>,
@@ -39,7 +39,7 @@ pub(crate) struct Reports {
 /// Reads the report of every shard Lease. A Lease without a renewal time (released) carries no
 /// current report and one that is not a report is left out, as the planner leaves them out;
 /// `plan` says so.
-pub(crate) fn reports(leases: &[Lease]) -> Reports {
+pub fn reports(leases: &[Lease]) -> Reports {
     let now = Instant::now();
     let mut read = LeaseLoads::default();
     let mut reports = Reports::default();
@@ -78,11 +78,12 @@ pub(crate) fn reports(leases: &[Lease]) -> Reports {
 
 /// Where the measured weights came from; its JSON form is documented in docs/plan.md.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub(crate) struct MeasuredSummary {
+pub struct MeasuredSummary {
     /// What one unit of `load` is under this model.
     pub unit: &'static str,
-    /// Shard Leases read, and the load reports taken from them.
+    /// Shard Leases read.
     pub leases: usize,
+    /// The load reports taken from them.
     pub reports: usize,
     /// Clusters of the fleet.
     pub clusters: usize,
@@ -104,8 +105,10 @@ const UNIT: &str =
 
 /// Each cluster's measured weight by id, and where they came from.
 #[derive(Debug)]
-pub(crate) struct Weighed {
+pub struct Weighed {
+    /// Each measured cluster's weight, by id.
     pub weights: BTreeMap<String, u32>,
+    /// Where they came from.
     pub summary: MeasuredSummary,
 }
 
@@ -125,7 +128,7 @@ impl Weighed {
 /// with `reports`: the latest reports alone, no smoothing. Clusters being deleted are left out,
 /// as the planner leaves them out; a cut cluster's slices (its UnitSlices with a range) add up
 /// into its cost.
-pub(crate) fn weigh(
+pub fn weigh(
     clusters: &[FleetCluster],
     apps: &[FleetApp],
     slices: &[UnitSlice],
@@ -141,14 +144,7 @@ pub(crate) fn weigh(
         );
         *items.entry(cluster).or_default() += 1;
     }
-    // A new model holds no estimate, so its first pass weighs the reports as they are; the
-    // hysteresis and half-life only matter from a second pass on.
-    let mut model = MeasuredModel::new(
-        Hysteresis::DEFAULT_TRIGGER,
-        StrategyConfig::DEFAULT_TARGET_BALANCE,
-        Duration::ZERO,
-    );
-    let pass = model.pass(&views, &items, &reports.loads, live, false, Instant::now());
+    let pass = first_pass(&views, &items, &reports.loads, live);
 
     let (mut measured, mut overridden, mut busy) = (0, 0, 0.0);
     for view in &views {
@@ -174,7 +170,7 @@ pub(crate) fn weigh(
         }
     }
     Weighed {
-        weights: pass.current,
+        weights: pass.weights,
         summary: MeasuredSummary {
             unit: UNIT,
             leases: reports.leases,
@@ -183,7 +179,7 @@ pub(crate) fn weigh(
             measured,
             overridden,
             busy,
-            busy_per_app: pass.busy_per_load.map(|b| b * f64::from(AVERAGE_WEIGHT)),
+            busy_per_app: pass.busy_per_item,
         },
     }
 }
@@ -191,16 +187,7 @@ pub(crate) fn weigh(
 /// The FleetClusters as the planner's index sees them: not being deleted, with the records of
 /// the UnitSlices made for them (same name and UID).
 fn views(clusters: &[FleetCluster], slices: &[UnitSlice]) -> Vec<UnitView> {
-    let mut records: BTreeMap<(ObjectKey, String), Vec<_>> = BTreeMap::new();
-    for slice in slices {
-        let entry = SliceEntry::of(slice);
-        if let Some(record) = entry.record {
-            records
-                .entry((entry.unit, entry.unit_uid))
-                .or_default()
-                .push(record);
-        }
-    }
+    let mut records = slice_records(slices);
     clusters
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -366,7 +353,7 @@ mod tests {
         assert!((summary.busy - 6.0).abs() < 1e-9, "{summary:?}");
         assert!((summary.busy_per_app.unwrap() - 0.125).abs() < 1e-9);
 
-        let mut fleet = crate::fleet::shardwise::fleet(&clusters, &apps, &slices).unwrap();
+        let mut fleet = crate::shardwise::fleet(&clusters, &apps, &slices).unwrap();
         weighed.apply(&mut fleet);
         let dear = fleet.clusters.iter().find(|c| c.name == "dear").unwrap();
         assert_eq!(dear.load(), 10 * 1600);

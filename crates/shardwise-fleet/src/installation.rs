@@ -11,7 +11,7 @@ use shard_assign::StrategyKind;
 use super::argocd::parse_go_bool;
 
 /// Argo CD's parameters ConfigMap, where its manifests point the variables below.
-pub(crate) const CMD_PARAMS_CM: &str = "argocd-cmd-params-cm";
+pub const CMD_PARAMS_CM: &str = "argocd-cmd-params-cm";
 /// The controller's container in Argo CD's manifests.
 const CONTAINER: &str = "argocd-application-controller";
 const REPLICAS_ENV: &str = "ARGOCD_CONTROLLER_REPLICAS";
@@ -21,23 +21,28 @@ const DYNAMIC_ENV: &str = "ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION";
 
 /// The application controller's workload: a StatefulSet, or a Deployment under dynamic cluster
 /// distribution.
-pub(crate) struct Workload<'a> {
+#[derive(Debug)]
+pub struct Workload<'a> {
     /// `StatefulSet argocd/argocd-application-controller`, for messages.
     pub what: String,
+    /// Its `spec.replicas`.
     pub replicas: Option<i32>,
+    /// Its pods' template, whose environment holds the sharding settings.
     pub template: &'a PodTemplateSpec,
 }
 
 /// A setting, and where it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Setting<T> {
+pub struct Setting<T> {
+    /// The value.
     pub value: T,
+    /// Where it was read (a ConfigMap key, an environment variable, a default).
     pub origin: String,
 }
 
 /// Argo CD's sharding as configured.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Sharding {
+pub struct Sharding {
     /// The shard count the controller computes placement with: 1 when it does not shard.
     pub replicas: Setting<u32>,
     /// When Argo CD does not shard although several pods run: their number, the natural
@@ -55,14 +60,16 @@ pub(crate) struct Sharding {
 
 /// A sentence about the installation: something to know, or something that hurts the fleet.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Message {
+pub enum Message {
+    /// Something to know.
     Note(String),
+    /// Something that hurts the fleet.
     Warning(String),
 }
 
 /// ConfigMaps the controller's variables refer to: the ones to fetch. Without a workload, the
 /// references of Argo CD's manifests.
-pub(crate) fn referenced_config_maps(workload: Option<&Workload<'_>>) -> BTreeSet<String> {
+pub fn referenced_config_maps(workload: Option<&Workload<'_>>) -> BTreeSet<String> {
     let Some(workload) = workload else {
         return BTreeSet::from([CMD_PARAMS_CM.to_string()]);
     };
@@ -74,7 +81,7 @@ pub(crate) fn referenced_config_maps(workload: Option<&Workload<'_>>) -> BTreeSe
 }
 
 /// Reads the sharding settings. `config_maps` holds the referenced ConfigMaps that exist.
-pub(crate) fn sharding(
+pub fn sharding(
     workload: Option<&Workload<'_>>,
     config_maps: &BTreeMap<String, ConfigMap>,
 ) -> Result<Sharding, String> {
@@ -203,7 +210,7 @@ pub(crate) fn sharding(
 }
 
 /// The shardwise strategy that reproduces an Argo CD algorithm, and Argo CD's name for it.
-pub(crate) fn argocd_algorithm(name: &str) -> Option<(StrategyKind, &'static str)> {
+pub fn argocd_algorithm(name: &str) -> Option<(StrategyKind, &'static str)> {
     match name {
         "legacy" => Some((StrategyKind::LegacyModulo, "legacy")),
         "round-robin" => Some((StrategyKind::RoundRobin, "round-robin")),
@@ -212,21 +219,37 @@ pub(crate) fn argocd_algorithm(name: &str) -> Option<(StrategyKind, &'static str
     }
 }
 
+/// Argo CD's sharding algorithm as a user names it: by Argo CD's name (`legacy`,
+/// `round-robin`, `consistent-hashing`) or by the name of the shardwise strategy that
+/// reproduces it; that strategy and Argo CD's name, or a message that lists the names.
+pub fn argocd_algorithm_named(text: &str) -> Result<(StrategyKind, &'static str), String> {
+    let argocd = match text {
+        "legacy-modulo" => "legacy",
+        "argocd-consistent-hashing" => "consistent-hashing",
+        other => other,
+    };
+    argocd_algorithm(argocd).ok_or_else(|| {
+        format!(
+            "Argo CD has no sharding algorithm {text:?}; it has legacy, round-robin and consistent-hashing"
+        )
+    })
+}
+
 /// Whether an Application namespace is one Argo CD's controller reconciles: the control
 /// plane's, or one matching a pattern (`*` any run of characters, `?` one character).
-pub(crate) fn namespace_allowed(patterns: &[String], control_plane: &str, namespace: &str) -> bool {
+pub fn namespace_allowed(patterns: &[String], control_plane: &str, namespace: &str) -> bool {
     namespace == control_plane || patterns.iter().any(|p| glob_match(p, namespace))
 }
 
 /// Patterns shardwise cannot evaluate as Argo CD does: `/regex/`, and glob classes `[...]`
 /// and alternatives `{a,b}`.
-pub(crate) fn unsupported_pattern(pattern: &str) -> bool {
+pub fn unsupported_pattern(pattern: &str) -> bool {
     (pattern.len() > 1 && pattern.starts_with('/') && pattern.ends_with('/'))
         || pattern.contains(['[', '{', '\\'])
 }
 
 /// Whether a pattern names one namespace (no wildcard), so it can be listed alone.
-pub(crate) fn is_literal(pattern: &str) -> bool {
+pub fn is_literal(pattern: &str) -> bool {
     !pattern.contains(['*', '?'])
 }
 

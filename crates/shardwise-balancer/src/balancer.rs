@@ -1,8 +1,4 @@
-//! `shardwise balance`: the balancer's loop. While it holds its Lease, every `--interval` it
-//! reads Argo CD (the installation, cluster Secrets and Applications), decides a pass
-//! (`balancer::decide`) and writes the `shard` keys that change, each on condition of the
-//! resourceVersion read and behind the Lease's fence. It reports like the controller's planner,
-//! with the same metrics, so that the same dashboard rows show it.
+//! The balancer's loop: a Lease, passes while it is held, the writes behind its fence.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,22 +7,23 @@ use anyhow::{Context, Result, anyhow};
 use shard_assign::{StrategyConfig, StrategyKind};
 use shardwise_handoff::lease::LeaseTiming;
 use shardwise_runtime::Nouns;
-use shardwise_runtime::http::{self, MetricsAccess, auth::KubeReviewer};
+use shardwise_runtime::http::{self, MetricsAccess, Readiness, auth::KubeReviewer};
 use shardwise_runtime::lease::{self, Fence, Holding, LeaseSpecification};
 use shardwise_runtime::metrics::{
     MemberLabels, Metrics, PlanGauges, ShardLabels, StrategyLabels, Telemetry,
 };
-use shardwise_runtime::owner::Readiness;
+
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::plan::{ArgoCdQuery, Read, read_argocd};
-use crate::balancer::decide::{self, Inputs, Pass};
-use crate::cli::BalanceArgs;
-use crate::fleet::api::Connection;
-use crate::limits::{self, Usage};
-use crate::planning::Current;
+use shardwise_fleet::api::{Connection, write_pins};
+use shardwise_fleet::balance::{self, Inputs, Pass};
+use shardwise_fleet::planning::Current;
+use shardwise_fleet::read::{ArgoCdQuery, Read, read_argocd};
+use thiserror::Error;
+
+use crate::args::BalanceArgs;
 
 /// Argo CD's nouns: its clusters are the units, its Applications the items.
 const NOUNS: Nouns = Nouns {
@@ -46,10 +43,15 @@ const TIMING: LeaseTiming = LeaseTiming {
     retry_period: Duration::from_secs(2),
 };
 
+/// Settings that cannot work together (exit code 2).
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub(crate) struct Refused(String);
+
+/// Runs the balancer until SIGTERM or SIGINT.
 pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
-    limits::at_most("--interval", args.interval, limits::MAX_INTERVAL_SECONDS)?;
-    let strategy = args.strategy_args.config(STRATEGY);
-    strategy.validate().map_err(Usage::of)?;
+    let strategy = args.config(STRATEGY);
+    strategy.validate().map_err(|e| Refused(e.to_string()))?;
     shardwise_runtime::args::init_logging(&args.log, args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -215,11 +217,13 @@ impl Balancer<'_> {
     async fn pass(&mut self, fence: &Fence) -> Result<()> {
         let args = self.args;
         let query = ArgoCdQuery {
+            namespace: &args.namespace,
+            workload: &args.statefulset,
             replicas: None,
             current_strategy: args.current_strategy,
             app_namespaces: &args.app_namespaces,
             load: args.load.into(),
-            strategy_args: &args.strategy_args,
+            tuning: self.strategy,
         };
         let Read {
             fleet,
@@ -229,7 +233,7 @@ impl Balancer<'_> {
             current,
             secrets,
             ..
-        } = read_argocd(&query, &self.connection, &args.namespace, &args.statefulset).await?;
+        } = read_argocd(&query, &self.connection).await?;
         let mut messages: Vec<(bool, String)> =
             fleet.notes.iter().map(|n| (false, n.clone())).collect();
         messages.extend(fleet.warnings.iter().map(|w| (true, w.clone())));
@@ -249,7 +253,7 @@ impl Balancer<'_> {
         let Current::Computed(algorithm) = current else {
             return Err(anyhow!("Argo CD's algorithm could not be read"));
         };
-        let pass = decide::decide(&Inputs {
+        let pass = balance::decide(&Inputs {
             fleet: &fleet,
             secrets: &secrets,
             algorithm: &algorithm,
@@ -290,7 +294,7 @@ impl Balancer<'_> {
             );
             return Ok(());
         }
-        super::apply::write_pins(&self.connection, &self.args.namespace, &pass.writes, || {
+        write_pins(&self.connection, &self.args.namespace, &pass.writes, || {
             fence
                 .check()
                 .map_err(|_| "the balancer's lease is lost".to_string())

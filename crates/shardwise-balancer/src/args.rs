@@ -1,0 +1,131 @@
+//! The balancer's flags: Argo CD's installation is read as `shardwise plan --source argocd`
+//! reads it; the balancer's own settings follow.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use shard_assign::{Ratio, StrategyConfig, StrategyKind};
+use shardwise_fleet::argocd::ArgoCdLoad;
+use shardwise_fleet::installation::argocd_algorithm_named;
+use shardwise_runtime::args::LogFormat;
+
+/// Seconds between two passes: an hour at most, so that a typo cannot stop the balancer.
+pub const MAX_INTERVAL_SECONDS: u32 = 3_600;
+
+/// Keep the shard keys of a live Argo CD's cluster Secrets balanced with sticky-balanced as
+/// clusters and apps come and go. Runs until stopped; one balancer at a time holds a Lease.
+#[derive(Debug, Parser)]
+#[command(name = "shardwise-balancer", version)]
+pub struct BalanceArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one)
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Argo CD's namespace: its cluster Secrets, application controller and settings
+    #[arg(long, short = 'n', value_name = "NS", default_value = "argocd")]
+    pub namespace: String,
+    /// Argo CD's application controller (a StatefulSet, or a Deployment under dynamic cluster
+    /// distribution)
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "argocd-application-controller"
+    )]
+    pub statefulset: String,
+    /// Namespaces of Applications besides Argo CD's (default: application.namespaces of
+    /// argocd-cmd-params-cm, as the controller reads it)
+    #[arg(long, value_delimiter = ',', value_name = "NS")]
+    pub app_namespaces: Vec<String>,
+    /// Argo CD's sharding algorithm (default: read from the installation): legacy, round-robin
+    /// or consistent-hashing
+    #[arg(long, value_name = "NAME", value_parser = argocd_algorithm_named)]
+    pub current_strategy: Option<(StrategyKind, &'static str)>,
+    /// What an Application weighs: 1 (apps) or its managed resources (resources)
+    #[arg(long, value_enum, default_value_t = Load::Apps)]
+    pub load: Load,
+    /// Points per shard on the ring of Argo CD's consistent-hashing
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_VIRTUAL_NODES, value_parser = clap::value_parser!(u32).range(1..=i64::from(StrategyConfig::MAX_VIRTUAL_NODES)))]
+    pub virtual_nodes: u32,
+    /// Bounded-load factor c of Argo CD's consistent-hashing
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_LOAD_FACTOR)]
+    pub load_factor: Ratio,
+    /// Clusters a pass may move for balance
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_MAX_EXTRA_MOVES)]
+    pub max_extra_moves: u32,
+    /// Max/mean load at or under which no cluster moves for balance
+    #[arg(long, default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
+    pub target_balance: Ratio,
+    /// Seconds between passes; each pass may spend the move budget (--max-extra-moves) once
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = interval)]
+    pub interval: u32,
+    /// Namespace of the balancer's Lease (default: $POD_NAMESPACE, else --namespace)
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Name of the balancer's Lease: one balancer at a time writes
+    #[arg(long, value_name = "NAME", default_value = "shardwise-argocd-balancer")]
+    pub lease_name: String,
+    /// This process's name in the Lease (default: $POD_NAME, else the host name), to which a
+    /// random suffix is added
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Address of /metrics (plain HTTP)
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: std::net::SocketAddr,
+    /// Address of /healthz and /readyz
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: std::net::SocketAddr,
+    /// Decide and log each pass's writes, but write nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Log filter (tracing-subscriber syntax)
+    #[arg(long, env = "SHARDWISE_LOG", default_value = "info")]
+    pub log: String,
+    /// Log format
+    #[arg(long, env = "SHARDWISE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl BalanceArgs {
+    /// The strategy these flags give `kind`.
+    pub fn config(&self, kind: StrategyKind) -> StrategyConfig {
+        StrategyConfig {
+            kind,
+            virtual_nodes: self.virtual_nodes,
+            load_factor: self.load_factor,
+            max_extra_moves: self.max_extra_moves,
+            target_balance: self.target_balance,
+        }
+    }
+}
+
+/// What counts as load in an Argo CD fleet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Load {
+    /// One per Application.
+    Apps,
+    /// One per resource an Application manages (`status.resources`).
+    Resources,
+}
+
+impl From<Load> for ArgoCdLoad {
+    fn from(load: Load) -> Self {
+        match load {
+            Load::Apps => ArgoCdLoad::Apps,
+            Load::Resources => ArgoCdLoad::Resources,
+        }
+    }
+}
+
+/// Seconds between passes: 1 to [`MAX_INTERVAL_SECONDS`], with a message that says so.
+fn interval(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) if (1..=i64::from(MAX_INTERVAL_SECONDS)).contains(&n) => Ok(n as u32),
+        Ok(n) if n > 0 => Err(format!("{n} is over the limit of {MAX_INTERVAL_SECONDS}")),
+        Ok(n) => Err(format!(
+            "must be a whole number from 1 to {MAX_INTERVAL_SECONDS}, got {n}"
+        )),
+        Err(_) => Err(format!("must be a whole number, got {text:?}")),
+    }
+}
