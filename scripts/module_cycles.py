@@ -4,7 +4,7 @@
 Each `.rs` file under a crate's `src/` is a module (`fleet/argocd.rs` is `fleet::argocd`); in a
 package of test targets alone (e2e/tests: the suites and their `support` module), under the
 package's directory. A module depends on the modules its non-test code names through `crate::…`
-or `super::…`. A cycle such as
+or `super::…`, inline or in a `use` tree (`use crate::{a, b::{c, d}}`). A cycle such as
 `cli -> fleet::installation -> fleet::argocd -> cli` means no module of it can be understood, or
 moved to a crate of its own, without the others. Test modules (after `#[cfg(test)]`) are left
 out: a test may reach anywhere. Run by `make test` (`make cycles`); prints every cycle found.
@@ -39,6 +39,32 @@ def resolve(src: Path, parts: list[str]) -> str | None:
     return None
 
 
+def use_paths(tree: str, prefix: str = "") -> list[str]:
+    """The paths a `use` tree names: `crate::{a::b, c::{d, e}}` gives `crate::a::b`,
+    `crate::c::d` and `crate::c::e`."""
+    tree = tree.strip()
+    brace = tree.find("{")
+    if brace < 0:
+        return [prefix + tree.split(" as ")[0].strip()]
+    head, body = tree[:brace], tree[brace + 1 : tree.rfind("}")]
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    parts.append(body[start:])
+    return [path for part in parts if part.strip() for path in use_paths(part, prefix + head)]
+
+
+def named_paths(code: str) -> list[str]:
+    """The paths the code names: those of its `use` trees, and every `crate::…` or
+    `super::…` written inline."""
+    paths = [p for tree in re.findall(r"\buse\s+([^;]+);", code) for p in use_paths(tree)]
+    paths += re.findall(r"\b(?:crate|super)::(?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*", code)
+    return paths
+
+
 def edges(src: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for file in sorted(src.rglob("*.rs")):
@@ -47,12 +73,13 @@ def edges(src: Path) -> dict[str, set[str]]:
         # Comments may name modules (doc links) without importing them.
         code = re.sub(r"//[^\n]*", "", code)
         deps: set[str] = set()
-        for path in re.findall(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", code):
+        paths = named_paths(code)
+        for path in (p.removeprefix("crate::") for p in paths if p.startswith("crate::")):
             target = resolve(src, path.split("::"))
             if target:
                 deps.add(target)
         parent = module.rsplit("::", 1)[0].split("::") if "::" in module else []
-        for path in re.findall(r"\bsuper::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", code):
+        for path in (p.removeprefix("super::") for p in paths if p.startswith("super::")):
             target = resolve(src, parent + path.split("::")) if parent else None
             if target:
                 deps.add(target)
