@@ -217,7 +217,8 @@ impl std::str::FromStr for SliceSwitch {
 /// it ends above its target balance, the heaviest slice of a cut cluster on the heaviest shard is
 /// halved and the pass placed again, as long as that lowers the heaviest load. Last, two halves
 /// that ended on the same shard are one slice again: a cut costs nothing where it separates
-/// nothing.
+/// nothing. A first placement (no `previous`) that left whole a cluster it had cut, because the
+/// cut did not pay from scratch, is planned again from itself, as the next pass would plan it.
 pub fn assign_sliced(
     config: &StrategyConfig,
     slice_config: &SliceConfig,
@@ -227,6 +228,40 @@ pub fn assign_sliced(
     previous: Option<&PreviousPlacement>,
     previous_slicing: &Slicing,
 ) -> Result<SlicedAssignment, AssignError> {
+    let once = |previous: Option<&PreviousPlacement>, previous_slicing: &Slicing| {
+        assign_sliced_once(
+            config,
+            slice_config,
+            clusters,
+            keys,
+            shards,
+            previous,
+            previous_slicing,
+        )
+    };
+    let (sliced, cuts_rejected) = once(previous, previous_slicing)?;
+    if !cuts_rejected || previous.is_some() {
+        return Ok(sliced);
+    }
+    // A cut is judged from where the fleet is (its lower half stays home), and a first
+    // placement has no "where": one that left a cluster whole because cutting it did not pay
+    // from scratch is judged again from where it leaves the fleet, as the next pass would
+    // judge it, so that re-planning a first placement never cuts what it left whole.
+    let recorded = sliced.assignment.to_previous();
+    Ok(once(Some(&recorded), &sliced.slicing)?.0)
+}
+
+/// One pass of [`assign_sliced`], and whether it left whole clusters it had cut because the
+/// cuts did not pay.
+fn assign_sliced_once(
+    config: &StrategyConfig,
+    slice_config: &SliceConfig,
+    clusters: &[Cluster],
+    keys: &AppKeys,
+    shards: &ShardSet,
+    previous: Option<&PreviousPlacement>,
+    previous_slicing: &Slicing,
+) -> Result<(SlicedAssignment, bool), AssignError> {
     let slicing = if slices(config.kind) {
         slice_fleet(clusters, keys, shards.len(), previous_slicing, slice_config)
     } else {
@@ -248,8 +283,11 @@ pub fn assign_sliced(
     if config.kind.uses_previous() && !placed.sliced.slicing.is_empty() && !unchanged {
         placed = refine(&pass, placed, copy_cost)?;
     }
-    let placed = pass.unless_cuts_pay(placed, copy_cost)?;
-    Ok(placed.finish(per_shard_target(clusters, shards.len()), keys))
+    let (placed, cuts_rejected) = pass.unless_cuts_pay(placed, copy_cost)?;
+    Ok((
+        placed.finish(per_shard_target(clusters, shards.len()), keys),
+        cuts_rejected,
+    ))
 }
 
 /// The busiest shard's load, each shard counting `copy_cost` for every cache copy it holds: what
@@ -302,7 +340,12 @@ impl Pass<'_> {
     /// not pay: a cut stands only if it lowers the busiest shard's load by more than its cache
     /// copies cost. (A cut that separates nothing, two halves on one shard, costs no copy and
     /// is merged by [`Placed::finish`].)
-    fn unless_cuts_pay(&self, placed: Placed, copy_cost: u64) -> Result<Placed, AssignError> {
+    /// Also says whether the cuts were left out.
+    fn unless_cuts_pay(
+        &self,
+        placed: Placed,
+        copy_cost: u64,
+    ) -> Result<(Placed, bool), AssignError> {
         let fresh: Vec<String> = placed
             .sliced
             .slicing
@@ -311,7 +354,7 @@ impl Pass<'_> {
             .map(|(id, _)| id.to_string())
             .collect();
         if fresh.is_empty() {
-            return Ok(placed);
+            return Ok((placed, false));
         }
         let whole = fresh
             .iter()
@@ -319,7 +362,7 @@ impl Pass<'_> {
         let uncut = self.place(whole)?;
         let pays = cost_with_copies(&placed.sliced, copy_cost)
             < cost_with_copies(&uncut.sliced, copy_cost);
-        Ok(if pays { placed } else { uncut })
+        Ok(if pays { (placed, false) } else { (uncut, true) })
     }
 
     /// Places every slice of `slicing` with the strategy.
