@@ -257,3 +257,87 @@ fn the_server_switch_takes_test_or_real_and_names_the_choices_otherwise() {
         "{err}"
     );
 }
+
+/// `/api/v1/namespaces/default/configmaps?shardSelector=SELECTOR`, percent-encoded.
+fn sharded_list_uri(selector: &str) -> String {
+    let encoded: String = selector
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    format!("/api/v1/namespaces/default/configmaps?shardSelector={encoded}")
+}
+
+/// The names of the ConfigMaps a list with `selector` gives, and the hash of each one's UID.
+async fn sharded_list(client: &kube::Client, selector: &str) -> Vec<(String, u64)> {
+    let request = http::Request::get(sharded_list_uri(selector))
+        .body(Vec::new())
+        .unwrap();
+    let list: kube::core::ObjectList<ConfigMap> = client.request(request).await.unwrap();
+    keyed(&list.items)
+}
+
+/// Each ConfigMap's name and the hash of its UID.
+fn keyed(items: &[ConfigMap]) -> Vec<(String, u64)> {
+    items
+        .iter()
+        .map(|cm| {
+            let uid = cm.metadata.uid.clone().unwrap();
+            (
+                cm.metadata.name.clone().unwrap(),
+                shard_assign::app_key(&uid),
+            )
+        })
+        .collect()
+}
+
+/// KEP-5866 on this kube-apiserver: with the `ShardedListAndWatch` gate on, a list keeps only
+/// the objects whose FNV-1a-64 hash of `metadata.uid` is in the range asked for, the very key
+/// slices cut by (`shard_assign::app_key`), so the owner of a slice can have the server select
+/// its items; with the gate off (the default) the selector is ignored and everything is listed,
+/// which is how an owner can tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_selects_by_the_hash_slices_cut_by_only_with_its_gate_on() {
+    const LOWER_HALF: &str =
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+    for gate in [true, false] {
+        let mut builder = Environment::builder().server(ServerKind::Real);
+        if gate {
+            builder = builder.apiserver_args(["--feature-gates=ShardedListAndWatch=true"]);
+        }
+        let env = builder.start().expect("the real control plane starts");
+        let admin = env.control_plane().client("admin").await.unwrap();
+        let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+        for i in 0..40 {
+            api.create(&PostParams::default(), &config_map(&format!("cm-{i}")))
+                .await
+                .unwrap();
+        }
+        let everything = keyed(&api.list(&ListParams::default()).await.unwrap().items);
+        assert_eq!(everything.len(), 40);
+        let lower: Vec<&(String, u64)> = everything.iter().filter(|(_, k)| *k < 1 << 63).collect();
+        // 40 random UIDs: both halves hold some, or the check below would prove nothing.
+        assert!(!lower.is_empty() && lower.len() < 40, "{lower:?}");
+        let selected = sharded_list(&admin, LOWER_HALF).await;
+        if gate {
+            let mut want: Vec<&String> = lower.iter().map(|(name, _)| name).collect();
+            let mut got: Vec<&String> = selected.iter().map(|(name, _)| name).collect();
+            want.sort();
+            got.sort();
+            assert_eq!(
+                got, want,
+                "the server's lower half is not the slices' lower half"
+            );
+        } else {
+            assert_eq!(
+                selected.len(),
+                40,
+                "with the gate off the selector is ignored"
+            );
+        }
+    }
+}
