@@ -228,45 +228,6 @@ pub fn assign_sliced(
     previous: Option<&PreviousPlacement>,
     previous_slicing: &Slicing,
 ) -> Result<SlicedAssignment, AssignError> {
-    let once = |previous: Option<&PreviousPlacement>, previous_slicing: &Slicing| {
-        assign_sliced_once(
-            config,
-            slice_config,
-            clusters,
-            keys,
-            shards,
-            previous,
-            previous_slicing,
-        )
-    };
-    let (sliced, cuts_rejected) = once(previous, previous_slicing)?;
-    if !cuts_rejected || previous.is_some() {
-        return Ok(sliced);
-    }
-    // A cut is judged from where the fleet is (its lower half stays home), and a first
-    // placement has no "where": one that left a cluster whole because cutting it did not pay
-    // from scratch is judged again from where it leaves the fleet, as the next pass would
-    // judge it, so that re-planning a first placement never cuts what it left whole.
-    let recorded = sliced.assignment.to_previous();
-    Ok(once(Some(&recorded), &sliced.slicing)?.0)
-}
-
-/// One pass of [`assign_sliced`], and whether it left whole clusters it had cut because the
-/// cuts did not pay.
-fn assign_sliced_once(
-    config: &StrategyConfig,
-    slice_config: &SliceConfig,
-    clusters: &[Cluster],
-    keys: &AppKeys,
-    shards: &ShardSet,
-    previous: Option<&PreviousPlacement>,
-    previous_slicing: &Slicing,
-) -> Result<(SlicedAssignment, bool), AssignError> {
-    let slicing = if slices(config.kind) {
-        slice_fleet(clusters, keys, shards.len(), previous_slicing, slice_config)
-    } else {
-        Slicing::default()
-    };
     let pass = Pass {
         config,
         clusters,
@@ -275,19 +236,21 @@ fn assign_sliced_once(
         previous,
         previous_slicing,
     };
-    let copy_cost = slice_config.copy_cost;
-    let mut placed = pass.place(slicing)?;
-    // Like the strategy itself, refinement leaves a pass alone whose inputs did not change
-    // since `previous`: then the strategy gave back `previous` exactly.
-    let unchanged = previous.is_some_and(|p| *p == placed.sliced.assignment.to_previous());
-    if config.kind.uses_previous() && !placed.sliced.slicing.is_empty() && !unchanged {
-        placed = refine(&pass, placed, copy_cost)?;
+    let (sliced, cuts_rejected) = pass.run(slice_config)?;
+    if !cuts_rejected || previous.is_some() {
+        return Ok(sliced);
     }
-    let (placed, cuts_rejected) = pass.unless_cuts_pay(placed, copy_cost)?;
-    Ok((
-        placed.finish(per_shard_target(clusters, shards.len()), keys),
-        cuts_rejected,
-    ))
+    // A cut is judged from where the fleet is (its lower half stays home), and a first
+    // placement has no "where": one that left a cluster whole because cutting it did not pay
+    // from scratch is judged again from where it leaves the fleet, as the next pass would
+    // judge it, so that re-planning a first placement never cuts what it left whole.
+    let recorded = sliced.assignment.to_previous();
+    let again = Pass {
+        previous: Some(&recorded),
+        previous_slicing: &sliced.slicing,
+        ..pass
+    };
+    Ok(again.run(slice_config)?.0)
 }
 
 /// The busiest shard's load, each shard counting `copy_cost` for every cache copy it holds: what
@@ -336,6 +299,34 @@ struct Placed {
 }
 
 impl Pass<'_> {
+    /// The pass, and whether it left whole clusters it had cut because the cuts did not pay.
+    fn run(&self, slice_config: &SliceConfig) -> Result<(SlicedAssignment, bool), AssignError> {
+        let slicing = if slices(self.config.kind) {
+            slice_fleet(
+                self.clusters,
+                self.keys,
+                self.shards.len(),
+                self.previous_slicing,
+                slice_config,
+            )
+        } else {
+            Slicing::default()
+        };
+        let copy_cost = slice_config.copy_cost;
+        let mut placed = self.place(slicing)?;
+        // Like the strategy itself, refinement leaves a pass alone whose inputs did not change
+        // since `previous`: then the strategy gave back `previous` exactly.
+        let unchanged = self
+            .previous
+            .is_some_and(|p| *p == placed.sliced.assignment.to_previous());
+        if self.config.kind.uses_previous() && !placed.sliced.slicing.is_empty() && !unchanged {
+            placed = refine(self, placed, copy_cost)?;
+        }
+        let (placed, cuts_rejected) = self.unless_cuts_pay(placed, copy_cost)?;
+        let target = per_shard_target(self.clusters, self.shards.len());
+        Ok((placed.finish(target, self.keys), cuts_rejected))
+    }
+
     /// `placed`, or the same pass with the clusters it newly cut left whole when the cuts do
     /// not pay: a cut stands only if it lowers the busiest shard's load by more than its cache
     /// copies cost. (A cut that separates nothing, two halves on one shard, costs no copy and
