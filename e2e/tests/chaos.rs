@@ -81,6 +81,11 @@ impl Chaos {
     /// Waits until settled on `live`, with the hot cluster cut over several shards; returns
     /// (and prints) how long it took.
     async fn settle(&self, what: &str, live: &[u32]) -> Duration {
+        self.settle_where(what, live, true).await
+    }
+
+    /// [`Self::settle`], the hot cluster cut over shards only if `spread`.
+    async fn settle_where(&self, what: &str, live: &[u32], spread: bool) -> Duration {
         let started = Instant::now();
         let fleet = &self.fleet;
         let settled = wait_for(
@@ -88,6 +93,9 @@ impl Chaos {
             SETTLE,
             || async {
                 fleet.check_settled(live).await?;
+                if !spread {
+                    return Ok(());
+                }
                 let placement = fleet.placement().await.map_err(|e| e.to_string())?;
                 match placement.cut().get("cluster-0") {
                     Some(shards) if shards.len() > 1 => Ok(()),
@@ -371,7 +379,19 @@ async fn errors_and_cut_watches_during_a_scale_change() {
         faults.clear(scope);
     }
     eprintln!("[{}] faults injected: {counters:?}", c.name);
-    c.settle("faults cleared", &[0, 1, 2]).await;
+    // Writes that failed under the faults leave records the next passes plan from: a cut of
+    // cluster-0 merged or made again is judged anew, against what its cache copy costs (a
+    // cluster's informers, 222 KiB, are worth about 400 of these small apps' caches), and at
+    // 3 replicas that copy costs more than it would level: the planner may then keep
+    // cluster-0 on one shard, whole or in co-located slices (docs/algorithms.md). What must
+    // hold is every app Synced on a live shard, and no overlap.
+    c.settle_where("faults cleared", &[0, 1, 2], false).await;
+    let placement = c.fleet.placement().await.unwrap();
+    eprintln!(
+        "[{}] cluster-0 after the faults: {:?}",
+        c.name,
+        placement.clusters.get("cluster-0")
+    );
     c.assert_no_overlap();
 }
 
