@@ -81,11 +81,6 @@ impl Chaos {
     /// Waits until settled on `live`, with the hot cluster cut over several shards; returns
     /// (and prints) how long it took.
     async fn settle(&self, what: &str, live: &[u32]) -> Duration {
-        self.settle_where(what, live, true).await
-    }
-
-    /// [`Self::settle`], the hot cluster cut over shards only if `spread`.
-    async fn settle_where(&self, what: &str, live: &[u32], spread: bool) -> Duration {
         let started = Instant::now();
         let fleet = &self.fleet;
         let settled = wait_for(
@@ -93,9 +88,6 @@ impl Chaos {
             SETTLE,
             || async {
                 fleet.check_settled(live).await?;
-                if !spread {
-                    return Ok(());
-                }
                 let placement = fleet.placement().await.map_err(|e| e.to_string())?;
                 match placement.cut().get("cluster-0") {
                     Some(shards) if shards.len() > 1 => Ok(()),
@@ -379,19 +371,7 @@ async fn errors_and_cut_watches_during_a_scale_change() {
         faults.clear(scope);
     }
     eprintln!("[{}] faults injected: {counters:?}", c.name);
-    // Writes that failed under the faults leave records the next passes plan from: a cut of
-    // cluster-0 merged or made again is judged anew, against what its cache copy costs (a
-    // cluster's informers, 222 KiB, are worth about 400 of these small apps' caches), and at
-    // 3 replicas that copy costs more than it would level: the planner may then keep
-    // cluster-0 on one shard, whole or in co-located slices (docs/algorithms.md). What must
-    // hold is every app Synced on a live shard, and no overlap.
-    c.settle_where("faults cleared", &[0, 1, 2], false).await;
-    let placement = c.fleet.placement().await.unwrap();
-    eprintln!(
-        "[{}] cluster-0 after the faults: {:?}",
-        c.name,
-        placement.clusters.get("cluster-0")
-    );
+    c.settle("faults cleared", &[0, 1, 2]).await;
     c.assert_no_overlap();
 }
 
@@ -449,11 +429,14 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     let frozen = c.planner().await;
     let pid = c.fleet.replicas[&frozen].process.pid();
-    // New manifests for every app, and slower destinations while they arrive: each replica has
-    // minutes of writes to do, and its queue grows faster than its workers drain it whatever
-    // the server's own speed.
+    // New manifests for every app, and much slower destinations while they arrive: a request
+    // then takes a second or more (the real server's link holds each chunk that long), so 48
+    // workers drain at most about 48 apps a second, fewer than the control plane delivers even
+    // when CI runs slowly. At 300 ms a replica's queue drained as fast as it filled on a loaded
+    // machine and never held 60. Writes under way at the freeze still arrive within about 2 s,
+    // inside the 6 s lease renewed every second.
     c.fleet
-        .set_destination_latency(Duration::from_millis(300))
+        .set_destination_latency(Duration::from_millis(1000))
         .unwrap();
     c.fleet.update_apps(0..600, 2).await.unwrap();
     let in_flight = wait_for(

@@ -154,6 +154,8 @@ pub struct ReplicaArgs {
     /// The share of memory in a measured unit's weight (0 to 1), busy time having the rest:
     /// each is the unit's cost per item over the fleet's average, and memory is what owners
     /// keep for the unit beyond its items (shardwise's controller: its cache of the cluster).
+    /// Under either model, a slice's cache copy costs this share of the items its bytes are
+    /// worth.
     #[arg(long, env = "SHARDWISE_LOAD_MEMORY_WEIGHT", default_value_t = LoadSettings::DEFAULT.memory_weight)]
     pub(crate) load_memory_weight: f64,
 

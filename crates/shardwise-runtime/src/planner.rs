@@ -39,7 +39,7 @@ use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
 use decide::{Decision, ItemWrite, Recall, Rules, Write, decide};
 use index::{Index, SliceEntry, UnitEntry, item_view};
-use measured::{LoadFigures, MeasuredModel, PassLoads, copy_cost};
+use measured::{AVERAGE_WEIGHT, LoadFigures, MeasuredModel, PassLoads, copy_cost};
 use report::Reporter;
 use scaling::{Demand, Progress, Scaler, Unsettled};
 
@@ -429,9 +429,11 @@ async fn pass<C: Sharded>(
     // Read once: for the load model, for sizing by busy time or cache, and for the cost of a
     // cache copy (which follows the bytes reported, under either model).
     let reports = parts.leases.measured_loads();
-    let memory_weight = measured
-        .is_some()
-        .then_some(parts.settings.load.memory_weight);
+    let item_weight = if measured.is_some() {
+        AVERAGE_WEIGHT
+    } else {
+        1
+    };
     let (decided, loads, draining) = {
         let index = planner.index();
         let units = index.unit_views();
@@ -452,7 +454,12 @@ async fn pass<C: Sharded>(
             namespace: &parts.replica.namespace,
             statefulset: &parts.replica.statefulset,
             weights: loads.as_ref().map(|l| &l.placing),
-            copy_cost: copy_cost(C::COPY_BYTES, &reports, memory_weight),
+            copy_cost: copy_cost(
+                C::COPY_BYTES,
+                &reports,
+                item_weight,
+                parts.settings.load.memory_weight,
+            ),
         };
         let recall = recall(memory, periodic, loads.as_ref());
         (decide(&rules, &index, &membership, recall), loads, draining)

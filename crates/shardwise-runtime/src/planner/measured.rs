@@ -276,13 +276,15 @@ impl MeasuredModel {
 }
 
 /// What one cache copy of `copy_bytes` costs in the load units the strategies balance: the
-/// copy as a share of an average item's reported bytes, times what an item weighs (1 counting
-/// apps; under the measured model an average item's [`AVERAGE_WEIGHT`] times the memory's share
-/// of the weight). 0 while no owner reports bytes.
+/// copy as a share of an average item's reported bytes, times what an item weighs
+/// (`item_weight`: 1 counting apps, [`AVERAGE_WEIGHT`] under the measured model), times
+/// memory's share of that weight (`memory_weight`, `--load-memory-weight`): a copy is memory,
+/// not work, under either model, as the simulator counts it. 0 while no owner reports bytes.
 pub(crate) fn copy_cost(
     copy_bytes: u64,
     measured: &MeasuredLoads,
-    memory_weight: Option<f64>,
+    item_weight: u32,
+    memory_weight: f64,
 ) -> u64 {
     let (mut bytes, mut items) = (0u64, 0u64);
     for (_, m) in measured.iter() {
@@ -295,8 +297,7 @@ pub(crate) fn copy_cost(
         return 0;
     }
     let items_worth = copy_bytes as f64 * items as f64 / bytes as f64;
-    let per_item = memory_weight.map_or(1.0, |m| f64::from(AVERAGE_WEIGHT) * m);
-    (items_worth * per_item).round() as u64
+    (items_worth * f64::from(item_weight) * memory_weight).round() as u64
 }
 
 /// The load of each live shard in `assignment` with each unit (by UID) at `weights` (units
@@ -505,14 +506,16 @@ mod tests {
             ],
             now,
         );
-        // 250,000 bytes: 25 items; counting apps, 25; measured, 25 × 1000 × 0.2.
-        assert_eq!(copy_cost(250_000, &loads, None), 25);
-        assert_eq!(copy_cost(250_000, &loads, Some(0.2)), 5000);
-        assert_eq!(copy_cost(250_000, &loads, Some(0.0)), 0);
-        assert_eq!(copy_cost(0, &loads, None), 0);
+        // 250,000 bytes: 25 items, at memory's share of an item's weight: counting apps,
+        // 25 × 0.2; measured, 25 × 1000 × 0.2.
+        assert_eq!(copy_cost(250_000, &loads, 1, 0.2), 5);
+        assert_eq!(copy_cost(250_000, &loads, 1, 1.0), 25);
+        assert_eq!(copy_cost(250_000, &loads, AVERAGE_WEIGHT, 0.2), 5000);
+        assert_eq!(copy_cost(250_000, &loads, AVERAGE_WEIGHT, 0.0), 0);
+        assert_eq!(copy_cost(0, &loads, 1, 0.2), 0);
         // Nothing reports memory: copies cost nothing.
         let none = measured(&[(whole("a"), 1.0, 100)], now);
-        assert_eq!(copy_cost(250_000, &none, None), 0);
+        assert_eq!(copy_cost(250_000, &none, 1, 0.2), 0);
     }
 
     #[test]
