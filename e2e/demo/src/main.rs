@@ -105,7 +105,15 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         options.clusters,
         options.apps
     );
-    let mut demo = Demo::start(options).await?;
+    // Ctrl-C while the fleet starts drops what has started: its processes stop and its
+    // folder goes with them.
+    let mut demo = tokio::select! {
+        demo = Demo::start(options) => demo?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted while starting: stopping what started and removing its folder");
+            return Ok(false);
+        }
+    };
     // Ctrl-C mid-play stops the fleet and removes its folder too.
     let summary = tokio::select! {
         summary = demo.play(&mut stdout) => summary?,
@@ -119,7 +127,7 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         let dir = demo.dir().to_path_buf();
         let kubeconfig = demo.kubeconfig()?;
         let note = format!(
-            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise -l shardwise.io/shard=0\n  kubectl get leases -n shardwise\n{}\nReplica logs: {}\nCtrl-C stops everything and removes that folder.\n",
+            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise -l shardwise.io/shard=0\n  kubectl get leases -n shardwise -o custom-columns=NAME:.metadata.name,HOLDER:.spec.holderIdentity\n{}\nReplica logs: {}\nCtrl-C stops everything and removes that folder.\n",
             kubeconfig.display(),
             demo.prometheus()
                 .map_or_else(String::new, |address| format!(
