@@ -9,6 +9,8 @@ use shardwise_api::ResourceRef;
 use shardwise_api::keys::{
     APP_ANNOTATION, APP_CLUSTER_LABEL, APP_UID_LABEL, MANAGED_BY, MANIFEST_HASH_ANNOTATION,
 };
+use shardwise_handoff::keys::unit_token;
+use shardwise_handoff::plan::ObjectKey;
 use thiserror::Error;
 use twox_hash::XxHash3_64;
 
@@ -126,9 +128,10 @@ pub struct Mark<'a> {
 }
 
 /// The value of [`APP_CLUSTER_LABEL`] for the FleetCluster `namespace/name`: a stable hash,
-/// since a label value is at most 63 characters and names may be longer.
+/// since a label value is at most 63 characters and names may be longer. The same token the
+/// FleetApps of the cluster carry as their unit label.
 pub fn cluster_label(namespace: &str, name: &str) -> String {
-    hash_hex(format!("{namespace}/{name}").as_bytes())
+    unit_token(&ObjectKey::new(namespace, name))
 }
 
 /// 16 hex digits of XXH3-64: the same on every platform and version.
@@ -262,6 +265,11 @@ mod tests {
         assert_ne!(
             cluster_label("fleet", "prod"),
             cluster_label("fleet2", "prod")
+        );
+        // What objects already applied carry: it must not change.
+        assert_eq!(
+            cluster_label("fleet", "prod"),
+            format!("{:016x}", XxHash3_64::oneshot(b"fleet/prod"))
         );
     }
 

@@ -3,10 +3,20 @@
 //! The planner records placement in these; replicas select on them. They are part of the API:
 //! renaming one breaks every running fleet.
 
+use twox_hash::XxHash3_64;
+
+use crate::plan::ObjectKey;
+
 /// The shard that owns a unit (what the planner places) or an item (what follows a unit), as a
 /// decimal ordinal. Written only by the planner; every replica watches with
 /// `shardwise.io/shard=<its ordinal>`.
 pub const SHARD_LABEL: &str = "shardwise.io/shard";
+
+/// The unit an item targets, as [`unit_token`] of its `namespace/name` (a label value is at most
+/// 63 characters and cannot hold `/`). Written by the planner when it sees an item without it
+/// or with a token of another unit; never on a move, so that owners can select a unit's items
+/// by it whichever shard holds the unit.
+pub const UNIT_LABEL: &str = "shardwise.io/unit";
 
 /// Ownership epoch of a unit: bumped by the planner at every change of owner, so that
 /// an acknowledgement of a drain can never be mistaken for one of a later assignment.
@@ -47,6 +57,12 @@ pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
 /// holder, with its renewals; the planner reads it.
 pub const LOAD_ANNOTATION: &str = "shardwise.io/load";
 
+/// The value of [`UNIT_LABEL`] for the unit `unit` (`namespace/name`): 16 lowercase hex digits
+/// of its XXH3-64, the same on every platform and version.
+pub fn unit_token(unit: &ObjectKey) -> String {
+    format!("{:016x}", XxHash3_64::oneshot(unit.to_string().as_bytes()))
+}
+
 /// Parses a shard label value: a plain decimal ordinal, nothing else.
 pub fn parse_shard(value: &str) -> Option<u32> {
     if value.is_empty()
@@ -61,6 +77,24 @@ pub fn parse_shard(value: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_token_is_a_fixed_hash_of_namespace_and_name() {
+        // Pinned: a token is part of every item of every running fleet.
+        assert_eq!(
+            unit_token(&ObjectKey::new("fleet", "edge-1")),
+            format!("{:016x}", XxHash3_64::oneshot(b"fleet/edge-1"))
+        );
+        assert_eq!(
+            unit_token(&ObjectKey::new("fleet", "edge-1")),
+            "390d9dbaa803c3d8"
+        );
+        let long = ObjectKey::new("n".repeat(63), "c".repeat(253));
+        let token = unit_token(&long);
+        assert_eq!(token.len(), 16);
+        assert!(token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert_ne!(token, unit_token(&ObjectKey::new("fleet", "edge-2")));
+    }
 
     #[test]
     fn shard_values_are_strict_decimals() {

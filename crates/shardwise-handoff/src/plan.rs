@@ -10,6 +10,7 @@ use shard_assign::{
 };
 
 use crate::drain::{Incarnation, PlannerAction, UnitRecord};
+use crate::keys::unit_token;
 use crate::slices::{SliceAction, SliceRecord, slice_actions};
 
 /// Namespace and name of an object.
@@ -92,6 +93,8 @@ pub struct ItemView {
     pub unit: ObjectKey,
     /// Its shard label.
     pub shard: Option<ShardId>,
+    /// Its unit label ([`crate::keys::UNIT_LABEL`]), as written.
+    pub unit_token: Option<String>,
 }
 
 /// Which shards exist and which are alive.
@@ -172,8 +175,9 @@ pub struct Plan {
     pub assignment: SlicedAssignment,
     /// Writes to the records of units, in unit order (only units that need one).
     pub unit_actions: Vec<(ObjectKey, SliceAction)>,
-    /// Items whose shard label must change, with the shard, in key order. An item follows the
-    /// owner of its slice once that slice's record is written.
+    /// Items whose shard label must change, or whose unit label is missing or names another
+    /// unit, in key order. An item follows the owner of its slice once that slice's record is
+    /// written.
     pub item_labels: Vec<ItemLabel>,
     /// Units pinned to a shard that is not live, and where they were placed instead.
     pub unhonoured_pins: Vec<(ObjectKey, ShardId, ShardId)>,
@@ -188,8 +192,10 @@ pub struct Plan {
 pub struct ItemLabel {
     /// The item.
     pub item: ObjectKey,
-    /// Its new shard label.
+    /// Its shard label (new, or the same when only its unit label is written).
     pub shard: ShardId,
+    /// Its unit label: [`unit_token`] of its unit.
+    pub unit_token: String,
     /// The record whose write must succeed first, if the new label depends on one.
     pub after: Option<RecordKey>,
 }
@@ -397,14 +403,18 @@ fn owners_after(records: &[SliceRecord], actions: &[SliceAction]) -> Vec<Owned> 
 }
 
 /// The label changes of items: each follows the owner of the deepest record containing its key,
-/// once that record's write lands.
+/// once that record's write lands, and carries the token of its unit.
 fn item_labels(
     items: &[ItemView],
     records_after: &BTreeMap<&ObjectKey, Vec<Owned>>,
     live: &ShardSet,
 ) -> Vec<ItemLabel> {
     let mut item_labels = Vec::new();
+    let mut tokens: BTreeMap<&ObjectKey, String> = BTreeMap::new();
     for item in items {
+        let token = tokens
+            .entry(&item.unit)
+            .or_insert_with(|| unit_token(&item.unit));
         let key = app_key(&item.uid);
         let owned = records_after.get(&item.unit).and_then(|records| {
             records
@@ -431,10 +441,11 @@ fn item_labels(
                 }
             },
         };
-        if item.shard != Some(shard) {
+        if item.shard != Some(shard) || item.unit_token.as_ref() != Some(token) {
             item_labels.push(ItemLabel {
                 item: item.key.clone(),
                 shard,
+                unit_token: token.clone(),
                 after,
             });
         }
@@ -519,6 +530,7 @@ mod tests {
             uid: format!("uid-{name}"),
             unit: ObjectKey::new("fleet", unit),
             shard,
+            unit_token: Some(unit_token(&ObjectKey::new("fleet", unit))),
         }
     }
 
@@ -618,6 +630,7 @@ mod tests {
             vec![ItemLabel {
                 item: ObjectKey::new("fleet", "z"),
                 shard: 0,
+                unit_token: unit_token(&ObjectKey::new("fleet", "b")),
                 after: Some(RecordKey {
                     unit: ObjectKey::new("fleet", "b"),
                     range: KeyRange::WHOLE
@@ -649,6 +662,48 @@ mod tests {
         // Same shard: the items keep their label.
         assert!(p.item_labels.is_empty());
         assert_eq!(membership.identity(0), Some(identity(0).as_str()));
+    }
+
+    #[test]
+    fn an_item_gets_its_units_token_once_and_keeps_it_through_moves() {
+        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let units = [unit("a", Some(0)), unit("b", Some(1))];
+        let mut fresh = item("fresh", "a", Some(0));
+        fresh.unit_token = None;
+        let mut stale = item("stale", "b", Some(1));
+        stale.unit_token = Some(unit_token(&ObjectKey::new("fleet", "a")));
+        let items = [fresh, stale, item("settled", "a", Some(0))];
+        let p = plan_whole(&config, &units, &items, &members(2, &[0, 1]), None).unwrap();
+        // Written where missing or naming another unit, on the shard they already have.
+        assert_eq!(
+            p.item_labels,
+            vec![
+                ItemLabel {
+                    item: ObjectKey::new("fleet", "fresh"),
+                    shard: 0,
+                    unit_token: unit_token(&ObjectKey::new("fleet", "a")),
+                    after: None,
+                },
+                ItemLabel {
+                    item: ObjectKey::new("fleet", "stale"),
+                    shard: 1,
+                    unit_token: unit_token(&ObjectKey::new("fleet", "b")),
+                    after: None,
+                },
+            ]
+        );
+        // A move of "a" to shard 1 relabels its items' shard; their token stays what it was.
+        let p = plan_whole(&config, &units, &items, &members(2, &[1]), None).unwrap();
+        let moved: Vec<_> = p
+            .item_labels
+            .iter()
+            .filter(|l| l.item.name != "stale")
+            .collect();
+        assert_eq!(moved.len(), 2, "{:?}", p.item_labels);
+        for label in moved {
+            assert_eq!(label.shard, 1);
+            assert_eq!(label.unit_token, unit_token(&ObjectKey::new("fleet", "a")));
+        }
     }
 
     #[test]
@@ -721,6 +776,7 @@ mod memory_tests {
                     uid: format!("item-{i}-{j}"),
                     unit: ObjectKey::new("fleet", format!("c{i}")),
                     shard: Some(0),
+                    unit_token: Some(unit_token(&ObjectKey::new("fleet", format!("c{i}")))),
                 })
             })
             .collect();
@@ -822,6 +878,7 @@ mod slicing_tests {
                 uid: format!("6b1c{i:04}-00aa-4c1e-9f00-{:012x}", i * 7919),
                 unit: ObjectKey::new("fleet", "hot"),
                 shard: Some(0),
+                unit_token: Some(unit_token(&ObjectKey::new("fleet", "hot"))),
             });
         }
         for c in 0..4 {
@@ -832,6 +889,7 @@ mod slicing_tests {
                     uid: format!("0d5e{c:02}{i:02}-11bb-4d2f-8e11-{:012x}", i * 104_729),
                     unit: ObjectKey::new("fleet", format!("c{c}")),
                     shard: Some(c),
+                    unit_token: Some(unit_token(&ObjectKey::new("fleet", format!("c{c}")))),
                 });
             }
         }

@@ -22,7 +22,10 @@ use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{
     Environment, Identity, Process, ProcessSpec, ServerKind, free_port, scrape, wait_for,
 };
-use shardwise_handoff::keys::{DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL};
+use shardwise_handoff::keys::{
+    DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL, UNIT_LABEL, unit_token,
+};
+use shardwise_handoff::plan::ObjectKey;
 use shardwise_runtime::slice::UnitSlice;
 
 pub const NAMESPACE: &str = "shardwise";
@@ -669,6 +672,16 @@ impl Fleet {
             }
             let shard =
                 shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
+            // Every app names its cluster by the token its owner selects it by.
+            let cluster = ObjectKey::new(NAMESPACE, &a.spec.destination.cluster);
+            if a.labels().get(UNIT_LABEL) != Some(&unit_token(&cluster)) {
+                return Err(format!(
+                    "app {} has unit label {:?}, not its cluster {cluster}'s {}",
+                    a.name_any(),
+                    a.labels().get(UNIT_LABEL),
+                    unit_token(&cluster)
+                ));
+            }
             let status = a.status.clone().unwrap_or_default();
             if let Some(owner) = placement.owner_of(a)
                 && (owner != shard || status.shard != Some(shard))

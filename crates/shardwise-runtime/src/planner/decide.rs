@@ -9,7 +9,7 @@ use shard_assign::{Balance, KeyRange, ShardId, SliceSwitch, StrategyConfig};
 use shardwise_handoff::drain::PlannerAction;
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
-    SLICE_SHARDS_ANNOTATION, SLICES_LABEL, STATEFULSET_LABEL,
+    SLICE_SHARDS_ANNOTATION, SLICES_LABEL, STATEFULSET_LABEL, UNIT_LABEL,
 };
 use shardwise_handoff::plan::{
     Membership, ObjectKey, Plan, PlanError, PlanMemory, RecordKey, plan,
@@ -184,8 +184,8 @@ fn conditioned(mut metadata: Value, resource_version: Option<&str>) -> Value {
 }
 
 /// The patch of an item's shard label.
-pub(crate) fn item_patch(shard: ShardId) -> Value {
-    json!({"metadata": {"labels": {SHARD_LABEL: shard.to_string()}}})
+pub(crate) fn item_patch(shard: ShardId, unit_token: &str) -> Value {
+    json!({"metadata": {"labels": {SHARD_LABEL: shard.to_string(), UNIT_LABEL: unit_token}}})
 }
 
 /// What a cut unit shows of `layout`: its number of slices and their shards.
@@ -412,7 +412,7 @@ pub(crate) fn decide(
             key: label.item.clone(),
             shard: label.shard,
             after: label.after.clone(),
-            patch: item_patch(label.shard),
+            patch: item_patch(label.shard, &label.unit_token),
             shard_before: labels_before.get(&label.item).copied(),
         })
         .collect();
@@ -472,6 +472,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use shard_assign::Hysteresis;
+    use shardwise_handoff::keys::unit_token;
 
     use super::super::index::SliceEntry;
     use super::super::index::fixtures::{identity, item, members, unit};
@@ -538,7 +539,9 @@ mod tests {
                 .expect("a label that follows a new owner");
             assert!(write.key.name.starts_with(&unit.unit.name));
             assert_eq!(unit.range, KeyRange::WHOLE);
-            assert_eq!(write.patch, item_patch(write.shard));
+            let token = unit_token(&unit.unit);
+            assert_eq!(write.patch, item_patch(write.shard, &token));
+            assert_eq!(write.patch["metadata"]["labels"][UNIT_LABEL], token);
         }
         assert_eq!(decision.figures.shards.len(), 2);
         let counted: u64 = decision.figures.shards.values().map(|f| f.items).sum();

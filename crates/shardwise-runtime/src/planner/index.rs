@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use kube::Resource;
 use shard_assign::KeyRange;
-use shardwise_handoff::keys::{SHARD_LABEL, SLICE_SHARDS_ANNOTATION, SLICES_LABEL, parse_shard};
+use shardwise_handoff::keys::{
+    SHARD_LABEL, SLICE_SHARDS_ANNOTATION, SLICES_LABEL, UNIT_LABEL, parse_shard,
+};
 use shardwise_handoff::plan::{ItemView, ObjectKey, UnitView};
 use shardwise_handoff::slices::SliceRecord;
 
@@ -118,6 +120,11 @@ pub(crate) fn item_view<C: Sharded>(item: &C::Item) -> ItemView {
             .as_ref()
             .and_then(|l| l.get(SHARD_LABEL))
             .and_then(|v| parse_shard(v)),
+        unit_token: meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(UNIT_LABEL))
+            .cloned(),
     }
 }
 
@@ -356,6 +363,7 @@ impl Index {
 pub(super) mod fixtures {
     use shard_assign::ShardId;
     use shardwise_handoff::drain::{Incarnation, UnitRecord};
+    use shardwise_handoff::keys::unit_token;
     use shardwise_handoff::plan::Membership;
 
     use super::*;
@@ -401,6 +409,7 @@ pub(super) mod fixtures {
             uid: format!("uid-{name}"),
             unit: ObjectKey::new("fleet", unit),
             shard,
+            unit_token: Some(unit_token(&ObjectKey::new("fleet", unit))),
         }
     }
 }
