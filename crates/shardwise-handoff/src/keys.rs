@@ -92,7 +92,11 @@ mod tests {
         let long = ObjectKey::new("n".repeat(63), "c".repeat(253));
         let token = unit_token(&long);
         assert_eq!(token.len(), 16);
-        assert!(token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert!(
+            token
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
         assert_ne!(token, unit_token(&ObjectKey::new("fleet", "edge-2")));
     }
 
