@@ -25,6 +25,7 @@ use shardwise_e2e::{
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL, UNIT_LABEL, unit_token,
 };
+use shardwise_handoff::plan::ObjectKey;
 use shardwise_runtime::slice::UnitSlice;
 
 pub const NAMESPACE: &str = "shardwise";
@@ -669,26 +670,28 @@ impl Fleet {
                 }
                 continue;
             }
-            // Every app names its cluster by the token its owner selects it by, and carries
-            // no shard: it follows its cluster's (or slice's) record, wherever that is.
-            let cluster = &a.spec.destination.cluster;
-            let token = unit_token(NAMESPACE, cluster);
-            if a.labels().get(UNIT_LABEL) != Some(&token) {
+            let shard =
+                shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
+            // Every app names its cluster by the token its owner selects it by.
+            let cluster = ObjectKey::new(NAMESPACE, &a.spec.destination.cluster);
+            if a.labels().get(UNIT_LABEL) != Some(&unit_token(&cluster)) {
                 return Err(format!(
-                    "app {} has unit label {:?}, not its cluster {cluster}'s {token}",
+                    "app {} has unit label {:?}, not its cluster {cluster}'s {}",
                     a.name_any(),
                     a.labels().get(UNIT_LABEL),
-                ));
-            }
-            if placement.owner_of(a).is_some()
-                && let Some(shard) = shard_label(a)
-            {
-                return Err(format!(
-                    "app {} of an existing cluster still labelled with shard {shard}",
-                    a.name_any()
+                    unit_token(&cluster)
                 ));
             }
             let status = a.status.clone().unwrap_or_default();
+            if let Some(owner) = placement.owner_of(a)
+                && (owner != shard || status.shard != Some(shard))
+            {
+                return Err(format!(
+                    "app {} labelled {shard}, status by {:?}, its cluster (or slice) on {owner}",
+                    a.name_any(),
+                    status.shard
+                ));
+            }
             if status.sync_phase != Some(SyncPhase::Synced)
                 || status.observed_generation != a.metadata.generation
             {
