@@ -433,8 +433,9 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     // then takes a second or more (the real server's link holds each chunk that long), so 48
     // workers drain at most about 48 apps a second, fewer than the control plane delivers even
     // when CI runs slowly. At 300 ms a replica's queue drained as fast as it filled on a loaded
-    // machine and never held 60. Writes under way at the freeze still arrive within about 2 s,
-    // inside the 6 s lease renewed every second.
+    // machine and never held 60 (nor, on the real server, at 1 s in one CI run). Writes under
+    // way at the freeze still arrive within about 2 s, inside the 6 s lease renewed every
+    // second.
     c.fleet
         .set_destination_latency(Duration::from_millis(1000))
         .unwrap();
@@ -446,9 +447,10 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
             let m = scrape(&c.fleet.replicas[&frozen].metrics_url)
                 .await
                 .map_err(|e| e.to_string())?;
-            // More queued than its workers can take: every worker is mid-reconcile.
+            // Apps waiting in the queue while there are 48 workers: every worker is
+            // mid-reconcile (an idle one takes a queued app at once), so 48 are in flight.
             match m.sum("shardwise_queue_depth", &[("kind", "app")]) {
-                n if n >= 60.0 => Ok(n),
+                n if n >= 12.0 => Ok(n),
                 n => Err(format!("{n} apps queued")),
             }
         },

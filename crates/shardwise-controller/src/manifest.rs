@@ -10,7 +10,6 @@ use shardwise_api::keys::{
     APP_ANNOTATION, APP_CLUSTER_LABEL, APP_UID_LABEL, MANAGED_BY, MANIFEST_HASH_ANNOTATION,
 };
 use shardwise_handoff::keys::unit_token;
-use shardwise_handoff::plan::ObjectKey;
 use thiserror::Error;
 use twox_hash::XxHash3_64;
 
@@ -131,7 +130,7 @@ pub struct Mark<'a> {
 /// since a label value is at most 63 characters and names may be longer. The same token the
 /// FleetApps of the cluster carry as their unit label.
 pub fn cluster_label(namespace: &str, name: &str) -> String {
-    unit_token(&ObjectKey::new(namespace, name))
+    unit_token(namespace, name)
 }
 
 /// 16 hex digits of XXH3-64: the same on every platform and version.

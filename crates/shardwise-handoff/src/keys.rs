@@ -5,8 +5,6 @@
 
 use twox_hash::XxHash3_64;
 
-use crate::plan::ObjectKey;
-
 /// The shard that owns a unit (what the planner places) or an item (what follows a unit), as a
 /// decimal ordinal. Written only by the planner; every replica watches with
 /// `shardwise.io/shard=<its ordinal>`.
@@ -57,10 +55,16 @@ pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
 /// holder, with its renewals; the planner reads it.
 pub const LOAD_ANNOTATION: &str = "shardwise.io/load";
 
-/// The value of [`UNIT_LABEL`] for the unit `unit` (`namespace/name`): 16 lowercase hex digits
-/// of its XXH3-64, the same on every platform and version.
-pub fn unit_token(unit: &ObjectKey) -> String {
-    format!("{:016x}", XxHash3_64::oneshot(unit.to_string().as_bytes()))
+/// The value of [`UNIT_LABEL`] for the unit `name` in `namespace` (empty for a cluster-scoped
+/// unit): 16 lowercase hex digits of the XXH3-64 of `namespace/name` (or `name`), the same on
+/// every platform and version.
+pub fn unit_token(namespace: &str, name: &str) -> String {
+    let hash = if namespace.is_empty() {
+        XxHash3_64::oneshot(name.as_bytes())
+    } else {
+        XxHash3_64::oneshot(format!("{namespace}/{name}").as_bytes())
+    };
+    format!("{hash:016x}")
 }
 
 /// Parses a shard label value: a plain decimal ordinal, nothing else.
@@ -82,22 +86,23 @@ mod tests {
     fn a_unit_token_is_a_fixed_hash_of_namespace_and_name() {
         // Pinned: a token is part of every item of every running fleet.
         assert_eq!(
-            unit_token(&ObjectKey::new("fleet", "edge-1")),
+            unit_token("fleet", "edge-1"),
             format!("{:016x}", XxHash3_64::oneshot(b"fleet/edge-1"))
         );
+        assert_eq!(unit_token("fleet", "edge-1"), "390d9dbaa803c3d8");
+        // A cluster-scoped unit (a Namespace, say) by its name alone.
         assert_eq!(
-            unit_token(&ObjectKey::new("fleet", "edge-1")),
-            "390d9dbaa803c3d8"
+            unit_token("", "team-1"),
+            format!("{:016x}", XxHash3_64::oneshot(b"team-1"))
         );
-        let long = ObjectKey::new("n".repeat(63), "c".repeat(253));
-        let token = unit_token(&long);
+        let token = unit_token(&"n".repeat(63), &"c".repeat(253));
         assert_eq!(token.len(), 16);
         assert!(
             token
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         );
-        assert_ne!(token, unit_token(&ObjectKey::new("fleet", "edge-2")));
+        assert_ne!(token, unit_token("fleet", "edge-2"));
     }
 
     #[test]

@@ -414,7 +414,7 @@ fn item_labels(
     for item in items {
         let token = tokens
             .entry(&item.unit)
-            .or_insert_with(|| unit_token(&item.unit));
+            .or_insert_with(|| unit_token(&item.unit.namespace, &item.unit.name));
         let key = app_key(&item.uid);
         let owned = records_after.get(&item.unit).and_then(|records| {
             records
@@ -530,7 +530,7 @@ mod tests {
             uid: format!("uid-{name}"),
             unit: ObjectKey::new("fleet", unit),
             shard,
-            unit_token: Some(unit_token(&ObjectKey::new("fleet", unit))),
+            unit_token: Some(unit_token("fleet", unit)),
         }
     }
 
@@ -630,7 +630,7 @@ mod tests {
             vec![ItemLabel {
                 item: ObjectKey::new("fleet", "z"),
                 shard: 0,
-                unit_token: unit_token(&ObjectKey::new("fleet", "b")),
+                unit_token: unit_token("fleet", "b"),
                 after: Some(RecordKey {
                     unit: ObjectKey::new("fleet", "b"),
                     range: KeyRange::WHOLE
@@ -671,7 +671,7 @@ mod tests {
         let mut fresh = item("fresh", "a", Some(0));
         fresh.unit_token = None;
         let mut stale = item("stale", "b", Some(1));
-        stale.unit_token = Some(unit_token(&ObjectKey::new("fleet", "a")));
+        stale.unit_token = Some(unit_token("fleet", "a"));
         let items = [fresh, stale, item("settled", "a", Some(0))];
         let p = plan_whole(&config, &units, &items, &members(2, &[0, 1]), None).unwrap();
         // Written where missing or naming another unit, on the shard they already have.
@@ -681,13 +681,13 @@ mod tests {
                 ItemLabel {
                     item: ObjectKey::new("fleet", "fresh"),
                     shard: 0,
-                    unit_token: unit_token(&ObjectKey::new("fleet", "a")),
+                    unit_token: unit_token("fleet", "a"),
                     after: None,
                 },
                 ItemLabel {
                     item: ObjectKey::new("fleet", "stale"),
                     shard: 1,
-                    unit_token: unit_token(&ObjectKey::new("fleet", "b")),
+                    unit_token: unit_token("fleet", "b"),
                     after: None,
                 },
             ]
@@ -702,7 +702,7 @@ mod tests {
         assert_eq!(moved.len(), 2, "{:?}", p.item_labels);
         for label in moved {
             assert_eq!(label.shard, 1);
-            assert_eq!(label.unit_token, unit_token(&ObjectKey::new("fleet", "a")));
+            assert_eq!(label.unit_token, unit_token("fleet", "a"));
         }
     }
 
@@ -776,7 +776,7 @@ mod memory_tests {
                     uid: format!("item-{i}-{j}"),
                     unit: ObjectKey::new("fleet", format!("c{i}")),
                     shard: Some(0),
-                    unit_token: Some(unit_token(&ObjectKey::new("fleet", format!("c{i}")))),
+                    unit_token: Some(unit_token("fleet", &format!("c{i}"))),
                 })
             })
             .collect();
@@ -878,7 +878,7 @@ mod slicing_tests {
                 uid: format!("6b1c{i:04}-00aa-4c1e-9f00-{:012x}", i * 7919),
                 unit: ObjectKey::new("fleet", "hot"),
                 shard: Some(0),
-                unit_token: Some(unit_token(&ObjectKey::new("fleet", "hot"))),
+                unit_token: Some(unit_token("fleet", "hot")),
             });
         }
         for c in 0..4 {
@@ -889,7 +889,7 @@ mod slicing_tests {
                     uid: format!("0d5e{c:02}{i:02}-11bb-4d2f-8e11-{:012x}", i * 104_729),
                     unit: ObjectKey::new("fleet", format!("c{c}")),
                     shard: Some(c),
-                    unit_token: Some(unit_token(&ObjectKey::new("fleet", format!("c{c}")))),
+                    unit_token: Some(unit_token("fleet", &format!("c{c}"))),
                 });
             }
         }

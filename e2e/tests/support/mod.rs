@@ -25,7 +25,6 @@ use shardwise_e2e::{
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL, UNIT_LABEL, unit_token,
 };
-use shardwise_handoff::plan::ObjectKey;
 use shardwise_runtime::slice::UnitSlice;
 
 pub const NAMESPACE: &str = "shardwise";
@@ -673,13 +672,13 @@ impl Fleet {
             let shard =
                 shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
             // Every app names its cluster by the token its owner selects it by.
-            let cluster = ObjectKey::new(NAMESPACE, &a.spec.destination.cluster);
-            if a.labels().get(UNIT_LABEL) != Some(&unit_token(&cluster)) {
+            let cluster = &a.spec.destination.cluster;
+            let token = unit_token(NAMESPACE, cluster);
+            if a.labels().get(UNIT_LABEL) != Some(&token) {
                 return Err(format!(
-                    "app {} has unit label {:?}, not its cluster {cluster}'s {}",
+                    "app {} has unit label {:?}, not its cluster {cluster}'s {token}",
                     a.name_any(),
                     a.labels().get(UNIT_LABEL),
-                    unit_token(&cluster)
                 ));
             }
             let status = a.status.clone().unwrap_or_default();

@@ -539,7 +539,7 @@ mod tests {
                 .expect("a label that follows a new owner");
             assert!(write.key.name.starts_with(&unit.unit.name));
             assert_eq!(unit.range, KeyRange::WHOLE);
-            let token = unit_token(&unit.unit);
+            let token = unit_token(&unit.unit.namespace, &unit.unit.name);
             assert_eq!(write.patch, item_patch(write.shard, &token));
             assert_eq!(write.patch["metadata"]["labels"][UNIT_LABEL], token);
         }

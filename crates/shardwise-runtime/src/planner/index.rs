@@ -409,7 +409,7 @@ pub(super) mod fixtures {
             uid: format!("uid-{name}"),
             unit: ObjectKey::new("fleet", unit),
             shard,
-            unit_token: Some(unit_token(&ObjectKey::new("fleet", unit))),
+            unit_token: Some(unit_token("fleet", unit)),
         }
     }
 }
