@@ -12,8 +12,9 @@ pub const SHARD_LABEL: &str = "shardwise.io/shard";
 
 /// The unit an item targets, as [`unit_token`] of its `namespace/name` (a label value is at most
 /// 63 characters and cannot hold `/`). Written by the planner when it sees an item without it
-/// or with a token of another unit; never on a move, so that owners can select a unit's items
-/// by it whichever shard holds the unit.
+/// or with a token of another unit, and again, unchanged, with the shard label of a move: its
+/// value follows the unit, not its shard, so a selection of a unit's items by it holds whichever
+/// shard holds the unit.
 pub const UNIT_LABEL: &str = "shardwise.io/unit";
 
 /// Ownership epoch of a unit: bumped by the planner at every change of owner, so that

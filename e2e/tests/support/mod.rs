@@ -671,7 +671,7 @@ impl Fleet {
             }
             let shard =
                 shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
-            // Every app names its cluster by the token its owner selects it by.
+            // Every app names its cluster by its token, whichever shard holds the cluster.
             let cluster = &a.spec.destination.cluster;
             let token = unit_token(NAMESPACE, cluster);
             if a.labels().get(UNIT_LABEL) != Some(&token) {
