@@ -755,8 +755,8 @@ async fn health_follows_the_objects_and_sync_status_shows_repairs() {
     recorder.abort();
 }
 
-/// The clusters labelled for `shard` (as `namespace/name`) and the number of apps labelled for
-/// it, as the control plane has them now.
+/// The clusters labelled for `shard` (as `namespace/name`) and the number of apps of those
+/// clusters (or of their slices placed there), as the control plane has them now.
 async fn labelled_to(
     fleet: &Fleet,
     shard: u32,
@@ -777,10 +777,11 @@ async fn labelled_to(
         .filter(|c| shard_label(*c) == Some(shard))
         .map(|c| format!("{NAMESPACE}/{}", c.name_any()))
         .collect();
+    let placement = fleet.placement().await.map_err(|e| e.to_string())?;
     let apps = apps
         .items
         .iter()
-        .filter(|a| shard_label(*a) == Some(shard))
+        .filter(|a| placement.owner_of(a) == Some(shard))
         .count();
     Ok((owned, apps))
 }

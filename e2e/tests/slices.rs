@@ -19,16 +19,19 @@ use support::{Fleet, FleetOptions, NAMESPACE, raised_client_limits, shard_label}
 
 const SETTLE: Duration = Duration::from_secs(240);
 
-/// Max over mean of the apps each of `shards` holds, by their labels.
+/// Max over mean of the apps each of `shards` holds: those of its clusters and slices.
 async fn apps_balance(fleet: &Fleet, shards: &[u32]) -> Result<f64, String> {
     let apps = fleet
         .apps_api()
         .list(&ListParams::default())
         .await
         .map_err(|e| e.to_string())?;
+    let placement = fleet.placement().await.map_err(|e| e.to_string())?;
     let mut per_shard: BTreeMap<u32, u64> = shards.iter().map(|&s| (s, 0)).collect();
     for app in &apps.items {
-        let shard = shard_label(app).ok_or_else(|| format!("{} has no label", app.name_any()))?;
+        let shard = placement
+            .owner_of(app)
+            .ok_or_else(|| format!("{} has no owner", app.name_any()))?;
         *per_shard.entry(shard).or_default() += 1;
     }
     let total: u64 = per_shard.values().sum();

@@ -32,12 +32,6 @@ use serde::{Deserialize, Serialize};
         json_path = ".spec.destination.namespace",
         priority = "1"
     ),
-    printcolumn(
-        name = "Shard",
-        type_ = "string",
-        json_path = ".metadata.labels.shardwise\\.io/shard",
-        description = "Shard that owns the app"
-    ),
     printcolumn(name = "Sync", type_ = "string", json_path = ".status.syncPhase"),
     printcolumn(name = "Health", type_ = "string", json_path = ".status.health.status"),
     printcolumn(
@@ -182,10 +176,6 @@ pub struct FleetAppStatus {
     /// Objects applied by the last successful sync.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied_resources: Vec<ResourceRef>,
-    /// Shard that wrote this status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 4_294_967_295u32))]
-    pub shard: Option<u32>,
     /// When a sync last found the destination matching the manifests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,

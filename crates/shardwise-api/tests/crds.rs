@@ -19,18 +19,26 @@ fn names_do_not_clash_with_argo_cd_or_cluster_api() {
                 .and_then(|s| s.status.as_ref())
                 .is_some()
         );
-        let columns: Vec<&str> = crd.spec.versions[0]
+    }
+    let columns = |crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| -> Vec<String> {
+        crd.spec.versions[0]
             .additional_printer_columns
             .as_ref()
             .unwrap()
             .iter()
-            .map(|c| c.name.as_str())
-            .collect();
-        assert!(
-            columns.contains(&"Shard") && columns.contains(&"Age"),
-            "{columns:?}"
-        );
-    }
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    // A cluster shows its shard; an app its cluster, whose shard that is (apps carry none).
+    let (cluster_columns, app_columns) = (columns(&cluster), columns(&app));
+    assert!(
+        cluster_columns.contains(&"Shard".into()) && cluster_columns.contains(&"Age".into()),
+        "{cluster_columns:?}"
+    );
+    assert!(
+        app_columns.contains(&"Cluster".into()) && !app_columns.contains(&"Shard".into()),
+        "{app_columns:?}"
+    );
     assert_eq!(
         cluster.spec.names.short_names,
         Some(vec!["fcl".to_string()])

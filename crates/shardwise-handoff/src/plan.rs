@@ -1,7 +1,7 @@
 //! The planner's pass: from what it observes (units with their placement records, items, the
 //! shards that exist) to what it must write (unit actions and item labels).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use shard_assign::{
     AppKeys, AssignError, Cluster, KeyRange, PreviousPlacement, ShardId, ShardSet, SliceConfig,
@@ -9,7 +9,7 @@ use shard_assign::{
     slice_id,
 };
 
-use crate::drain::{Incarnation, PlannerAction, UnitRecord};
+use crate::drain::{Incarnation, UnitRecord};
 use crate::keys::unit_token;
 use crate::slices::{SliceAction, SliceRecord, slice_actions};
 
@@ -91,7 +91,7 @@ pub struct ItemView {
     pub uid: String,
     /// The unit it targets (same namespace as the item).
     pub unit: ObjectKey,
-    /// Its shard label.
+    /// Its shard label (only items of units that do not exist keep one).
     pub shard: Option<ShardId>,
     /// Its unit label ([`crate::keys::UNIT_LABEL`]), as written.
     pub unit_token: Option<String>,
@@ -175,9 +175,8 @@ pub struct Plan {
     pub assignment: SlicedAssignment,
     /// Writes to the records of units, in unit order (only units that need one).
     pub unit_actions: Vec<(ObjectKey, SliceAction)>,
-    /// Items whose shard label must change, or whose unit label is missing or names another
-    /// unit, in key order. An item follows the owner of its slice once that slice's record is
-    /// written.
+    /// Items whose unit label is missing or names another unit, or whose shard label must
+    /// change, in key order. No move writes one: owners select a unit's items by its token.
     pub item_labels: Vec<ItemLabel>,
     /// Units pinned to a shard that is not live, and where they were placed instead.
     pub unhonoured_pins: Vec<(ObjectKey, ShardId, ShardId)>,
@@ -187,17 +186,16 @@ pub struct Plan {
     pub memory: PlanMemory,
 }
 
-/// A label change of an item.
+/// The labels of an item, where they must change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ItemLabel {
     /// The item.
     pub item: ObjectKey,
-    /// Its shard label (new, or the same when only its unit label is written).
-    pub shard: ShardId,
     /// Its unit label: [`unit_token`] of its unit.
     pub unit_token: String,
-    /// The record whose write must succeed first, if the new label depends on one.
-    pub after: Option<RecordKey>,
+    /// Its shard label: for an item of a unit that does not exist, the live shard that reports
+    /// on it; none for the others (an owner finds them by their unit label).
+    pub shard: Option<ShardId>,
 }
 
 /// Why a planning pass produced no plan.
@@ -329,8 +327,6 @@ pub fn plan(
     let mut unit_actions = Vec::new();
     let mut unhonoured_pins = Vec::new();
     let mut layouts = BTreeMap::new();
-    // The records each unit will have once this pass's writes land.
-    let mut records_after: BTreeMap<&ObjectKey, Vec<Owned>> = BTreeMap::new();
     for c in units {
         let Some(units) = assignment.units.get(&c.uid) else {
             continue;
@@ -346,12 +342,12 @@ pub fn plan(
         }
         let records = c.records();
         let actions = slice_actions(&records, &desired, |s| membership.holder(s));
-        records_after.insert(&c.key, owners_after(&records, &actions));
         unit_actions.extend(actions.into_iter().map(|a| (c.key.clone(), a)));
         layouts.insert(c.key.clone(), desired);
     }
 
-    let item_labels = item_labels(items, &records_after, &live);
+    let existing: BTreeSet<&ObjectKey> = units.iter().map(|u| &u.key).collect();
+    let item_labels = item_labels(items, &existing, &live);
     Ok(Plan {
         assignment,
         unit_actions,
@@ -362,51 +358,12 @@ pub fn plan(
     })
 }
 
-/// A record once a pass's writes land: its owner, and whether a write of this pass gave it.
-#[derive(Clone, Copy, Debug)]
-struct Owned {
-    range: KeyRange,
-    owner: Option<ShardId>,
-    changed: bool,
-}
-
-fn owners_after(records: &[SliceRecord], actions: &[SliceAction]) -> Vec<Owned> {
-    let mut after: Vec<Owned> = records
-        .iter()
-        .map(|r| Owned {
-            range: r.range,
-            owner: r.record.owner,
-            changed: false,
-        })
-        .collect();
-    for action in actions {
-        match *action {
-            SliceAction::Create { range, owner, .. } => after.push(Owned {
-                range,
-                owner: owner.map(|(shard, _)| shard),
-                changed: true,
-            }),
-            SliceAction::Delete { range } => after.retain(|o| o.range != range),
-            SliceAction::Place {
-                range,
-                action: PlannerAction::Assign { shard, .. },
-            } => {
-                for o in after.iter_mut().filter(|o| o.range == range) {
-                    o.owner = Some(shard);
-                    o.changed = true;
-                }
-            }
-            SliceAction::Place { .. } | SliceAction::Retire { .. } => {}
-        }
-    }
-    after
-}
-
-/// The label changes of items: each follows the owner of the deepest record containing its key,
-/// once that record's write lands, and carries the token of its unit.
+/// The label changes of items: each carries the token of its unit; an item of a unit that does
+/// not exist also names a live shard, which reports on it (the one it names if that is live,
+/// else one picked by hash, so every planner picks the same); the others name none.
 fn item_labels(
     items: &[ItemView],
-    records_after: &BTreeMap<&ObjectKey, Vec<Owned>>,
+    existing: &BTreeSet<&ObjectKey>,
     live: &ShardSet,
 ) -> Vec<ItemLabel> {
     let mut item_labels = Vec::new();
@@ -415,38 +372,23 @@ fn item_labels(
         let token = tokens
             .entry(&item.unit)
             .or_insert_with(|| unit_token(&item.unit.namespace, &item.unit.name));
-        let key = app_key(&item.uid);
-        let owned = records_after.get(&item.unit).and_then(|records| {
-            records
-                .iter()
-                .filter(|o| o.range.contains(key))
-                .max_by_key(|o| o.range.depth())
-        });
-        let (shard, after) = match owned.and_then(|o| Some((o.owner?, o))) {
-            Some((shard, o)) => (
-                shard,
-                o.changed.then(|| RecordKey {
-                    unit: item.unit.clone(),
-                    range: o.range,
-                }),
-            ),
-            // No such unit, or no owner yet: someone must still report on it; keep a live
-            // label, or pick one by hash so every planner picks the same.
-            None => match item.shard.filter(|&s| live.contains(s)) {
-                Some(s) => (s, None),
+        let shard = if existing.contains(&item.unit) {
+            None
+        } else {
+            match item.shard.filter(|&s| live.contains(s)) {
+                Some(s) => Some(s),
                 None => {
                     let ids = live.as_slice();
                     let index = fnv1a_32(item.uid.as_bytes()) as usize % ids.len();
-                    (ids[index], None)
+                    Some(ids[index])
                 }
-            },
+            }
         };
-        if item.shard != Some(shard) || item.unit_token.as_ref() != Some(token) {
+        if item.shard != shard || item.unit_token.as_ref() != Some(token) {
             item_labels.push(ItemLabel {
                 item: item.key.clone(),
-                shard,
                 unit_token: token.clone(),
-                after,
+                shard,
             });
         }
     }
@@ -497,6 +439,7 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::{holder, identity, members, unit};
     use super::*;
+    use crate::drain::PlannerAction;
     use shard_assign::StrategyKind;
 
     /// A pass that places whole units only.
@@ -544,15 +487,19 @@ mod tests {
         assert_eq!(err, PlanError::NoLiveShards);
     }
 
+    /// An item as it is created: no label at all.
+    fn new_item(name: &str, unit: &str) -> ItemView {
+        ItemView {
+            unit_token: None,
+            ..item(name, unit, None)
+        }
+    }
+
     #[test]
-    fn new_clusters_and_their_apps_are_labelled_in_one_pass() {
+    fn new_clusters_are_placed_and_their_apps_labelled_with_their_token_in_one_pass() {
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
         let units = [unit("a", None), unit("b", None)];
-        let items = [
-            item("x", "a", None),
-            item("y", "a", None),
-            item("z", "b", None),
-        ];
+        let items = [new_item("x", "a"), new_item("y", "a"), new_item("z", "b")];
         let p = plan_whole(&config, &units, &items, &members(2, &[0, 1]), None).unwrap();
         // a (2 items) goes first to shard 0, b to shard 1.
         assert_eq!(
@@ -576,17 +523,18 @@ mod tests {
                 ),
             ]
         );
-        let labels: Vec<(String, ShardId, bool)> = p
+        let token = |unit: &str| unit_token("fleet", unit);
+        let labels: Vec<(String, String, Option<ShardId>)> = p
             .item_labels
             .iter()
-            .map(|l| (l.item.name.clone(), l.shard, l.after.is_some()))
+            .map(|l| (l.item.name.clone(), l.unit_token.clone(), l.shard))
             .collect();
         assert_eq!(
             labels,
             vec![
-                ("x".into(), 0, true),
-                ("y".into(), 0, true),
-                ("z".into(), 1, true)
+                ("x".into(), token("a"), None),
+                ("y".into(), token("a"), None),
+                ("z".into(), token("b"), None)
             ]
         );
     }
@@ -596,14 +544,14 @@ mod tests {
         let config = StrategyConfig::new(StrategyKind::GreedyMinimum);
         // Both on shard 0; greedy wants one on each.
         let units = [unit("a", Some(0)), unit("b", Some(0))];
-        let items = [item("x", "a", Some(0)), item("z", "b", Some(0))];
+        let items = [item("x", "a", None), item("z", "b", None)];
         let p = plan_whole(&config, &units, &items, &members(2, &[0, 1]), None).unwrap();
         assert_eq!(p.unit_actions.len(), 1);
         assert_eq!(
             p.unit_actions[0].1,
             whole(PlannerAction::RequestDrain { to: 1 })
         );
-        // Until the drain is acknowledged the items keep their owner.
+        // The items follow their unit's record: nothing of theirs is written.
         assert!(p.item_labels.is_empty());
     }
 
@@ -611,7 +559,7 @@ mod tests {
     fn a_dead_owners_clusters_and_apps_move_at_once() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
         let units = [unit("a", Some(0)), unit("b", Some(1))];
-        let items = [item("x", "a", Some(0)), item("z", "b", Some(1))];
+        let items = [item("x", "a", None), item("z", "b", None)];
         // Shard 1 is expected but its lease expired.
         let p = plan_whole(&config, &units, &items, &members(2, &[0]), None).unwrap();
         assert_eq!(
@@ -625,25 +573,15 @@ mod tests {
                 })
             )]
         );
-        assert_eq!(
-            p.item_labels,
-            vec![ItemLabel {
-                item: ObjectKey::new("fleet", "z"),
-                shard: 0,
-                unit_token: unit_token("fleet", "b"),
-                after: Some(RecordKey {
-                    unit: ObjectKey::new("fleet", "b"),
-                    range: KeyRange::WHOLE
-                }),
-            }]
-        );
+        // One record written, whatever the unit's items: they follow it by their token.
+        assert!(p.item_labels.is_empty());
     }
 
     #[test]
     fn a_restarted_owner_gets_its_clusters_back_under_its_new_incarnation() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
         let units = [unit("a", Some(0)), unit("b", Some(1))];
-        let items = [item("x", "a", Some(0)), item("z", "b", Some(1))];
+        let items = [item("x", "a", None), item("z", "b", None)];
         // Shard 1 restarted: its lease is valid again, held by a new process.
         let mut membership = members(2, &[0, 1]);
         membership.alive.insert(1, "fleet-1_second".into());
@@ -659,51 +597,52 @@ mod tests {
                 })
             )]
         );
-        // Same shard: the items keep their label.
         assert!(p.item_labels.is_empty());
         assert_eq!(membership.identity(0), Some(identity(0).as_str()));
     }
 
     #[test]
-    fn an_item_gets_its_units_token_once_and_keeps_it_through_moves() {
+    fn an_item_gets_its_units_token_once_and_no_move_writes_it_again() {
         let config = StrategyConfig::new(StrategyKind::StickyBalanced);
         let units = [unit("a", Some(0)), unit("b", Some(1))];
-        let mut fresh = item("fresh", "a", Some(0));
-        fresh.unit_token = None;
-        let mut stale = item("stale", "b", Some(1));
+        let fresh = new_item("fresh", "a");
+        let mut stale = item("stale", "b", None);
         stale.unit_token = Some(unit_token("fleet", "a"));
-        let items = [fresh, stale, item("settled", "a", Some(0))];
+        // Labelled with a shard by a planner of an earlier version: the label goes.
+        let labelled = item("labelled", "b", Some(1));
+        let items = [fresh, stale, labelled, item("settled", "a", None)];
         let p = plan_whole(&config, &units, &items, &members(2, &[0, 1]), None).unwrap();
-        // Written where missing or naming another unit, on the shard they already have.
+        let token = |unit: &str| unit_token("fleet", unit);
         assert_eq!(
             p.item_labels,
             vec![
                 ItemLabel {
                     item: ObjectKey::new("fleet", "fresh"),
-                    shard: 0,
-                    unit_token: unit_token("fleet", "a"),
-                    after: None,
+                    unit_token: token("a"),
+                    shard: None,
+                },
+                ItemLabel {
+                    item: ObjectKey::new("fleet", "labelled"),
+                    unit_token: token("b"),
+                    shard: None,
                 },
                 ItemLabel {
                     item: ObjectKey::new("fleet", "stale"),
-                    shard: 1,
-                    unit_token: unit_token("fleet", "b"),
-                    after: None,
+                    unit_token: token("b"),
+                    shard: None,
                 },
             ]
         );
-        // A move of "a" to shard 1 relabels its items' shard; their token stays what it was.
-        let p = plan_whole(&config, &units, &items, &members(2, &[1]), None).unwrap();
-        let moved: Vec<_> = p
-            .item_labels
-            .iter()
-            .filter(|l| l.item.name != "stale")
-            .collect();
-        assert_eq!(moved.len(), 2, "{:?}", p.item_labels);
-        for label in moved {
-            assert_eq!(label.shard, 1);
-            assert_eq!(label.unit_token, unit_token("fleet", "a"));
-        }
+        // Once written, a move of "a" to shard 1 (shard 0 died) writes its record only.
+        let written = [
+            item("fresh", "a", None),
+            item("stale", "b", None),
+            item("labelled", "b", None),
+            item("settled", "a", None),
+        ];
+        let p = plan_whole(&config, &units, &written, &members(2, &[1]), None).unwrap();
+        assert_eq!(p.unit_actions.len(), 1, "{:?}", p.unit_actions);
+        assert!(p.item_labels.is_empty(), "{:?}", p.item_labels);
     }
 
     #[test]
@@ -718,8 +657,9 @@ mod tests {
         let shards: BTreeMap<String, ShardId> = p
             .item_labels
             .iter()
-            .map(|l| (l.item.name.clone(), l.shard))
+            .filter_map(|l| Some((l.item.name.clone(), l.shard?)))
             .collect();
+        assert_eq!(shards.len(), p.item_labels.len(), "each names a shard");
         assert!(!shards.contains_key("kept"), "a live label is kept");
         assert!(shards["lost"] < 3 && shards["stale"] < 3);
         // Deterministic: the same pass gives the same labels.
@@ -863,7 +803,8 @@ mod slicing_tests {
         }
         for label in &plan.item_labels {
             if let Some(item) = items.iter_mut().find(|a| a.key == label.item) {
-                item.shard = Some(label.shard);
+                item.shard = label.shard;
+                item.unit_token = Some(label.unit_token.clone());
             }
         }
     }
@@ -877,7 +818,7 @@ mod slicing_tests {
                 key: ObjectKey::new("fleet", format!("hot-{i}")),
                 uid: format!("6b1c{i:04}-00aa-4c1e-9f00-{:012x}", i * 7919),
                 unit: ObjectKey::new("fleet", "hot"),
-                shard: Some(0),
+                shard: None,
                 unit_token: Some(unit_token("fleet", "hot")),
             });
         }
@@ -888,7 +829,7 @@ mod slicing_tests {
                     key: ObjectKey::new("fleet", format!("c{c}-{i}")),
                     uid: format!("0d5e{c:02}{i:02}-11bb-4d2f-8e11-{:012x}", i * 104_729),
                     unit: ObjectKey::new("fleet", format!("c{c}")),
-                    shard: Some(c),
+                    shard: None,
                     unit_token: Some(unit_token("fleet", &format!("c{c}"))),
                 });
             }
@@ -926,7 +867,8 @@ mod slicing_tests {
             assert_eq!(s.record.holder, s.record.owner.map(holder));
             assert_eq!(s.record.drain_to, None);
         }
-        // Every item is labelled with the owner of its slice; the busiest shard is near the mean.
+        // Every item's slice has an owner, and no item has had a label written: they follow
+        // their slices by their unit's token. The busiest shard is near the mean.
         let mut per_shard = BTreeMap::new();
         for item in &items {
             let c = units.iter().find(|c| c.key == item.unit).unwrap();
@@ -936,7 +878,8 @@ mod slicing_tests {
                 .iter()
                 .find(|r| r.range.contains(key))
                 .and_then(|r| r.record.owner);
-            assert_eq!(item.shard, owner, "{}", item.key);
+            assert!(owner.is_some(), "{}", item.key);
+            assert_eq!(item.shard, None, "{}", item.key);
             *per_shard.entry(owner).or_insert(0u64) += 1;
         }
         let max = per_shard.values().copied().max().unwrap();

@@ -3,7 +3,9 @@
 //! Run a controller as a StatefulSet of N replicas and give each replica a share of the work:
 //! the runtime places **units** (the objects a controller's work divides along, such as
 //! clusters or namespaces) on shards, one shard per replica, and every **item** that belongs to
-//! a unit follows it. A replica watches only the units and items labelled with its shard.
+//! a unit follows it. A replica watches only the units labelled with its shard, and the items
+//! of those units (each item is labelled once with its unit's token, `shardwise.io/unit`, so that
+//! moving a unit writes its record only).
 //!
 //! What a controller implements is [`Sharded`]: its two kinds, which unit an item belongs to,
 //! and how to reconcile each. What it gets:
@@ -127,6 +129,7 @@ pub mod decode;
 pub mod estimate;
 pub(crate) mod gate;
 pub mod http;
+pub(crate) mod items;
 pub mod lease;
 pub mod lenient;
 pub mod load;

@@ -3,7 +3,9 @@
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
+use kube_runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
+use shard_assign::app_key;
 use shardwise_handoff::drain::{Incarnation, UnitRecord};
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
@@ -103,4 +105,19 @@ pub(crate) async fn merge_patch<K: Object>(
         .patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(drop)
+}
+
+/// The reference of the object `key` in a cache.
+pub(crate) fn reference<K: kube::Resource<DynamicType = ()>>(key: &ObjectKey) -> ObjectRef<K> {
+    let reference = ObjectRef::new(&key.name);
+    if key.namespace.is_empty() {
+        reference
+    } else {
+        reference.within(&key.namespace)
+    }
+}
+
+/// The key of an item in its unit's key space: 64-bit FNV-1a of its UID.
+pub(crate) fn item_key<I: Object>(item: &I) -> u64 {
+    app_key(item.meta().uid.as_deref().unwrap_or_default())
 }

@@ -1,4 +1,5 @@
-//! The owner side of a replica: watch the units and items labelled with this shard, reconcile
+//! The owner side of a replica: watch the units labelled with this shard and their items (one
+//! watch per unit, by its token; see [`crate::items`]), reconcile
 //! them through the controller, and take part in handoffs. It runs only while the replica holds
 //! its shard lease (one *term*); when the lease is lost everything here is cancelled and
 //! dropped, and a fresh term (with fresh lists) starts when the lease is held again.
@@ -11,32 +12,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::{Api, Client, Resource};
 use kube_runtime::reflector;
 use kube_runtime::{WatchStreamExt, watcher};
 use shard_assign::KeyRange;
 use shardwise_handoff::drain::{OwnerEffect, OwnerId, UnitRecord};
-use shardwise_handoff::keys::{DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL};
+use shardwise_handoff::keys::{
+    DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL, UNIT_LABEL, unit_token,
+};
 use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use shardwise_handoff::slices::deepest;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 use crate::audit::Audit;
 use crate::decode::decode_each;
 use crate::gate::{Gate, Misses, UNIT_KEY};
+use crate::items::ItemStores;
 use crate::lease::{Annotations, Fence};
 use crate::lenient::Undecodable;
 use crate::load::{LoadReport, MAX_REPORTED_RECORDS, Meter, MeterSettings, RecordLoad};
 use crate::metrics::Metrics;
-use crate::objects::{Object, api_over, key_of, merge_patch, record_of};
+use crate::objects::{Object, api_over, item_key, key_of, merge_patch, record_of, reference};
 use crate::queue::WorkQueue;
 use crate::settings::{OwnerSettings, WatchScope};
 use crate::sharded::{ContextOf, Sharded, TermOf};
 use crate::slice::{UnitSlice, slice_name};
-use crate::term::{SliceHome, Term, TermContext, item_key, reference};
+use crate::term::{SliceHome, Term, TermContext};
 
 /// Shared readiness: true once this replica's caches are synced and its lease is held.
 #[derive(Clone, Debug, Default)]
@@ -115,7 +121,10 @@ impl<C: Sharded> Owner<C> {
         let observed = self.term.gate.observe(key, range, record);
         self.apply_effect(key, range, observed.effect);
         if observed.unit_removed {
+            self.term.items.remove(key);
             self.controller.released(&self.term, key);
+        } else if observed.activated {
+            self.watch_items(key);
         }
         if observed.activated {
             if range == KeyRange::WHOLE {
@@ -135,6 +144,47 @@ impl<C: Sharded> Owner<C> {
                 self.term.item_queue.add(key_of(item.as_ref()));
             }
         }
+    }
+
+    /// Starts the watch of `unit`'s items (those labelled with its token), kept to the ranges
+    /// of its keys this term holds, unless its cache already has them.
+    fn watch_items(self: &Arc<Self>, unit: &ObjectKey) {
+        let term = &self.term;
+        let ranges = term.gate.ranges(unit);
+        if ranges.is_empty() || !term.items.needs_watch(unit, &ranges) {
+            return;
+        }
+        let (store, writer) = reflector::store();
+        let config = watcher::Config::default().labels(&format!(
+            "{UNIT_LABEL}={}",
+            unit_token(&unit.namespace, &unit.name)
+        ));
+        let held = ranges.clone();
+        let whole = held.contains(&KeyRange::WHOLE);
+        let events = decode_each(
+            watcher(api_over::<C::Item>(&term.client, &term.scope), config),
+            store.clone(),
+            unreadable(C::NOUNS.item),
+        )
+        // Keys never change (they hash the UID): an item outside the ranges never enters.
+        .filter(move |event| {
+            let kept = whole
+                || match event {
+                    Ok(watcher::Event::Apply(item) | watcher::Event::InitApply(item)) => {
+                        let key = item_key(item);
+                        held.iter().any(|range| range.contains(key))
+                    }
+                    _ => true,
+                };
+            std::future::ready(kept)
+        })
+        .modify(|item: &mut C::Item| item.meta_mut().managed_fields = None)
+        .default_backoff();
+        let events = reflector::reflector(writer, events);
+        let watch = tokio::spawn(events::follow_items(self.clone(), events));
+        debug!(%unit, ?ranges, "watching the {} of {}", C::NOUNS.items, C::NOUNS.unit);
+        term.items
+            .insert(unit.clone(), ranges, store, AbortOnDropHandle::new(watch));
     }
 
     fn apply_effect(
@@ -316,8 +366,8 @@ impl<C: Sharded> Owner<C> {
             ranges.entry(&record.unit).or_default().push(record.range);
         }
         let mut counts = BTreeMap::new();
-        for item in self.term.items.state() {
-            let unit = (self.term.unit_of)(&item);
+        for item in self.term.items.unit_items() {
+            let unit = C::unit_of(&item);
             let Some(unit_ranges) = ranges.get(&unit) else {
                 continue;
             };
@@ -376,7 +426,7 @@ pub(crate) async fn run<C: Sharded>(
     } = parts;
     let (units, unit_writer) = reflector::store();
     let (cut_units, cut_unit_writer) = reflector::store();
-    let (items, item_writer) = reflector::store();
+    let (orphans, orphan_writer) = reflector::store();
     let context: Arc<ContextOf<C>> = Arc::new(ContextOf::<C> {
         me,
         fence,
@@ -386,9 +436,8 @@ pub(crate) async fn run<C: Sharded>(
         audit,
         units,
         cut_units,
-        items,
+        items: ItemStores::new(orphans, C::unit_of),
         slices,
-        unit_of: C::unit_of,
         gate: Gate::new(me),
         unit_queue: WorkQueue::new(),
         item_queue: WorkQueue::new(),
@@ -423,7 +472,7 @@ pub(crate) async fn run<C: Sharded>(
         Writers {
             units: unit_writer,
             cut_units: cut_unit_writer,
-            items: item_writer,
+            orphans: orphan_writer,
         },
     );
     start_workers(&owner);
@@ -468,6 +517,8 @@ async fn end_term<U: Object, I: Object>(context: &TermContext<U, I>) {
         std::mem::take(&mut *context.tasks.lock().unwrap_or_else(PoisonError::into_inner));
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+    // Their watches hold the owner: dropping them ends both.
+    context.items.clear();
 }
 
 /// On shutdown: lets in-flight reconciles finish, within the budget; what is still owned
@@ -487,7 +538,15 @@ async fn finish_in_flight<C: Sharded>(owner: &Owner<C>, budget: Duration) {
 struct Writers<C: Sharded> {
     units: reflector::store::Writer<C::Unit>,
     cut_units: reflector::store::Writer<C::Unit>,
-    items: reflector::store::Writer<C::Item>,
+    /// Items labelled with this shard: those of units that do not exist.
+    orphans: reflector::store::Writer<C::Item>,
+}
+
+/// Logs an object that cannot be read, and leaves it alone (the planner reports it).
+fn unreadable(what: &'static str) -> impl FnMut(&Undecodable) + Send + 'static {
+    move |bad: &Undecodable| {
+        warn!(what, name = ?bad.metadata.name, reason = %bad.reason, "cannot read object; ignoring it");
+    }
 }
 
 /// The label-filtered watches of units and items, the watch of cut units and that of this
@@ -501,12 +560,6 @@ fn start_watches<C: Sharded>(
 ) {
     let selector = format!("{SHARD_LABEL}={}", owner.term.shard());
     let config = watcher::Config::default().labels(&selector);
-    // Objects that cannot be read are left alone here; the planner reports them.
-    let unreadable = |what: &'static str| {
-        move |bad: &Undecodable| {
-            warn!(what, name = ?bad.metadata.name, reason = %bad.reason, "cannot read object; ignoring it");
-        }
-    };
     let unit_watch = |config: watcher::Config, writer| {
         let events = decode_each(
             watcher(api_over::<C::Unit>(client, scope), config),
@@ -522,14 +575,14 @@ fn start_watches<C: Sharded>(
         watcher::Config::default().labels(SLICES_LABEL),
         writers.cut_units,
     );
-    let item_events = decode_each(
+    let orphan_events = decode_each(
         watcher(api_over::<C::Item>(client, scope), config),
-        owner.term.items.clone(),
+        writers.orphans.as_reader(),
         unreadable(C::NOUNS.item),
     )
     .modify(|item: &mut C::Item| item.meta_mut().managed_fields = None)
     .default_backoff();
-    let item_events = reflector::reflector(writers.items, item_events);
+    let orphan_events = reflector::reflector(writers.orphans, orphan_events);
     let home = &owner.term.slices;
     let slice_events = watcher(
         Api::<UnitSlice>::namespaced(client.clone(), &home.namespace),
@@ -542,7 +595,7 @@ fn start_watches<C: Sharded>(
     let term = &owner.term;
     term.spawn(events::follow_units(owner.clone(), unit_events));
     term.spawn(events::follow_cut_units(owner.clone(), cut_events));
-    term.spawn(events::follow_items(owner.clone(), item_events));
+    term.spawn(events::follow_items(owner.clone(), orphan_events));
     term.spawn(events::follow_slices(owner.clone(), slice_events));
 }
 
@@ -568,8 +621,7 @@ async fn report_load<C: Sharded>(owner: Arc<Owner<C>>, interval: Duration) {
 /// Reports ready once every cache of the term is complete, then keeps the gauges current.
 async fn report_ready<C: Sharded>(owner: Arc<Owner<C>>, readiness: Readiness) {
     let term = &owner.term;
-    let synced =
-        term.units.wait_until_ready().await.is_ok() && term.items.wait_until_ready().await.is_ok();
+    let synced = term.units.wait_until_ready().await.is_ok() && term.items.wait_until_ready().await;
     if synced {
         owner.controller.synced(term).await;
         readiness.set(true);

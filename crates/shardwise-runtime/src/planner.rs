@@ -23,7 +23,7 @@ use kube_runtime::{WatchStreamExt, watcher};
 use shard_assign::KeyRange;
 use shardwise_handoff::drain::PlannerAction;
 use shardwise_handoff::keys::STATEFULSET_LABEL;
-use shardwise_handoff::plan::{Membership, ObjectKey, PlanError, PlanMemory, RecordKey};
+use shardwise_handoff::plan::{Membership, ObjectKey, PlanError, PlanMemory};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -37,7 +37,7 @@ use crate::objects::{api_over, key_of, merge_patch};
 use crate::settings::{LoadModel, PlannerSettings, Replica, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
-use decide::{Decision, ItemWrite, Recall, Rules, Write, decide};
+use decide::{Decision, Recall, Rules, Write, decide};
 use index::{Index, SliceEntry, UnitEntry, item_view};
 use measured::{AVERAGE_WEIGHT, LoadFigures, MeasuredModel, PassLoads, copy_cost};
 use report::Reporter;
@@ -484,7 +484,7 @@ async fn pass<C: Sharded>(
         }
     };
     let written = write_records(planner, &decision).await;
-    let item_moves = write_items(planner, &decision, &written).await;
+    write_items(planner, &decision).await;
     let assignment = &decision.plan.assignment;
     let load = match &loads {
         Some(loads) => LoadFigures::of_measured(assignment, loads, &live),
@@ -503,7 +503,7 @@ async fn pass<C: Sharded>(
         &decision,
         &load,
         written.moves,
-        item_moves,
+        written.item_moves,
     );
     let progress = Progress {
         expected: membership.expected,
@@ -629,10 +629,10 @@ fn membership<C: Sharded>(planner: &Planner<C>, missing: &mut bool) -> Option<Me
     Some(membership)
 }
 
-/// Records whose write landed, and how many changed owner.
+/// How many record writes that landed changed owner, and the items under those.
 struct Written {
-    records: BTreeSet<RecordKey>,
     moves: u64,
+    item_moves: u64,
 }
 
 /// Makes one request.
@@ -670,8 +670,8 @@ async fn send<C: Sharded>(client: &Client, write: &Write) -> Result<(), kube::Er
 /// Record writes first, one at a time, then the others; a conflict or failure plans again.
 async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) -> Written {
     let mut written = Written {
-        records: BTreeSet::new(),
         moves: 0,
+        item_moves: 0,
     };
     let client = &planner.parts.client;
     for write in &decision.record_writes {
@@ -686,8 +686,10 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
                         info!(unit = %record.unit, range = %record.range, shard, "slice of {} assigned", C::NOUNS.unit);
                     }
                 }
-                written.moves += u64::from(write.moves());
-                written.records.insert(record.clone());
+                if write.moves() {
+                    written.moves += 1;
+                    written.item_moves += write.items;
+                }
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 debug!(unit = %record.unit, range = %record.range, "record changed under the planner; next pass retries");
@@ -708,45 +710,29 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
     written
 }
 
-/// Item labels, concurrently; those that follow a unit only once its write landed. Returns
-/// how many of the labels written moved their item to another shard.
-async fn write_items<C: Sharded>(
-    planner: &Planner<C>,
-    decision: &Decision,
-    written: &Written,
-) -> u64 {
+/// Item labels, concurrently: no move writes one, so none waits for a record.
+async fn write_items<C: Sharded>(planner: &Planner<C>, decision: &Decision) {
     let client = planner.parts.client.clone();
-    let ready: Vec<ItemWrite> = decision
-        .item_writes
-        .iter()
-        .filter(|w| w.after.as_ref().is_none_or(|r| written.records.contains(r)))
-        .cloned()
-        .collect();
-    // (labels written, of which moves)
-    let (landed, moves) = futures::stream::iter(ready)
+    let landed = futures::stream::iter(decision.item_writes.clone())
         .map(|write| {
-            let client = &client;
+            let client = client.clone();
             async move {
-                match merge_patch::<C::Item>(client, &write.key, &write.patch).await {
-                    Ok(_) => (1u64, u64::from(write.moves())),
-                    Err(kube::Error::Api(s)) if s.code == 404 => (0, 0),
+                match merge_patch::<C::Item>(&client, &write.key, &write.patch).await {
+                    Ok(_) => 1u64,
+                    Err(kube::Error::Api(s)) if s.code == 404 => 0,
                     Err(e) => {
                         warn!(item = %write.key, error = %e, "could not label item");
-                        (0, 0)
+                        0
                     }
                 }
             }
         })
         .buffer_unordered(ITEM_WRITE_CONCURRENCY)
-        .fold(
-            (0u64, 0u64),
-            |(l, m), (dl, dm)| async move { (l + dl, m + dm) },
-        )
+        .fold(0u64, |landed, one| async move { landed + one })
         .await;
     if landed < decision.item_writes.len() as u64 {
         planner.trigger.notify_one();
     }
-    moves
 }
 
 /// The pass's counters and the plan's gauges.

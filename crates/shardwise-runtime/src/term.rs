@@ -8,8 +8,8 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::Client;
-use kube_runtime::reflector::{ObjectRef, Store};
-use shard_assign::{KeyRange, ShardId, app_key};
+use kube_runtime::reflector::Store;
+use shard_assign::{KeyRange, ShardId};
 use shardwise_handoff::drain::OwnerId;
 use shardwise_handoff::plan::ObjectKey;
 use tokio::task::JoinSet;
@@ -17,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
 use crate::gate::{Gate, Misses};
+use crate::items::ItemStores;
 use crate::lease::Fence;
 use crate::metrics::Metrics;
-use crate::objects::{Object, key_of};
+use crate::objects::{Object, key_of, reference};
 use crate::queue::WorkQueue;
 use crate::settings::WatchScope;
 
@@ -35,11 +36,9 @@ pub struct TermContext<U: Object, I: Object> {
     pub(crate) units: Store<U>,
     /// Units cut into slices (all of them: a few, and any may have a slice here).
     pub(crate) cut_units: Store<U>,
-    pub(crate) items: Store<I>,
+    pub(crate) items: ItemStores<I>,
     /// Where this StatefulSet's UnitSlices are.
     pub(crate) slices: SliceHome,
-    /// The unit of an item: the controller's [`crate::Sharded::unit_of`].
-    pub(crate) unit_of: fn(&I) -> ObjectKey,
     pub(crate) gate: Gate,
     pub(crate) unit_queue: WorkQueue<ObjectKey>,
     pub(crate) item_queue: WorkQueue<ObjectKey>,
@@ -55,16 +54,6 @@ impl<U: Object, I: Object> std::fmt::Debug for TermContext<U, I> {
         f.debug_struct("TermContext")
             .field("me", &self.me)
             .finish_non_exhaustive()
-    }
-}
-
-/// The reference of the object `key` in a cache.
-pub(crate) fn reference<K: kube::Resource<DynamicType = ()>>(key: &ObjectKey) -> ObjectRef<K> {
-    let reference = ObjectRef::new(&key.name);
-    if key.namespace.is_empty() {
-        reference
-    } else {
-        reference.within(&key.namespace)
     }
 }
 
@@ -111,13 +100,12 @@ impl<U: Object, I: Object> TermContext<U, I> {
 
     /// The item `key`, if this shard's cache has it.
     pub fn item(&self, key: &ObjectKey) -> Option<Arc<I>> {
-        self.items.get(&reference(key))
+        self.items.get(key)
     }
 
     /// The items of this shard that belong to `unit`.
     pub fn items_of(&self, unit: &ObjectKey) -> Vec<Arc<I>> {
-        self.items
-            .state_filter(|item| &(self.unit_of)(item) == unit)
+        self.items.of_unit(unit, |_| true)
     }
 
     /// The ranges of `unit`'s item keys this term knows (owns, or is handing off): the whole
@@ -141,8 +129,7 @@ impl<U: Object, I: Object> TermContext<U, I> {
 
     /// The items of `unit` in `range` of its keys.
     pub(crate) fn items_in(&self, unit: &ObjectKey, range: KeyRange) -> Vec<Arc<I>> {
-        self.items
-            .state_filter(|item| &(self.unit_of)(item) == unit && range.contains(item_key(item)))
+        self.items.in_range(unit, range)
     }
 
     /// Reconciles the unit again soon.
@@ -157,7 +144,7 @@ impl<U: Object, I: Object> TermContext<U, I> {
 
     /// Reconciles every item of this shard that `select` chooses again soon.
     pub fn queue_items_where(&self, select: impl Fn(&I) -> bool) {
-        for item in self.items.state_filter(select) {
+        for item in self.items.filter(select) {
             self.item_queue.add(key_of(item.as_ref()));
         }
     }
@@ -181,11 +168,6 @@ impl<U: Object, I: Object> TermContext<U, I> {
 pub struct SliceHome {
     pub namespace: String,
     pub statefulset: String,
-}
-
-/// The key of an item in its unit's key space: 64-bit FNV-1a of its UID.
-pub fn item_key<I: Object>(item: &I) -> u64 {
-    app_key(item.meta().uid.as_deref().unwrap_or_default())
 }
 
 /// One term as a controller's reconcilers see it: the [`TermContext`] and the controller's

@@ -34,7 +34,7 @@ use shardwise_runtime::audit;
 use thiserror::Error;
 
 use crate::support::prometheus::{Prometheus, dashboard, export, unix_now};
-use crate::support::{Fleet, FleetOptions, NAMESPACE, fast_flags, repo_file, shard_label};
+use crate::support::{Fleet, FleetOptions, NAMESPACE, fast_flags, repo_file};
 use crate::view::{Frame, ShardFigures};
 
 /// The steps the demo takes, in order.
@@ -668,7 +668,7 @@ impl Demo {
 
         let (mut synced, mut failed) = (0, 0);
         for app in &apps {
-            if let Some(shard) = shard_label(app) {
+            if let Some(shard) = placement.owner_of(app) {
                 shards
                     .entry(shard)
                     .or_insert_with(|| ShardFigures {

@@ -127,7 +127,7 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         let dir = demo.dir().to_path_buf();
         let kubeconfig = demo.kubeconfig()?;
         let note = format!(
-            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise -l shardwise.io/shard=0\n  kubectl get leases -n shardwise -o custom-columns=NAME:.metadata.name,HOLDER:.spec.holderIdentity\n{}\nReplica logs: {}\nCtrl-C stops everything and removes that folder.\n",
+            "\nThe fleet keeps running. In another terminal:\n\n  export KUBECONFIG={}\n  kubectl get fleetclusters,unitslices -n shardwise\n  kubectl get fleetapps -n shardwise\n  kubectl get leases -n shardwise -o custom-columns=NAME:.metadata.name,HOLDER:.spec.holderIdentity\n{}\nReplica logs: {}\nCtrl-C stops everything and removes that folder.\n",
             kubeconfig.display(),
             demo.prometheus()
                 .map_or_else(String::new, |address| format!(

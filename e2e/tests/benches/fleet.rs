@@ -260,10 +260,12 @@ async fn labels(fleet: &Fleet) -> (BTreeMap<String, u32>, BTreeMap<String, u32>)
         .await
         .unwrap();
     let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
+    // An app's owner is its cluster's (or slice's): apps carry no shard label.
+    let placement = fleet.placement().await.unwrap();
     let of = |items: Vec<_>| -> BTreeMap<String, u32> {
         items
             .into_iter()
-            .filter_map(|o: shardwise_api::FleetApp| Some((o.name_any(), shard_label(&o)?)))
+            .filter_map(|o: shardwise_api::FleetApp| Some((o.name_any(), placement.owner_of(&o)?)))
             .collect()
     };
     let cluster_labels = clusters

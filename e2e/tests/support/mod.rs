@@ -669,9 +669,8 @@ impl Fleet {
                 }
                 continue;
             }
-            let shard =
-                shard_label(a).ok_or_else(|| format!("app {} has no shard label", a.name_any()))?;
-            // Every app names its cluster by its token, whichever shard holds the cluster.
+            // Every app names its cluster by the token its owner selects it by, and carries
+            // no shard: it follows its cluster's (or slice's) record, wherever that is.
             let cluster = &a.spec.destination.cluster;
             let token = unit_token(NAMESPACE, cluster);
             if a.labels().get(UNIT_LABEL) != Some(&token) {
@@ -681,16 +680,15 @@ impl Fleet {
                     a.labels().get(UNIT_LABEL),
                 ));
             }
-            let status = a.status.clone().unwrap_or_default();
-            if let Some(owner) = placement.owner_of(a)
-                && (owner != shard || status.shard != Some(shard))
+            if placement.owner_of(a).is_some()
+                && let Some(shard) = shard_label(a)
             {
                 return Err(format!(
-                    "app {} labelled {shard}, status by {:?}, its cluster (or slice) on {owner}",
-                    a.name_any(),
-                    status.shard
+                    "app {} of an existing cluster still labelled with shard {shard}",
+                    a.name_any()
                 ));
             }
+            let status = a.status.clone().unwrap_or_default();
             if status.sync_phase != Some(SyncPhase::Synced)
                 || status.observed_generation != a.metadata.generation
             {

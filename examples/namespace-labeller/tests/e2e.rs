@@ -13,12 +13,14 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, wait_for};
 use shardwise_runtime::audit;
+use twox_hash::XxHash3_64;
 
 const HOME: &str = "labeller";
 const TEAMS: usize = 12;
 const MAPS_PER_TEAM: usize = 3;
 const SETTLE: Duration = Duration::from_secs(90);
 const SHARD: &str = "shardwise.io/shard";
+const UNIT: &str = "shardwise.io/unit";
 const DIGEST: &str = "labeller.shardwise.io/digest";
 const COUNT: &str = "labeller.shardwise.io/configmaps";
 
@@ -143,7 +145,8 @@ impl Deployment {
     }
 
     /// Waits until every team namespace is owned by one of `0..replicas` (each of them owning
-    /// some), counted, and every ConfigMap in it is digested and labelled like its namespace.
+    /// some), counted, and every ConfigMap in it is digested and labelled with its namespace's
+    /// token (16 hex digits of the XXH3-64 of its name), and with no shard.
     /// Returns the digests.
     async fn settled(&self, replicas: u32) -> Result<BTreeMap<String, String>> {
         let namespaces: Api<Namespace> = Api::all(self.admin.clone());
@@ -184,10 +187,11 @@ impl Deployment {
                     .map_err(|e| e.to_string())?
                 {
                     let namespace = cm.namespace().unwrap_or_default();
-                    let label = cm.labels().get(SHARD).and_then(|s| s.parse::<u32>().ok());
-                    if label != owners.get(&namespace).copied() {
+                    let token = format!("{:016x}", XxHash3_64::oneshot(namespace.as_bytes()));
+                    let labels = (cm.labels().get(UNIT), cm.labels().get(SHARD));
+                    if labels != (Some(&token), None) {
                         return Err(format!(
-                            "ConfigMap {namespace}/{} has shard {label:?}",
+                            "ConfigMap {namespace}/{} has unit and shard labels {labels:?}",
                             cm.name_any()
                         ));
                     }

@@ -26,7 +26,6 @@ const APP_STATUS_FIELDS: &[&str] = &[
     "syncPhase",
     "message",
     "appliedResources",
-    "shard",
     "lastSyncTime",
     "observedGeneration",
     "conditions",
@@ -405,7 +404,6 @@ async fn write_status(
         sync_phase: Some(phase),
         message: message.clone(),
         applied_resources: applied.unwrap_or(previous.applied_resources.clone()),
-        shard: Some(term.shard()),
         last_sync_time: if synced {
             Some(Time(jiff::Timestamp::now()))
         } else {
@@ -462,14 +460,12 @@ fn same_outcome(a: &FleetAppStatus, b: &FleetAppStatus) -> bool {
         a.sync_phase,
         &a.message,
         &a.applied_resources,
-        a.shard,
         a.observed_generation,
         &a.health,
     ) == (
         b.sync_phase,
         &b.message,
         &b.applied_resources,
-        b.shard,
         b.observed_generation,
         &b.health,
     ) && conditions(a) == conditions(b)
@@ -484,7 +480,6 @@ mod tests {
         let status = |phase, time: i64| FleetAppStatus {
             sync_phase: Some(phase),
             last_sync_time: Some(Time(jiff::Timestamp::from_second(time).unwrap())),
-            shard: Some(1),
             ..Default::default()
         };
         assert!(same_outcome(
@@ -495,9 +490,10 @@ mod tests {
             &status(SyncPhase::Synced, 1),
             &status(SyncPhase::Failed, 1)
         ));
-        let mut moved = status(SyncPhase::Synced, 1);
-        moved.shard = Some(2);
-        assert!(!same_outcome(&moved, &status(SyncPhase::Synced, 1)));
+        // Nothing says which shard wrote it: a move alone writes no status.
+        let mut generation = status(SyncPhase::Synced, 1);
+        generation.observed_generation = Some(2);
+        assert!(!same_outcome(&generation, &status(SyncPhase::Synced, 1)));
     }
 
     #[test]
@@ -518,7 +514,6 @@ mod tests {
                 namespace: None,
                 name: "a".into(),
             }],
-            shard: Some(1),
             last_sync_time: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
             observed_generation: Some(1),
             conditions: vec![],

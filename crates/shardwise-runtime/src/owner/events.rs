@@ -68,11 +68,14 @@ pub(super) async fn follow_units<C: Sharded>(
         watcher::Event::Delete(unit) => {
             let key = key_of(&unit);
             revisions.remove(&key);
+            // Taken before the record goes, and the unit's cache of items with it.
+            let items = term.items_of(&key);
             owner.observe(&key, KeyRange::WHOLE, None, false);
             // Still labelled with this shard: deleted, not moved away. Its items learn it now,
-            // not at their next resync.
+            // not at their next resync (once the planner has labelled them with this shard or
+            // another, as items of a unit that does not exist).
             if record_of(&unit).owner == Some(term.shard()) {
-                for item in term.items_of(&key) {
+                for item in items {
                     term.item_queue.add(key_of(item.as_ref()));
                 }
             }

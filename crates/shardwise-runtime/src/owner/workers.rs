@@ -9,9 +9,9 @@ use tracing::{debug, warn};
 
 use super::Owner;
 use crate::gate::UNIT_KEY;
+use crate::objects::item_key;
 use crate::queue::WorkQueue;
 use crate::sharded::{Action, Sharded};
-use crate::term::item_key;
 
 /// How a reconcile went, as the metrics count it.
 enum Ran<E> {

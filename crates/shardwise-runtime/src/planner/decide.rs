@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
-use shard_assign::{Balance, KeyRange, ShardId, SliceSwitch, StrategyConfig};
+use shard_assign::{Balance, KeyRange, ShardId, SliceSwitch, StrategyConfig, app_key, count_in};
 use shardwise_handoff::drain::PlannerAction;
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, DRAINED_ANNOTATION, EPOCH_ANNOTATION, HOLDER_ANNOTATION, SHARD_LABEL,
@@ -79,6 +79,8 @@ pub(crate) struct RecordWrite {
     pub write: Write,
     /// The shard the record named before this write, if any.
     pub owner_before: Option<ShardId>,
+    /// The items under the record (whose keys it holds): those a move of it moves.
+    pub items: u64,
 }
 
 impl RecordWrite {
@@ -101,24 +103,12 @@ impl RecordWrite {
     }
 }
 
-/// A new shard label of an item.
+/// The labels of an item: its unit's token, and a shard only for an item of a unit that does
+/// not exist.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ItemWrite {
     pub key: ObjectKey,
-    pub shard: ShardId,
-    /// The record whose write must land first, if the label follows a change of owner.
-    pub after: Option<RecordKey>,
     pub patch: Value,
-    /// The shard label before this write, if any.
-    pub shard_before: Option<ShardId>,
-}
-
-impl ItemWrite {
-    /// Whether it gives the item to another shard than its label named: a first label is no
-    /// move.
-    pub fn moves(&self) -> bool {
-        self.shard_before.is_some_and(|before| before != self.shard)
-    }
 }
 
 /// The figures of a plan, for the metrics.
@@ -183,9 +173,11 @@ fn conditioned(mut metadata: Value, resource_version: Option<&str>) -> Value {
     json!({ "metadata": metadata })
 }
 
-/// The patch of an item's shard label.
-pub(crate) fn item_patch(shard: ShardId, unit_token: &str) -> Value {
-    json!({"metadata": {"labels": {SHARD_LABEL: shard.to_string(), UNIT_LABEL: unit_token}}})
+/// The patch of an item's labels: its unit's token, and its shard (removed when `None`).
+pub(crate) fn item_patch(shard: Option<ShardId>, unit_token: &str) -> Value {
+    // null removes the label.
+    let shard = shard.map(|s| s.to_string());
+    json!({"metadata": {"labels": {SHARD_LABEL: shard, UNIT_LABEL: unit_token}}})
 }
 
 /// What a cut unit shows of `layout`: its number of slices and their shards.
@@ -344,6 +336,14 @@ pub(crate) fn decide(
         shard_assign::SliceConfig::disabled()
     };
     let plan = plan(rules.strategy, &slicing, &units, &items, membership, memory)?;
+    // The sorted keys of each unit's items: how many a record holds.
+    let mut keys: BTreeMap<&ObjectKey, Vec<u64>> = BTreeMap::new();
+    for item in &items {
+        keys.entry(&item.unit).or_default().push(app_key(&item.uid));
+    }
+    for unit_keys in keys.values_mut() {
+        unit_keys.sort_unstable();
+    }
     let no_layout = Vec::new();
     let mut record_writes = Vec::new();
     let mut written_units = BTreeSet::new();
@@ -365,11 +365,13 @@ pub(crate) fn decide(
                     .and_then(|s| s.record)
                     .and_then(|r| r.record.owner)
             };
+            let items = keys.get(unit_key).map_or(0, |k| count_in(k, record.range));
             record_writes.push(RecordWrite {
                 record,
                 action: *action,
                 write,
                 owner_before,
+                items,
             });
         }
     }
@@ -401,19 +403,12 @@ pub(crate) fn decide(
             resource_version: stray.resource_version.clone(),
         });
     }
-    let labels_before: BTreeMap<&ObjectKey, ShardId> = items
-        .iter()
-        .filter_map(|item| Some((&item.key, item.shard?)))
-        .collect();
     let item_writes = plan
         .item_labels
         .iter()
         .map(|label| ItemWrite {
             key: label.item.clone(),
-            shard: label.shard,
-            after: label.after.clone(),
             patch: item_patch(label.shard, &label.unit_token),
-            shard_before: labels_before.get(&label.item).copied(),
         })
         .collect();
     let figures = figures(rules.strategy, &plan);
@@ -473,6 +468,7 @@ mod tests {
 
     use shard_assign::Hysteresis;
     use shardwise_handoff::keys::unit_token;
+    use shardwise_handoff::plan::ItemView;
 
     use super::super::index::SliceEntry;
     use super::super::index::fixtures::{identity, item, members, unit};
@@ -480,13 +476,28 @@ mod tests {
     use super::*;
     use crate::load::{LoadReport, MeasuredLoads, RecordLoad};
 
-    /// An index of `units` (name, owner, items) with each item labelled like its unit.
+    /// An index of `units` (name, owner, items), each item labelled with its unit's token.
     fn index(units: &[(&str, Option<ShardId>, usize)]) -> Index {
         let mut index = Index::default();
         for &(name, owner, items) in units {
             index.apply_unit(unit(name, owner));
             for i in 0..items {
-                index.apply_item(item(&format!("{name}-{i}"), name, owner));
+                index.apply_item(item(&format!("{name}-{i}"), name, None));
+            }
+        }
+        index
+    }
+
+    /// [`index`], its items as they are created: no label.
+    fn fresh_index(units: &[(&str, Option<ShardId>, usize)]) -> Index {
+        let mut index = Index::default();
+        for &(name, owner, items) in units {
+            index.apply_unit(unit(name, owner));
+            for i in 0..items {
+                index.apply_item(ItemView {
+                    unit_token: None,
+                    ..item(&format!("{name}-{i}"), name, None)
+                });
             }
         }
         index
@@ -508,8 +519,8 @@ mod tests {
     }
 
     #[test]
-    fn a_new_fleet_is_assigned_with_stamps_and_versions_and_items_follow() {
-        let index = index(&[("a", None, 2), ("b", None, 1)]);
+    fn a_new_fleet_is_assigned_with_stamps_and_versions_and_items_get_their_token() {
+        let index = fresh_index(&[("a", None, 2), ("b", None, 1)]);
         let decision = decide(
             &rules(&sticky()),
             &index,
@@ -533,15 +544,13 @@ mod tests {
         }
         assert_eq!(decision.item_writes.len(), 3);
         for write in &decision.item_writes {
-            let unit = write
-                .after
-                .as_ref()
-                .expect("a label that follows a new owner");
-            assert!(write.key.name.starts_with(&unit.unit.name));
-            assert_eq!(unit.range, KeyRange::WHOLE);
-            let token = unit_token(&unit.unit.namespace, &unit.unit.name);
-            assert_eq!(write.patch, item_patch(write.shard, &token));
-            assert_eq!(write.patch["metadata"]["labels"][UNIT_LABEL], token);
+            let unit = &write.key.name[..1];
+            let token = unit_token("fleet", unit);
+            assert_eq!(write.patch, item_patch(None, &token));
+            let labels = &write.patch["metadata"]["labels"];
+            assert_eq!(labels[UNIT_LABEL], token);
+            // No shard: the unit's owner finds it by its token.
+            assert_eq!(labels[SHARD_LABEL], Value::Null);
         }
         assert_eq!(decision.figures.shards.len(), 2);
         let counted: u64 = decision.figures.shards.values().map(|f| f.items).sum();
@@ -551,7 +560,7 @@ mod tests {
     #[test]
     fn only_a_change_of_owner_is_a_move() {
         // A first placement moves nothing.
-        let fresh = index(&[("a", None, 2), ("b", None, 1)]);
+        let fresh = fresh_index(&[("a", None, 2), ("b", None, 1)]);
         let decision = decide(
             &rules(&sticky()),
             &fresh,
@@ -561,8 +570,6 @@ mod tests {
         .unwrap();
         assert_eq!(decision.record_writes.len(), 2);
         assert!(decision.record_writes.iter().all(|w| !w.moves()));
-        assert_eq!(decision.item_writes.len(), 3);
-        assert!(decision.item_writes.iter().all(|w| !w.moves()));
 
         // Shard 1 died: its unit and item go to shard 0, which is a move of each.
         let settled = index(&[("a", Some(0), 1), ("b", Some(1), 1)]);
@@ -580,13 +587,19 @@ mod tests {
             .map(|w| w.record.unit.name.as_str())
             .collect();
         assert_eq!(moved, ["b"], "{:?}", decision.record_writes);
-        let moved: Vec<&str> = decision
-            .item_writes
+        // Its one item moves with it, and nothing of the item is written.
+        let moved_items: u64 = decision
+            .record_writes
             .iter()
             .filter(|w| w.moves())
-            .map(|w| w.key.name.as_str())
-            .collect();
-        assert_eq!(moved, ["b-0"], "{:?}", decision.item_writes);
+            .map(|w| w.items)
+            .sum();
+        assert_eq!(moved_items, 1);
+        assert!(
+            decision.item_writes.is_empty(),
+            "{:?}",
+            decision.item_writes
+        );
 
         // Shard 1 restarted: its unit is assigned to it again under the new process, no move.
         let mut restarted = members(2, &[0, 1]);
@@ -805,7 +818,7 @@ mod tests {
         for (n, (name, owner)) in [("slow", 0), ("a", 1), ("b", 2)].into_iter().enumerate() {
             index.apply_unit(unit(name, Some(owner)));
             for i in 0..12 {
-                let mut view = item(&format!("{name}-{i}"), name, Some(owner));
+                let mut view = item(&format!("{name}-{i}"), name, None);
                 view.uid = spread_uid(i + 100 * n as u64);
                 index.apply_item(view);
             }
@@ -940,7 +953,7 @@ mod tests {
         for (name, owner, items) in [("hot", 0, 40), ("a", 1, 5), ("b", 2, 5)] {
             index.apply_unit(unit(name, Some(owner)));
             for i in 0..items {
-                let mut view = item(&format!("{name}-{i}"), name, Some(owner));
+                let mut view = item(&format!("{name}-{i}"), name, None);
                 view.uid = spread_uid(i as u64 + 1000 * owner as u64);
                 index.apply_item(view);
             }
@@ -983,13 +996,8 @@ mod tests {
             )),
             "some slice is headed to another shard"
         );
-        // No app of the hot unit moves before its slice does.
-        assert!(
-            first
-                .item_writes
-                .iter()
-                .all(|w| !w.key.name.starts_with("hot"))
-        );
+        // No app is written: each follows its slice by its unit's token.
+        assert!(first.item_writes.is_empty(), "{:?}", first.item_writes);
 
         // The slices landed: the whole record is retired (a drain to its own shard).
         for write in &creates {
