@@ -26,6 +26,11 @@
 //!   5,000 apps: until it is owned again and until the new owner's cache holds its objects
 //!   (target < 5 s for 1,000), with the client limits raised as the big-fleet tests raise them.
 //!
+//! - `moves`: a cluster of 10,000 apps moved by its owner's graceful stop: the controller's
+//!   writes to the control plane meanwhile (target at most 10, whatever the app count), the time
+//!   until the other replica has reconciled every moved app (target < 10 s), and 20 new apps
+//!   created afterwards, each timed to Synced (target < 2 s).
+//!
 //! - `copies`: what holding one cluster more costs a replica: the resident memory of one
 //!   replica with 2,000 realistic apps on 1 and on 40 clusters.
 //!
@@ -35,7 +40,7 @@
 //!
 //! The other sections run on `SHARDWISE_E2E_SERVER`'s server (the test server by default).
 //!
-//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|copies|servers]`
+//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|moves|copies|servers]`
 //! (all by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
@@ -772,6 +777,152 @@ async fn cached_handoff(per_cluster: u32) -> (f64, f64) {
     (owned, warm)
 }
 
+// ---------------------------------------------------------------- moves
+
+/// The apps of the cluster the `moves` section moves.
+const MOVED_APPS: u32 = 10_000;
+
+/// What one move of a big cluster cost, and how soon new apps were reconciled after it.
+struct Move {
+    /// Seconds from the owner's SIGTERM until the cluster's record names the other replica.
+    owned_again: f64,
+    /// Seconds from the SIGTERM until the other replica has reconciled every app of the
+    /// cluster again, its queue empty.
+    reconciled: f64,
+    /// The controller's writes to the control plane during the move, by method and resource
+    /// (its Lease renewals apart).
+    control_plane: BTreeMap<String, usize>,
+    lease_renewals: usize,
+    /// The controller's writes to the destinations during the move.
+    destination: usize,
+    /// Seconds from the creation of each new app until it was Synced.
+    new_apps: Vec<f64>,
+}
+
+/// `METHOD resource[/subresource]` of a request path, for a breakdown of writes.
+fn write_kind(method: &str, path: &str) -> String {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // .../namespaces/<ns>/<resource>/<name>[/<subresource>]
+    let resource = parts
+        .iter()
+        .position(|p| *p == "namespaces")
+        .and_then(|i| parts.get(i + 2..))
+        .map_or_else(
+            || parts.last().copied().unwrap_or_default().to_string(),
+            |rest| match rest {
+                [resource, _, sub, ..] => format!("{resource}/{sub}"),
+                [resource, ..] => (*resource).to_string(),
+                [] => String::new(),
+            },
+        );
+    format!("{method} {resource}")
+}
+
+/// 2 replicas; a cluster of 10,000 apps and one of 2,500, one on each (slicing off, client
+/// limits raised); the big cluster's owner stopped gracefully. Counts the controller's writes
+/// until the other replica has reconciled every moved app again, then times 20 new apps from
+/// creation to Synced.
+async fn cluster_move() -> Move {
+    let apps = MOVED_APPS * 5 / 4;
+    let mut args = support::raised_client_limits();
+    args.push("--slicing=off".into());
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 2,
+        clusters: 2,
+        apps,
+        hot_percent: Some(80),
+        rbac: false,
+        fast: false,
+        args,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, apps as usize).await;
+    fleet.wait_settled(&[0, 1], LONG).await.unwrap();
+    let placement = fleet.placement().await.unwrap();
+    let owner = placement.clusters["cluster-0"][0].1;
+    let other = 1 - owner;
+    assert_ne!(
+        placement.clusters["cluster-1"][0].1, owner,
+        "each replica holds one cluster: {placement:?}"
+    );
+    let metrics = fleet.replicas[&other].metrics_url.clone();
+    let reconciles = |m: &shardwise_e2e::Metrics| {
+        m.sum("shardwise_reconciles_total", &[("kind", "app")])
+    };
+    let before = reconciles(&scrape(&metrics).await.unwrap());
+
+    let (t0, since) = (Instant::now(), std::time::SystemTime::now());
+    fleet.stop_replica(owner).await.unwrap();
+    wait_for("the big cluster owned again", LONG, || async {
+        let placement = fleet.placement().await.map_err(|e| e.to_string())?;
+        match placement.clusters.get("cluster-0").map(|s| s[0]) {
+            Some((_, shard, false)) if shard == other => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await
+    .unwrap();
+    let owned_again = t0.elapsed().as_secs_f64();
+    wait_for("every moved app reconciled again", LONG, || async {
+        let m = scrape(&metrics).await.map_err(|e| e.to_string())?;
+        let done = reconciles(&m) - before;
+        let queued = m.sum("shardwise_queue_depth", &[("kind", "app")]);
+        if done >= f64::from(MOVED_APPS) && queued == 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{done} reconciled since the stop, {queued} queued"))
+        }
+    })
+    .await
+    .unwrap();
+    let reconciled = t0.elapsed().as_secs_f64();
+
+    let mut control_plane = BTreeMap::new();
+    let mut lease_renewals = 0;
+    for w in fleet.env.control_plane().writes() {
+        if w.at < since || !w.identity.starts_with(STATEFULSET) {
+            continue;
+        }
+        if w.path.contains("/leases/") {
+            lease_renewals += 1;
+        } else {
+            *control_plane.entry(write_kind(&w.method, &w.path)).or_insert(0) += 1;
+        }
+    }
+    let destination = controller_writes_since(&fleet, since);
+    eprintln!(
+        "moves: cluster-0 ({MOVED_APPS} apps) owned again after {owned_again:.2} s, reconciled after {reconciled:.2} s; writes {control_plane:?}, {lease_renewals} lease renewals, {destination} to destinations"
+    );
+
+    let api = fleet.apps_api();
+    let mut new_apps = Vec::new();
+    for i in apps..apps + 20 {
+        let created = Instant::now();
+        fleet.create_apps(i..i + 1).await.unwrap();
+        let name = format!("app-{i}");
+        wait_for(&format!("{name} Synced"), LONG, || async {
+            let app = api.get(&name).await.map_err(|e| e.to_string())?;
+            match app.status.and_then(|s| s.sync_phase) {
+                Some(SyncPhase::Synced) => Ok(()),
+                phase => Err(format!("{phase:?}")),
+            }
+        })
+        .await
+        .unwrap();
+        new_apps.push(created.elapsed().as_secs_f64());
+    }
+    Move {
+        owned_again,
+        reconciled,
+        control_plane,
+        lease_renewals,
+        destination,
+        new_apps,
+    }
+}
+
 // ---------------------------------------------------------------- copies
 
 /// Resident memory (VmRSS) of a process now, in bytes.
@@ -1029,6 +1180,32 @@ fn main() {
                 if per_cluster == 1000 && warm >= 5.0 {
                     failures.push(format!("handoff of a 1,000-app cluster with its cache took {warm:.2} s >= 5 s"));
                 }
+            }
+        }
+        if run("moves") {
+            let m = cluster_move().await;
+            let writes: usize = m.control_plane.values().sum();
+            println!("\n### Moving a cluster of {MOVED_APPS} apps (2 replicas, its owner stopped gracefully, slicing off, client limits raised)\n");
+            println!("| measure | figure | target |");
+            println!("|---|---:|---:|");
+            println!("| owned again by the other replica after | {:.2} s | |", m.owned_again);
+            println!("| every app of it reconciled again after | **{:.2} s** | < 10 s |", m.reconciled);
+            println!("| the controller's writes to the control plane meanwhile | **{writes}** | at most 10 |");
+            for (kind, n) in &m.control_plane {
+                println!("| &nbsp;&nbsp;{kind} | {n} | |");
+            }
+            println!("| its Lease renewals meanwhile (not counted above) | {} | |", m.lease_renewals);
+            println!("| its writes to the destinations meanwhile | {} | |", m.destination);
+            let p = |q: f64| percentile(&m.new_apps, q);
+            println!("| new apps after the move ({}), created to Synced: p50 / p99 / max | {:.2} s / {:.2} s / {:.2} s | under 2 s |", m.new_apps.len(), p(50.0), p(99.0), p(100.0));
+            if writes > 10 {
+                failures.push(format!("moving a {MOVED_APPS}-app cluster wrote {writes} objects of the control plane > 10"));
+            }
+            if m.reconciled >= 10.0 {
+                failures.push(format!("moving a {MOVED_APPS}-app cluster took {:.1} s >= 10 s to reconcile", m.reconciled));
+            }
+            if p(100.0) >= 2.0 {
+                failures.push(format!("a new app took {:.2} s >= 2 s to be Synced", p(100.0)));
             }
         }
         if run("copies") {
