@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use shardwise_api::{ClusterPhase, FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{scrape, wait_for};
-use shardwise_handoff::keys::LOAD_ANNOTATION;
+use shardwise_handoff::keys::{LOAD_ANNOTATION, UNIT_LABEL, unit_token};
 use shardwise_runtime::load::{LoadReport, record_text};
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, app_manifests, shard_label};
 
@@ -295,6 +295,43 @@ async fn apps_follow_their_manifests_prune_and_repair_drift() {
     repaired("the edited object to be repaired").await;
     cms.delete("app-3", &DeleteParams::default()).await.unwrap();
     repaired("the deleted object to be re-applied").await;
+
+    // Sent to another cluster: the planner reads only metadata, so the owner that finds the old
+    // token removes it; the planner writes the new one, and the new cluster's owner applies it.
+    apps.patch(
+        "app-3",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"destination": {"cluster": "cluster-2"}}})),
+    )
+    .await
+    .unwrap();
+    let other = fleet.env.destinations()[2 % 2]
+        .client("admin")
+        .await
+        .unwrap();
+    let moved: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(other, "team-3");
+    let token = unit_token(NAMESPACE, "cluster-2");
+    wait_for(
+        "app-3 applied to cluster-2, with its token",
+        SETTLE,
+        || async {
+            let app = apps.get("app-3").await.map_err(|e| e.to_string())?;
+            let labelled = app.labels().get(UNIT_LABEL) == Some(&token);
+            let applied = moved.get_opt("app-3").await.map_err(|e| e.to_string())?;
+            let synced = app.status.as_ref().and_then(|s| s.sync_phase) == Some(SyncPhase::Synced);
+            if labelled && applied.is_some() && synced {
+                Ok(())
+            } else {
+                Err(format!(
+                    "token {:?}, applied {}, synced {synced}",
+                    app.labels().get(UNIT_LABEL),
+                    applied.is_some()
+                ))
+            }
+        },
+    )
+    .await
+    .unwrap();
 }
 
 /// Scale the StatefulSet from 3 to 2 (stopping replica 2): its clusters and apps are owned and

@@ -191,7 +191,8 @@ pub struct Plan {
 pub struct ItemLabel {
     /// The item.
     pub item: ObjectKey,
-    /// Its unit label: [`unit_token`] of its unit.
+    /// Its unit label: [`unit_token`] of its unit; kept as it is on an item of a unit that
+    /// does not exist.
     pub unit_token: String,
     /// Its shard label: for an item of a unit that does not exist, the live shard that reports
     /// on it; none for the others (an owner finds them by their unit label).
@@ -369,10 +370,16 @@ fn item_labels(
     let mut item_labels = Vec::new();
     let mut tokens: BTreeMap<&ObjectKey, String> = BTreeMap::new();
     for item in items {
-        let token = tokens
-            .entry(&item.unit)
-            .or_insert_with(|| unit_token(&item.unit.namespace, &item.unit.name));
-        let shard = if existing.contains(&item.unit) {
+        let exists = existing.contains(&item.unit);
+        let token: &String = match &item.unit_token {
+            // The unit of a token that names none is not known from metadata: the token
+            // stays (an owner clears a token its item's spec no longer matches).
+            Some(token) if !exists => token,
+            _ => tokens
+                .entry(&item.unit)
+                .or_insert_with(|| unit_token(&item.unit.namespace, &item.unit.name)),
+        };
+        let shard = if exists {
             None
         } else {
             match item.shard.filter(|&s| live.contains(s)) {

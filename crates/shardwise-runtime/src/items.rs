@@ -1,37 +1,169 @@
-//! A term's caches of items: one per unit it holds records of, each filled by a watch of the
-//! items labelled with that unit's token ([`shardwise_handoff::keys::UNIT_LABEL`]), which no move
-//! rewrites; and one of the items labelled with this shard, which the planner writes only on
-//! items whose unit does not exist (their owner reports that).
+//! A term's caches of items. Items are found by their unit's token
+//! ([`shardwise_handoff::keys::UNIT_LABEL`]), which no move rewrites, so a move costs no write
+//! per item: the new owner starts watching the unit's token instead.
 //!
-//! A unit's cache keeps only the items whose keys fall in the ranges the term held of the unit
-//! when its watch started; a range not covered by them starts the watch again (a LIST of the
-//! unit's items), a range given up leaves the cache as it is until the unit goes.
+//! Units that become active together (one pass of the planner, a drain's end) share one watch,
+//! a set-based selector over their tokens; each watch keeps its own cache. A watch stops once
+//! none of its units is held any more. When there are [`MAX_WATCHES`] already, the next one
+//! selects every unit held instead, and replaces all the others once it has listed: a replica
+//! keeps a handful of watches (connections, and LISTs to the control plane) whatever the
+//! number of units it owns, and one LIST of all it owns per [`MAX_WATCHES`] changes.
+//!
+//! A unit's items enter a cache only if their keys fall in the ranges the term held of the unit
+//! when the watch started; a range not covered by them watches the unit again. Items of units
+//! that do not exist are labelled with this shard by the planner instead, and have a cache of
+//! their own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube_runtime::reflector::Store;
 use shard_assign::KeyRange;
 use shardwise_handoff::plan::ObjectKey;
+use tokio::sync::Notify;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::objects::{Object, item_key, key_of, reference};
+use shardwise_handoff::keys::{UNIT_LABEL, unit_token};
 
-/// The items of one unit, and the watch that keeps them.
-struct UnitItems<I: Object> {
-    /// The ranges of the unit's keys the cache holds.
-    ranges: Vec<KeyRange>,
+use crate::objects::{Object, Revision, item_key, key_of, reference};
+
+/// How many watches of units' items a term keeps before it merges them into one.
+pub(crate) const MAX_WATCHES: usize = 6;
+
+/// The units a watch serves, with the ranges of their keys it keeps; shared with the watch,
+/// which drops the events of items of units no longer in it. An item belongs to the unit whose
+/// token it carries: one whose spec names another unit since is still found, and its owner
+/// clears the stale token.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Held(Arc<Mutex<Units>>);
+
+#[derive(Debug, Default)]
+struct Units {
+    ranges: BTreeMap<ObjectKey, Vec<KeyRange>>,
+    by_token: BTreeMap<String, ObjectKey>,
+}
+
+/// The unit token an item carries.
+pub(crate) fn token_of<I: Object>(item: &I) -> Option<&str> {
+    item.meta()
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(UNIT_LABEL))
+        .map(String::as_str)
+}
+
+impl Held {
+    fn new(ranges: BTreeMap<ObjectKey, Vec<KeyRange>>) -> Self {
+        let by_token = ranges
+            .keys()
+            .map(|u| (unit_token(&u.namespace, &u.name), u.clone()))
+            .collect();
+        Self(Arc::new(Mutex::new(Units { ranges, by_token })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Units> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The unit the watch serves that `item`'s token names.
+    fn unit_of<I: Object>(&self, item: &I) -> Option<ObjectKey> {
+        let units = self.lock();
+        let unit = units.by_token.get(token_of(item)?)?;
+        units.ranges.contains_key(unit).then(|| unit.clone())
+    }
+
+    /// Whether the watch keeps `item`: its token names a unit it serves, and its key is in
+    /// the ranges it keeps of that unit.
+    pub(crate) fn keeps<I: Object>(&self, item: &I) -> bool {
+        let units = self.lock();
+        token_of(item)
+            .and_then(|token| units.by_token.get(token))
+            .and_then(|unit| units.ranges.get(unit))
+            .is_some_and(|ranges| ranges.iter().any(|r| r.contains(item_key(item))))
+    }
+
+    /// Whether the watch serves `unit`.
+    pub(crate) fn has(&self, unit: &ObjectKey) -> bool {
+        self.lock().ranges.contains_key(unit)
+    }
+
+    fn ranges(&self, unit: &ObjectKey) -> Option<Vec<KeyRange>> {
+        self.lock().ranges.get(unit).cloned()
+    }
+
+    fn units(&self) -> Vec<ObjectKey> {
+        self.lock().ranges.keys().cloned().collect()
+    }
+
+    fn all(&self) -> BTreeMap<ObjectKey, Vec<KeyRange>> {
+        self.lock().ranges.clone()
+    }
+
+    fn remove(&self, unit: &ObjectKey) {
+        self.lock().ranges.remove(unit);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().ranges.is_empty()
+    }
+}
+
+/// Units to watch together, for [`ItemStores::insert`].
+#[derive(Debug)]
+pub(crate) struct Batch {
+    id: u64,
+    /// Every unit held (it replaces the other watches once listed), or only new ones.
+    pub(crate) merges: bool,
+    pub(crate) held: Held,
+}
+
+impl Batch {
+    /// Which batch it is, for [`ItemStores::listed`].
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The units to select.
+    pub(crate) fn units(&self) -> Vec<ObjectKey> {
+        self.held.units()
+    }
+}
+
+/// One watch of units' items, and its cache.
+struct Watch<I: Object> {
+    id: u64,
+    held: Held,
     store: Store<I>,
-    _watch: AbortOnDropHandle<()>,
+    _task: AbortOnDropHandle<()>,
+}
+
+/// Whether an item was seen before, at this revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Noted {
+    New,
+    Changed,
+    Same,
+}
+
+struct State<I: Object> {
+    /// Oldest first: a unit in two watches is read from the older until the newer has listed.
+    watches: Vec<Watch<I>>,
+    /// Units that want a watch, with their ranges.
+    pending: BTreeMap<ObjectKey, Vec<KeyRange>>,
+    next_id: u64,
+    /// Each cached item's unit and the revision last queued, over every watch: a unit watched
+    /// again (a merge, a wider range) does not queue its unchanged items again.
+    seen: BTreeMap<ObjectKey, (ObjectKey, Revision)>,
 }
 
 /// The term's item caches.
 pub(crate) struct ItemStores<I: Object> {
-    units: Mutex<BTreeMap<ObjectKey, UnitItems<I>>>,
+    state: Mutex<State<I>>,
     /// Items labelled with this shard: those of units that do not exist.
     orphans: Store<I>,
     /// The unit of an item: the controller's [`crate::Sharded::unit_of`].
     unit_of: fn(&I) -> ObjectKey,
+    wanted: Notify,
 }
 
 /// Whether a cache of `held` ranges has every key of `wanted`.
@@ -42,85 +174,232 @@ pub(crate) fn covers(held: &[KeyRange], wanted: &[KeyRange]) -> bool {
 impl<I: Object> ItemStores<I> {
     pub(crate) fn new(orphans: Store<I>, unit_of: fn(&I) -> ObjectKey) -> Self {
         Self {
-            units: Mutex::new(BTreeMap::new()),
+            state: Mutex::new(State {
+                watches: Vec::new(),
+                pending: BTreeMap::new(),
+                next_id: 0,
+                seen: BTreeMap::new(),
+            }),
             orphans,
             unit_of,
+            wanted: Notify::new(),
         }
     }
 
-    fn units(&self) -> MutexGuard<'_, BTreeMap<ObjectKey, UnitItems<I>>> {
-        self.units.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> MutexGuard<'_, State<I>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the cache of `unit` must (re)start to hold `ranges`: there is none, or it
-    /// misses keys of them.
-    pub(crate) fn needs_watch(&self, unit: &ObjectKey, ranges: &[KeyRange]) -> bool {
-        self.units()
+    /// Asks for `unit`'s items in `ranges` to be watched, unless a watch (or one about to
+    /// start) has them.
+    pub(crate) fn want(&self, unit: &ObjectKey, ranges: Vec<KeyRange>) {
+        if ranges.is_empty() {
+            return;
+        }
+        let mut state = self.state();
+        let covered = state
+            .pending
             .get(unit)
-            .is_none_or(|held| !covers(&held.ranges, ranges))
+            .is_some_and(|held| covers(held, &ranges))
+            || state.watches.iter().any(|w| {
+                w.held
+                    .ranges(unit)
+                    .is_some_and(|held| covers(&held, &ranges))
+            });
+        if !covered {
+            state.pending.insert(unit.clone(), ranges);
+            self.wanted.notify_one();
+        }
     }
 
-    /// Keeps `store`, filled by `watch`, as the cache of `unit`'s items in `ranges`; the
-    /// cache it replaces stops.
-    pub(crate) fn insert(
-        &self,
-        unit: ObjectKey,
-        ranges: Vec<KeyRange>,
-        store: Store<I>,
-        watch: AbortOnDropHandle<()>,
-    ) {
-        self.units().insert(
-            unit,
-            UnitItems {
-                ranges,
-                store,
-                _watch: watch,
-            },
-        );
+    /// Waits until some unit wants a watch.
+    pub(crate) async fn wanted(&self) {
+        self.wanted.notified().await;
     }
 
-    /// Drops the cache of `unit`, and stops its watch.
+    /// The units that want a watch, to watch together; with every other unit held when the
+    /// term has [`MAX_WATCHES`] already.
+    pub(crate) fn take_batch(&self) -> Option<Batch> {
+        let mut state = self.state();
+        if state.pending.is_empty() {
+            return None;
+        }
+        let pending = std::mem::take(&mut state.pending);
+        let merges = state.watches.len() >= MAX_WATCHES;
+        let units = if merges {
+            let mut all = BTreeMap::new();
+            for watch in &state.watches {
+                all.extend(watch.held.all());
+            }
+            all.extend(pending);
+            all
+        } else {
+            pending
+        };
+        state.next_id += 1;
+        Some(Batch {
+            id: state.next_id,
+            merges,
+            held: Held::new(units),
+        })
+    }
+
+    /// Keeps `store`, filled by `task`'s watch of `batch`'s units.
+    pub(crate) fn insert(&self, batch: Batch, store: Store<I>, task: AbortOnDropHandle<()>) {
+        self.state().watches.push(Watch {
+            id: batch.id,
+            held: batch.held,
+            store,
+            _task: task,
+        });
+    }
+
+    /// Once the watch of batch `id` has listed: older watches give its units up, and those
+    /// left with none stop.
+    pub(crate) fn listed(&self, id: u64) {
+        let mut state = self.state();
+        let Some(units) = state
+            .watches
+            .iter()
+            .find(|w| w.id == id)
+            .map(|w| w.held.units())
+        else {
+            return;
+        };
+        for watch in state.watches.iter().filter(|w| w.id < id) {
+            for unit in &units {
+                watch.held.remove(unit);
+            }
+        }
+        state.watches.retain(|w| w.id >= id || !w.held.is_empty());
+    }
+
+    /// Drops `unit` from every watch (stopping those left with none) and forgets its items.
     pub(crate) fn remove(&self, unit: &ObjectKey) {
-        let removed = self.units().remove(unit);
-        drop(removed);
+        let mut state = self.state();
+        state.pending.remove(unit);
+        for watch in &state.watches {
+            watch.held.remove(unit);
+        }
+        let stopped: Vec<Watch<I>> = {
+            let (kept, stopped) = std::mem::take(&mut state.watches)
+                .into_iter()
+                .partition(|w| !w.held.is_empty());
+            state.watches = kept;
+            stopped
+        };
+        state.seen.retain(|_, (of, _)| of != unit);
+        drop(state);
+        drop(stopped);
     }
 
-    /// Drops every cache of a unit (the end of the term).
+    /// Drops every watch (the end of the term).
     pub(crate) fn clear(&self) {
-        let removed = std::mem::take(&mut *self.units());
-        drop(removed);
+        let mut state = self.state();
+        let watches = std::mem::take(&mut state.watches);
+        state.pending.clear();
+        state.seen.clear();
+        drop(state);
+        drop(watches);
     }
 
-    /// The ranges of `unit` its cache holds, if it has one.
-    #[cfg(test)]
-    pub(crate) fn ranges(&self, unit: &ObjectKey) -> Option<Vec<KeyRange>> {
-        self.units().get(unit).map(|u| u.ranges.clone())
+    /// Notes `item`'s revision: whether it is new to the term, changed, or the same.
+    pub(crate) fn note(&self, item: &I) -> Noted {
+        let revision = Revision::of(item);
+        let unit = (self.unit_of)(item);
+        match self
+            .state()
+            .seen
+            .insert(key_of(item), (unit, revision.clone()))
+        {
+            None => Noted::New,
+            Some((_, seen)) if seen == revision => Noted::Same,
+            Some(_) => Noted::Changed,
+        }
     }
 
-    fn stores(&self) -> Vec<Store<I>> {
-        self.units().values().map(|u| u.store.clone()).collect()
+    /// Forgets the item `key` (deleted), so that it counts as new if it comes back.
+    pub(crate) fn forget(&self, key: &ObjectKey) {
+        self.state().seen.remove(key);
     }
 
-    /// The item `key`: from the cache of a unit, or of those of units that do not exist.
+    /// After a watch's list: forgets the items it serves that the list did not have (they left
+    /// while it was down), and returns them. `held`: the units of a watch of units; `None`: the
+    /// watch of items of missing units, which serves those of units no watch holds.
+    pub(crate) fn forget_unlisted(
+        &self,
+        held: Option<&Held>,
+        listed: &BTreeSet<ObjectKey>,
+    ) -> Vec<ObjectKey> {
+        let mut state = self.state();
+        let watched: BTreeSet<ObjectKey> = match held {
+            Some(_) => BTreeSet::new(),
+            None => state.watches.iter().flat_map(|w| w.held.units()).collect(),
+        };
+        let serves = |unit: &ObjectKey| match held {
+            Some(held) => held.has(unit),
+            None => !watched.contains(unit),
+        };
+        let mut gone = Vec::new();
+        state.seen.retain(|key, (unit, _)| {
+            let kept = listed.contains(key) || !serves(unit);
+            if !kept {
+                gone.push(key.clone());
+            }
+            kept
+        });
+        gone
+    }
+
+    /// The caches to read, oldest first, each with the units it serves that no older one
+    /// does.
+    fn readable(&self) -> Vec<(Store<I>, Held, BTreeSet<ObjectKey>)> {
+        let state = self.state();
+        let mut claimed = BTreeSet::new();
+        let mut caches = Vec::new();
+        for watch in &state.watches {
+            let units: BTreeSet<ObjectKey> = watch
+                .held
+                .units()
+                .into_iter()
+                .filter(|u| claimed.insert(u.clone()))
+                .collect();
+            if !units.is_empty() {
+                caches.push((watch.store.clone(), watch.held.clone(), units));
+            }
+        }
+        caches
+    }
+
+    /// The item `key`: from a cache of the unit its token names (the newer one may hold keys
+    /// the older lacks while it lists), or of those of units that do not exist.
     pub(crate) fn get(&self, key: &ObjectKey) -> Option<Arc<I>> {
         let reference = reference::<I>(key);
-        self.stores()
+        let caches: Vec<(Store<I>, Held)> = self
+            .state()
+            .watches
             .iter()
-            .find_map(|store| store.get(&reference))
+            .map(|w| (w.store.clone(), w.held.clone()))
+            .collect();
+        caches
+            .iter()
+            .find_map(|(store, held)| store.get(&reference).filter(|i| held.keeps(i.as_ref())))
             .or_else(|| self.orphans.get(&reference))
     }
 
-    /// The cached items of `unit` (in its own cache, or labelled with this shard) that
+    /// The cached items of `unit` (in the cache serving it, or labelled with this shard) that
     /// `select` chooses.
     pub(crate) fn of_unit(&self, unit: &ObjectKey, select: impl Fn(&I) -> bool) -> Vec<Arc<I>> {
+        let token = unit_token(&unit.namespace, &unit.name);
         let own = self
-            .units()
-            .get(unit)
-            .map(|u| u.store.clone())
-            .map(|store| store.state_filter(|i| &(self.unit_of)(i) == unit && select(i)))
+            .readable()
+            .into_iter()
+            .find(|(_, _, units)| units.contains(unit))
+            .map(|(store, _, _)| {
+                store.state_filter(|i| token_of(i) == Some(token.as_str()) && select(i))
+            })
             .unwrap_or_default();
-        let known: std::collections::BTreeSet<ObjectKey> =
-            own.iter().map(|i| key_of(i.as_ref())).collect();
+        let known: BTreeSet<ObjectKey> = own.iter().map(|i| key_of(i.as_ref())).collect();
         let orphans = self.orphans.state_filter(|i| {
             &(self.unit_of)(i) == unit && select(i) && !known.contains(&key_of(i))
         });
@@ -132,34 +411,49 @@ impl<I: Object> ItemStores<I> {
         self.of_unit(unit, |i| range.contains(item_key(i)))
     }
 
-    /// Every cached item `select` chooses (an item in two caches, twice).
-    pub(crate) fn filter(&self, select: impl Fn(&I) -> bool) -> Vec<Arc<I>> {
-        let mut items: Vec<Arc<I>> = self
-            .stores()
+    /// The items in the caches of units that `select` chooses, each once.
+    fn served(&self, select: impl Fn(&I) -> bool) -> Vec<Arc<I>> {
+        self.readable()
             .iter()
-            .flat_map(|store| store.state_filter(&select))
-            .collect();
+            .flat_map(|(store, held, units)| {
+                store.state_filter(|i| {
+                    held.unit_of(i).is_some_and(|u| units.contains(&u)) && select(i)
+                })
+            })
+            .collect()
+    }
+
+    /// Every cached item `select` chooses (one of a unit that does not exist and also in a
+    /// unit's cache, twice).
+    pub(crate) fn filter(&self, select: impl Fn(&I) -> bool) -> Vec<Arc<I>> {
+        let mut items = self.served(&select);
         items.extend(self.orphans.state_filter(&select));
         items
     }
 
     /// The items in the caches of units.
     pub(crate) fn unit_items(&self) -> Vec<Arc<I>> {
-        self.stores().iter().flat_map(Store::state).collect()
+        self.served(|_| true)
     }
 
-    /// How many items the caches of units hold.
+    /// How many items the caches of units hold for the units they serve.
     pub(crate) fn len(&self) -> usize {
-        self.stores().iter().map(Store::len).sum()
+        self.unit_items().len()
     }
 
-    /// Waits until the cache of items labelled with this shard, and every cache of a unit
+    /// Waits until the cache of items labelled with this shard, and every cache of units
     /// there is now, has listed once. False if one of their watches stopped first.
     pub(crate) async fn wait_until_ready(&self) -> bool {
         if self.orphans.wait_until_ready().await.is_err() {
             return false;
         }
-        for store in self.stores() {
+        let stores: Vec<Store<I>> = self
+            .state()
+            .watches
+            .iter()
+            .map(|w| w.store.clone())
+            .collect();
+        for store in stores {
             if store.wait_until_ready().await.is_err() {
                 return false;
             }
@@ -189,7 +483,7 @@ mod tests {
         assert!(covers(&[low, high], &[low, high]));
         assert!(!covers(&[low], &[high]));
         // Both halves hold every key, but a whole range is not within either: a merge
-        // starts the watch again (rare; what it costs is one LIST of the unit's items).
+        // watches the unit again (rare; what it costs is one LIST of the unit's items).
         assert!(!covers(&[low, high], &[KeyRange::WHOLE]));
         assert!(covers(&[low], &[]));
     }
@@ -199,12 +493,23 @@ mod tests {
         c.metadata.name = Some(name.into());
         c.metadata.namespace = Some("fleet".into());
         c.metadata.uid = Some(format!("uid-{name}"));
-        c.metadata.labels = Some([("unit".to_string(), unit.to_string())].into());
+        c.metadata.resource_version = Some("1".into());
+        c.metadata.labels = Some(
+            [
+                ("unit".to_string(), unit.to_string()),
+                (UNIT_LABEL.to_string(), unit_token("fleet", unit)),
+            ]
+            .into(),
+        );
         c
     }
 
     fn unit_of(c: &ConfigMap) -> ObjectKey {
         ObjectKey::new("fleet", c.metadata.labels.as_ref().unwrap()["unit"].clone())
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("fleet", name)
     }
 
     fn filled(items: &[ConfigMap]) -> Store<ConfigMap> {
@@ -226,63 +531,136 @@ mod tests {
         names
     }
 
+    fn idle() -> AbortOnDropHandle<()> {
+        AbortOnDropHandle::new(tokio::spawn(async {}))
+    }
+
+    /// Watches what is wanted now, its cache filled with `items`.
+    fn watch(stores: &ItemStores<ConfigMap>, items: &[ConfigMap]) {
+        let batch = stores.take_batch().expect("units wanted");
+        stores.insert(batch, filled(items), idle());
+    }
+
     #[tokio::test]
     async fn items_are_found_in_their_units_cache_or_among_those_of_missing_units() {
-        let orphans = filled(&[config_map("lost", "gone")]);
-        let stores = ItemStores::new(orphans, unit_of);
-        let idle = || AbortOnDropHandle::new(tokio::spawn(async {}));
+        let stores = ItemStores::new(filled(&[config_map("lost", "gone")]), unit_of);
+        stores.want(&key("a"), vec![KeyRange::WHOLE]);
+        stores.want(&key("b"), vec![KeyRange::WHOLE]);
+        let batch = stores.take_batch().unwrap();
+        assert_eq!(batch.units(), [key("a"), key("b")], "one watch for both");
+        assert!(!batch.merges);
         stores.insert(
-            ObjectKey::new("fleet", "a"),
-            vec![KeyRange::WHOLE],
-            filled(&[config_map("a-1", "a"), config_map("a-2", "a")]),
+            batch,
+            filled(&[
+                config_map("a-1", "a"),
+                config_map("a-2", "a"),
+                config_map("b-1", "b"),
+            ]),
             idle(),
         );
-        stores.insert(
-            ObjectKey::new("fleet", "b"),
-            vec![KeyRange::WHOLE],
-            filled(&[config_map("b-1", "b")]),
-            idle(),
-        );
-        assert!(stores.get(&ObjectKey::new("fleet", "b-1")).is_some());
-        assert!(stores.get(&ObjectKey::new("fleet", "lost")).is_some());
-        assert!(stores.get(&ObjectKey::new("fleet", "nowhere")).is_none());
-        let a = ObjectKey::new("fleet", "a");
-        assert_eq!(names(&stores.of_unit(&a, |_| true)), ["a-1", "a-2"]);
-        assert_eq!(
-            names(&stores.of_unit(&ObjectKey::new("fleet", "gone"), |_| true)),
-            ["lost"]
-        );
+        assert!(stores.take_batch().is_none(), "nothing else wanted");
+        assert!(stores.get(&key("b-1")).is_some());
+        assert!(stores.get(&key("lost")).is_some());
+        assert!(stores.get(&key("nowhere")).is_none());
+        assert_eq!(names(&stores.of_unit(&key("a"), |_| true)), ["a-1", "a-2"]);
+        assert_eq!(names(&stores.of_unit(&key("gone"), |_| true)), ["lost"]);
         assert_eq!(stores.len(), 3, "the caches of units, not the orphans");
         assert_eq!(names(&stores.filter(|_| true)).len(), 4);
         // Which half each item of "a" falls in decides what in_range gives.
         let (low, high) = halves();
-        let in_low = stores.in_range(&a, low).len();
-        let in_high = stores.in_range(&a, high).len();
+        let in_low = stores.in_range(&key("a"), low).len();
+        let in_high = stores.in_range(&key("a"), high).len();
         assert_eq!(in_low + in_high, 2);
-        assert!(!stores.needs_watch(&a, &[KeyRange::WHOLE]));
-        assert!(stores.needs_watch(&ObjectKey::new("fleet", "c"), &[low]));
+        // Covered already: no new watch.
+        stores.want(&key("a"), vec![low]);
+        assert!(stores.take_batch().is_none());
         assert!(stores.wait_until_ready().await);
-        stores.remove(&a);
-        assert!(stores.get(&ObjectKey::new("fleet", "a-1")).is_none());
-        assert_eq!(stores.ranges(&a), None);
+        // "a" leaves: its items are gone from reads, though its watch goes on for "b".
+        stores.remove(&key("a"));
+        assert!(stores.get(&key("a-1")).is_none());
+        assert_eq!(stores.len(), 1);
         stores.clear();
         assert_eq!(stores.len(), 0);
-        assert!(stores.get(&ObjectKey::new("fleet", "lost")).is_some());
+        assert!(stores.get(&key("lost")).is_some());
     }
 
     #[tokio::test]
-    async fn dropping_a_units_cache_stops_its_watch() {
+    async fn a_watch_stops_once_none_of_its_units_is_held() {
         let stores = ItemStores::new(filled(&[]), unit_of);
         let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-        let watch = AbortOnDropHandle::new(tokio::spawn(async move {
+        let task = AbortOnDropHandle::new(tokio::spawn(async move {
             let _held = tx;
             std::future::pending::<()>().await;
         }));
-        let a = ObjectKey::new("fleet", "a");
-        stores.insert(a.clone(), vec![KeyRange::WHOLE], filled(&[]), watch);
-        assert!(rx.try_recv().is_err(), "still running");
-        stores.remove(&a);
+        stores.want(&key("a"), vec![KeyRange::WHOLE]);
+        stores.want(&key("b"), vec![KeyRange::WHOLE]);
+        let batch = stores.take_batch().unwrap();
+        stores.insert(batch, filled(&[]), task);
+        stores.remove(&key("a"));
+        assert!(rx.try_recv().is_err(), "still running for b");
+        stores.remove(&key("b"));
         // The task was aborted: its end of the channel is dropped.
         assert!(rx.await.is_err());
+    }
+
+    #[tokio::test]
+    async fn past_the_limit_one_watch_of_every_unit_replaces_the_others_once_listed() {
+        let stores = ItemStores::new(filled(&[]), unit_of);
+        for i in 0..MAX_WATCHES {
+            let unit = format!("u{i}");
+            stores.want(&key(&unit), vec![KeyRange::WHOLE]);
+            watch(&stores, &[config_map(&format!("{unit}-item"), &unit)]);
+        }
+        assert_eq!(stores.len(), MAX_WATCHES);
+        stores.want(&key("new"), vec![KeyRange::WHOLE]);
+        let batch = stores.take_batch().unwrap();
+        assert!(batch.merges);
+        let mut expected: Vec<ObjectKey> =
+            (0..MAX_WATCHES).map(|i| key(&format!("u{i}"))).collect();
+        expected.push(key("new"));
+        expected.sort();
+        assert_eq!(batch.units(), expected, "every unit held, and the new one");
+        let id = batch.id();
+        let mut all: Vec<ConfigMap> = (0..MAX_WATCHES)
+            .map(|i| config_map(&format!("u{i}-item"), &format!("u{i}")))
+            .collect();
+        all.push(config_map("new-item", "new"));
+        stores.insert(batch, filled(&all), idle());
+        // Listing: the old caches still serve their units, each item once.
+        assert_eq!(stores.len(), MAX_WATCHES + 1);
+        // A unit leaves meanwhile: gone from the new watch too.
+        stores.remove(&key("u0"));
+        assert_eq!(stores.state().watches.len(), MAX_WATCHES);
+        stores.listed(id);
+        assert_eq!(stores.state().watches.len(), 1, "the older watches stopped");
+        assert_eq!(stores.len(), MAX_WATCHES);
+        assert!(stores.get(&key("u3-item")).is_some());
+        assert!(stores.get(&key("u0-item")).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_unit_watched_again_keeps_its_items_revisions() {
+        let stores = ItemStores::new(filled(&[]), unit_of);
+        let item = config_map("a-1", "a");
+        assert_eq!(stores.note(&item), Noted::New);
+        assert_eq!(stores.note(&item), Noted::Same, "seen by a second watch");
+        let mut changed = item.clone();
+        changed.metadata.resource_version = Some("2".into());
+        assert_eq!(stores.note(&changed), Noted::Changed);
+        // A watch of "a" lists without the item: it left while the watch was down.
+        stores.want(&key("a"), vec![KeyRange::WHOLE]);
+        let batch = stores.take_batch().unwrap();
+        let held = batch.held.clone();
+        stores.insert(batch, filled(&[]), idle());
+        assert_eq!(
+            stores.forget_unlisted(Some(&held), &BTreeSet::new()),
+            [key("a-1")]
+        );
+        // The orphans' watch does not forget items of units another watch serves.
+        stores.note(&item);
+        assert!(stores.forget_unlisted(None, &BTreeSet::new()).is_empty());
+        // The unit leaves: its items are new again if it comes back.
+        stores.remove(&key("a"));
+        assert_eq!(stores.note(&item), Noted::New);
     }
 }

@@ -1,7 +1,7 @@
 //! The runtime's view of Kubernetes objects: what a type needs to be a unit or an item, keys,
 //! placement records, and APIs that read leniently.
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{PartialObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use kube_runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
@@ -42,6 +42,24 @@ pub fn key_of<K: kube::Resource>(object: &K) -> ObjectKey {
     )
 }
 
+/// What marks a change of spec: the generation, or for kinds that keep none (ConfigMaps,
+/// Namespaces) the resource version, so that every write counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Revision {
+    Generation(i64),
+    Version(Option<String>),
+}
+
+impl Revision {
+    pub(crate) fn of(object: &impl Resource) -> Self {
+        let meta = object.meta();
+        match meta.generation {
+            Some(generation) => Self::Generation(generation),
+            None => Self::Version(meta.resource_version.clone()),
+        }
+    }
+}
+
 /// The placement record of a unit, from its labels and annotations.
 pub fn record_of<K: Resource>(unit: &K) -> UnitRecord {
     let meta = unit.meta();
@@ -80,6 +98,19 @@ pub fn api_over<K: Object>(client: &Client, scope: &WatchScope) -> Api<Lenient<K
     match scope {
         WatchScope::Namespace(namespace) => api_in(client, namespace),
         WatchScope::Cluster => api_in(client, ""),
+    }
+}
+
+/// The API of `K`'s metadata over the watch scope: lists and watches return only metadata.
+pub(crate) fn metadata_api_over<K: Object>(
+    client: &Client,
+    scope: &WatchScope,
+) -> Api<PartialObjectMeta<Lenient<K>>> {
+    match scope {
+        WatchScope::Namespace(namespace) if !namespace.is_empty() => {
+            Api::namespaced_with(client.clone(), namespace, &())
+        }
+        _ => Api::all_with(client.clone(), &()),
     }
 }
 

@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 use crate::audit::Audit;
 use crate::decode::decode_each;
 use crate::gate::{Gate, Misses, UNIT_KEY};
-use crate::items::ItemStores;
+use crate::items::{Batch, ItemStores};
 use crate::lease::{Annotations, Fence};
 use crate::lenient::Undecodable;
 use crate::load::{LoadReport, MAX_REPORTED_RECORDS, Meter, MeterSettings, RecordLoad};
@@ -124,7 +124,7 @@ impl<C: Sharded> Owner<C> {
             self.term.items.remove(key);
             self.controller.released(&self.term, key);
         } else if observed.activated {
-            self.watch_items(key);
+            self.term.items.want(key, self.term.gate.ranges(key));
         }
         if observed.activated {
             if range == KeyRange::WHOLE {
@@ -146,45 +146,54 @@ impl<C: Sharded> Owner<C> {
         }
     }
 
-    /// Starts the watch of `unit`'s items (those labelled with its token), kept to the ranges
-    /// of its keys this term holds, unless its cache already has them.
-    fn watch_items(self: &Arc<Self>, unit: &ObjectKey) {
+    /// Starts one watch of the items of `batch`'s units (by their tokens), kept to the ranges
+    /// of their keys the term held when it was asked for.
+    fn start_item_watch(self: &Arc<Self>, batch: Batch) {
         let term = &self.term;
-        let ranges = term.gate.ranges(unit);
-        if ranges.is_empty() || !term.items.needs_watch(unit, &ranges) {
-            return;
-        }
+        let units = batch.units();
+        let tokens: Vec<String> = units
+            .iter()
+            .map(|u| unit_token(&u.namespace, &u.name))
+            .collect();
+        let config =
+            watcher::Config::default().labels(&format!("{UNIT_LABEL} in ({})", tokens.join(",")));
         let (store, writer) = reflector::store();
-        let config = watcher::Config::default().labels(&format!(
-            "{UNIT_LABEL}={}",
-            unit_token(&unit.namespace, &unit.name)
-        ));
-        let held = ranges.clone();
-        let whole = held.contains(&KeyRange::WHOLE);
+        let held = batch.held.clone();
+        let keeps = held.clone();
         let events = decode_each(
             watcher(api_over::<C::Item>(&term.client, &term.scope), config),
             store.clone(),
             unreadable(C::NOUNS.item),
         )
-        // Keys never change (they hash the UID): an item outside the ranges never enters.
+        // Keys never change (they hash the UID): an item outside the ranges never enters, and
+        // the items of a unit the watch no longer serves stay as they are, unread. Deletions
+        // all pass: an item whose token was cleared leaves the watch with no token.
         .filter(move |event| {
-            let kept = whole
-                || match event {
-                    Ok(watcher::Event::Apply(item) | watcher::Event::InitApply(item)) => {
-                        let key = item_key(item);
-                        held.iter().any(|range| range.contains(key))
-                    }
-                    _ => true,
-                };
+            let kept = match event {
+                Ok(watcher::Event::Apply(item) | watcher::Event::InitApply(item)) => {
+                    keeps.keeps(item)
+                }
+                _ => true,
+            };
             std::future::ready(kept)
         })
         .modify(|item: &mut C::Item| item.meta_mut().managed_fields = None)
         .default_backoff();
         let events = reflector::reflector(writer, events);
-        let watch = tokio::spawn(events::follow_items(self.clone(), events));
-        debug!(%unit, ?ranges, "watching the {} of {}", C::NOUNS.items, C::NOUNS.unit);
+        let task = tokio::spawn(events::follow_items(
+            self.clone(),
+            events,
+            Some((batch.id(), held)),
+        ));
+        debug!(
+            units = units.len(),
+            merges = batch.merges,
+            "watching the {} of {}",
+            C::NOUNS.items,
+            C::NOUNS.units
+        );
         term.items
-            .insert(unit.clone(), ranges, store, AbortOnDropHandle::new(watch));
+            .insert(batch, store, AbortOnDropHandle::new(task));
     }
 
     fn apply_effect(
@@ -595,8 +604,24 @@ fn start_watches<C: Sharded>(
     let term = &owner.term;
     term.spawn(events::follow_units(owner.clone(), unit_events));
     term.spawn(events::follow_cut_units(owner.clone(), cut_events));
-    term.spawn(events::follow_items(owner.clone(), orphan_events));
+    term.spawn(events::follow_items(owner.clone(), orphan_events, None));
+    term.spawn(watch_items(owner.clone()));
     term.spawn(events::follow_slices(owner.clone(), slice_events));
+}
+
+/// How long a unit that becomes active waits for others to share its watch: a planner's pass
+/// writes its records within about this.
+const ITEM_WATCH_BATCHING: Duration = Duration::from_millis(100);
+
+/// Starts the watches of units' items as units become active, several units to a watch.
+async fn watch_items<C: Sharded>(owner: Arc<Owner<C>>) {
+    loop {
+        owner.term.items.wanted().await;
+        tokio::time::sleep(ITEM_WATCH_BATCHING).await;
+        if let Some(batch) = owner.term.items.take_batch() {
+            owner.start_item_watch(batch);
+        }
+    }
 }
 
 fn start_workers<C: Sharded>(owner: &Arc<Owner<C>>) {

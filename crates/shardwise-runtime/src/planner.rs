@@ -22,7 +22,7 @@ use kube_runtime::events::Recorder;
 use kube_runtime::{WatchStreamExt, watcher};
 use shard_assign::KeyRange;
 use shardwise_handoff::drain::PlannerAction;
-use shardwise_handoff::keys::STATEFULSET_LABEL;
+use shardwise_handoff::keys::{STATEFULSET_LABEL, UNIT_LABEL};
 use shardwise_handoff::plan::{Membership, ObjectKey, PlanError, PlanMemory};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -33,12 +33,12 @@ use crate::metrics::{
     DirectionLabels, MemberLabels, Metrics, NoLabels, PlanGauges, StrategyLabels,
 };
 use crate::objects::Object;
-use crate::objects::{api_over, key_of, merge_patch};
+use crate::objects::{api_over, key_of, merge_patch, metadata_api_over};
 use crate::settings::{LoadModel, PlannerSettings, Replica, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
 use decide::{Decision, Recall, Rules, Write, decide};
-use index::{Index, SliceEntry, UnitEntry, item_view};
+use index::{Index, ItemMeta, SliceEntry, UnitEntry, unlabelled_unit};
 use measured::{AVERAGE_WEIGHT, LoadFigures, MeasuredModel, PassLoads, copy_cost};
 use report::Reporter;
 use scaling::{Demand, Progress, Scaler, Unsettled};
@@ -108,6 +108,7 @@ pub(crate) async fn run<C: Sharded>(
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(follow_units(planner.clone()));
     tasks.spawn(follow_items(planner.clone()));
+    tasks.spawn(follow_unlabelled(planner.clone()));
     tasks.spawn(follow_slices(planner.clone()));
     tasks.spawn(follow_statefulset(planner.clone()));
     tasks.spawn(plan_loop(planner.clone()));
@@ -133,10 +134,11 @@ pub(crate) async fn run<C: Sharded>(
 async fn follow<C: Sharded, K: Object>(
     planner: Arc<Planner<C>>,
     kind: ObjectKind,
+    config: watcher::Config,
     handle: impl Fn(&mut Index, Change<K>) -> bool,
 ) {
     let api = api_over::<K>(&planner.parts.client, &planner.parts.scope);
-    let events = watcher(api, watcher::Config::default()).default_backoff();
+    let events = watcher(api, config).default_backoff();
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         let change = match event {
@@ -184,36 +186,76 @@ enum Change<K> {
 }
 
 async fn follow_units<C: Sharded>(planner: Arc<Planner<C>>) {
-    follow::<C, C::Unit>(planner, ObjectKind::Unit, |index, change| match change {
-        Change::Relist => {
-            index.relist_units();
-            false
-        }
-        Change::Listed(unit) => {
-            index.relisted_unit(UnitEntry::of::<C>(&unit));
-            false
-        }
-        Change::Relisted => index.relisted_units(),
-        Change::Applied(unit) => index.apply_unit(UnitEntry::of::<C>(&unit)),
-        Change::Deleted(key) => index.delete_unit(&key),
-    })
+    let config = watcher::Config::default();
+    follow::<C, C::Unit>(
+        planner,
+        ObjectKind::Unit,
+        config,
+        |index, change| match change {
+            Change::Relist => {
+                index.relist_units();
+                false
+            }
+            Change::Listed(unit) => {
+                index.relisted_unit(UnitEntry::of::<C>(&unit));
+                false
+            }
+            Change::Relisted => index.relisted_units(),
+            Change::Applied(unit) => index.apply_unit(UnitEntry::of::<C>(&unit)),
+            Change::Deleted(key) => index.delete_unit(&key),
+        },
+    )
     .await;
 }
 
+/// Every item's metadata: its UID, shard label and unit token are all placement needs (the
+/// token names its unit). Not the items in full: an app's manifests are most of its weight.
 async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
-    follow::<C, C::Item>(planner, ObjectKind::Item, |index, change| match change {
-        Change::Relist => {
-            index.relist_items();
-            false
+    let api = metadata_api_over::<C::Item>(&planner.parts.client, &planner.parts.scope);
+    let events = watcher(api, watcher::Config::default()).default_backoff();
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => planner.index().relist_items(),
+            Ok(watcher::Event::InitApply(item)) => {
+                planner.index().relisted_item(ItemMeta::of(&item.metadata));
+            }
+            Ok(watcher::Event::InitDone) => planner.update(Index::relisted_items),
+            Ok(watcher::Event::Apply(item)) => {
+                planner.update(|index| index.apply_item(ItemMeta::of(&item.metadata)));
+            }
+            Ok(watcher::Event::Delete(item)) => {
+                planner.update(|index| index.delete_item(&key_of_meta(&item.metadata)));
+            }
+            Err(e) => warn!(error = %e, "planner watch of item metadata failed; retrying"),
         }
-        Change::Listed(item) => {
-            index.relisted_item(item_view::<C>(&item));
-            false
-        }
-        Change::Relisted => index.relisted_items(),
-        Change::Applied(item) => index.apply_item(item_view::<C>(&item)),
-        Change::Deleted(key) => index.delete_item(&key),
-    })
+    }
+}
+
+/// Items without a unit token, in full: their unit comes from their spec until the planner has
+/// written their token (new items, and those an owner found with a stale one).
+async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
+    let config = watcher::Config::default().labels(&format!("!{UNIT_LABEL}"));
+    follow::<C, C::Item>(
+        planner,
+        ObjectKind::Item,
+        config,
+        |index, change| match change {
+            Change::Relist => {
+                index.relist_unlabelled();
+                false
+            }
+            Change::Listed(item) => {
+                index.relisted_unlabelled(key_of(&item), unlabelled_unit::<C>(&item));
+                false
+            }
+            Change::Relisted => index.relisted_unlabelled_done(),
+            Change::Applied(item) => {
+                index.apply_unlabelled(key_of(&item), unlabelled_unit::<C>(&item))
+            }
+            Change::Deleted(key) => index.apply_unlabelled(key, None),
+        },
+    )
     .await;
 }
 

@@ -848,9 +848,8 @@ async fn cluster_move() -> Move {
         "each replica holds one cluster: {placement:?}"
     );
     let metrics = fleet.replicas[&other].metrics_url.clone();
-    let reconciles = |m: &shardwise_e2e::Metrics| {
-        m.sum("shardwise_reconciles_total", &[("kind", "app")])
-    };
+    let reconciles =
+        |m: &shardwise_e2e::Metrics| m.sum("shardwise_reconciles_total", &[("kind", "app")]);
     let before = reconciles(&scrape(&metrics).await.unwrap());
 
     let (t0, since) = (Instant::now(), std::time::SystemTime::now());
@@ -888,7 +887,9 @@ async fn cluster_move() -> Move {
         if w.path.contains("/leases/") {
             lease_renewals += 1;
         } else {
-            *control_plane.entry(write_kind(&w.method, &w.path)).or_insert(0) += 1;
+            *control_plane
+                .entry(write_kind(&w.method, &w.path))
+                .or_insert(0) += 1;
         }
     }
     let destination = controller_writes_since(&fleet, since);

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::Resource;
 use kube_runtime::watcher;
 use shard_assign::KeyRange;
 use shardwise_handoff::plan::ObjectKey;
@@ -13,28 +12,11 @@ use tracing::{info, warn};
 
 use super::Owner;
 use crate::decode::for_each_event;
-use crate::objects::{key_of, record_of};
+use crate::items::{Held, Noted};
+use crate::objects::{Revision, key_of, record_of};
 use crate::queue::WorkQueue;
 use crate::sharded::Sharded;
 use crate::slice::UnitSlice;
-
-/// What marks a change of spec: the generation, or for kinds that keep none (ConfigMaps,
-/// Namespaces) the resource version, so that every write counts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Revision {
-    Generation(i64),
-    Version(Option<String>),
-}
-
-impl Revision {
-    fn of(object: &impl Resource) -> Self {
-        let meta = object.meta();
-        match meta.generation {
-            Some(generation) => Self::Generation(generation),
-            None => Self::Version(meta.resource_version.clone()),
-        }
-    }
-}
 
 /// Queues again the noted keys that the cache now has, once it has caught up with a list.
 fn requeue_found(
@@ -190,35 +172,33 @@ pub(super) async fn follow_slices<C: Sharded>(
 }
 
 /// Queues items that are new to this shard or whose spec changed (not status writes).
+/// `batch`: the id and units of a watch of units' items; `None` for the watch of items of
+/// missing units.
 pub(super) async fn follow_items<C: Sharded>(
     owner: Arc<Owner<C>>,
     events: impl futures::Stream<Item = Result<watcher::Event<C::Item>, watcher::Error>>,
+    batch: Option<(u64, Held)>,
 ) {
     let term = &owner.term;
-    let mut revisions: BTreeMap<ObjectKey, Revision> = BTreeMap::new();
     let mut listed: BTreeSet<ObjectKey> = BTreeSet::new();
-    let queue_if_changed = |item: &C::Item, revisions: &mut BTreeMap<_, _>| {
-        let key = key_of(item);
-        let revision = Revision::of(item);
-        match revisions.insert(key.clone(), revision.clone()) {
-            Some(seen) if seen == revision => {}
-            seen => {
-                if seen.is_none() {
-                    owner.recount(C::unit_of(item));
-                }
-                term.item_queue.add(key);
+    let queue_if_changed = |item: &C::Item| match term.items.note(item) {
+        Noted::Same => {}
+        noted => {
+            if noted == Noted::New {
+                owner.recount(C::unit_of(item));
             }
+            term.item_queue.add(key_of(item));
         }
     };
     for_each_event(events, C::NOUNS.items, |event| match event {
-        watcher::Event::Apply(item) => queue_if_changed(&item, &mut revisions),
+        watcher::Event::Apply(item) => queue_if_changed(&item),
         watcher::Event::InitApply(item) => {
             listed.insert(key_of(&item));
-            queue_if_changed(&item, &mut revisions);
+            queue_if_changed(&item);
         }
         watcher::Event::Delete(item) => {
             let key = key_of(&item);
-            revisions.remove(&key);
+            term.items.forget(&key);
             term.item_queue.forget(&key);
             owner.recount(C::unit_of(&item));
         }
@@ -226,13 +206,14 @@ pub(super) async fn follow_items<C: Sharded>(
         watcher::Event::InitDone => {
             // Items that left while the watch was down are not in the new list: forget them,
             // so that they count as new if they come back.
-            revisions.retain(|key, _| {
-                let kept = listed.contains(key);
-                if !kept {
-                    term.item_queue.forget(key);
-                }
-                kept
-            });
+            let held = batch.as_ref().map(|(_, held)| held);
+            for key in term.items.forget_unlisted(held, &listed) {
+                term.item_queue.forget(&key);
+            }
+            // Before the misses are looked up again: the watches it replaces give its units up.
+            if let Some((id, _)) = &batch {
+                term.items.listed(*id);
+            }
             // The cache has caught up with the list: items a worker missed go round again.
             requeue_found(
                 term.missing_items.take(),

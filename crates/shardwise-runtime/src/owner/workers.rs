@@ -4,12 +4,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use kube::Resource;
+use shardwise_handoff::keys::{UNIT_LABEL, unit_token};
 use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use tracing::{debug, warn};
 
 use super::Owner;
 use crate::gate::UNIT_KEY;
-use crate::objects::item_key;
+use crate::objects::{item_key, merge_patch};
 use crate::queue::WorkQueue;
 use crate::sharded::{Action, Sharded};
 
@@ -122,6 +124,27 @@ pub(super) async fn units<C: Sharded>(owner: Arc<Owner<C>>) {
     }
 }
 
+/// Whether `item` carries the token of another unit than its own: its unit changed, and the
+/// planner, which reads only items' metadata, cannot see that.
+fn stale_token<C: Sharded>(item: &C::Item) -> bool {
+    let unit = C::unit_of(item);
+    item.meta()
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(UNIT_LABEL))
+        .is_some_and(|token| *token != unit_token(&unit.namespace, &unit.name))
+}
+
+/// Removes the stale token of item `key`: the planner then reads the item in full and writes
+/// its unit's token, which its owner watches. Retried with the item's next event if it fails.
+async fn clear_token<C: Sharded>(owner: &Owner<C>, key: &ObjectKey) {
+    let patch = serde_json::json!({"metadata": {"labels": {UNIT_LABEL: null}}});
+    match merge_patch::<C::Item>(&owner.term.client, key, &patch).await {
+        Ok(()) => debug!(item = %key, "cleared a stale unit token"),
+        Err(e) => warn!(item = %key, error = %e, "cannot clear a stale unit token"),
+    }
+}
+
 /// A worker of items.
 pub(super) async fn items<C: Sharded>(owner: Arc<Owner<C>>) {
     let term = &owner.term;
@@ -130,6 +153,10 @@ pub(super) async fn items<C: Sharded>(owner: Arc<Owner<C>>) {
         let started = Instant::now();
         let ran = match term.missing_items.lookup(&key, |k| term.item(k)) {
             None => Ran::Skipped,
+            Some(item) if stale_token::<C>(&item) => {
+                clear_token::<C>(&owner, &key).await;
+                Ran::Skipped
+            }
             Some(item) => {
                 let unit = C::unit_of(&item);
                 let at = item_key(item.as_ref());

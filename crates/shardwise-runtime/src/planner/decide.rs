@@ -482,7 +482,7 @@ mod tests {
         for &(name, owner, items) in units {
             index.apply_unit(unit(name, owner));
             for i in 0..items {
-                index.apply_item(item(&format!("{name}-{i}"), name, None));
+                index.apply_view(item(&format!("{name}-{i}"), name, None));
             }
         }
         index
@@ -494,7 +494,7 @@ mod tests {
         for &(name, owner, items) in units {
             index.apply_unit(unit(name, owner));
             for i in 0..items {
-                index.apply_item(ItemView {
+                index.apply_view(ItemView {
                     unit_token: None,
                     ..item(&format!("{name}-{i}"), name, None)
                 });
@@ -820,7 +820,7 @@ mod tests {
             for i in 0..12 {
                 let mut view = item(&format!("{name}-{i}"), name, None);
                 view.uid = spread_uid(i + 100 * n as u64);
-                index.apply_item(view);
+                index.apply_view(view);
             }
         }
         let membership = members(3, &[0, 1, 2]);
@@ -955,7 +955,7 @@ mod tests {
             for i in 0..items {
                 let mut view = item(&format!("{name}-{i}"), name, None);
                 view.uid = spread_uid(i as u64 + 1000 * owner as u64);
-                index.apply_item(view);
+                index.apply_view(view);
             }
         }
         let strategy = sticky();

@@ -6,10 +6,12 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use shard_assign::KeyRange;
+use shard_assign::ShardId;
 use shardwise_handoff::keys::{
-    SHARD_LABEL, SLICE_SHARDS_ANNOTATION, SLICES_LABEL, UNIT_LABEL, parse_shard,
+    SHARD_LABEL, SLICE_SHARDS_ANNOTATION, SLICES_LABEL, UNIT_LABEL, parse_shard, unit_token,
 };
 use shardwise_handoff::plan::{ItemView, ObjectKey, UnitView};
 use shardwise_handoff::slices::SliceRecord;
@@ -108,24 +110,46 @@ impl SliceEntry {
     }
 }
 
-/// What placement needs of `item`: its unit and its shard label.
-pub(crate) fn item_view<C: Sharded>(item: &C::Item) -> ItemView {
-    let meta = item.meta();
-    ItemView {
-        key: key_of(item),
-        uid: meta.uid.clone().unwrap_or_default(),
-        unit: C::unit_of(item),
-        shard: meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SHARD_LABEL))
-            .and_then(|v| parse_shard(v)),
-        unit_token: meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(UNIT_LABEL))
-            .cloned(),
+/// What the planner keeps of an item from its metadata: its UID (whose hash is its key), its
+/// shard label and its unit's token. The unit comes from the token (every unit's token is known)
+/// or, for an item without one, from the watch of such items in full ([`Index::apply_unlabelled`]).
+/// About 200 bytes per item, whatever its spec holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ItemMeta {
+    pub key: ObjectKey,
+    pub uid: String,
+    pub shard: Option<ShardId>,
+    pub token: Option<String>,
+}
+
+impl ItemMeta {
+    /// What the planner keeps of an item whose metadata is `meta`.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key));
+        Self {
+            key: ObjectKey::new(
+                meta.namespace.clone().unwrap_or_default(),
+                meta.name.clone().unwrap_or_default(),
+            ),
+            uid: meta.uid.clone().unwrap_or_default(),
+            shard: label(SHARD_LABEL).and_then(|v| parse_shard(v)),
+            token: label(UNIT_LABEL).cloned(),
+        }
     }
+}
+
+/// The unit of an item without a token, from the item in full; `None` for one that has a
+/// token (it leaves the watch of such items once the planner has written it).
+pub(crate) fn unlabelled_unit<C: Sharded>(item: &C::Item) -> Option<ObjectKey> {
+    let labels = item.meta().labels.as_ref();
+    let labelled = labels.is_some_and(|l| l.contains_key(UNIT_LABEL));
+    (!labelled).then(|| C::unit_of(item))
+}
+
+/// The unit an item whose token names no unit is placed under: a name no object can have
+/// (names hold no `:`), so the planner treats the unit as missing and leaves the token alone.
+fn unknown_unit(namespace: &str, token: &str) -> ObjectKey {
+    ObjectKey::new(namespace, format!("token:{token}"))
 }
 
 /// Objects of one kind, with the relist in progress (a watch that restarts lists everything
@@ -183,7 +207,9 @@ impl<T: Clone> Listed<T> {
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     units: Listed<UnitEntry>,
-    items: Listed<ItemView>,
+    items: Listed<ItemMeta>,
+    /// The units of items without a token, from their spec.
+    unlabelled: Listed<ObjectKey>,
     slices: Listed<SliceEntry>,
     /// UnitSlices cannot be listed (their CRD is not installed): nothing is cut.
     slices_unavailable: bool,
@@ -217,8 +243,8 @@ impl Index {
         self.units.relist_done()
     }
 
-    pub fn apply_item(&mut self, view: ItemView) -> bool {
-        self.items.apply(view.key.clone(), view, PartialEq::eq)
+    pub fn apply_item(&mut self, meta: ItemMeta) -> bool {
+        self.items.apply(meta.key.clone(), meta, PartialEq::eq)
     }
 
     pub fn delete_item(&mut self, key: &ObjectKey) -> bool {
@@ -229,12 +255,48 @@ impl Index {
         self.items.relist();
     }
 
-    pub fn relisted_item(&mut self, view: ItemView) {
-        self.items.relisted(view.key.clone(), view);
+    pub fn relisted_item(&mut self, meta: ItemMeta) {
+        self.items.relisted(meta.key.clone(), meta);
     }
 
     pub fn relisted_items(&mut self) -> bool {
         self.items.relist_done()
+    }
+
+    /// The unit of an item without a token; `None` once it has one.
+    pub fn apply_unlabelled(&mut self, key: ObjectKey, unit: Option<ObjectKey>) -> bool {
+        match unit {
+            Some(unit) => self.unlabelled.apply(key, unit, PartialEq::eq),
+            None => self.unlabelled.delete(&key),
+        }
+    }
+
+    pub fn relist_unlabelled(&mut self) {
+        self.unlabelled.relist();
+    }
+
+    pub fn relisted_unlabelled(&mut self, key: ObjectKey, unit: Option<ObjectKey>) {
+        if let Some(unit) = unit {
+            self.unlabelled.relisted(key, unit);
+        }
+    }
+
+    pub fn relisted_unlabelled_done(&mut self) -> bool {
+        self.unlabelled.relist_done()
+    }
+
+    /// An item as both watches show it: for tests, which feed whole views.
+    #[cfg(test)]
+    pub fn apply_view(&mut self, view: ItemView) -> bool {
+        let unit = view.unit_token.is_none().then(|| view.unit.clone());
+        let unlabelled = self.apply_unlabelled(view.key.clone(), unit);
+        let meta = self.apply_item(ItemMeta {
+            key: view.key,
+            uid: view.uid,
+            shard: view.shard,
+            token: view.unit_token,
+        });
+        unlabelled || meta
     }
 
     pub fn apply_slice(&mut self, entry: SliceEntry) -> bool {
@@ -286,7 +348,11 @@ impl Index {
 
     /// Whether every kind has been listed once: planning on less would move what it missed.
     pub fn synced(&self) -> bool {
-        self.units.synced && self.items.synced && self.slices.synced && self.statefulset_synced
+        self.units.synced
+            && self.items.synced
+            && self.unlabelled.synced
+            && self.slices.synced
+            && self.statefulset_synced
     }
 
     /// The unit a UnitSlice belongs to, if it exists and is the one the slice was made for.
@@ -297,18 +363,47 @@ impl Index {
             .filter(|u| u.view.uid == slice.unit_uid)
     }
 
-    /// Units to place (not being deleted, with the records of their slices) and every item,
-    /// in key order.
+    /// Units to place (not being deleted, with the records of their slices) and every item
+    /// whose unit is known, in key order. An item without a token that the watch of such items
+    /// has not shown yet waits for it (a pass follows).
     pub fn views(&self) -> (Vec<UnitView>, Vec<ItemView>) {
-        let items = self.items.current.values().cloned().collect();
-        (self.unit_views(), items)
+        (self.unit_views(), self.item_views())
+    }
+
+    fn item_views(&self) -> Vec<ItemView> {
+        let units: BTreeMap<String, &ObjectKey> = self
+            .units
+            .current
+            .keys()
+            .map(|k| (unit_token(&k.namespace, &k.name), k))
+            .collect();
+        self.items
+            .current
+            .values()
+            .filter_map(|meta| {
+                let unit = match &meta.token {
+                    Some(token) => units.get(token).map_or_else(
+                        || unknown_unit(&meta.key.namespace, token),
+                        |&unit| unit.clone(),
+                    ),
+                    None => self.unlabelled.current.get(&meta.key)?.clone(),
+                };
+                Some(ItemView {
+                    key: meta.key.clone(),
+                    uid: meta.uid.clone(),
+                    unit,
+                    shard: meta.shard,
+                    unit_token: meta.token.clone(),
+                })
+            })
+            .collect()
     }
 
     /// The items of each unit that has some.
     pub fn item_counts(&self) -> BTreeMap<ObjectKey, u64> {
         let mut counts = BTreeMap::new();
-        for item in self.items.current.values() {
-            *counts.entry(item.unit.clone()).or_default() += 1;
+        for item in self.item_views() {
+            *counts.entry(item.unit).or_default() += 1;
         }
         counts
     }
@@ -440,9 +535,9 @@ mod tests {
             "writes must be conditioned on the latest version"
         );
         assert!(index.apply_unit(at("3", unit("a", Some(1)))));
-        assert!(index.apply_item(item("x", "a", None)));
-        assert!(!index.apply_item(item("x", "a", None)));
-        assert!(index.apply_item(item("x", "a", Some(1))));
+        assert!(index.apply_view(item("x", "a", None)));
+        assert!(!index.apply_view(item("x", "a", None)));
+        assert!(index.apply_view(item("x", "a", Some(1))));
         assert!(index.delete_item(&ObjectKey::new("fleet", "x")));
         assert!(!index.delete_item(&ObjectKey::new("fleet", "x")));
         let mut deleting = at("4", unit("a", Some(1)));
@@ -464,6 +559,8 @@ mod tests {
         assert!(index.relisted_units());
         index.relist_items();
         assert!(index.relisted_items());
+        index.relist_unlabelled();
+        assert!(index.relisted_unlabelled_done());
         assert!(index.set_expected(Some(3)));
         assert!(!index.synced(), "the slices are not listed yet");
         index.relist_slices();
@@ -480,6 +577,49 @@ mod tests {
         index.relisted_units();
         let names: Vec<String> = index.views().0.into_iter().map(|u| u.key.name).collect();
         assert_eq!(names, ["a"]);
+    }
+
+    #[test]
+    fn an_items_unit_comes_from_its_token_or_while_it_has_none_from_its_spec() {
+        let mut index = Index::default();
+        index.apply_unit(unit("a", Some(0)));
+        index.apply_unit(unit("b", None));
+        let meta = |name: &str, token: Option<&str>| ItemMeta {
+            key: ObjectKey::new("fleet", name),
+            uid: format!("uid-{name}"),
+            shard: None,
+            token: token.map(|unit| unit_token("fleet", unit)),
+        };
+        let units = |index: &Index| -> Vec<(String, String)> {
+            let (_, items) = index.views();
+            items
+                .into_iter()
+                .map(|i| (i.key.name, i.unit.name))
+                .collect()
+        };
+        assert!(index.apply_item(meta("x", Some("a"))));
+        // A token no unit has: the unit is missing, and the token stays.
+        index.apply_item(meta("lost", Some("gone")));
+        // No token, and not seen in full yet: left out until it is.
+        index.apply_item(meta("new", None));
+        let lost = format!("token:{}", unit_token("fleet", "gone"));
+        assert_eq!(
+            units(&index),
+            [("lost".into(), lost.clone()), ("x".into(), "a".into())]
+        );
+        assert!(index.apply_unlabelled(
+            ObjectKey::new("fleet", "new"),
+            Some(ObjectKey::new("fleet", "b"))
+        ));
+        assert_eq!(units(&index)[1], ("new".into(), "b".into()));
+        // Its token written: it leaves the watch of items without one, and the token names b.
+        assert!(index.apply_item(meta("new", Some("b"))));
+        assert!(index.apply_unlabelled(ObjectKey::new("fleet", "new"), None));
+        assert_eq!(units(&index)[1], ("new".into(), "b".into()));
+        assert_eq!(
+            index.item_counts().get(&ObjectKey::new("fleet", "b")),
+            Some(&1)
+        );
     }
 
     #[test]
