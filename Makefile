@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit e2e-real bench bench-assign bench-fleet bench-apiserver bench-argocd simulate demo crds clean
+.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit e2e-real bench bench-assign bench-fleet bench-apiserver bench-planner bench-argocd simulate demo crds clean
 
 all: build
 
@@ -49,7 +49,7 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 ## The API docs of every crate, with rustdoc's warnings (broken links included) as errors;
 ## every library crate denies missing docs.
@@ -73,7 +73,7 @@ e2e-real: control-plane
 	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p namespace-labeller --test e2e
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
-bench: bench-assign bench-apiserver bench-fleet bench-argocd
+bench: bench-assign bench-apiserver bench-planner bench-fleet bench-argocd
 
 bench-assign:
 	$(CARGO) bench -p shard-assign --bench assign
@@ -83,6 +83,10 @@ bench-assign:
 ## The test API server: LIST of 10,000 objects, writes per second with 10 watchers.
 bench-apiserver:
 	$(CARGO) bench -p shardwise-test-apiserver
+
+## The planner at 200,000 apps: its index and one pass, no processes (targets: < 1 s, < 1 GiB).
+bench-planner:
+	$(CARGO) bench -p shardwise-runtime --features bench --bench planner
 
 ## Controller fleets: throughput scaling, memory per shard, handoff times, measured load against
 ## counted apps; and (`servers`) throughput, memory and handoffs on the test server and on the real

@@ -225,10 +225,15 @@ impl<'a> Fleet<'a> {
         let mut keys: AppKeys = BTreeMap::new();
         for item in items {
             *counts.entry(&item.unit).or_default() += 1;
-            if let Some(uid) = uids.get(&item.unit) {
-                keys.entry(uid.to_string())
-                    .or_default()
-                    .push(app_key(&item.uid));
+            if let Some(&uid) = uids.get(&item.unit) {
+                let key = app_key(&item.uid);
+                // Looked up before inserting: an owned key per item would allocate 200,000 times.
+                match keys.get_mut(uid) {
+                    Some(list) => list.push(key),
+                    None => {
+                        keys.insert(uid.to_string(), vec![key]);
+                    }
+                }
             }
         }
         for list in keys.values_mut() {

@@ -139,6 +139,8 @@ mod nouns;
 pub mod objects;
 pub(crate) mod owner;
 pub(crate) mod planner;
+#[cfg(feature = "bench")]
+pub mod planner_bench;
 pub(crate) mod queue;
 pub(crate) mod replica;
 pub mod settings;

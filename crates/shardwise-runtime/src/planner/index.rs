@@ -4,6 +4,7 @@
 //! whether planning must run again, so that status writes (most of the events) cost nothing.
 //! The records of cut units' slices come from UnitSlices ([`SliceEntry`]).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -371,6 +372,17 @@ impl Index {
     }
 
     fn item_views(&self) -> Vec<ItemView> {
+        self.resolved(|meta, unit| ItemView {
+            key: meta.key.clone(),
+            uid: meta.uid.clone(),
+            unit: unit.into_owned(),
+            shard: meta.shard,
+            unit_token: meta.token.clone(),
+        })
+    }
+
+    /// Each item whose unit is known, with its unit, through `view`.
+    fn resolved<'a, T>(&'a self, view: impl Fn(&'a ItemMeta, Cow<'a, ObjectKey>) -> T) -> Vec<T> {
         let units: BTreeMap<String, &ObjectKey> = self
             .units
             .current
@@ -383,29 +395,26 @@ impl Index {
             .filter_map(|meta| {
                 let unit = match &meta.token {
                     Some(token) => units.get(token).map_or_else(
-                        || unknown_unit(&meta.key.namespace, token),
-                        |&unit| unit.clone(),
+                        || Cow::Owned(unknown_unit(&meta.key.namespace, token)),
+                        |&unit| Cow::Borrowed(unit),
                     ),
-                    None => self.unlabelled.current.get(&meta.key)?.clone(),
+                    None => Cow::Borrowed(self.unlabelled.current.get(&meta.key)?),
                 };
-                Some(ItemView {
-                    key: meta.key.clone(),
-                    uid: meta.uid.clone(),
-                    unit,
-                    shard: meta.shard,
-                    unit_token: meta.token.clone(),
-                })
+                Some(view(meta, unit))
             })
             .collect()
     }
 
     /// The items of each unit that has some.
     pub fn item_counts(&self) -> BTreeMap<ObjectKey, u64> {
-        let mut counts = BTreeMap::new();
-        for item in self.item_views() {
-            *counts.entry(item.unit).or_default() += 1;
+        let mut counts: BTreeMap<Cow<'_, ObjectKey>, u64> = BTreeMap::new();
+        for unit in self.resolved(|_, unit| unit) {
+            *counts.entry(unit).or_default() += 1;
         }
         counts
+            .into_iter()
+            .map(|(unit, n)| (unit.into_owned(), n))
+            .collect()
     }
 
     /// Units to place, as in [`Index::views`].
