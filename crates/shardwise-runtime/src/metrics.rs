@@ -123,6 +123,7 @@ pub struct Metrics {
     pub(crate) desired_replicas: Family<NoLabels, Gauge>,
     pub(crate) replica_changes: Family<DirectionLabels, Counter>,
     pub(crate) load_balance: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(crate) planner_pass: Family<NoLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub(crate) assigned_load: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub(crate) assigned_items: Family<ShardLabels, Gauge>,
     pub(crate) assigned_units: Family<ShardLabels, Gauge>,
@@ -176,6 +177,7 @@ impl Metrics {
             planner_rebalances: Family::default(),
             balance: Family::default(),
             load_balance: Family::default(),
+            planner_pass: Family::default(),
             assigned_load: Family::default(),
             members: Family::default(),
             desired_replicas: Family::default(),
@@ -293,6 +295,11 @@ impl Metrics {
                 "Planning passes allowed to move {units} for balance under measured load (the busiest shard crossed the trigger, or the live shards changed, and the target is not reached yet)"
             ),
             self.planner_rebalances.clone(),
+        );
+        r.register(
+            "planner_pass_seconds",
+            "Seconds the latest planning pass took to decide: the index's views and the plan, its writes apart",
+            self.planner_pass.clone(),
         );
         r.register(
             "load_balance",
@@ -460,10 +467,16 @@ impl Metrics {
         }
     }
 
+    /// Sets how long the latest planning pass took to decide.
+    pub(crate) fn set_pass_time(&self, seconds: f64) {
+        self.planner_pass.get_or_create(&NoLabels {}).set(seconds);
+    }
+
     /// Removes the metrics only the planner exports, when this replica stops being it.
     pub fn clear_planner(&self) {
         self.balance.clear();
         self.load_balance.clear();
+        self.planner_pass.clear();
         self.assigned_load.clear();
         self.members.clear();
         self.desired_replicas.clear();

@@ -504,7 +504,12 @@ async fn pass<C: Sharded>(
             ),
         };
         let recall = recall(memory, periodic, loads.as_ref());
-        (decide(&rules, &index, &membership, recall), loads, draining)
+        let deciding = Instant::now();
+        let decision = decide(&rules, &index, &membership, recall);
+        parts
+            .metrics
+            .set_pass_time(deciding.elapsed().as_secs_f64());
+        (decision, loads, draining)
     };
     let decision = match decided {
         Ok(decision) => decision,

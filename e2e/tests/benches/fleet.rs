@@ -31,6 +31,11 @@
 //!   until the other replica has reconciled every moved app (target < 10 s), and 20 new apps
 //!   created afterwards, each timed to Synced (target < 2 s).
 //!
+//! - `scale`: Argo CD's largest published test, 50,000 apps on 500 clusters, with 3, 6, 9 and 12
+//!   replicas and the throughput section's settings: time until every app is Synced, apps/s,
+//!   efficiency against 3 replicas (target ≥ 0.8 at 12), the planner's peak memory and pass
+//!   time, and the cores the controllers kept busy (this machine has 2). Every run audited.
+//!
 //! - `copies`: what holding one cluster more costs a replica: the resident memory of one
 //!   replica with 2,000 realistic apps on 1 and on 40 clusters.
 //!
@@ -40,8 +45,8 @@
 //!
 //! The other sections run on `SHARDWISE_E2E_SERVER`'s server (the test server by default).
 //!
-//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|moves|copies|servers]`
-//! (all by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
+//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|moves|scale|copies|servers]`
+//! (all but `scale` by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
 
@@ -924,6 +929,79 @@ async fn cluster_move() -> Move {
     }
 }
 
+// ---------------------------------------------------------------- scale
+
+/// Argo CD's largest published test: 50,000 apps on 500 clusters.
+const SCALE_APPS: u32 = 50_000;
+const SCALE_CLUSTERS: u32 = 500;
+
+/// One run of the `scale` section.
+struct ScaleRun {
+    replicas: u32,
+    /// Seconds from the first replica's start until every app is Synced.
+    seconds: f64,
+    /// The planner's peak resident size, and its latest pass's decision time.
+    planner_rss: u64,
+    planner_pass: f64,
+    /// CPU seconds the controller processes used, over the run's wall time: the cores they kept
+    /// busy (2 on this machine at most, the API servers' share apart).
+    controller_cores: f64,
+}
+
+/// CPU seconds (user and system) a process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which may hold spaces, in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// 50,000 apps on 500 clusters, `replicas` replicas, the throughput section's settings (10 ms
+/// on every destination request, default workers and limits), audited.
+async fn scale(replicas: u32) -> ScaleRun {
+    let fleet = Fleet::start(FleetOptions {
+        replicas,
+        clusters: SCALE_CLUSTERS,
+        apps: SCALE_APPS,
+        audit: true,
+        ..throughput_options()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, SCALE_APPS as usize).await;
+    let seconds = fleet.started.elapsed().as_secs_f64();
+    let planner = fleet.planner(LONG).await.unwrap();
+    let metrics = scrape(&fleet.replicas[&planner].metrics_url).await.unwrap();
+    let planner_pass = metrics.sum("shardwise_planner_pass_seconds", &[]);
+    let planner_rss = peak_rss(fleet.replicas[&planner].process.pid());
+    let cpu: f64 = fleet
+        .replicas
+        .values()
+        .map(|r| cpu_seconds(r.process.pid()))
+        .sum();
+    fleet.audited_without_overlap();
+    eprintln!(
+        "scale: {replicas} replicas, {SCALE_APPS} apps Synced in {seconds:.1} s; planner pass {planner_pass:.3} s"
+    );
+    ScaleRun {
+        replicas,
+        seconds,
+        planner_rss,
+        planner_pass,
+        controller_cores: cpu / seconds,
+    }
+}
+
 // ---------------------------------------------------------------- copies
 
 /// Resident memory (VmRSS) of a process now, in bytes.
@@ -1060,7 +1138,9 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let named = |name: &str| wanted.iter().any(|w| w == name);
+    // `scale` takes longer than the rest together: only when named (`make bench-scale`).
+    let run = |name: &str| named(name) || (wanted.is_empty() && name != "scale");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -1208,6 +1288,35 @@ fn main() {
             if p(100.0) >= 2.0 {
                 failures.push(format!("a new app took {:.2} s >= 2 s to be Synced", p(100.0)));
             }
+        }
+        if run("scale") {
+            let runs: Vec<ScaleRun> = {
+                let mut runs = Vec::new();
+                for replicas in [3, 6, 9, 12] {
+                    runs.push(scale(replicas).await);
+                }
+                runs
+            };
+            let base = f64::from(SCALE_APPS) / runs[0].seconds / f64::from(runs[0].replicas);
+            println!("\n### Argo CD's largest published test: {SCALE_APPS} apps on {SCALE_CLUSTERS} clusters (10 ms per destination request, default workers and limits)\n");
+            println!("| replicas | all Synced after | apps/s | efficiency against 3 | planner peak RSS | planner pass | controller CPU (cores) |");
+            println!("|---:|---:|---:|---:|---:|---:|---:|");
+            for r in &runs {
+                let rate = f64::from(SCALE_APPS) / r.seconds;
+                let efficiency = rate / f64::from(r.replicas) / base;
+                println!(
+                    "| {} | {:.1} s | {rate:.0} | **{efficiency:.2}** | {:.0} MiB | {:.3} s | {:.2} |",
+                    r.replicas,
+                    r.seconds,
+                    r.planner_rss as f64 / 1_048_576.0,
+                    r.planner_pass,
+                    r.controller_cores
+                );
+                if r.replicas == 12 && efficiency < 0.8 {
+                    failures.push(format!("scale: efficiency at 12 replicas {efficiency:.2} < 0.8"));
+                }
+            }
+            println!("\nEvery run audited: no two replicas reconciled one cluster at once.");
         }
         if run("copies") {
             let (few, many, per_cluster) = copy_cost().await;
