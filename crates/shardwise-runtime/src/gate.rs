@@ -224,6 +224,11 @@ impl Misses {
     pub fn take(&self) -> BTreeSet<ObjectKey> {
         std::mem::take(&mut *self.keys())
     }
+
+    /// Notes `keys` again: taken, but not found yet.
+    pub fn restore(&self, keys: BTreeSet<ObjectKey>) {
+        self.keys().extend(keys);
+    }
 }
 
 #[cfg(test)]

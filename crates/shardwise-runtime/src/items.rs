@@ -132,6 +132,8 @@ impl Batch {
 /// One watch of units' items, and its cache.
 struct Watch<I: Object> {
     id: u64,
+    /// Whether its first list has ended.
+    listed: bool,
     held: Held,
     store: Store<I>,
     _task: AbortOnDropHandle<()>,
@@ -248,6 +250,7 @@ impl<I: Object> ItemStores<I> {
     pub(crate) fn insert(&self, batch: Batch, store: Store<I>, task: AbortOnDropHandle<()>) {
         self.state().watches.push(Watch {
             id: batch.id,
+            listed: false,
             held: batch.held,
             store,
             _task: task,
@@ -258,12 +261,10 @@ impl<I: Object> ItemStores<I> {
     /// left with none stop.
     pub(crate) fn listed(&self, id: u64) {
         let mut state = self.state();
-        let Some(units) = state
-            .watches
-            .iter()
-            .find(|w| w.id == id)
-            .map(|w| w.held.units())
-        else {
+        let Some(units) = state.watches.iter_mut().find(|w| w.id == id).map(|w| {
+            w.listed = true;
+            w.held.units()
+        }) else {
             return;
         };
         for watch in state.watches.iter().filter(|w| w.id < id) {
@@ -272,6 +273,12 @@ impl<I: Object> ItemStores<I> {
             }
         }
         state.watches.retain(|w| w.id >= id || !w.held.is_empty());
+    }
+
+    /// Whether a watch has not ended its first list yet, or units wait for one.
+    pub(crate) fn listing(&self) -> bool {
+        let state = self.state();
+        !state.pending.is_empty() || state.watches.iter().any(|w| !w.listed)
     }
 
     /// Drops `unit` from every watch (stopping those left with none) and forgets its items.
@@ -626,12 +633,14 @@ mod tests {
             .collect();
         all.push(config_map("new-item", "new"));
         stores.insert(batch, filled(&all), idle());
+        assert!(stores.listing(), "misses wait for its list");
         // Listing: the old caches still serve their units, each item once.
         assert_eq!(stores.len(), MAX_WATCHES + 1);
         // A unit leaves meanwhile: gone from the new watch too.
         stores.remove(&key("u0"));
         assert_eq!(stores.state().watches.len(), MAX_WATCHES);
         stores.listed(id);
+        assert!(!stores.listing());
         assert_eq!(stores.state().watches.len(), 1, "the older watches stopped");
         assert_eq!(stores.len(), MAX_WATCHES);
         assert!(stores.get(&key("u3-item")).is_some());

@@ -18,17 +18,22 @@ use crate::queue::WorkQueue;
 use crate::sharded::Sharded;
 use crate::slice::UnitSlice;
 
-/// Queues again the noted keys that the cache now has, once it has caught up with a list.
+/// Queues again the noted keys that the cache now has, once it has caught up with a list;
+/// returns the others.
 fn requeue_found(
     missed: BTreeSet<ObjectKey>,
     found: impl Fn(&ObjectKey) -> bool,
     queue: &WorkQueue<ObjectKey>,
-) {
+) -> BTreeSet<ObjectKey> {
+    let mut unfound = BTreeSet::new();
     for key in missed {
         if found(&key) {
             queue.add(key);
+        } else {
+            unfound.insert(key);
         }
     }
+    unfound
 }
 
 /// Applies the records of units labelled with this shard (their whole records) to the gate.
@@ -215,11 +220,16 @@ pub(super) async fn follow_items<C: Sharded>(
                 term.items.listed(*id);
             }
             // The cache has caught up with the list: items a worker missed go round again.
-            requeue_found(
+            // Those still missing may be in a list another watch has not finished: they wait
+            // for it (the misses are the term's, and that watch's end would find none).
+            let unfound = requeue_found(
                 term.missing_items.take(),
                 |k| term.item(k).is_some(),
                 &term.item_queue,
             );
+            if term.items.listing() {
+                term.missing_items.restore(unfound);
+            }
         }
     })
     .await;
@@ -255,11 +265,12 @@ mod tests {
     #[tokio::test]
     async fn the_end_of_a_list_queues_again_only_what_the_cache_now_has() {
         let queue = WorkQueue::new();
-        requeue_found(
+        let unfound = requeue_found(
             BTreeSet::from([key("listed"), key("gone")]),
             |k| k.name == "listed",
             &queue,
         );
+        assert_eq!(unfound, BTreeSet::from([key("gone")]));
         assert_eq!(queue.depth(), 1);
         assert_eq!(queue.next().await, Some(key("listed")));
     }
