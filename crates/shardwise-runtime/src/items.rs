@@ -95,6 +95,11 @@ impl Held {
         self.lock().ranges.keys().cloned().collect()
     }
 
+    /// The tokens of the units it was made for, to select their items by.
+    pub(crate) fn tokens(&self) -> Vec<String> {
+        self.lock().by_token.keys().cloned().collect()
+    }
+
     fn all(&self) -> BTreeMap<ObjectKey, Vec<KeyRange>> {
         self.lock().ranges.clone()
     }
@@ -124,7 +129,8 @@ impl Batch {
     }
 
     /// The units to select.
-    pub(crate) fn units(&self) -> Vec<ObjectKey> {
+    #[cfg(test)]
+    fn units(&self) -> Vec<ObjectKey> {
         self.held.units()
     }
 }
@@ -555,6 +561,9 @@ mod tests {
         stores.want(&key("b"), vec![KeyRange::WHOLE]);
         let batch = stores.take_batch().unwrap();
         assert_eq!(batch.units(), [key("a"), key("b")], "one watch for both");
+        let mut tokens = vec![unit_token("fleet", "a"), unit_token("fleet", "b")];
+        tokens.sort();
+        assert_eq!(batch.held.tokens(), tokens, "what the watch selects by");
         assert!(!batch.merges);
         stores.insert(
             batch,

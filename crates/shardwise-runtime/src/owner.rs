@@ -1,5 +1,5 @@
-//! The owner side of a replica: watch the units labelled with this shard and their items (one
-//! watch per unit, by its token; see [`crate::items`]), reconcile
+//! The owner side of a replica: watch the units labelled with this shard and their items (by
+//! their units' tokens, several units to a watch; see [`crate::items`]), reconcile
 //! them through the controller, and take part in handoffs. It runs only while the replica holds
 //! its shard lease (one *term*); when the lease is lost everything here is cancelled and
 //! dropped, and a fresh term (with fresh lists) starts when the lease is held again.
@@ -19,7 +19,7 @@ use kube_runtime::{WatchStreamExt, watcher};
 use shard_assign::KeyRange;
 use shardwise_handoff::drain::{OwnerEffect, OwnerId, UnitRecord};
 use shardwise_handoff::keys::{
-    DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL, UNIT_LABEL, unit_token,
+    DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL, UNIT_LABEL,
 };
 use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use shardwise_handoff::slices::deepest;
@@ -150,11 +150,7 @@ impl<C: Sharded> Owner<C> {
     /// of their keys the term held when it was asked for.
     fn start_item_watch(self: &Arc<Self>, batch: Batch) {
         let term = &self.term;
-        let units = batch.units();
-        let tokens: Vec<String> = units
-            .iter()
-            .map(|u| unit_token(&u.namespace, &u.name))
-            .collect();
+        let tokens = batch.held.tokens();
         let config =
             watcher::Config::default().labels(&format!("{UNIT_LABEL} in ({})", tokens.join(",")));
         let (store, writer) = reflector::store();
@@ -186,7 +182,7 @@ impl<C: Sharded> Owner<C> {
             Some((batch.id(), held)),
         ));
         debug!(
-            units = units.len(),
+            units = tokens.len(),
             merges = batch.merges,
             "watching the {} of {}",
             C::NOUNS.items,
