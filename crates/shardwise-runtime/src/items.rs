@@ -316,15 +316,10 @@ impl<I: Object> ItemStores<I> {
         drop(watches);
     }
 
-    /// Notes `item`'s revision: whether it is new to the term, changed, or the same.
-    pub(crate) fn note(&self, item: &I) -> Noted {
-        let revision = Revision::of(item);
-        let unit = (self.unit_of)(item);
-        match self
-            .state()
-            .seen
-            .insert(key_of(item), (unit, revision.clone()))
-        {
+    /// Notes the revision of the item `key` of `unit`: whether it is new to the term, changed,
+    /// or the same.
+    pub(crate) fn note(&self, key: ObjectKey, unit: ObjectKey, revision: Revision) -> Noted {
+        match self.state().seen.insert(key, (unit, revision.clone())) {
             None => Noted::New,
             Some((_, seen)) if seen == revision => Noted::Same,
             Some(_) => Noted::Changed,
@@ -342,7 +337,7 @@ impl<I: Object> ItemStores<I> {
     pub(crate) fn forget_unlisted(
         &self,
         held: Option<&Held>,
-        listed: &BTreeSet<ObjectKey>,
+        listed: &BTreeMap<ObjectKey, (ObjectKey, Revision)>,
     ) -> Vec<ObjectKey> {
         let mut state = self.state();
         let watched: BTreeSet<ObjectKey> = match held {
@@ -355,7 +350,7 @@ impl<I: Object> ItemStores<I> {
         };
         let mut gone = Vec::new();
         state.seen.retain(|key, (unit, _)| {
-            let kept = listed.contains(key) || !serves(unit);
+            let kept = listed.contains_key(key) || !serves(unit);
             if !kept {
                 gone.push(key.clone());
             }
@@ -660,25 +655,26 @@ mod tests {
     async fn a_unit_watched_again_keeps_its_items_revisions() {
         let stores = ItemStores::new(filled(&[]), unit_of);
         let item = config_map("a-1", "a");
-        assert_eq!(stores.note(&item), Noted::New);
-        assert_eq!(stores.note(&item), Noted::Same, "seen by a second watch");
+        let note = |item: &ConfigMap| stores.note(key_of(item), unit_of(item), Revision::of(item));
+        assert_eq!(note(&item), Noted::New);
+        assert_eq!(note(&item), Noted::Same, "seen by a second watch");
         let mut changed = item.clone();
         changed.metadata.resource_version = Some("2".into());
-        assert_eq!(stores.note(&changed), Noted::Changed);
+        assert_eq!(note(&changed), Noted::Changed);
         // A watch of "a" lists without the item: it left while the watch was down.
         stores.want(&key("a"), vec![KeyRange::WHOLE]);
         let batch = stores.take_batch().unwrap();
         let held = batch.held.clone();
         stores.insert(batch, filled(&[]), idle());
         assert_eq!(
-            stores.forget_unlisted(Some(&held), &BTreeSet::new()),
+            stores.forget_unlisted(Some(&held), &BTreeMap::new()),
             [key("a-1")]
         );
         // The orphans' watch does not forget items of units another watch serves.
-        stores.note(&item);
-        assert!(stores.forget_unlisted(None, &BTreeSet::new()).is_empty());
+        note(&item);
+        assert!(stores.forget_unlisted(None, &BTreeMap::new()).is_empty());
         // The unit leaves: its items are new again if it comes back.
         stores.remove(&key("a"));
-        assert_eq!(stores.note(&item), Noted::New);
+        assert_eq!(note(&item), Noted::New);
     }
 }

@@ -4,6 +4,7 @@
 use kube::api::{PartialObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use kube_runtime::reflector::ObjectRef;
+use kube_runtime::watcher;
 use serde::de::DeserializeOwned;
 use shard_assign::app_key;
 use shardwise_handoff::drain::{Incarnation, UnitRecord};
@@ -111,6 +112,19 @@ pub(crate) fn metadata_api_over<K: Object>(
             Api::namespaced_with(client.clone(), namespace, &())
         }
         _ => Api::all_with(client.clone(), &()),
+    }
+}
+
+/// The config of a watch of units or items, whose lists come in one response. Served from
+/// kube-apiserver's watch cache, a list ignores its page limit anyway. Served from etcd (the
+/// cache off, or not ready), every page must be read before etcd compacts the revision of the
+/// first, and a label-selected page is read in several chunks at that revision: under
+/// frequent compaction a slow paged list fails with 410 again and again, and each retry reads
+/// the whole collection again. One unpaged read is a single revision and cannot expire.
+pub(crate) fn unpaged(config: watcher::Config) -> watcher::Config {
+    watcher::Config {
+        page_size: None,
+        ..config
     }
 }
 

@@ -37,7 +37,9 @@ use crate::lease::{Annotations, Fence};
 use crate::lenient::Undecodable;
 use crate::load::{LoadReport, MAX_REPORTED_RECORDS, Meter, MeterSettings, RecordLoad};
 use crate::metrics::Metrics;
-use crate::objects::{Object, api_over, item_key, key_of, merge_patch, record_of, reference};
+use crate::objects::{
+    Object, api_over, item_key, key_of, merge_patch, record_of, reference, unpaged,
+};
 use crate::queue::WorkQueue;
 use crate::settings::{OwnerSettings, WatchScope};
 use crate::sharded::{ContextOf, Sharded, TermOf};
@@ -109,8 +111,9 @@ struct Owner<C: Sharded> {
 
 impl<C: Sharded> Owner<C> {
     /// Feeds a record of `key` (the whole unit's, or one slice's; `None`: gone from this
-    /// shard's view) to its machine. `spec_changed` says whether the unit's generation differs
-    /// from the last one seen (status writes do not count).
+    /// shard's view) to its machine, and queues the work it lets start. `spec_changed` says
+    /// whether the unit's generation differs from the last one seen (status writes do not
+    /// count).
     fn observe(
         self: &Arc<Self>,
         key: &ObjectKey,
@@ -118,6 +121,22 @@ impl<C: Sharded> Owner<C> {
         record: Option<&UnitRecord>,
         spec_changed: bool,
     ) {
+        if self.observe_only(key, range, record, spec_changed) {
+            self.queue_work(key, range);
+        }
+    }
+
+    /// [`Self::observe`], but returns whether work under the record may start instead of
+    /// queueing it: for records from a list under way, whose cache still holds the units
+    /// from before the list until it ends.
+    #[must_use]
+    fn observe_only(
+        self: &Arc<Self>,
+        key: &ObjectKey,
+        range: KeyRange,
+        record: Option<&UnitRecord>,
+        spec_changed: bool,
+    ) -> bool {
         let observed = self.term.gate.observe(key, range, record);
         self.apply_effect(key, range, observed.effect);
         if observed.unit_removed {
@@ -136,13 +155,16 @@ impl<C: Sharded> Owner<C> {
         // Work under the record may start now; or the record is gone while others of the unit
         // remain (a merge or a split finished), and work it held back now falls to them.
         let handed_down = observed.removed && !observed.unit_removed;
-        if observed.activated || (observed.active && spec_changed) || handed_down {
-            if range.contains(UNIT_KEY) {
-                self.term.unit_queue.add(key.clone());
-            }
-            for item in self.term.items_in(key, range) {
-                self.term.item_queue.add(key_of(item.as_ref()));
-            }
+        observed.activated || (observed.active && spec_changed) || handed_down
+    }
+
+    /// Queues the unit (if `range` holds its own key) and its items in `range`.
+    fn queue_work(&self, key: &ObjectKey, range: KeyRange) {
+        if range.contains(UNIT_KEY) {
+            self.term.unit_queue.add(key.clone());
+        }
+        for item in self.term.items_in(key, range) {
+            self.term.item_queue.add(key_of(item.as_ref()));
         }
     }
 
@@ -151,8 +173,9 @@ impl<C: Sharded> Owner<C> {
     fn start_item_watch(self: &Arc<Self>, batch: Batch) {
         let term = &self.term;
         let tokens = batch.held.tokens();
-        let config =
-            watcher::Config::default().labels(&format!("{UNIT_LABEL} in ({})", tokens.join(",")));
+        let config = unpaged(
+            watcher::Config::default().labels(&format!("{UNIT_LABEL} in ({})", tokens.join(","))),
+        );
         let (store, writer) = reflector::store();
         let held = batch.held.clone();
         let keeps = held.clone();
@@ -564,7 +587,7 @@ fn start_watches<C: Sharded>(
     writers: Writers<C>,
 ) {
     let selector = format!("{SHARD_LABEL}={}", owner.term.shard());
-    let config = watcher::Config::default().labels(&selector);
+    let config = unpaged(watcher::Config::default().labels(&selector));
     let unit_watch = |config: watcher::Config, writer| {
         let events = decode_each(
             watcher(api_over::<C::Unit>(client, scope), config),
@@ -577,7 +600,7 @@ fn start_watches<C: Sharded>(
     };
     let unit_events = unit_watch(config.clone(), writers.units);
     let cut_events = unit_watch(
-        watcher::Config::default().labels(SLICES_LABEL),
+        unpaged(watcher::Config::default().labels(SLICES_LABEL)),
         writers.cut_units,
     );
     let orphan_events = decode_each(

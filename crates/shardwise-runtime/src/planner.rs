@@ -33,7 +33,7 @@ use crate::metrics::{
     DirectionLabels, MemberLabels, Metrics, NoLabels, PlanGauges, StrategyLabels,
 };
 use crate::objects::Object;
-use crate::objects::{api_over, key_of, merge_patch, metadata_api_over};
+use crate::objects::{api_over, key_of, merge_patch, metadata_api_over, unpaged};
 use crate::settings::{LoadModel, PlannerSettings, Replica, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
@@ -186,7 +186,7 @@ enum Change<K> {
 }
 
 async fn follow_units<C: Sharded>(planner: Arc<Planner<C>>) {
-    let config = watcher::Config::default();
+    let config = unpaged(watcher::Config::default());
     follow::<C, C::Unit>(
         planner,
         ObjectKind::Unit,
@@ -212,7 +212,7 @@ async fn follow_units<C: Sharded>(planner: Arc<Planner<C>>) {
 /// token names its unit). Not the items in full: an app's manifests are most of its weight.
 async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
     let api = metadata_api_over::<C::Item>(&planner.parts.client, &planner.parts.scope);
-    let events = watcher(api, watcher::Config::default()).default_backoff();
+    let events = watcher(api, unpaged(watcher::Config::default())).default_backoff();
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         match event {
@@ -235,7 +235,7 @@ async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
 /// Items without a unit token, in full: their unit comes from their spec until the planner has
 /// written their token (new items, and those an owner found with a stale one).
 async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
-    let config = watcher::Config::default().labels(&format!("!{UNIT_LABEL}"));
+    let config = unpaged(watcher::Config::default().labels(&format!("!{UNIT_LABEL}")));
     follow::<C, C::Item>(
         planner,
         ObjectKind::Item,

@@ -44,13 +44,24 @@ pub(super) async fn follow_units<C: Sharded>(
     let term = &owner.term;
     let mut revisions: BTreeMap<ObjectKey, Revision> = BTreeMap::new();
     let mut listed: BTreeSet<ObjectKey> = BTreeSet::new();
+    // Work a list lets start, queued when it ends (see [`follow_items`]); kept over a list
+    // that fails part way, whose revisions are already noted.
+    let mut after_list: BTreeSet<ObjectKey> = BTreeSet::new();
     for_each_event(events, C::NOUNS.units, |event| match event {
-        watcher::Event::Apply(unit) | watcher::Event::InitApply(unit) => {
+        watcher::Event::Apply(unit) => {
+            let key = key_of(&unit);
+            let revision = Revision::of(&unit);
+            let changed = revisions.insert(key.clone(), revision.clone()) != Some(revision);
+            owner.observe(&key, KeyRange::WHOLE, Some(&record_of(&unit)), changed);
+        }
+        watcher::Event::InitApply(unit) => {
             let key = key_of(&unit);
             let revision = Revision::of(&unit);
             let changed = revisions.insert(key.clone(), revision.clone()) != Some(revision);
             listed.insert(key.clone());
-            owner.observe(&key, KeyRange::WHOLE, Some(&record_of(&unit)), changed);
+            if owner.observe_only(&key, KeyRange::WHOLE, Some(&record_of(&unit)), changed) {
+                after_list.insert(key);
+            }
         }
         watcher::Event::Delete(unit) => {
             let key = key_of(&unit);
@@ -75,6 +86,9 @@ pub(super) async fn follow_units<C: Sharded>(
                     revisions.remove(&key);
                     owner.observe(&key, KeyRange::WHOLE, None, false);
                 }
+            }
+            for key in std::mem::take(&mut after_list) {
+                owner.queue_work(&key, KeyRange::WHOLE);
             }
             // The cache has caught up with the list: units a worker missed go round again.
             requeue_found(
@@ -104,13 +118,22 @@ pub(super) async fn follow_cut_units<C: Sharded>(
             term.item_queue.add(key_of(item.as_ref()));
         }
     };
+    // Changed during a list: queued when it ends (see [`follow_items`]).
+    let mut after_list: BTreeSet<ObjectKey> = BTreeSet::new();
     for_each_event(events, C::NOUNS.units, |event| match event {
-        watcher::Event::Apply(unit) | watcher::Event::InitApply(unit) => {
+        watcher::Event::Apply(unit) => {
             let key = key_of(&unit);
             let revision = Revision::of(&unit);
             let changed = revisions.insert(key.clone(), revision.clone()) != Some(revision);
             if changed && term.knows(&key) {
                 queue_all(&key);
+            }
+        }
+        watcher::Event::InitApply(unit) => {
+            let key = key_of(&unit);
+            let revision = Revision::of(&unit);
+            if revisions.insert(key.clone(), revision.clone()) != Some(revision) {
+                after_list.insert(key);
             }
         }
         watcher::Event::Delete(unit) => {
@@ -120,7 +143,14 @@ pub(super) async fn follow_cut_units<C: Sharded>(
                 queue_all(&key);
             }
         }
-        watcher::Event::Init | watcher::Event::InitDone => {}
+        watcher::Event::Init => {}
+        watcher::Event::InitDone => {
+            for key in std::mem::take(&mut after_list) {
+                if term.knows(&key) {
+                    queue_all(&key);
+                }
+            }
+        }
     })
     .await;
 }
@@ -185,21 +215,29 @@ pub(super) async fn follow_items<C: Sharded>(
     batch: Option<(u64, Held)>,
 ) {
     let term = &owner.term;
-    let mut listed: BTreeSet<ObjectKey> = BTreeSet::new();
-    let queue_if_changed = |item: &C::Item| match term.items.note(item) {
+    // The items of the list under way, noted only when it ends: until then the cache still
+    // holds the versions from before the list (kube's reflector swaps them in at its end), so
+    // a worker queued earlier would reconcile a stale copy and the new revision, already
+    // noted, would never be queued again. A list that fails part way notes nothing.
+    let mut listed: BTreeMap<ObjectKey, (ObjectKey, Revision)> = BTreeMap::new();
+    let queue_if_changed = |key: ObjectKey, unit: ObjectKey, revision: Revision| match term
+        .items
+        .note(key.clone(), unit.clone(), revision)
+    {
         Noted::Same => {}
         noted => {
             if noted == Noted::New {
-                owner.recount(C::unit_of(item));
+                owner.recount(unit);
             }
-            term.item_queue.add(key_of(item));
+            term.item_queue.add(key);
         }
     };
     for_each_event(events, C::NOUNS.items, |event| match event {
-        watcher::Event::Apply(item) => queue_if_changed(&item),
+        watcher::Event::Apply(item) => {
+            queue_if_changed(key_of(&item), C::unit_of(&item), Revision::of(&item));
+        }
         watcher::Event::InitApply(item) => {
-            listed.insert(key_of(&item));
-            queue_if_changed(&item);
+            listed.insert(key_of(&item), (C::unit_of(&item), Revision::of(&item)));
         }
         watcher::Event::Delete(item) => {
             let key = key_of(&item);
@@ -212,12 +250,16 @@ pub(super) async fn follow_items<C: Sharded>(
             // Items that left while the watch was down are not in the new list: forget them,
             // so that they count as new if they come back.
             let held = batch.as_ref().map(|(_, held)| held);
+            let listed = std::mem::take(&mut listed);
             for key in term.items.forget_unlisted(held, &listed) {
                 term.item_queue.forget(&key);
             }
-            // Before the misses are looked up again: the watches it replaces give its units up.
+            // Before the items are read: the watches it replaces give its units up.
             if let Some((id, _)) = &batch {
                 term.items.listed(*id);
+            }
+            for (key, (unit, revision)) in listed {
+                queue_if_changed(key, unit, revision);
             }
             // The cache has caught up with the list: items a worker missed go round again.
             // Those still missing may be in a list another watch has not finished: they wait
