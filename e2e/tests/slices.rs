@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use shardwise_e2e::wait_for;
+use shardwise_e2e::{ServerKind, wait_for};
 use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL};
 use shardwise_runtime::slice::UnitSlice;
-use support::{Fleet, FleetOptions, NAMESPACE, raised_client_limits, shard_label};
+use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits, shard_label};
 
 const SETTLE: Duration = Duration::from_secs(240);
 
@@ -169,6 +169,10 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
     let first = placement.clusters["cluster-0"][0];
     assert_eq!((status.shard, status.app_count), (Some(first.1), None));
 
+    // Neither this test server nor kube-apiserver with its default gates selects by key
+    // range, and every replica found that out: each keeps its slices' apps itself.
+    assert_eq!(server_selection(&fleet).await, [0.0; 4]);
+
     fleet.scale(3).await.unwrap();
     fleet.stop_replica(3).await.unwrap();
     let started = std::time::Instant::now();
@@ -198,4 +202,164 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
         intervals.len()
     );
     assert!(sliced > 0);
+}
+
+/// What each replica says of the API server: 1 if it selects items by key range.
+async fn server_selection(fleet: &Fleet) -> Vec<f64> {
+    let mut said = Vec::new();
+    for &ordinal in fleet.replicas.keys() {
+        let metrics = fleet.scrape(ordinal).await.unwrap();
+        said.push(metrics.sum("shardwise_server_shard_selection", &[]));
+    }
+    said
+}
+
+/// KEP-5866 on kube-apiserver with its `ShardedListAndWatch` gate on: the owners of the hot
+/// cluster's slices list its apps with a shard selector of their slices' ranges, the server
+/// keeps only the apps of those ranges, and every app still ends Synced with no overlap (an app
+/// the server left out that its owner needed would never be reconciled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slice_owners_have_the_server_select_their_apps_where_it_can() {
+    if ServerKind::from_env().unwrap() != ServerKind::Real {
+        eprintln!("a feature gate of kube-apiserver; runs with SHARDWISE_E2E_SERVER=real");
+        return;
+    }
+    let fleet = Fleet::start(FleetOptions {
+        replicas: 4,
+        clusters: 16,
+        apps: 2000,
+        hot_percent: Some(60),
+        audit: true,
+        args: std::iter::once("--load-model=apps".to_string())
+            .chain(raised_client_limits())
+            .collect(),
+        apiserver_args: vec!["--feature-gates=ShardedListAndWatch=true".to_string()],
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_balanced_and_settled(&fleet, &[0, 1, 2, 3]).await;
+    assert_eq!(server_selection(&fleet).await, [1.0; 4]);
+    // The lists of apps each replica sent with a selector, read from the server's audit log.
+    let requests = fleet.env.control_plane().real_server().unwrap().requests();
+    let mut selected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut replayed = 0;
+    for r in &requests {
+        if r.method != "LIST" || !r.path.ends_with("/fleetapps") || r.code != 200 {
+            continue;
+        }
+        let selector = form_urlencoded::parse(r.query.as_bytes())
+            .find(|(name, _)| name == "shardSelector")
+            .map(|(_, value)| value.into_owned());
+        if let Some(selector) = selector {
+            if replayed < 4 {
+                replay_selects_by_key(&fleet, &r.path, &r.query, &selector).await;
+                replayed += 1;
+            }
+            selected
+                .entry(r.identity.clone())
+                .or_default()
+                .push(selector);
+        }
+    }
+    eprintln!("lists of apps with a shard selector: {selected:#?}");
+    let placement = fleet.placement().await.unwrap();
+    let hot = &placement.clusters["cluster-0"];
+    for (range, shard, _) in hot {
+        // Each owner of a slice of the hot cluster asked for (at least) that slice's range.
+        let sent = selected
+            .get(&format!("{STATEFULSET}-{shard}"))
+            .unwrap_or_else(|| panic!("shard {shard} owns {range} but listed no apps by selector"));
+        assert!(
+            sent.iter().any(|s| covers(s, *range)),
+            "shard {shard} owns {range}; it sent {sent:?}"
+        );
+    }
+    for sent in selected.values().flatten() {
+        assert!(
+            sent.starts_with("shardRange(object.metadata.uid, ")
+                && !sent.contains("'0x0000000000000000', '0x10000000000000000'"),
+            "{sent}"
+        );
+    }
+    let intervals = fleet.audited_without_overlap();
+    eprintln!("{} reconciles audited, no overlap", intervals.len());
+}
+
+/// Sends the list a replica sent (`path?query`, `selector` its shard selector) again, with and
+/// without the selector: the server's answer with it is exactly the apps of the answer without
+/// it whose keys (`shard_assign::app_key` of their UIDs) lie in the selector's ranges, and
+/// fewer of them.
+async fn replay_selects_by_key(fleet: &Fleet, path: &str, query: &str, selector: &str) {
+    let list = |query: String| async move {
+        let request = http::Request::get(format!("{path}?{query}"))
+            .body(Vec::new())
+            .unwrap();
+        let list: kube::core::ObjectList<shardwise_api::FleetApp> =
+            fleet.admin.request(request).await.unwrap();
+        let mut names: Vec<(String, u64)> = list
+            .items
+            .iter()
+            .map(|a| {
+                (
+                    a.name_any(),
+                    shard_assign::app_key(a.metadata.uid.as_deref().unwrap()),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let without: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(
+            form_urlencoded::parse(query.as_bytes()).filter(|(name, _)| name != "shardSelector"),
+        )
+        .finish();
+    let selected = list(query.to_string()).await;
+    let everything = list(without).await;
+    let in_ranges: Vec<(String, u64)> = everything
+        .iter()
+        .filter(|(_, key)| in_selector(selector, *key))
+        .cloned()
+        .collect();
+    assert_eq!(selected, in_ranges, "{selector}");
+    assert!(
+        !selected.is_empty() && selected.len() < everything.len(),
+        "{selector}: {} of {}",
+        selected.len(),
+        everything.len()
+    );
+}
+
+/// The `[start, end)` bounds of each `shardRange` term of `selector`.
+fn bounds(selector: &str) -> Vec<(u128, u128)> {
+    selector
+        .split(" || ")
+        .filter_map(|term| {
+            let hex: Vec<u128> = term
+                .split('\'')
+                .filter_map(|part| part.strip_prefix("0x"))
+                .filter_map(|hex| u128::from_str_radix(hex, 16).ok())
+                .collect();
+            match hex[..] {
+                [start, end] => Some((start, end)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Whether `key` lies in one of `selector`'s ranges.
+fn in_selector(selector: &str, key: u64) -> bool {
+    bounds(selector)
+        .iter()
+        .any(|&(start, end)| start <= u128::from(key) && u128::from(key) < end)
+}
+
+/// Whether one `shardRange` term of `selector` holds every key of `range` (a selector joins
+/// adjacent ranges into one term).
+fn covers(selector: &str, range: shard_assign::KeyRange) -> bool {
+    bounds(selector)
+        .iter()
+        .any(|&(start, end)| start <= u128::from(range.start()) && u128::from(range.last()) < end)
 }

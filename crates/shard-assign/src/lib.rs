@@ -50,6 +50,7 @@ pub use ratio::Ratio;
 pub use rebalance::{Hysteresis, balance_of, previous_for_pass, smoothing_factor};
 pub use sliced::{SliceMoves, SliceSwitch, SlicedAssignment, assign_sliced, slice_id, slices};
 pub use slicing::{
-    AppKeys, KeyRange, SliceConfig, Slicing, app_key, count_in, recorded_cut, slice_fleet,
+    AppKeys, KeyRange, MAX_SHARD_RANGES, SliceConfig, Slicing, app_key, count_in, recorded_cut,
+    shard_selector, slice_fleet,
 };
 pub use strategy::{StrategyConfig, StrategyKind};

@@ -82,14 +82,7 @@ impl KeyRange {
     /// feature gate `ShardedListAndWatch`): 16 lowercase hex digits per bound, the end
     /// exclusive, and 2^64 written `0x10000000000000000`.
     pub fn selector(self) -> String {
-        let end = match self.last().checked_add(1) {
-            Some(end) => format!("0x{end:016x}"),
-            None => "0x10000000000000000".to_string(),
-        };
-        format!(
-            "shardRange(object.metadata.uid, '0x{:016x}', '{end}')",
-            self.start()
-        )
+        shard_range(self.start(), self.last())
     }
 
     /// Whether `key` is in the range.
@@ -333,6 +326,44 @@ fn covers_exactly_once(slices: &[KeyRange]) -> bool {
     next.is_none() && !slices.is_empty()
 }
 
+/// One `shardRange` term of a KEP-5866 selector, for the keys `first..=last`.
+fn shard_range(first: u64, last: u64) -> String {
+    let end = match last.checked_add(1) {
+        Some(end) => format!("0x{end:016x}"),
+        None => "0x10000000000000000".to_string(),
+    };
+    format!("shardRange(object.metadata.uid, '0x{first:016x}', '{end}')")
+}
+
+/// The most `shardRange` terms [`shard_selector`] joins: kube-apiserver parses the selector as
+/// CEL, whose parser bounds the depth of a chain of `||`.
+pub const MAX_SHARD_RANGES: usize = 32;
+
+/// A KEP-5866 selector for the keys of `ranges` (adjacent ones joined, overlaps merged), or
+/// `None` when it would select every key (nothing to gain: the server sends everything anyway)
+/// or when it needs more than [`MAX_SHARD_RANGES`] terms.
+pub fn shard_selector(ranges: &[KeyRange]) -> Option<String> {
+    let mut ranges = ranges.to_vec();
+    ranges.sort();
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for range in ranges {
+        match spans.last_mut() {
+            Some((_, last)) if last.checked_add(1).is_none_or(|next| range.start() <= next) => {
+                *last = (*last).max(range.last());
+            }
+            _ => spans.push((range.start(), range.last())),
+        }
+    }
+    if spans.is_empty() || spans == [(0, u64::MAX)] || spans.len() > MAX_SHARD_RANGES {
+        return None;
+    }
+    let terms: Vec<String> = spans
+        .iter()
+        .map(|&(first, last)| shard_range(first, last))
+        .collect();
+    Some(terms.join(" || "))
+}
+
 /// The keys of each cluster's apps. A cluster without keys is never cut (there is nothing to
 /// tell its halves apart).
 pub type AppKeys = BTreeMap<String, Vec<u64>>;
@@ -505,5 +536,35 @@ mod tests {
         assert!(covers_exactly_once(&[low, a, b]));
         assert!(!covers_exactly_once(&[low, a]));
         assert!(!covers_exactly_once(&[low, high, a]));
+    }
+
+    #[test]
+    fn a_shard_selector_joins_ranges_and_leaves_out_the_whole_key_space() {
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        let (high_a, high_b) = high.halves().unwrap();
+        let (low_a, _) = low.halves().unwrap();
+        // One range: its own term.
+        assert_eq!(shard_selector(&[high_b]), Some(high_b.selector()));
+        // Apart: one term each, in key order, whatever the order given.
+        assert_eq!(
+            shard_selector(&[high_b, low_a]),
+            Some(format!("{} || {}", low_a.selector(), high_b.selector()))
+        );
+        // Adjacent, or one within another: a single term.
+        assert_eq!(shard_selector(&[high_b, high_a]), Some(high.selector()));
+        assert_eq!(shard_selector(&[high, high_a]), Some(high.selector()));
+        // Every key, or nothing: no selector.
+        assert_eq!(shard_selector(&[low, high_a, high_b]), None);
+        assert_eq!(shard_selector(&[KeyRange::WHOLE]), None);
+        assert_eq!(shard_selector(&[]), None);
+        // Too many terms for the server's parser: none.
+        let apart: Vec<KeyRange> = (0..=MAX_SHARD_RANGES as u64)
+            .map(|i| KeyRange::new(8, i * 2).unwrap())
+            .collect();
+        assert_eq!(
+            shard_selector(&apart[..MAX_SHARD_RANGES]).map(|s| s.matches("||").count()),
+            Some(MAX_SHARD_RANGES - 1)
+        );
+        assert_eq!(shard_selector(&apart), None);
     }
 }

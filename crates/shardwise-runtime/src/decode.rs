@@ -7,6 +7,8 @@
 //! continues on a stale copy) and handed to `report`.
 
 use crate::lenient::{Lenient, Undecodable};
+use std::ops::ControlFlow;
+
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube_runtime::reflector::{ObjectRef, Store};
@@ -82,10 +84,28 @@ where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     F: FnMut(watcher::Event<K>),
 {
+    for_each_event_until(stream, what, |event| {
+        handle(event);
+        ControlFlow::Continue(())
+    })
+    .await;
+}
+
+/// [`for_each_event`] until `handle` breaks: the stream is dropped then, before it sends
+/// another request.
+pub async fn for_each_event_until<K, S, F>(stream: S, what: &'static str, mut handle: F)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    F: FnMut(watcher::Event<K>) -> ControlFlow<()>,
+{
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
-            Ok(event) => handle(event),
+            Ok(event) => {
+                if handle(event).is_break() {
+                    return;
+                }
+            }
             Err(e) => warn!(what, error = %e, "watch failed; retrying"),
         }
     }

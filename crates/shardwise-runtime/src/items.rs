@@ -100,6 +100,11 @@ impl Held {
         self.lock().by_token.keys().cloned().collect()
     }
 
+    /// The ranges of every unit's keys it keeps.
+    pub(crate) fn key_ranges(&self) -> Vec<KeyRange> {
+        self.lock().ranges.values().flatten().copied().collect()
+    }
+
     fn all(&self) -> BTreeMap<ObjectKey, Vec<KeyRange>> {
         self.lock().ranges.clone()
     }
@@ -138,6 +143,8 @@ impl Batch {
 /// One watch of units' items, and its cache.
 struct Watch<I: Object> {
     id: u64,
+    /// Whether it serves every unit held when it started.
+    merges: bool,
     /// Whether its first list has ended.
     listed: bool,
     held: Held,
@@ -158,6 +165,8 @@ struct State<I: Object> {
     watches: Vec<Watch<I>>,
     /// Units that want a watch, with their ranges.
     pending: BTreeMap<ObjectKey, Vec<KeyRange>>,
+    /// A watch lost its place: the next watch serves every unit held.
+    merge_now: bool,
     next_id: u64,
     /// Each cached item's unit and the revision last queued, over every watch: a unit watched
     /// again (a merge, a wider range) does not queue its unchanged items again.
@@ -185,6 +194,7 @@ impl<I: Object> ItemStores<I> {
             state: Mutex::new(State {
                 watches: Vec::new(),
                 pending: BTreeMap::new(),
+                merge_now: false,
                 next_id: 0,
                 seen: BTreeMap::new(),
             }),
@@ -225,15 +235,31 @@ impl<I: Object> ItemStores<I> {
         self.wanted.notified().await;
     }
 
+    /// A watch that had listed must list again (its place in the history is gone): it stops,
+    /// its cache still serving reads, and one watch of every unit held replaces all of them.
+    /// Watches tend to lose their place together (a cut link, a compaction), and each list of a
+    /// label-selected subset costs the server a scan of the whole collection: one list per
+    /// replica, not one per watch.
+    /// `id`: the watch that must list again. Nothing to do if a merge started after it, which
+    /// serves its units and replaces it once listed.
+    pub(crate) fn relist_merged(&self, id: u64) {
+        let mut state = self.state();
+        if !state.watches.iter().any(|w| w.id > id && w.merges) {
+            state.merge_now = true;
+            self.wanted.notify_one();
+        }
+    }
+
     /// The units that want a watch, to watch together; with every other unit held when the
-    /// term has [`MAX_WATCHES`] already.
+    /// term has [`MAX_WATCHES`] already, or a watch must list again.
     pub(crate) fn take_batch(&self) -> Option<Batch> {
         let mut state = self.state();
-        if state.pending.is_empty() {
+        if state.pending.is_empty() && !state.merge_now {
             return None;
         }
         let pending = std::mem::take(&mut state.pending);
-        let merges = state.watches.len() >= MAX_WATCHES;
+        let merge_now = std::mem::take(&mut state.merge_now);
+        let merges = merge_now || state.watches.len() >= MAX_WATCHES;
         let units = if merges {
             let mut all = BTreeMap::new();
             for watch in &state.watches {
@@ -244,6 +270,9 @@ impl<I: Object> ItemStores<I> {
         } else {
             pending
         };
+        if units.is_empty() {
+            return None;
+        }
         state.next_id += 1;
         Some(Batch {
             id: state.next_id,
@@ -256,6 +285,7 @@ impl<I: Object> ItemStores<I> {
     pub(crate) fn insert(&self, batch: Batch, store: Store<I>, task: AbortOnDropHandle<()>) {
         self.state().watches.push(Watch {
             id: batch.id,
+            merges: batch.merges,
             listed: false,
             held: batch.held,
             store,
@@ -593,6 +623,44 @@ mod tests {
         stores.clear();
         assert_eq!(stores.len(), 0);
         assert!(stores.get(&key("lost")).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_must_list_again_is_replaced_by_one_of_every_unit() {
+        let stores = ItemStores::new(filled(&[]), unit_of);
+        let (low, high) = halves();
+        stores.want(&key("a"), vec![low]);
+        watch(&stores, &[config_map("a-1", "a")]);
+        stores.want(&key("b"), vec![KeyRange::WHOLE]);
+        watch(&stores, &[config_map("b-1", "b")]);
+        let first = stores.state().watches[0].id;
+        stores.listed(first);
+        assert!(stores.take_batch().is_none(), "nothing wanted");
+        stores.relist_merged(first);
+        let merge = stores.take_batch().expect("a merge");
+        assert!(merge.merges);
+        assert_eq!(merge.units(), [key("a"), key("b")]);
+        assert_eq!(
+            merge.held.ranges(&key("a")),
+            Some(vec![low]),
+            "the ranges held"
+        );
+        let merge_id = merge.id();
+        stores.insert(merge, filled(&[]), idle());
+        // The others lose their place too, before the merge has listed: it serves them.
+        stores.relist_merged(first + 1);
+        assert!(stores.take_batch().is_none(), "one merge is enough");
+        // Until it has listed, the old caches serve reads; then it alone remains.
+        assert!(stores.get(&key("b-1")).is_some());
+        stores.listed(merge_id);
+        let ids: Vec<u64> = stores.state().watches.iter().map(|w| w.id).collect();
+        assert_eq!(ids, [merge_id]);
+        // A watch that loses its place with no merge after it gets one, even with nothing
+        // new wanted; a unit wanted meanwhile joins it.
+        stores.want(&key("c"), vec![high]);
+        stores.relist_merged(merge_id);
+        let again = stores.take_batch().expect("a merge");
+        assert_eq!(again.units(), [key("a"), key("b"), key("c")]);
     }
 
     #[tokio::test]

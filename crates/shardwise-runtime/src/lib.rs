@@ -143,6 +143,7 @@ pub(crate) mod planner;
 pub mod planner_bench;
 pub(crate) mod queue;
 pub(crate) mod replica;
+pub(crate) mod server_selection;
 pub mod settings;
 mod sharded;
 pub mod slice;

@@ -103,6 +103,7 @@ pub struct Metrics {
     pub(crate) owned_units: Family<ShardLabels, Gauge>,
     pub(crate) owned_items: Family<ShardLabels, Gauge>,
     pub(crate) owned_slices: Family<ShardLabels, Gauge>,
+    pub(crate) server_shard_selection: Family<ShardLabels, Gauge>,
     pub(crate) measured_busy: Family<ShardLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub(crate) measured_records: Family<ShardLabels, Gauge>,
     pub(crate) reconciles: Family<ReconcileLabels, Counter>,
@@ -163,6 +164,7 @@ impl Metrics {
             owned_units: Family::default(),
             owned_items: Family::default(),
             owned_slices: Family::default(),
+            server_shard_selection: Family::default(),
             measured_busy: Family::default(),
             measured_records: Family::default(),
             reconciles: Family::default(),
@@ -210,6 +212,13 @@ impl Metrics {
             "owned_slices",
             format!("Slices of cut {units} this shard owns"),
             self.owned_slices.clone(),
+        );
+        r.register(
+            "server_shard_selection",
+            format!(
+                "1 if the API server selects the {items} of slices by key range (KEP-5866), 0 if the replica alone does"
+            ),
+            self.server_shard_selection.clone(),
         );
         r.register(
             "measured_busy_seconds_per_second",

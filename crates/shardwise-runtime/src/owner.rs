@@ -16,7 +16,7 @@ use futures::StreamExt;
 use kube::{Api, Client, Resource};
 use kube_runtime::reflector;
 use kube_runtime::{WatchStreamExt, watcher};
-use shard_assign::KeyRange;
+use shard_assign::{KeyRange, shard_selector};
 use shardwise_handoff::drain::{OwnerEffect, OwnerId, UnitRecord};
 use shardwise_handoff::keys::{
     DRAINED_ANNOTATION, SHARD_LABEL, SLICES_LABEL, STATEFULSET_LABEL, UNIT_LABEL,
@@ -41,6 +41,7 @@ use crate::objects::{
     Object, api_over, item_key, key_of, merge_patch, record_of, reference, unpaged,
 };
 use crate::queue::WorkQueue;
+use crate::server_selection::{selecting, server_selects};
 use crate::settings::{OwnerSettings, WatchScope};
 use crate::sharded::{ContextOf, Sharded, TermOf};
 use crate::slice::{UnitSlice, slice_name};
@@ -170,9 +171,19 @@ impl<C: Sharded> Owner<C> {
 
     /// Starts one watch of the items of `batch`'s units (by their tokens), kept to the ranges
     /// of their keys the term held when it was asked for.
-    fn start_item_watch(self: &Arc<Self>, batch: Batch) {
+    ///
+    /// `server_selects`: the server keeps only items of the ranges asked for, if asked
+    /// ([`crate::server_selection`]); a watch of slices' items asks for their ranges then.
+    fn start_item_watch(self: &Arc<Self>, batch: Batch, server_selects: bool) {
         let term = &self.term;
         let tokens = batch.held.tokens();
+        let shard_selector = server_selects
+            .then(|| shard_selector(&batch.held.key_ranges()))
+            .flatten();
+        let client = match &shard_selector {
+            Some(selector) => selecting(&term.client, selector),
+            None => term.client.clone(),
+        };
         let config = unpaged(
             watcher::Config::default().labels(&format!("{UNIT_LABEL} in ({})", tokens.join(","))),
         );
@@ -180,7 +191,7 @@ impl<C: Sharded> Owner<C> {
         let held = batch.held.clone();
         let keeps = held.clone();
         let events = decode_each(
-            watcher(api_over::<C::Item>(&term.client, &term.scope), config),
+            watcher(api_over::<C::Item>(&client, &term.scope), config),
             store.clone(),
             unreadable(C::NOUNS.item),
         )
@@ -207,6 +218,7 @@ impl<C: Sharded> Owner<C> {
         debug!(
             units = tokens.len(),
             merges = batch.merges,
+            server_selected = shard_selector.is_some(),
             "watching the {} of {}",
             C::NOUNS.items,
             C::NOUNS.units
@@ -404,6 +416,36 @@ impl<C: Sharded> Owner<C> {
             }
         }
         counts
+    }
+
+    /// Whether the API server selects items by key range; a failed probe counts as no (the
+    /// replica keeps only its ranges' items either way).
+    async fn probe_server_selection(&self) -> bool {
+        let term = &self.term;
+        let selects = match server_selects(&term.client, &term.slices.namespace).await {
+            Ok(selects) => selects,
+            Err(e) => {
+                warn!(error = %e, "cannot tell whether the API server selects {} by key range", C::NOUNS.items);
+                false
+            }
+        };
+        if selects {
+            info!(
+                "the API server selects the {} of slices by key range (KEP-5866)",
+                C::NOUNS.items
+            );
+        } else {
+            info!(
+                "the API server does not select {} by key range: each watch of slices' {} keeps their ranges itself",
+                C::NOUNS.items,
+                C::NOUNS.items
+            );
+        }
+        term.metrics
+            .server_shard_selection
+            .get_or_create(&term.metrics.shard_labels())
+            .set(i64::from(selects));
+        selects
     }
 
     fn update_gauges(&self) {
@@ -634,11 +676,17 @@ const ITEM_WATCH_BATCHING: Duration = Duration::from_millis(100);
 
 /// Starts the watches of units' items as units become active, several units to a watch.
 async fn watch_items<C: Sharded>(owner: Arc<Owner<C>>) {
+    // Asked once a term, before its first watch of items.
+    let mut server_selects = None;
     loop {
         owner.term.items.wanted().await;
         tokio::time::sleep(ITEM_WATCH_BATCHING).await;
         if let Some(batch) = owner.term.items.take_batch() {
-            owner.start_item_watch(batch);
+            let selects = match server_selects {
+                Some(selects) => selects,
+                None => *server_selects.insert(owner.probe_server_selection().await),
+            };
+            owner.start_item_watch(batch, selects);
         }
     }
 }

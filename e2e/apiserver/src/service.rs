@@ -90,16 +90,18 @@ pub(crate) async fn handle(
                 .get(header::USER_AGENT)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
+            req.uri().query().unwrap_or_default().to_string(),
         )
     });
     let response = route(&shared, &identity, req).await;
-    if let Some((at, method, user_agent)) = write {
+    if let Some((at, method, user_agent, query)) = write {
         shared.writes.push(WriteRecord {
             at,
             identity: identity.name.clone(),
             user_agent,
             method,
             path,
+            query,
             code: response.status().as_u16(),
         });
     }

@@ -18,6 +18,8 @@ pub struct WriteRecord {
     pub method: String,
     /// The request path, without the query.
     pub path: String,
+    /// The query, percent-encoded as sent (empty without one).
+    pub query: String,
     /// The status code of the answer.
     pub code: u16,
 }
@@ -60,6 +62,7 @@ mod tests {
             user_agent: None,
             method: "PATCH".into(),
             path: format!("/api/v1/namespaces/x/configmaps/{n}"),
+            query: String::new(),
             code: 200,
         }
     }

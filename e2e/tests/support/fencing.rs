@@ -152,6 +152,7 @@ mod tests {
             )),
             method: "PATCH".into(),
             path: "/api/v1/namespaces/team-0/configmaps/app-1".into(),
+            query: String::new(),
             code: 200,
         }
     }

@@ -2,6 +2,7 @@
 //! changed items to the item queue.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -11,7 +12,7 @@ use shardwise_handoff::plan::ObjectKey;
 use tracing::{info, warn};
 
 use super::Owner;
-use crate::decode::for_each_event;
+use crate::decode::{for_each_event, for_each_event_until};
 use crate::items::{Held, Noted};
 use crate::objects::{Revision, key_of, record_of};
 use crate::queue::WorkQueue;
@@ -232,21 +233,42 @@ pub(super) async fn follow_items<C: Sharded>(
             term.item_queue.add(key);
         }
     };
-    for_each_event(events, C::NOUNS.items, |event| match event {
+    // Whether the watch's first list has ended: an Init after it means the watch lost its
+    // place in the history and must list again.
+    let mut has_listed = false;
+    for_each_event_until(events, C::NOUNS.items, |event| match event {
         watcher::Event::Apply(item) => {
             queue_if_changed(key_of(&item), C::unit_of(&item), Revision::of(&item));
+            ControlFlow::Continue(())
         }
         watcher::Event::InitApply(item) => {
             listed.insert(key_of(&item), (C::unit_of(&item), Revision::of(&item)));
+            ControlFlow::Continue(())
         }
         watcher::Event::Delete(item) => {
             let key = key_of(&item);
             term.items.forget(&key);
             term.item_queue.forget(&key);
             owner.recount(C::unit_of(&item));
+            ControlFlow::Continue(())
         }
-        watcher::Event::Init => listed.clear(),
+        watcher::Event::Init => match &batch {
+            Some((id, _)) if has_listed => {
+                info!(
+                    "a watch of {} must list again: one watch of every {} held replaces the term's",
+                    C::NOUNS.items,
+                    C::NOUNS.unit
+                );
+                term.items.relist_merged(*id);
+                ControlFlow::Break(())
+            }
+            _ => {
+                listed.clear();
+                ControlFlow::Continue(())
+            }
+        },
         watcher::Event::InitDone => {
+            has_listed = true;
             // Items that left while the watch was down are not in the new list: forget them,
             // so that they count as new if they come back.
             let held = batch.as_ref().map(|(_, held)| held);
@@ -272,6 +294,7 @@ pub(super) async fn follow_items<C: Sharded>(
             if term.items.listing() {
                 term.missing_items.restore(unfound);
             }
+            ControlFlow::Continue(())
         }
     })
     .await;

@@ -62,6 +62,10 @@ fn write_record(event: &Value, identity_of: &impl Fn(&str, &str) -> String) -> O
             .split_once('?')
             .map_or(uri, |(path, _)| path)
             .to_string(),
+        query: uri
+            .split_once('?')
+            .map_or("", |(_, query)| query)
+            .to_string(),
         code: event
             .pointer("/responseStatus/code")
             .and_then(Value::as_u64)
@@ -102,6 +106,7 @@ mod tests {
         let r = &records[0];
         assert_eq!(r.method, "POST");
         assert_eq!(r.path, "/api/v1/namespaces/team/configmaps/app-1");
+        assert_eq!(r.query, "fieldManager=shardwise");
         assert_eq!(r.code, 201);
         assert_eq!(
             r.identity,
