@@ -78,6 +78,9 @@ pub struct FleetOptions {
     pub destination_identities: Vec<Identity>,
     /// More flags for every real kube-apiserver (ignored by the test server).
     pub apiserver_args: Vec<String>,
+    /// Apps created with their cluster's token, as in any fleet a planner has run on once (it
+    /// writes the token when an app has none); otherwise the planner writes every app's first.
+    pub tokened_apps: bool,
 }
 
 impl Default for FleetOptions {
@@ -99,6 +102,7 @@ impl Default for FleetOptions {
             server: None,
             destination_identities: Vec::new(),
             apiserver_args: Vec::new(),
+            tokened_apps: false,
         }
     }
 }
@@ -422,16 +426,22 @@ impl Fleet {
         use futures::StreamExt;
         let api = self.apps_api();
         let realistic = self.options.realistic_apps;
+        let tokened = self.options.tokened_apps;
         let results: Vec<Result<()>> = futures::stream::iter(range)
             .map(|i| {
                 let api = api.clone();
                 let cluster = self.cluster_of_app(i);
                 async move {
                     let manifests = if realistic { realistic_manifests(i) } else { app_manifests(i, 1) };
+                    let labels = if tokened {
+                        json!({UNIT_LABEL: unit_token(NAMESPACE, &format!("cluster-{cluster}"))})
+                    } else {
+                        json!({})
+                    };
                     let app: FleetApp = serde_json::from_value(json!({
                         "apiVersion": "shardwise.io/v1alpha1",
                         "kind": "FleetApp",
-                        "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
+                        "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE, "labels": labels},
                         "spec": {
                             "destination": {"cluster": format!("cluster-{cluster}"), "namespace": format!("team-{}", i % 5)},
                             "source": {"manifests": manifests},
