@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Output;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 use shardwise_e2e::{Environment, Identity};
@@ -29,26 +30,46 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).expect("UTF-8")
 }
 
+/// The six unpinned clusters and their app counts.
+const LOADS: [(&str, usize); 6] = [
+    ("alpha", 9),
+    ("bravo", 7),
+    ("charlie", 5),
+    ("delta", 3),
+    ("echo", 2),
+    ("foxtrot", 1),
+];
+
+/// How many times the test draws new UIDs for the unpinned clusters' Secrets at most.
+const RESHUFFLES: usize = 20;
+
+/// The cluster Secrets of [`LOADS`], without a shard key.
+fn unpinned_secrets() -> String {
+    LOADS
+        .iter()
+        .map(|(name, _)| {
+            cluster_secret(
+                &format!("cluster-{name}"),
+                &format!("name: {name}, server: \"https://{name}.example\""),
+            )
+        })
+        .collect()
+}
+
+/// How many clusters the plan's strategy moves.
+fn moved_clusters(report: &Value) -> u64 {
+    report["strategies"][0]["moves"]["clusters"]
+        .as_u64()
+        .expect("moves.clusters is a count")
+}
+
 /// Argo CD with 3 shards, six clusters of uneven load, one pinned, one orphaned by a negative
 /// pin, one whose server another Secret already has, and the in-cluster cluster without a
 /// Secret; then its Applications (once the CRD is served).
 fn installation() -> (String, String) {
     let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n---\n");
     yaml.push_str("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: argocd-application-controller, namespace: argocd}\nspec:\n  replicas: 3\n  serviceName: c\n  selector: {matchLabels: {app: c}}\n  template:\n    metadata: {labels: {app: c}}\n    spec: {containers: [{name: c, image: x, env: [{name: ARGOCD_CONTROLLER_REPLICAS, value: \"3\"}]}]}\n");
-    let loads = [
-        ("alpha", 9),
-        ("bravo", 7),
-        ("charlie", 5),
-        ("delta", 3),
-        ("echo", 2),
-        ("foxtrot", 1),
-    ];
-    for (name, _) in loads {
-        yaml.push_str(&cluster_secret(
-            &format!("cluster-{name}"),
-            &format!("name: {name}, server: \"https://{name}.example\""),
-        ));
-    }
+    yaml.push_str(&unpinned_secrets());
     yaml.push_str(&cluster_secret(
         "cluster-pinned",
         "name: pinned, server: \"https://pinned.example\", shard: \"2\"",
@@ -64,7 +85,7 @@ fn installation() -> (String, String) {
     yaml.push_str("---\n");
     yaml.push_str(APPLICATION_CRD);
     let mut apps = String::new();
-    for (name, count) in loads {
+    for (name, count) in LOADS {
         for i in 0..count {
             apps.push_str(&application(&format!("{name}-{i}"), name));
         }
@@ -161,16 +182,28 @@ async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
         "{refused}"
     );
 
-    let before = secrets(&api).await;
-    let report = plan_json(&kubeconfig);
-    let expected = planned(&report);
-    let moved = report["strategies"][0]["moves"]["clusters"]
-        .as_u64()
-        .unwrap();
+    // Argo CD places an unpinned cluster by a hash of its Secret's UID, which the server
+    // draws at random: now and then that placement is already balanced and the strategy keeps
+    // it. New Secrets draw new UIDs until the plan moves something.
+    let mut report = plan_json(&kubeconfig);
+    for _ in 0..RESHUFFLES {
+        if moved_clusters(&report) > 0 {
+            break;
+        }
+        for (name, _) in LOADS {
+            api.delete(&format!("cluster-{name}"), &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        cp.apply_yaml("admin", &unpinned_secrets()).await.unwrap();
+        report = plan_json(&kubeconfig);
+    }
     assert!(
-        moved > 0,
+        moved_clusters(&report) > 0,
         "the fixture must make the strategy move clusters"
     );
+    let before = secrets(&api).await;
+    let expected = planned(&report);
 
     // A dry run writes nothing.
     let dry = stdout(&shardwise(&kubeconfig, &apply));
