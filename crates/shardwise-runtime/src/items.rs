@@ -356,6 +356,11 @@ impl<I: Object> ItemStores<I> {
         }
     }
 
+    /// The unit of the item `key`, as last noted.
+    pub(crate) fn unit_of(&self, key: &ObjectKey) -> Option<ObjectKey> {
+        self.state().seen.get(key).map(|(unit, _)| unit.clone())
+    }
+
     /// Forgets the item `key` (deleted), so that it counts as new if it comes back.
     pub(crate) fn forget(&self, key: &ObjectKey) {
         self.state().seen.remove(key);

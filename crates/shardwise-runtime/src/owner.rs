@@ -165,7 +165,9 @@ impl<C: Sharded> Owner<C> {
             self.term.unit_queue.add(key.clone());
         }
         for item in self.term.items_in(key, range) {
-            self.term.item_queue.add(key_of(item.as_ref()));
+            self.term
+                .item_queue
+                .add_in(key_of(item.as_ref()), key.clone());
         }
     }
 

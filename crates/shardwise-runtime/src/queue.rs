@@ -2,6 +2,12 @@
 //! by two workers at once (a key added while it is processed is processed again after), can be
 //! scheduled for later, and backs off after failures. Its length is the queue-depth metric.
 //!
+//! Keys may be queued in *lanes* (an item's lane is its unit): workers take one key from each
+//! lane with keys ready in turn, first in first out within a lane. Without lanes, a unit that
+//! became active a moment before another queued all its items ahead of the other's, and every
+//! worker then waited on that one unit's destination (its request limit, its latency) while the
+//! other's items waited behind them.
+//!
 //! Why not kube-runtime's `Controller` (its `scheduler` and `runner`)? They give deduplication,
 //! delays and a bounded worker pool, and this queue gives the same; what the owner needs beyond
 //! them is:
@@ -15,6 +21,7 @@
 //! - **Abandoning everything at once.** When a lease is lost, every in-flight reconcile of the
 //!   term is dropped immediately (its audit interval ends there) and the queue closes;
 //!   `Controller` shuts down by draining its stream.
+//! - **Fairness between units** (the lanes above): `Controller` runs its ready keys in order.
 //!
 //! The queue itself stays free of these concerns; the owner's workers combine it with the
 //! gate.
@@ -28,8 +35,14 @@ use tokio::time::Instant;
 use tokio::sync::Notify;
 
 #[derive(Debug)]
-struct State<K> {
-    ready: VecDeque<K>,
+struct State<K, L> {
+    /// Keys ready, by lane (`None`: keys queued without one); a key forgotten while queued
+    /// stays here and is skipped.
+    ready: BTreeMap<Option<L>, VecDeque<K>>,
+    /// The lanes in `ready`, in the order of their turns.
+    turns: VecDeque<Option<L>>,
+    /// The lane of each key queued, processed or scheduled.
+    lanes: BTreeMap<K, L>,
     queued: BTreeSet<K>,
     processing: BTreeSet<K>,
     dirty: BTreeSet<K>,
@@ -40,7 +53,7 @@ struct State<K> {
     closed: bool,
 }
 
-impl<K: Ord + Clone> State<K> {
+impl<K: Ord + Clone, L: Ord + Clone> State<K, L> {
     fn push(&mut self, key: K) {
         if let Some(at) = self.delayed_at.remove(&key) {
             self.delayed.remove(&at);
@@ -48,8 +61,40 @@ impl<K: Ord + Clone> State<K> {
         if self.processing.contains(&key) {
             self.dirty.insert(key);
         } else if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+            let lane = self.lanes.get(&key).cloned();
+            let keys = self.ready.entry(lane.clone()).or_default();
+            if keys.is_empty() {
+                self.turns.push_back(lane);
+            }
+            keys.push_back(key);
         }
+    }
+
+    /// The next key to process: the first of the lane whose turn it is.
+    fn pop(&mut self) -> Option<K> {
+        while let Some(lane) = self.turns.pop_front() {
+            let Some(keys) = self.ready.get_mut(&lane) else {
+                continue;
+            };
+            let mut next = None;
+            while let Some(key) = keys.pop_front() {
+                // Keys forgotten while queued are skipped.
+                if self.queued.remove(&key) {
+                    next = Some(key);
+                    break;
+                }
+            }
+            if keys.is_empty() {
+                self.ready.remove(&lane);
+            } else {
+                self.turns.push_back(lane);
+            }
+            if let Some(key) = next {
+                self.processing.insert(key.clone());
+                return Some(key);
+            }
+        }
+        None
     }
 
     fn promote_due(&mut self, now: Instant) {
@@ -63,16 +108,26 @@ impl<K: Ord + Clone> State<K> {
             }
         }
     }
+
+    /// Drops the lane of `key` once nothing of the queue refers to it.
+    fn release(&mut self, key: &K) {
+        if !self.queued.contains(key)
+            && !self.processing.contains(key)
+            && !self.delayed_at.contains_key(key)
+        {
+            self.lanes.remove(key);
+        }
+    }
 }
 
-/// A deduplicating, delaying work queue shared by a pool of workers.
+/// A deduplicating, delaying work queue shared by a pool of workers, fair between lanes `L`.
 #[derive(Debug)]
-pub struct WorkQueue<K> {
-    state: Arc<Mutex<State<K>>>,
+pub struct WorkQueue<K, L = ()> {
+    state: Arc<Mutex<State<K, L>>>,
     notify: Arc<Notify>,
 }
 
-impl<K> Clone for WorkQueue<K> {
+impl<K, L> Clone for WorkQueue<K, L> {
     fn clone(&self) -> Self {
         Self {
             state: self.state.clone(),
@@ -81,20 +136,22 @@ impl<K> Clone for WorkQueue<K> {
     }
 }
 
-impl<K: Ord + Clone> Default for WorkQueue<K> {
+impl<K: Ord + Clone, L: Ord + Clone> Default for WorkQueue<K, L> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Ord + Clone> WorkQueue<K> {
+impl<K: Ord + Clone, L: Ord + Clone> WorkQueue<K, L> {
     pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
     pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
 
     pub fn new() -> Self {
         Self {
             state: Arc::new(Mutex::new(State {
-                ready: VecDeque::new(),
+                ready: BTreeMap::new(),
+                turns: VecDeque::new(),
+                lanes: BTreeMap::new(),
                 queued: BTreeSet::new(),
                 processing: BTreeSet::new(),
                 dirty: BTreeSet::new(),
@@ -108,18 +165,31 @@ impl<K: Ord + Clone> WorkQueue<K> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
+    fn lock(&self) -> MutexGuard<'_, State<K, L>> {
         // A worker that panicked while holding the lock left consistent data behind: every
         // mutation above completes before the guard drops.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `key` now.
+    /// Queues `key` now, in the lane it has (if none, in the lane of keys without one).
     pub fn add(&self, key: K) {
         let mut state = self.lock();
         if state.closed {
             return;
         }
+        state.push(key);
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// Queues `key` now in `lane`, its lane from now on (a key already waiting keeps its place
+    /// in the lane it waits in).
+    pub fn add_in(&self, key: K, lane: L) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        state.lanes.insert(key.clone(), lane);
         state.push(key);
         drop(state);
         self.notify.notify_one();
@@ -175,6 +245,7 @@ impl<K: Ord + Clone> WorkQueue<K> {
         if let Some(at) = state.delayed_at.remove(key) {
             state.delayed.remove(&at);
         }
+        state.release(key);
     }
 
     /// Waits for a key to process; `None` once the queue is closed.
@@ -189,12 +260,8 @@ impl<K: Ord + Clone> WorkQueue<K> {
                     return None;
                 }
                 state.promote_due(Instant::now());
-                while let Some(key) = state.ready.pop_front() {
-                    // Keys forgotten while queued are skipped.
-                    if state.queued.remove(&key) {
-                        state.processing.insert(key.clone());
-                        return Some(key);
-                    }
+                if let Some(key) = state.pop() {
+                    return Some(key);
                 }
                 state.delayed.first_key_value().map(|(&(at, _), _)| at)
             };
@@ -218,6 +285,8 @@ impl<K: Ord + Clone> WorkQueue<K> {
             state.push(key.clone());
             drop(state);
             self.notify.notify_one();
+        } else {
+            state.release(key);
         }
     }
 
@@ -241,7 +310,7 @@ mod tests {
 
     #[tokio::test]
     async fn keys_are_deduplicated_and_fifo() {
-        let q = WorkQueue::new();
+        let q: WorkQueue<&str> = WorkQueue::new();
         q.add("a");
         q.add("b");
         q.add("a");
@@ -253,7 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_added_while_processed_runs_again_after_not_concurrently() {
-        let q = WorkQueue::new();
+        let q: WorkQueue<&str> = WorkQueue::new();
         q.add("a");
         assert_eq!(q.next().await, Some("a"));
         q.add("a");
@@ -267,7 +336,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn delayed_keys_come_due_in_time_order() {
-        let q = WorkQueue::new();
+        let q: WorkQueue<&str> = WorkQueue::new();
         q.add_after("late", Duration::from_secs(10));
         q.add_after("soon", Duration::from_secs(1));
         assert_eq!(q.depth(), 0);
@@ -280,7 +349,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_immediate_add_supersedes_a_scheduled_one() {
-        let q = WorkQueue::new();
+        let q: WorkQueue<&str> = WorkQueue::new();
         q.add_after("a", Duration::from_secs(60));
         q.add("a");
         assert_eq!(q.next().await, Some("a"));
@@ -305,8 +374,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn lanes_take_turns_and_keep_their_order_within() {
+        let q: WorkQueue<&str, &str> = WorkQueue::new();
+        for key in ["a1", "a2", "a3"] {
+            q.add_in(key, "a");
+        }
+        q.add_in("b1", "b");
+        q.add_in("b2", "b");
+        q.add_in("c1", "c");
+        let mut order = Vec::new();
+        while q.depth() > 0 {
+            order.push(q.next().await.unwrap());
+        }
+        assert_eq!(order, ["a1", "b1", "c1", "a2", "b2", "a3"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_keeps_its_lane_when_it_comes_round_again() {
+        let q: WorkQueue<&str, &str> = WorkQueue::new();
+        q.add_in("a1", "a");
+        assert_eq!(q.next().await, Some("a1"));
+        // Added again while processed, and scheduled after a failure: both in lane a.
+        q.add("a1");
+        q.done(&"a1");
+        assert_eq!(q.next().await, Some("a1"));
+        q.add_after_failure("a1");
+        q.done(&"a1");
+        for key in ["a2", "a3"] {
+            q.add_in(key, "a");
+        }
+        q.add_in("b1", "b");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let mut order = Vec::new();
+        while q.depth() > 0 {
+            order.push(q.next().await.unwrap());
+        }
+        // a1 rejoined lane a behind a2 and a3: b1 had the turn after a2.
+        assert_eq!(order, ["a2", "b1", "a3", "a1"]);
+    }
+
+    #[tokio::test]
+    async fn a_released_key_forgets_its_lane_and_a_forgotten_one_leaves_no_turn() {
+        let q: WorkQueue<&str, &str> = WorkQueue::new();
+        q.add_in("x", "a");
+        assert_eq!(q.next().await, Some("x"));
+        q.done(&"x");
+        assert!(q.lock().lanes.is_empty(), "nothing refers to x any more");
+        // Queued plainly afterwards: the lane of keys without one.
+        q.add("x");
+        q.add_in("y", "a");
+        q.add_in("z", "a");
+        assert_eq!(q.next().await, Some("x"));
+        q.forget(&"y");
+        assert_eq!(q.next().await, Some("z"));
+        let state = q.lock();
+        assert!(state.turns.is_empty() && state.ready.is_empty());
+    }
+
+    #[tokio::test]
     async fn forgotten_keys_are_skipped_and_close_releases_workers() {
-        let q = WorkQueue::new();
+        let q: WorkQueue<&str> = WorkQueue::new();
         q.add("a");
         q.add("b");
         q.forget(&"a");

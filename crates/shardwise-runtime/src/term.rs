@@ -41,7 +41,8 @@ pub struct TermContext<U: Object, I: Object> {
     pub(crate) slices: SliceHome,
     pub(crate) gate: Gate,
     pub(crate) unit_queue: WorkQueue<ObjectKey>,
-    pub(crate) item_queue: WorkQueue<ObjectKey>,
+    /// Items, in the lanes of their units: each unit's items take turns with the others'.
+    pub(crate) item_queue: WorkQueue<ObjectKey, ObjectKey>,
     pub(crate) missing_units: Misses,
     pub(crate) missing_items: Misses,
     /// Cancelled when the term ends: in-flight reconciles are abandoned at once.
@@ -139,13 +140,16 @@ impl<U: Object, I: Object> TermContext<U, I> {
 
     /// Reconciles the item again soon.
     pub fn queue_item(&self, key: ObjectKey) {
-        self.item_queue.add(key);
+        match self.items.unit_of(&key) {
+            Some(unit) => self.item_queue.add_in(key, unit),
+            None => self.item_queue.add(key),
+        }
     }
 
     /// Reconciles every item of this shard that `select` chooses again soon.
     pub fn queue_items_where(&self, select: impl Fn(&I) -> bool) {
         for item in self.items.filter(select) {
-            self.item_queue.add(key_of(item.as_ref()));
+            self.queue_item(key_of(item.as_ref()));
         }
     }
 

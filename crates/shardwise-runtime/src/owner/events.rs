@@ -15,7 +15,6 @@ use super::Owner;
 use crate::decode::{for_each_event, for_each_event_until};
 use crate::items::{Held, Noted};
 use crate::objects::{Revision, key_of, record_of};
-use crate::queue::WorkQueue;
 use crate::sharded::Sharded;
 use crate::slice::UnitSlice;
 
@@ -24,12 +23,12 @@ use crate::slice::UnitSlice;
 fn requeue_found(
     missed: BTreeSet<ObjectKey>,
     found: impl Fn(&ObjectKey) -> bool,
-    queue: &WorkQueue<ObjectKey>,
+    queue: impl Fn(ObjectKey),
 ) -> BTreeSet<ObjectKey> {
     let mut unfound = BTreeSet::new();
     for key in missed {
         if found(&key) {
-            queue.add(key);
+            queue(key);
         } else {
             unfound.insert(key);
         }
@@ -75,7 +74,7 @@ pub(super) async fn follow_units<C: Sharded>(
             // another, as items of a unit that does not exist).
             if record_of(&unit).owner == Some(term.shard()) {
                 for item in items {
-                    term.item_queue.add(key_of(item.as_ref()));
+                    term.item_queue.add_in(key_of(item.as_ref()), key.clone());
                 }
             }
         }
@@ -95,7 +94,7 @@ pub(super) async fn follow_units<C: Sharded>(
             requeue_found(
                 term.missing_units.take(),
                 |k| term.unit(k).is_some(),
-                &term.unit_queue,
+                |key| term.unit_queue.add(key),
             );
         }
     })
@@ -116,7 +115,7 @@ pub(super) async fn follow_cut_units<C: Sharded>(
             term.unit_queue.add(key.clone());
         }
         for item in term.items_of(key) {
-            term.item_queue.add(key_of(item.as_ref()));
+            term.item_queue.add_in(key_of(item.as_ref()), key.clone());
         }
     };
     // Changed during a list: queued when it ends (see [`follow_items`]).
@@ -228,9 +227,9 @@ pub(super) async fn follow_items<C: Sharded>(
         Noted::Same => {}
         noted => {
             if noted == Noted::New {
-                owner.recount(unit);
+                owner.recount(unit.clone());
             }
-            term.item_queue.add(key);
+            term.item_queue.add_in(key, unit);
         }
     };
     // Whether the watch's first list has ended: an Init after it means the watch lost its
@@ -289,7 +288,7 @@ pub(super) async fn follow_items<C: Sharded>(
             let unfound = requeue_found(
                 term.missing_items.take(),
                 |k| term.item(k).is_some(),
-                &term.item_queue,
+                |key| term.queue_item(key),
             );
             if term.items.listing() {
                 term.missing_items.restore(unfound);
@@ -303,6 +302,7 @@ pub(super) async fn follow_items<C: Sharded>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::WorkQueue;
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::new("shardwise", name)
@@ -329,11 +329,11 @@ mod tests {
 
     #[tokio::test]
     async fn the_end_of_a_list_queues_again_only_what_the_cache_now_has() {
-        let queue = WorkQueue::new();
+        let queue: WorkQueue<ObjectKey> = WorkQueue::new();
         let unfound = requeue_found(
             BTreeSet::from([key("listed"), key("gone")]),
             |k| k.name == "listed",
-            &queue,
+            |k| queue.add(k),
         );
         assert_eq!(unfound, BTreeSet::from([key("gone")]));
         assert_eq!(queue.depth(), 1);

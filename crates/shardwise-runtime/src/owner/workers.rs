@@ -62,9 +62,9 @@ async fn gated<C: Sharded, T>(
 }
 
 /// Counts the reconcile and schedules the key's next one.
-fn settle<C: Sharded>(
+fn settle<C: Sharded, L: Ord + Clone>(
     owner: &Owner<C>,
-    queue: &WorkQueue<ObjectKey>,
+    queue: &WorkQueue<ObjectKey, L>,
     kind: &'static str,
     key: &ObjectKey,
     ran: Ran<C::Error>,
