@@ -484,13 +484,16 @@ impl Destination {
             }
             let api = self.api(&target.resource, target.namespace.as_deref());
             let params = PatchParams::apply(FIELD_MANAGER).force();
+            let writing = kind
+                .as_ref()
+                .map(|k| k.writing(target.namespace.as_deref(), &manifest.name));
             let answer = api
                 .patch(&manifest.name, &params, &Patch::Apply(&body))
                 .await
                 .map_err(|e| api_error(format!("{} {}", manifest.kind, manifest.name), e))?;
             if let Some(version) = answer.metadata.resource_version.clone() {
-                if let Some(kind) = &kind {
-                    kind.wrote(target.namespace.as_deref(), &manifest.name, version.clone());
+                if let Some(writing) = writing {
+                    writing.wrote(version.clone());
                 }
                 lock(&self.applied).insert(target.reference(), (version, body_hash(&body)));
             }

@@ -129,6 +129,20 @@ struct Objects {
     /// The resourceVersion each of this client's own writes left, until the watch brings it
     /// back: that event is the echo of the write, not drift, and queues nothing.
     own_writes: Mutex<BTreeMap<Place, String>>,
+    /// Writes of this client waiting for their answer, by place. The watch often brings a
+    /// write's event before the write's answer comes: such an event waits for the answer, which
+    /// says whether it was the echo.
+    in_flight: Mutex<BTreeMap<Place, InFlight>>,
+}
+
+/// The writes of one place under way, and the events that came meanwhile.
+#[derive(Debug, Default)]
+struct InFlight {
+    writes: usize,
+    /// The resourceVersions of the events that came before the answer.
+    early: Vec<Option<String>>,
+    /// The app those events name.
+    app: Option<ObjectKey>,
 }
 
 impl Objects {
@@ -141,6 +155,23 @@ impl Objects {
             own.remove(place);
         }
         echo
+    }
+
+    /// Whether an event bringing `place` at `version` waits for the answer of a write under
+    /// way, which then judges it.
+    fn held_for_answer(
+        &self,
+        place: &Place,
+        version: Option<&str>,
+        app: Option<ObjectKey>,
+    ) -> bool {
+        let mut in_flight = lock(&self.in_flight);
+        let Some(pending) = in_flight.get_mut(place) else {
+            return false;
+        };
+        pending.early.push(version.map(str::to_string));
+        pending.app = app.or(pending.app.take());
+        true
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Place, Arc<LiveObject>>> {
@@ -197,6 +228,8 @@ struct KindCache {
     listing: watch::Receiver<Listing>,
     /// Asks the watch to list again, with the ranges held now.
     relist: Arc<Notify>,
+    /// Where an event held for a write's answer goes if it was not the echo.
+    drift: DriftSink,
     _watch: AbortOnDropHandle<()>,
 }
 
@@ -237,11 +270,75 @@ impl LiveKind {
         self.0.objects.read().get(&place).cloned()
     }
 
-    /// This client wrote the object, and the server answered with `version`: the watch event
-    /// at that version is the write's echo and queues nothing.
-    pub fn wrote(&self, namespace: Option<&str>, name: &str, version: String) {
+    /// This client is about to write the object; [`Writing::wrote`] takes the server's
+    /// answer, and the watch event at its version is the write's echo and queues nothing,
+    /// whether it comes before the answer or after.
+    pub fn writing(&self, namespace: Option<&str>, name: &str) -> Writing {
         let place = (namespace.map(str::to_string), name.to_string());
-        lock(&self.0.objects.own_writes).insert(place, version);
+        lock(&self.0.objects.in_flight)
+            .entry(place.clone())
+            .or_default()
+            .writes += 1;
+        Writing {
+            kind: self.clone(),
+            place,
+            finished: false,
+        }
+    }
+}
+
+/// A write of this client under way ([`LiveKind::writing`]). Dropped without an answer (the
+/// write failed), the events that came meanwhile are drift.
+#[must_use = "a write under way holds back the watch events of its object"]
+pub struct Writing {
+    kind: LiveKind,
+    place: Place,
+    finished: bool,
+}
+
+impl Writing {
+    /// The server answered the write with `version`.
+    pub fn wrote(mut self, version: String) {
+        self.finish(Some(version));
+    }
+
+    fn finish(&mut self, answer: Option<String>) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let cache = &self.kind.0;
+        let (early, app) = {
+            let mut in_flight = lock(&cache.objects.in_flight);
+            let Some(pending) = in_flight.get_mut(&self.place) else {
+                return;
+            };
+            pending.writes = pending.writes.saturating_sub(1);
+            let taken = (std::mem::take(&mut pending.early), pending.app.take());
+            if pending.writes == 0 {
+                in_flight.remove(&self.place);
+            }
+            taken
+        };
+        match answer {
+            // The echo is still to come.
+            Some(version) if early.is_empty() => {
+                lock(&cache.objects.own_writes).insert(self.place.clone(), version);
+            }
+            // It came first, and nothing else did.
+            Some(version) if early.iter().all(|v| v.as_deref() == Some(version.as_str())) => {}
+            _ if early.is_empty() => {}
+            _ => {
+                if let Some(app) = app {
+                    (cache.drift)(Drift::App(app));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        self.finish(None);
     }
 }
 
@@ -342,6 +439,7 @@ impl LiveObjects {
             objects,
             listing,
             relist,
+            drift: self.drift.clone(),
             _watch: AbortOnDropHandle::new(tokio::spawn(task)),
         }
     }
@@ -431,9 +529,13 @@ impl Follow {
                 let place = place(&object);
                 let version = object.metadata.resource_version.as_deref();
                 let echo = self.objects.is_echo(&place, version);
+                let held = !echo
+                    && self
+                        .objects
+                        .held_for_answer(&place, version, app_of(&object));
                 let live = Arc::new(LiveObject::new(&object));
                 self.objects.insert(place, live);
-                if !echo {
+                if !echo && !held {
                     self.report_app(&object);
                 }
             }
@@ -600,6 +702,10 @@ mod tests {
             objects: store.clone(),
             listing: watch::channel(Listing::Pending).1,
             relist: Arc::new(Notify::new()),
+            drift: {
+                let seen = seen.clone();
+                Arc::new(move |d| lock(&seen).push(d))
+            },
             _watch: AbortOnDropHandle::new(tokio::spawn(async {})),
         }));
         let at = |version: &str| {
@@ -608,24 +714,43 @@ mod tests {
             watcher::Event::Apply(o)
         };
         let whole = [KeyRange::WHOLE];
-        kind.wrote(Some("team"), "a", "7".into());
+        kind.writing(Some("team"), "a").wrote("7".into());
         // Our write's own event, then a hand edit, then the same version again (a relist's
         // replay: the echo was consumed, so it counts).
         for event in [at("7"), at("8"), at("7")] {
             follow.event(Ok(event), &whole, false, "ConfigMap");
         }
         let web = ObjectKey::new("fleet", "web");
-        assert_eq!(*lock(&seen), vec![Drift::App(web.clone()), Drift::App(web)]);
+        assert_eq!(
+            *lock(&seen),
+            vec![Drift::App(web.clone()), Drift::App(web.clone())]
+        );
         assert_eq!(store.read().len(), 1);
-        // An event that comes before the write's answer is reported, and a deletion forgets
-        // the write.
+        // An event that comes before the write's answer waits for it: the echo is no drift.
         lock(&seen).clear();
+        let writing = kind.writing(Some("team"), "a");
         follow.event(Ok(at("9")), &whole, false, "ConfigMap");
-        kind.wrote(Some("team"), "a", "9".into());
+        assert!(lock(&seen).is_empty(), "held until the answer");
+        writing.wrote("9".into());
+        assert!(lock(&seen).is_empty(), "the echo came first");
+        assert_eq!(store.read().len(), 1, "the cache has it all the same");
+        // Another version before the answer is drift, and so is anything seen meanwhile by a
+        // write that failed.
+        let writing = kind.writing(Some("team"), "a");
+        follow.event(Ok(at("10")), &whole, false, "ConfigMap");
+        writing.wrote("11".into());
+        assert_eq!(*lock(&seen), vec![Drift::App(web)]);
+        let writing = kind.writing(Some("team"), "a");
+        follow.event(Ok(at("12")), &whole, false, "ConfigMap");
+        drop(writing);
+        assert_eq!(lock(&seen).len(), 2);
+        // A deletion forgets the write: the same version afterwards is news.
+        kind.writing(Some("team"), "a").wrote("13".into());
         let gone = object("a", "u-1", json!({APP_ANNOTATION: "fleet/web"}));
         follow.event(Ok(watcher::Event::Delete(gone)), &whole, false, "ConfigMap");
-        follow.event(Ok(at("9")), &whole, false, "ConfigMap");
-        assert_eq!(lock(&seen).len(), 3);
+        follow.event(Ok(at("13")), &whole, false, "ConfigMap");
+        assert_eq!(lock(&seen).len(), 4);
+        assert!(lock(&store.in_flight).is_empty() && lock(&store.own_writes).is_empty());
     }
 
     #[test]
