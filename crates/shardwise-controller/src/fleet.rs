@@ -95,14 +95,6 @@ impl FleetTerm {
         };
     }
 
-    /// Objects in the caches of every cluster of this term, and the bytes they take.
-    fn cached(&self) -> (usize, usize) {
-        self.destinations()
-            .values()
-            .map(|d| d.cached())
-            .fold((0, 0), |(n, b), (dn, db)| (n + dn, b + db))
-    }
-
     /// Queues the apps that drift on `cluster` concerns, while the term lasts.
     fn drift_sink(&self, cluster: &ObjectKey) -> DriftSink {
         let context = self.context.clone();
@@ -226,7 +218,6 @@ impl Sharded for FleetController {
         let state = term.state();
         state.set_destination(cluster, None);
         state.health.forget(cluster, |_| false);
-        self.metrics.set_cached(state.cached());
     }
 
     fn cached_bytes(&self, term: &TermOf<Self>, cluster: &ObjectKey) -> Option<u64> {

@@ -22,6 +22,7 @@ use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use kube::{Api, Client};
 use kube_runtime::{WatchStreamExt, watcher};
+use prometheus_client::metrics::gauge::Gauge;
 use shard_assign::{KeyRange, app_key};
 use shardwise_api::keys::{APP_ANNOTATION, APP_CLUSTER_LABEL, APP_UID_LABEL, MANAGED_BY};
 use shardwise_runtime::ObjectKey;
@@ -129,10 +130,33 @@ struct Objects {
     /// The resourceVersion each of this client's own writes left, until the watch brings it
     /// back: that event is the echo of the write, not drift, and queues nothing.
     own_writes: Mutex<BTreeMap<Place, String>>,
+    /// The shard's gauges of every cache, moved with each change of this one.
+    gauges: CacheGauges,
     /// Writes of this client waiting for their answer, by place. The watch often brings a
     /// write's event before the write's answer comes: such an event waits for the answer, which
     /// says whether it was the echo.
     in_flight: Mutex<BTreeMap<Place, InFlight>>,
+}
+
+/// The objects and bytes of every cache of a shard's clusters. Each cache moves them with each
+/// change it takes in, and takes its share away when it goes, so they are right at any moment
+/// (not only after the next reconcile).
+#[derive(Clone, Debug, Default)]
+pub struct CacheGauges {
+    pub objects: Gauge,
+    pub bytes: Gauge,
+}
+
+impl CacheGauges {
+    fn moved(&self, objects: i64, bytes: i64) {
+        self.objects.inc_by(objects);
+        self.bytes.inc_by(bytes);
+    }
+}
+
+/// A size as a gauge's value.
+fn signed(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The writes of one place under way, and the events that came meanwhile.
@@ -146,6 +170,16 @@ struct InFlight {
 }
 
 impl Objects {
+    fn new(gauges: CacheGauges) -> Self {
+        Self {
+            current: RwLock::default(),
+            bytes: AtomicUsize::new(0),
+            own_writes: Mutex::default(),
+            gauges,
+            in_flight: Mutex::default(),
+        }
+    }
+
     /// Whether an event bringing `place` at `version` is the echo of this client's write
     /// (then forgotten: a later event at another version is news).
     fn is_echo(&self, place: &Place, version: Option<&str>) -> bool {
@@ -185,10 +219,13 @@ impl Objects {
     /// Keeps `object` at `place`.
     fn insert(&self, place: Place, object: Arc<LiveObject>) {
         let mut current = self.write();
-        self.bytes.fetch_add(object.size(), Ordering::Relaxed);
-        if let Some(old) = current.insert(place, object) {
-            self.bytes.fetch_sub(old.size(), Ordering::Relaxed);
-        }
+        let added = object.size();
+        self.bytes.fetch_add(added, Ordering::Relaxed);
+        let old = current.insert(place, object);
+        let removed = old.as_ref().map_or(0, |o| o.size());
+        self.bytes.fetch_sub(removed, Ordering::Relaxed);
+        self.gauges
+            .moved(i64::from(old.is_none()), signed(added) - signed(removed));
     }
 
     /// Forgets the object at `place`.
@@ -196,6 +233,7 @@ impl Objects {
         let mut current = self.write();
         if let Some(old) = current.remove(place) {
             self.bytes.fetch_sub(old.size(), Ordering::Relaxed);
+            self.gauges.moved(-1, -signed(old.size()));
         }
     }
 
@@ -203,14 +241,27 @@ impl Objects {
     fn replace(&self, listed: BTreeMap<Place, Arc<LiveObject>>) {
         let mut current = self.write();
         let bytes = listed.values().map(|o| o.size()).sum();
+        let (before, before_bytes) = (current.len(), self.bytes.load(Ordering::Relaxed));
+        let after = listed.len();
         *current = listed;
         self.bytes.store(bytes, Ordering::Relaxed);
+        self.gauges.moved(
+            signed(after) - signed(before),
+            signed(bytes) - signed(before_bytes),
+        );
     }
 
     /// How many objects there are, and the bytes they take.
     fn held(&self) -> (usize, usize) {
         let current = self.read();
         (current.len(), self.bytes.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Objects {
+    fn drop(&mut self) {
+        let (objects, bytes) = self.held();
+        self.gauges.moved(-signed(objects), -signed(bytes));
     }
 }
 
@@ -240,6 +291,7 @@ pub struct LiveObjects {
     kinds: Mutex<BTreeMap<KindKey, Arc<KindCache>>>,
     drift: DriftSink,
     holding: Holding,
+    gauges: CacheGauges,
 }
 
 impl std::fmt::Debug for LiveObjects {
@@ -358,14 +410,22 @@ fn key_of_object(object: &DynamicObject) -> Option<u64> {
 }
 
 impl LiveObjects {
-    /// Watches nothing until a kind is asked for.
-    pub fn new(client: Client, cluster_label: &str, drift: DriftSink, holding: Holding) -> Self {
+    /// Watches nothing until a kind is asked for. `gauges`: the shard's, which this cluster's
+    /// caches move.
+    pub fn new(
+        client: Client,
+        cluster_label: &str,
+        drift: DriftSink,
+        holding: Holding,
+        gauges: CacheGauges,
+    ) -> Self {
         Self {
             client,
             selector: selector(cluster_label),
             kinds: Mutex::new(BTreeMap::new()),
             drift,
             holding,
+            gauges,
         }
     }
 
@@ -413,7 +473,7 @@ impl LiveObjects {
     }
 
     fn watch(&self, resource: &ApiResource) -> KindCache {
-        let objects = Arc::new(Objects::default());
+        let objects = Arc::new(Objects::new(self.gauges.clone()));
         let (report, listing) = watch::channel(Listing::Pending);
         let relist = Arc::new(Notify::new());
         let task = follow(
@@ -692,6 +752,42 @@ mod tests {
         assert_eq!(objects.held(), walked(&objects));
         assert_eq!(objects.held().0, 1);
         assert!(objects.held().1 > 0);
+    }
+
+    #[test]
+    fn the_shard_gauges_follow_every_cache_and_lose_one_that_goes() {
+        let gauges = CacheGauges::default();
+        let cache = || Objects::new(gauges.clone());
+        let live = |name: &str, data: &str| {
+            let mut o = object(name, "u-1", json!({APP_ANNOTATION: "fleet/web"}));
+            o.data = json!({"data": {"k": data}});
+            Arc::new(LiveObject::new(&o))
+        };
+        let place = |name: &str| (Some("team".to_string()), name.to_string());
+        let total = |caches: &[&Objects]| {
+            caches.iter().fold((0, 0), |(n, b), c| {
+                let (cn, cb) = c.held();
+                (n + signed(cn), b + signed(cb))
+            })
+        };
+        let shown = || (gauges.objects.get(), gauges.bytes.get());
+        let (one, two) = (cache(), cache());
+        one.insert(place("a"), live("a", "short"));
+        one.insert(place("a"), live("a", &"long".repeat(50)));
+        two.replace(BTreeMap::from([
+            (place("b"), live("b", "x")),
+            (place("c"), live("c", "y")),
+        ]));
+        assert_eq!(shown(), total(&[&one, &two]));
+        assert_eq!(shown().0, 3);
+        two.remove(&place("b"));
+        two.remove(&place("missing"));
+        two.replace(BTreeMap::from([(place("d"), live("d", "z"))]));
+        assert_eq!(shown(), total(&[&one, &two]));
+        drop(two);
+        assert_eq!(shown(), total(&[&one]));
+        drop(one);
+        assert_eq!(shown(), (0, 0));
     }
 
     #[tokio::test]

@@ -309,7 +309,6 @@ pub(super) async fn reconcile(
     state
         .health
         .set(key_of(app), cluster_key.clone(), health.status);
-    controller.metrics.set_cached(state.cached());
     let synced = Outcome {
         applied: Some(applied),
         health: Some(health),

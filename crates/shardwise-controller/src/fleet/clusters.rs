@@ -112,6 +112,7 @@ pub(super) async fn destination_for(
                 &cluster_label(&key.namespace, &key.name),
                 state.drift_sink(key),
                 state.holding(key),
+                controller.metrics.cache_gauges(),
             );
             let d = Arc::new(Destination::new(
                 client,
@@ -219,7 +220,6 @@ pub(super) async fn reconcile(
     // Deleted apps leave the health count here, at the cluster's probe.
     let state = term.state();
     state.health.forget(key, |app| term.item(app).is_some());
-    controller.metrics.set_cached(state.cached());
     let previous = cluster.status.clone().unwrap_or_default();
     let generation = cluster.metadata.generation;
     let mut conditions = vec![condition(

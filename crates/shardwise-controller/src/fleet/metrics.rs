@@ -12,6 +12,8 @@ use prometheus_client::registry::Registry;
 use shardwise_api::Health;
 use shardwise_runtime::ObjectKey;
 
+use crate::live::CacheGauges;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HealthLabels {
     shard: String,
@@ -75,14 +77,16 @@ impl FleetMetrics {
             .clone()
     }
 
-    /// Objects in the shard's caches, and the bytes they take.
-    pub fn set_cached(&self, (objects, bytes): (usize, usize)) {
+    /// The gauges of the objects in the shard's caches and the bytes they take, which the
+    /// caches move as they change.
+    pub fn cache_gauges(&self) -> CacheGauges {
         let shard = ShardLabels {
             shard: self.shard(),
         };
-        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        self.cached.get_or_create(&shard).set(gauge(objects));
-        self.cached_bytes.get_or_create(&shard).set(gauge(bytes));
+        CacheGauges {
+            objects: self.cached.get_or_create(&shard).clone(),
+            bytes: self.cached_bytes.get_or_create(&shard).clone(),
+        }
     }
 }
 
@@ -177,7 +181,9 @@ mod tests {
         assert!(encoded(&registry).contains(&line("Healthy", 1)));
         drop(count);
         assert!(encoded(&registry).contains(&line("Healthy", 0)));
-        metrics.set_cached((42, 4200));
+        let gauges = metrics.cache_gauges();
+        gauges.objects.set(42);
+        gauges.bytes.set(4200);
         let text = encoded(&registry);
         assert!(
             text.contains("shardwise_cached_objects{shard=\"2\"} 42"),
