@@ -121,7 +121,7 @@ impl LiveObject {
 type Place = (Option<String>, String);
 
 /// The objects of one kind, replaced whole when a listing completes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Objects {
     current: RwLock<BTreeMap<Place, Arc<LiveObject>>>,
     /// The bytes `current`'s objects take, kept with every change (under its write lock), so
@@ -678,7 +678,7 @@ mod tests {
             let seen = seen.clone();
             Arc::new(move |d| lock(&seen).push(d))
         };
-        let objects = Arc::new(Objects::default());
+        let objects = Arc::new(Objects::new(CacheGauges::default()));
         let (report, listing) = watch::channel(Listing::Pending);
         let follow = Follow {
             objects: objects.clone(),
@@ -726,7 +726,7 @@ mod tests {
 
     #[test]
     fn the_bytes_held_follow_every_change_without_a_walk() {
-        let objects = Objects::default();
+        let objects = Objects::new(CacheGauges::default());
         let walked = |o: &Objects| {
             let current = o.read();
             (

@@ -357,7 +357,7 @@ impl<I: Object> ItemStores<I> {
     }
 
     /// The unit of the item `key`, as last noted.
-    pub(crate) fn unit_of(&self, key: &ObjectKey) -> Option<ObjectKey> {
+    pub(crate) fn noted_unit(&self, key: &ObjectKey) -> Option<ObjectKey> {
         self.state().seen.get(key).map(|(unit, _)| unit.clone())
     }
 

@@ -140,7 +140,7 @@ impl<U: Object, I: Object> TermContext<U, I> {
 
     /// Reconciles the item again soon.
     pub fn queue_item(&self, key: ObjectKey) {
-        match self.items.unit_of(&key) {
+        match self.items.noted_unit(&key) {
             Some(unit) => self.item_queue.add_in(key, unit),
             None => self.item_queue.add(key),
         }
