@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit e2e-real bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
+.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
 
 all: build
 
@@ -16,13 +16,12 @@ build:
 simulate:
 	$(CARGO) run --release --quiet -p shardwise-cli --bin shardwise -- simulate
 
-## The controller itself, with no Kubernetes: an embedded control plane and two destination
-## clusters (the test API server), a fleet of 20 clusters and 1,000 apps, 3 real replicas
+## The controller itself, with no Kubernetes installed: kube-apiserver and etcd as local
+## processes for the control plane and two destination clusters (built first from their Go
+## modules, scripts/control-plane.sh), a fleet of 20 clusters and 1,000 apps, 3 real replicas
 ## scaled 3 -> 4 -> 2 and one killed, shown live, then a checked summary. Nothing is left
-## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C;
-## `make demo ARGS=--real` runs it on a real kube-apiserver and etcd (built first).
-demo:
-	$(if $(findstring --real,$(ARGS)),scripts/control-plane.sh)
+## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C.
+demo: control-plane
 	$(CARGO) build -p shardwise-controller -p shardwise-demo
 	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 
@@ -32,13 +31,14 @@ demo:
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy doc cycles chart unit e2e-real
+test: prerequisites fmt-check clippy doc cycles chart unit
 
 prerequisites:
 	scripts/prerequisites.sh
 
-## The real control plane (kube-apiserver and etcd) from the Go modules pinned in
-## e2e/control-plane, into target/control-plane/; nothing to do when it is up to date.
+## The control plane the tests and the demo run on (kube-apiserver and etcd) from the Go
+## modules pinned in e2e/control-plane, into target/control-plane/; nothing to do when it is up
+## to date.
 control-plane:
 	scripts/control-plane.sh
 
@@ -60,17 +60,10 @@ doc:
 cycles:
 	$(PYTHON) scripts/module_cycles.py
 
-unit:
-	$(CARGO) test --workspace --locked
-
-## The end-to-end suites again, on a real kube-apiserver and etcd (SHARDWISE_E2E_SERVER=real);
-## `make unit` runs them on the test server. Each suite prints the kube-apiserver version.
-E2E_REAL_SUITES = --test e2e_controller --test e2e_slices --test e2e_hostile --test e2e_credentials \
-	--test e2e_autoscale --test e2e_dashboard --test e2e_demo --test e2e_chaos
-e2e-real: control-plane
-	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked --no-fail-fast -p shardwise-e2e-suites $(E2E_REAL_SUITES)
-	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p shardwise-balancer --test balance
-	SHARDWISE_E2E_SERVER=real $(CARGO) test --locked -p namespace-labeller --test e2e
+## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each
+## suite prints the kube-apiserver version it ran on).
+unit: control-plane
+	$(CARGO) test --workspace --locked --no-fail-fast
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
 bench: bench-assign bench-apiserver bench-planner bench-fleet bench-scale bench-argocd
@@ -89,8 +82,7 @@ bench-planner:
 	$(CARGO) bench -p shardwise-runtime --features bench --bench planner
 
 ## Controller fleets: throughput scaling, memory per shard, handoff times, measured load against
-## counted apps; and (`servers`) throughput, memory and handoffs on the test server and on the real
-## control plane side by side. Builds the control plane first.
+## counted apps, moves and cache copies. Builds the control plane first.
 bench-fleet: control-plane
 	$(CARGO) bench -p shardwise-e2e-suites --bench fleet
 
@@ -102,7 +94,7 @@ bench-scale: control-plane
 ## The Argo CD balancer (a real `shardwise-balancer`) against Argo CD's algorithms: one fleet of
 ## 100 clusters and 10,000 apps through adoption, clusters joining and leaving, a hot spot and
 ## 10 -> 9 -> 10 replicas.
-bench-argocd:
+bench-argocd: control-plane
 	$(CARGO) bench -p shardwise-balancer --bench argocd_balancer
 
 ## Regenerate deploy/crds.yaml (and the chart's copy) from the Rust types (tests fail when stale).

@@ -13,9 +13,9 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use shardwise_e2e::{ErrorFault, FaultScope, ServerKind, scrape, wait_for};
+use shardwise_e2e::{ErrorFault, FaultScope, scrape, wait_for};
 use shardwise_runtime::audit;
 use support::fencing;
 use support::{Fleet, FleetOptions, STATEFULSET};
@@ -331,24 +331,19 @@ async fn planner_killed_during_a_rebalance() {
     c.assert_no_overlap();
 }
 
+/// Random 500s and 429s (with Retry-After) and watches closed every 10 s on every replica's
+/// link to the control plane during a scale change, then a pause of the whole control plane
+/// longer than a lease: every replica is fenced, and takes its lease again after the pause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn errors_and_cut_watches_during_a_scale_change() {
-    // Random 500s and 429s and watches closed every 10 s are the test server's faults. On the
-    // real server, API Priority and Fairness gives real 429s and the restarts of kube-apiserver
-    // and etcd close real watches: those scenarios stand in for this one there.
-    if ServerKind::from_env().unwrap() == ServerKind::Real {
-        eprintln!(
-            "errors_and_cut_watches_during_a_scale_change: HTTP faults need the test server; skipped on the real server"
-        );
-        return;
-    }
+async fn errors_cut_watches_and_a_pause_during_a_scale_change() {
     let _serial = SERIAL.lock().await;
     let mut c = Chaos::start("control-plane faults").await;
+    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     let scopes: Vec<FaultScope> = (0..4)
         .map(|i| FaultScope::identity(format!("{STATEFULSET}-{i}")))
         .collect();
+    let faults = c.fleet.env.control_plane().faults();
     for scope in &scopes {
-        let faults = c.fleet.env.control_plane().faults();
         faults
             .set_errors(
                 scope.clone(),
@@ -366,13 +361,38 @@ async fn errors_and_cut_watches_during_a_scale_change() {
     let remaining = Duration::from_secs(60).saturating_sub(faulty_since.elapsed());
     tokio::time::sleep(remaining).await;
     let faults = c.fleet.env.control_plane().faults();
-    let counters = faults.counters();
     for scope in &scopes {
         faults.clear(scope);
     }
+    // The whole control plane holds every request and watch event for longer than a lease,
+    // while the apps change: the replicas must fence, and write nothing to a destination
+    // after their leases expired.
+    c.fleet.update_apps(0..200, 2).await.unwrap();
+    faults.pause();
+    tokio::time::sleep(LEASE_DURATION + Duration::from_secs(4)).await;
+    faults.resume();
+    let counters = faults.counters();
     eprintln!("[{}] faults injected: {counters:?}", c.name);
-    c.settle("faults cleared", &[0, 1, 2]).await;
+    assert!(
+        counters.injected_500 > 0
+            && counters.injected_429 > 0
+            && counters.watches_closed > 0
+            && counters.paused_requests > 0,
+        "a fault never struck: {counters:?}"
+    );
+    for ordinal in 0..3 {
+        let m = scrape(&c.fleet.replicas[&ordinal].metrics_url)
+            .await
+            .unwrap();
+        assert!(
+            m.sum("shardwise_fenced_total", &[]) >= 1.0,
+            "replica {ordinal} kept its lease through a pause longer than the lease"
+        );
+    }
+    c.settle("faults cleared and the pause over", &[0, 1, 2])
+        .await;
     c.assert_no_overlap();
+    c.assert_no_late_writes(&history, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,7 +450,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     let frozen = c.planner().await;
     let pid = c.fleet.replicas[&frozen].process.pid();
     // New manifests for every app, and much slower destinations while they arrive: a request
-    // then takes a second or more (the real server's link holds each chunk that long), so 48
+    // then takes a second or more (the controller's link to each destination holds each request that long), so 48
     // workers drain at most about 48 apps a second, fewer than the control plane delivers even
     // when CI runs slowly. At 300 ms a replica's queue drained as fast as it filled on a loaded
     // machine and never held 60 (nor, on the real server, at 1 s in one CI run). Writes under
@@ -530,18 +550,6 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     );
 }
 
-/// Whether the suite runs on a real control plane; the scenarios of faults only a real one has
-/// say so and return on the test server.
-fn on_real_server(scenario: &str) -> bool {
-    let real = ServerKind::from_env().unwrap() == ServerKind::Real;
-    if !real {
-        eprintln!(
-            "{scenario}: a fault of a real control plane; runs with SHARDWISE_E2E_SERVER=real"
-        );
-    }
-    real
-}
-
 /// Scale 4 -> 3 and, while the leaving replica drains and its clusters move, `fault` strikes
 /// the control plane; the fleet must settle on the three with no overlap and no late write.
 async fn rebalance_through(name: &'static str, fault: impl FnOnce(&Chaos)) {
@@ -586,12 +594,9 @@ async fn rebalance_through(name: &'static str, fault: impl FnOnce(&Chaos)) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_apiserver_restarted_mid_rebalance() {
-    if !on_real_server("kube_apiserver_restarted_mid_rebalance") {
-        return;
-    }
     let _serial = SERIAL.lock().await;
     rebalance_through("kube-apiserver restart", |c| {
-        let server = c.fleet.env.control_plane().real_server().unwrap();
+        let server = c.fleet.env.control_plane().server();
         server.restart().unwrap();
     })
     .await;
@@ -599,9 +604,6 @@ async fn kube_apiserver_restarted_mid_rebalance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_restarted_mid_rebalance() {
-    if !on_real_server("etcd_restarted_mid_rebalance") {
-        return;
-    }
     let _serial = SERIAL.lock().await;
     rebalance_through("etcd restart", |c| c.fleet.env.restart_etcd().unwrap()).await;
 }
@@ -614,9 +616,6 @@ async fn etcd_restarted_mid_rebalance() {
 /// watches are served by etcd, whose compaction is what the client meets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_resume_after_etcd_compaction_with_a_relist() {
-    if !on_real_server("watches_resume_after_etcd_compaction_with_a_relist") {
-        return;
-    }
     let _serial = SERIAL.lock().await;
     let flags = [
         "--load-model=apps",
@@ -669,8 +668,7 @@ fn lists_by(c: &Chaos, identity: &str) -> usize {
     c.fleet
         .env
         .control_plane()
-        .real_server()
-        .unwrap()
+        .server()
         .requests()
         .iter()
         .filter(|r| r.identity == identity && r.method == "LIST" && r.code == 200)
@@ -682,9 +680,6 @@ fn lists_by(c: &Chaos, identity: &str) -> usize {
 /// real 429s, and the fleet must still settle, with no overlap and no late write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_and_fairness_throttles_the_controller_during_a_scale_change() {
-    if !on_real_server("priority_and_fairness_throttles_the_controller_during_a_scale_change") {
-        return;
-    }
     let _serial = SERIAL.lock().await;
     let seats = [
         "--max-requests-inflight=20",

@@ -1,8 +1,7 @@
 //! `make demo`, end to end: the demo's whole scenario (3 replicas, scaled to 4, then 2, one
 //! killed and restarted) on a smaller fleet, run by the workspace's controller, with a real
 //! Prometheus scraping the replicas (Debian's `prometheus`, or `$PROMETHEUS`, as the dashboard
-//! test needs). With `SHARDWISE_E2E_SERVER=real`, as `make demo ARGS=--real`, on a real
-//! kube-apiserver and etcd.
+//! test needs), on kube-apiserver and etcd as `make demo` runs them.
 
 use std::time::Duration;
 
@@ -17,7 +16,6 @@ async fn the_demo_plays_every_step_and_its_summary_holds() {
         prometheus: Some(
             std::env::var_os("PROMETHEUS").map_or_else(|| "prometheus".into(), Into::into),
         ),
-        real: shardwise_e2e::ServerKind::from_env().unwrap() == shardwise_e2e::ServerKind::Real,
         ..Options::new(shardwise_e2e::controller_binary().unwrap())
     };
     let mut demo = Demo::start(options).await.unwrap();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use shardwise_e2e::{ServerKind, wait_for};
+use shardwise_e2e::wait_for;
 use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL};
 use shardwise_runtime::slice::UnitSlice;
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits, shard_label};
@@ -220,10 +220,6 @@ async fn server_selection(fleet: &Fleet) -> Vec<f64> {
 /// the server left out that its owner needed would never be reconciled).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slice_owners_have_the_server_select_their_apps_where_it_can() {
-    if ServerKind::from_env().unwrap() != ServerKind::Real {
-        eprintln!("a feature gate of kube-apiserver; runs with SHARDWISE_E2E_SERVER=real");
-        return;
-    }
     let fleet = Fleet::start(FleetOptions {
         replicas: 4,
         clusters: 16,
@@ -241,7 +237,7 @@ async fn slice_owners_have_the_server_select_their_apps_where_it_can() {
     wait_balanced_and_settled(&fleet, &[0, 1, 2, 3]).await;
     assert_eq!(server_selection(&fleet).await, [1.0; 4]);
     // The lists of apps each replica sent with a selector, read from the server's audit log.
-    let requests = fleet.env.control_plane().real_server().unwrap().requests();
+    let requests = fleet.env.control_plane().server().requests();
     let mut selected: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut replayed = 0;
     for r in &requests {

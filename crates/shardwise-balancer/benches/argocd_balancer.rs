@@ -1,5 +1,5 @@
 //! The Argo CD balancer measured: a real `shardwise-balancer` process keeps the `shard` keys of
-//! Argo CD's cluster Secrets on the test API server, through six steps of one seeded fleet
+//! Argo CD's cluster Secrets on kube-apiserver, through six steps of one seeded fleet
 //! (100 clusters, 10,000 Applications, Argo CD with 10 replicas and its default `legacy`
 //! algorithm, the in-cluster cluster disabled):
 //!
@@ -229,7 +229,7 @@ struct Before {
     log_offset: usize,
 }
 
-/// Argo CD on the test API server, the balancer, and what the bench has created.
+/// Argo CD on kube-apiserver, the balancer, and what the bench has created.
 struct ArgoCd {
     env: Environment,
     secrets: Api<Secret>,
@@ -253,7 +253,7 @@ impl ArgoCd {
     async fn start() -> Self {
         let env = Environment::builder()
             .start()
-            .expect("the test API server starts");
+            .expect("the control plane starts");
         let cp = env.control_plane();
         let config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: argocd-cm, namespace: argocd}\ndata: {cluster.inClusterEnabled: \"false\"}\n";
         cp.apply_yaml(

@@ -154,7 +154,6 @@ async fn metric(port: u16, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 #[tokio::test]
 async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
     let env = Environment::builder()
-        .rbac(true)
         .identity(Identity::new(
             BALANCER,
             "system:serviceaccount:argocd:balancer",

@@ -339,7 +339,6 @@ async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
 #[tokio::test]
 async fn the_documented_role_is_enough_to_apply() {
     let env = Environment::builder()
-        .rbac(true)
         .identity(Identity::new("operator", "ada"))
         .start()
         .unwrap();

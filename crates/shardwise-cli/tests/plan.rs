@@ -353,7 +353,7 @@ async fn check_moves_are_shard_assigns(report: &Value, client: kube::Client) {
     let listed = api
         .list(&ListParams::default())
         .await
-        .expect("the test API server lists")
+        .expect("the control plane lists")
         .items;
     let uid = |name: &str| {
         listed
@@ -910,7 +910,6 @@ async fn plans_an_argo_cd_fleet_as_its_legacy_sharding_places_it() {
 #[tokio::test]
 async fn forbidden_and_unreachable_servers_give_one_line() {
     let env = Environment::builder()
-        .rbac(true)
         .identity(Identity::new("viewer", "jane"))
         .start()
         .unwrap();

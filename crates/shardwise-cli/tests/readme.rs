@@ -1,7 +1,7 @@
 //! Every command the README shows, run as written: each line of its `sh` blocks and each inline
 //! span that starts with `shardwise `. `shardwise` (and `cargo run … --bin shardwise --`) is this
 //! test's binary, run in a folder laid out like a clone (the sample inventory at its path) with
-//! `KUBECONFIG` naming a test API server that holds a shardwise fleet and an Argo CD
+//! `KUBECONFIG` naming a kube-apiserver that holds a shardwise fleet and an Argo CD
 //! installation, as a reader's cluster would. A `make` target must exist; `make simulate` runs
 //! its recipe here and prints the README's table, `make demo` is e2e/tests/demo.rs and
 //! `make test` is CI itself.
@@ -91,7 +91,7 @@ fn recipe_args(target: &str) -> Vec<String> {
     args.split_whitespace().map(String::from).collect()
 }
 
-/// A fleet of each kind on one test API server, and a folder laid out like a clone.
+/// A fleet of each kind on one kube-apiserver, and a folder laid out like a clone.
 struct Reader {
     _env: Environment,
     kubeconfig: PathBuf,

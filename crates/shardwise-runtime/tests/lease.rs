@@ -1,4 +1,4 @@
-//! Lease holding against the test API server: one holder at a time, release on stop, and
+//! Lease holding against kube-apiserver: one holder at a time, release on stop, and
 //! fencing when the holder cannot reach the API server.
 
 use std::collections::BTreeMap;
@@ -18,7 +18,8 @@ const TIMING: LeaseTiming = LeaseTiming {
     retry_period: Duration::from_millis(300),
 };
 
-/// A test API server where each of `holders` is an admin.
+/// A control plane where each of `holders` is an admin (reaching it through a link of its
+/// own, which a partition cuts).
 fn environment(holders: &[&str]) -> Environment {
     holders
         .iter()
@@ -26,7 +27,7 @@ fn environment(holders: &[&str]) -> Environment {
             builder.identity(Identity::admin(*name))
         })
         .start()
-        .expect("the test API server starts")
+        .expect("the control plane starts")
 }
 
 struct Holder {
@@ -48,7 +49,7 @@ async fn client(env: &Environment, identity: &str) -> kube::Client {
     env.control_plane()
         .client(identity)
         .await
-        .expect("the test API server gives clients")
+        .expect("the control plane gives clients")
 }
 
 async fn holder(env: &Environment, identity: &str) -> Holder {

@@ -1,6 +1,7 @@
-//! `make demo`: shardwise running for real on a laptop with no Kubernetes.
+//! `make demo`: shardwise running for real on a laptop with no Kubernetes installed.
 //!
-//! The test API server plays the control plane and two destination clusters; the CRDs, RBAC
+//! kube-apiserver and etcd, run as local processes by the end-to-end harness, are the control
+//! plane and two destination clusters; the CRDs, RBAC
 //! and a StatefulSet come from `deploy/`; a fleet of FleetClusters and FleetApps (one cluster
 //! hot enough to be cut into slices, a few apps broken on purpose) is created; real
 //! `shardwise-controller` processes run as the replicas. The demo then scales the StatefulSet
@@ -95,8 +96,6 @@ pub struct Options {
     pub prometheus: Option<PathBuf>,
     /// Where to draw the dashboard picture from those series (needs python3 with matplotlib).
     pub picture: Option<PathBuf>,
-    /// Run on a real kube-apiserver and etcd instead of the embedded test server.
-    pub real: bool,
 }
 
 impl Options {
@@ -113,7 +112,6 @@ impl Options {
             stable: Duration::from_secs(7),
             prometheus: None,
             picture: None,
-            real: false,
         }
     }
 }
@@ -291,11 +289,6 @@ impl Demo {
             audit: true,
             args,
             controller: Some(options.controller.clone()),
-            server: Some(if options.real {
-                shardwise_e2e::ServerKind::Real
-            } else {
-                shardwise_e2e::ServerKind::Test
-            }),
             ..FleetOptions::default()
         })
         .await

@@ -1,4 +1,4 @@
-//! Test clusters (one API server each) and the environment of a control plane plus
+//! Test clusters (one kube-apiserver each) and the environment of a control plane plus
 //! destination clusters.
 
 use std::path::{Path, PathBuf};
@@ -7,46 +7,13 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
-use shardwise_test_apiserver::{
-    ApiServer, CertificateError, FaultScope, Faults, Identity, ServerConfig, WriteRecord,
-};
 
 use crate::HarnessError;
 use crate::client::client_of;
+use crate::faults::{FaultScope, Faults};
+use crate::identity::Identity;
 use crate::process::{Process, ProcessSpec};
-use crate::real::{Binaries, Etcd, RealApiServer, Spawner};
-
-/// Which API server the end-to-end suites run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ServerKind {
-    /// The in-memory test server (`shardwise-test-apiserver`): starts in milliseconds and
-    /// injects HTTP faults.
-    Test,
-    /// A real kube-apiserver and etcd, built from their Go modules.
-    Real,
-}
-
-impl ServerKind {
-    /// `SHARDWISE_E2E_SERVER`: `test` (the default) or `real`.
-    pub fn from_env() -> Result<Self, HarnessError> {
-        Self::parse(std::env::var("SHARDWISE_E2E_SERVER").ok().as_deref())
-    }
-
-    /// The switch's value: unset or empty is the test server.
-    pub fn parse(value: Option<&str>) -> Result<Self, HarnessError> {
-        match value {
-            None | Some("" | "test") => Ok(Self::Test),
-            Some("real") => Ok(Self::Real),
-            Some(other) => Err(HarnessError::ServerKind(other.to_string())),
-        }
-    }
-}
-
-#[derive(Debug)]
-enum Backend {
-    Test(ApiServer),
-    Real(Box<RealApiServer>),
-}
+use crate::real::{RealApiServer, Shared, WriteRecord};
 
 /// The field manager the harness applies with.
 pub const FIELD_MANAGER: &str = "shardwise-e2e";
@@ -55,7 +22,7 @@ pub const FIELD_MANAGER: &str = "shardwise-e2e";
 #[derive(Debug)]
 pub struct Cluster {
     name: String,
-    backend: Backend,
+    server: RealApiServer,
     dir: PathBuf,
 }
 
@@ -67,41 +34,16 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> HarnessError + '_ {
 }
 
 impl Cluster {
-    /// Starts a server named `name` on its own thread (so it keeps serving while a test
-    /// blocks) and writes its kubeconfigs into `dir`.
-    pub fn start(name: &str, mut config: ServerConfig, dir: &Path) -> Result<Self, HarnessError> {
-        config.name = name.to_string();
-        let server = ApiServer::start_detached(config).map_err(|source| HarnessError::Start {
-            name: name.to_string(),
-            source,
-        })?;
-        let cluster = Self {
-            name: name.to_string(),
-            backend: Backend::Test(server),
-            dir: dir.to_path_buf(),
-        };
-        cluster.write_kubeconfigs()?;
-        Ok(cluster)
-    }
-
-    fn start_real(
+    fn start(
         name: &str,
         identities: &[Identity],
-        control_plane: &RealControlPlane,
+        shared: &Shared,
         dir: &Path,
     ) -> Result<Self, HarnessError> {
-        let server = RealApiServer::start(
-            name,
-            identities,
-            &control_plane.spawner,
-            &control_plane.binaries,
-            &control_plane.etcd,
-            &control_plane.apiserver_args,
-            dir,
-        )?;
+        let server = RealApiServer::start(name, identities, shared, dir)?;
         let cluster = Self {
             name: name.to_string(),
-            backend: Backend::Real(Box::new(server)),
+            server,
             dir: dir.to_path_buf(),
         };
         cluster.write_kubeconfigs()?;
@@ -109,18 +51,12 @@ impl Cluster {
     }
 
     fn identities(&self) -> Vec<Identity> {
-        match &self.backend {
-            Backend::Test(s) => s.identities(),
-            Backend::Real(s) => s.identities(),
-        }
+        self.server.identities()
     }
 
     fn write_kubeconfigs(&self) -> Result<(), HarnessError> {
         let all = self.kubeconfig_path_all();
-        let yaml = match &self.backend {
-            Backend::Test(s) => s.kubeconfig(),
-            Backend::Real(s) => s.kubeconfig(),
-        };
+        let yaml = self.server.kubeconfig();
         std::fs::write(&all, yaml).map_err(io_error(&all))?;
         for identity in self.identities() {
             let path = self.path_for(&identity.name);
@@ -137,153 +73,96 @@ impl Cluster {
 
     /// The server URL (`https://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
-        match &self.backend {
-            Backend::Test(s) => s.url(),
-            Backend::Real(s) => s.url().to_string(),
-        }
+        self.server.url().to_string()
     }
 
-    /// Which kind of server this cluster is.
-    pub fn kind(&self) -> ServerKind {
-        match &self.backend {
-            Backend::Test(_) => ServerKind::Test,
-            Backend::Real(_) => ServerKind::Real,
-        }
+    /// The cluster's kube-apiserver.
+    pub fn server(&self) -> &RealApiServer {
+        &self.server
     }
 
-    /// The real kube-apiserver, when this cluster is one.
-    pub fn real_server(&self) -> Option<&RealApiServer> {
-        match &self.backend {
-            Backend::Test(_) => None,
-            Backend::Real(s) => Some(s),
-        }
-    }
-
-    /// HTTP fault injection (per identity, [`FaultScope::Identity`], or global), which only the
-    /// test server has.
-    ///
-    /// # Panics
-    /// On a real server: a suite that injects HTTP faults runs on the test server only, and
-    /// checks [`Cluster::kind`] first.
-    ///
-    /// [`FaultScope::Identity`]: shardwise_test_apiserver::FaultScope::Identity
+    /// The faults injected into the requests of every identity but the harness's `admin`
+    /// (each reaches the server through a link of its own), per identity
+    /// ([`FaultScope::Identity`]) or for all ([`FaultScope::Global`]).
     pub fn faults(&self) -> &Faults {
-        match &self.backend {
-            Backend::Test(s) => s.faults(),
-            Backend::Real(_) => panic!(
-                "{}: HTTP fault injection needs the test server (SHARDWISE_E2E_SERVER=test)",
-                self.name
-            ),
-        }
+        self.server.faults()
     }
 
-    /// Cuts `identity` off this cluster: its requests and watches fail as if the network were
-    /// down (the test server's partition fault; a real server's link of the identity cut).
-    pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
-        match &self.backend {
-            Backend::Test(s) => {
-                s.faults().partition(FaultScope::identity(identity));
-                Ok(())
-            }
-            Backend::Real(s) => s.partition(identity),
-        }
-    }
-
-    /// Delays every request of `identity` to this cluster by `latency` (the test server's
-    /// latency fault; a real server's link of the identity).
-    pub fn set_latency(
-        &self,
-        identity: &str,
-        latency: std::time::Duration,
-    ) -> Result<(), HarnessError> {
-        match &self.backend {
-            Backend::Test(s) => {
-                s.faults()
-                    .set_latency(FaultScope::identity(identity), latency);
-                Ok(())
-            }
-            Backend::Real(s) => s.set_latency(identity, latency),
-        }
-    }
-
-    /// The URL `identity`'s kubeconfig names: the server's own, or on a real server the
-    /// identity's link (which [`Cluster::partition`] cuts).
-    pub fn url_for(&self, identity: &str) -> Result<String, HarnessError> {
-        let unknown = || HarnessError::UnknownIdentity {
-            cluster: self.name.clone(),
-            identity: identity.to_string(),
-        };
-        match &self.backend {
-            Backend::Test(s) => s.identity(identity).map(|_| s.url()).ok_or_else(unknown),
-            Backend::Real(s) => s.url_for(&s.identity(identity).ok_or_else(unknown)?),
-        }
-    }
-
-    /// Ends [`Cluster::partition`] of `identity`.
-    pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
-        match &self.backend {
-            Backend::Test(s) => {
-                s.faults().heal(&FaultScope::identity(identity));
-                Ok(())
-            }
-            Backend::Real(s) => s.heal(identity),
-        }
-    }
-
-    /// Every write request the server answered, oldest first: the test server's write log, or
-    /// a real server's audit log.
-    pub fn writes(&self) -> Vec<WriteRecord> {
-        match &self.backend {
-            Backend::Test(s) => s.writes().records(),
-            Backend::Real(s) => s.writes(),
-        }
-    }
-
-    /// The CA that signed the server's serving certificate, PEM.
-    pub fn ca_pem(&self) -> String {
-        match &self.backend {
-            Backend::Test(s) => s.ca_pem().unwrap_or_default().to_string(),
-            Backend::Real(s) => s.ca_pem().to_string(),
-        }
-    }
-
-    /// The bearer token of `identity` (e.g. to put in a Secret).
-    pub fn token(&self, identity: &str) -> Result<String, HarnessError> {
-        let found = match &self.backend {
-            Backend::Test(s) => s.identity(identity),
-            Backend::Real(s) => s.identity(identity),
-        };
-        found
-            .map(|i| i.token)
+    fn known(&self, identity: &str) -> Result<Identity, HarnessError> {
+        self.server
+            .identity(identity)
             .ok_or_else(|| HarnessError::UnknownIdentity {
                 cluster: self.name.clone(),
                 identity: identity.to_string(),
             })
     }
 
-    /// Adds an identity while running and writes its kubeconfig; returns the file. On a real
-    /// server a ServiceAccount's token comes from the TokenRequest API, and any other identity
+    /// Cuts `identity` off this cluster: its open connections and watches drop and new ones
+    /// are dropped unanswered, as if the network were down, until [`Cluster::heal`].
+    pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
+        self.known(identity)?;
+        self.faults().partition(FaultScope::identity(identity));
+        Ok(())
+    }
+
+    /// Ends [`Cluster::partition`] of `identity`.
+    pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
+        self.known(identity)?;
+        self.faults().heal(&FaultScope::identity(identity));
+        Ok(())
+    }
+
+    /// Delays every request of `identity` to this cluster by `latency` (zero: none).
+    pub fn set_latency(
+        &self,
+        identity: &str,
+        latency: std::time::Duration,
+    ) -> Result<(), HarnessError> {
+        self.known(identity)?;
+        self.faults()
+            .set_latency(FaultScope::identity(identity), latency);
+        Ok(())
+    }
+
+    /// The URL `identity`'s kubeconfig names: the server's own for the harness's `admin`, the
+    /// identity's link for any other.
+    pub fn url_for(&self, identity: &str) -> Result<String, HarnessError> {
+        self.server.url_for(&self.known(identity)?)
+    }
+
+    /// Every write request the server answered, oldest first, from its audit log.
+    pub fn writes(&self) -> Vec<WriteRecord> {
+        self.server.writes()
+    }
+
+    /// The CA that signed the server's serving certificate, PEM.
+    pub fn ca_pem(&self) -> String {
+        self.server.ca_pem().to_string()
+    }
+
+    /// The bearer token of `identity` (e.g. to put in a Secret).
+    pub fn token(&self, identity: &str) -> Result<String, HarnessError> {
+        Ok(self.known(identity)?.token)
+    }
+
+    /// Adds an identity while running and writes its kubeconfig; returns the file. A
+    /// ServiceAccount's token comes from the TokenRequest API, and any other identity
     /// authenticates with a client certificate.
     pub fn add_identity(&self, identity: Identity) -> Result<PathBuf, HarnessError> {
         let name = identity.name.clone();
-        match &self.backend {
-            Backend::Test(s) => s.add_identity(identity),
-            Backend::Real(s) => s.add_identity(identity)?,
-        }
+        self.server.add_identity(identity)?;
         self.write_kubeconfigs()?;
         Ok(self.path_for(&name))
     }
 
     /// A kubeconfig holding only `identity`, as YAML (e.g. to put in a Secret).
     pub fn kubeconfig(&self, identity: &str) -> Result<String, HarnessError> {
-        let found = match &self.backend {
-            Backend::Test(s) => s.kubeconfig_for(identity),
-            Backend::Real(s) => s.kubeconfig_for(identity),
-        };
-        found.ok_or_else(|| HarnessError::UnknownIdentity {
-            cluster: self.name.clone(),
-            identity: identity.to_string(),
-        })
+        self.server
+            .kubeconfig_for(identity)
+            .ok_or_else(|| HarnessError::UnknownIdentity {
+                cluster: self.name.clone(),
+                identity: identity.to_string(),
+            })
     }
 
     /// A kubeconfig holding only `identity`, authenticating with a newly issued client
@@ -292,22 +171,7 @@ impl Cluster {
         &self,
         identity: &str,
     ) -> Result<String, HarnessError> {
-        let server = match &self.backend {
-            Backend::Test(s) => s,
-            Backend::Real(s) => return s.kubeconfig_with_client_certificate(identity),
-        };
-        server
-            .kubeconfig_with_client_certificate(identity)
-            .map_err(|source| match source {
-                CertificateError::UnknownIdentity(identity) => HarnessError::UnknownIdentity {
-                    cluster: self.name.clone(),
-                    identity,
-                },
-                source => HarnessError::Certificate {
-                    cluster: self.name.clone(),
-                    source,
-                },
-            })
+        self.server.kubeconfig_with_client_certificate(identity)
     }
 
     /// The kubeconfig file of one identity (its context is current).
@@ -328,7 +192,8 @@ impl Cluster {
 
     /// Server-side applies every document of a multi-document YAML as `identity`
     /// (field manager [`FIELD_MANAGER`], forced), in order; `List` documents are expanded.
-    /// Namespaced objects without a namespace go to `default`.
+    /// Namespaced objects without a namespace go to `default`; after a CustomResourceDefinition,
+    /// the next document waits until its kind is served.
     pub async fn apply_yaml(
         &self,
         identity: &str,
@@ -411,7 +276,36 @@ async fn apply_one(
         Scope::Cluster => Api::all_with(client.clone(), &resource),
     };
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    Ok(api.patch(&name, &params, &Patch::Apply(&obj)).await?)
+    let applied = api.patch(&name, &params, &Patch::Apply(&obj)).await?;
+    if kind == "CustomResourceDefinition" {
+        served(client, &applied).await?;
+    }
+    Ok(applied)
+}
+
+/// Waits until every version a CustomResourceDefinition serves is in discovery, so that the
+/// documents after it may be of its kind: kube-apiserver serves a new kind a moment after the
+/// CRD is written, once it is established and discovery has caught up.
+async fn served(client: &kube::Client, crd: &DynamicObject) -> Result<(), HarnessError> {
+    let spec = &crd.data["spec"];
+    let group = spec["group"].as_str().unwrap_or_default();
+    let kind = spec["names"]["kind"].as_str().unwrap_or_default();
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    for version in versions.iter().filter(|v| v["served"] == true) {
+        let gvk = GroupVersionKind::gvk(group, version["name"].as_str().unwrap_or_default(), kind);
+        crate::wait_for(
+            &format!("{kind}.{group}/{} to be served", gvk.version),
+            std::time::Duration::from_secs(30),
+            || async {
+                kube::discovery::pinned_kind(client, &gvk)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Everything one end-to-end test needs: a control plane, destination clusters, a directory
@@ -424,46 +318,19 @@ pub struct Environment {
     // Fields drop in this order: servers first, then etcd, then the directory they wrote to.
     control_plane: Cluster,
     destinations: Vec<Cluster>,
-    real: Option<RealControlPlane>,
-    kind: ServerKind,
+    shared: Shared,
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
     keep: bool,
 }
 
-/// What the kube-apiservers of a real environment share: etcd and the thread that spawns
-/// their processes.
-#[derive(Debug)]
-struct RealControlPlane {
-    etcd: Etcd,
-    spawner: Spawner,
-    binaries: Binaries,
-    apiserver_args: Vec<String>,
-}
-
-type Configure = Box<dyn Fn(&str, ServerConfig) -> ServerConfig + Send>;
-
 /// Builds an [`Environment`].
+#[derive(Debug)]
 pub struct EnvironmentBuilder {
     destinations: usize,
     identities: Vec<Identity>,
     destination_identities: Vec<Identity>,
-    rbac: bool,
-    configure: Option<Configure>,
-    kind: Option<ServerKind>,
     apiserver_args: Vec<String>,
-}
-
-impl std::fmt::Debug for EnvironmentBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnvironmentBuilder")
-            .field("destinations", &self.destinations)
-            .field("identities", &self.identities)
-            .field("destination_identities", &self.destination_identities)
-            .field("rbac", &self.rbac)
-            .field("kind", &self.kind)
-            .finish_non_exhaustive()
-    }
 }
 
 impl EnvironmentBuilder {
@@ -485,24 +352,7 @@ impl EnvironmentBuilder {
         self
     }
 
-    /// Enforce RBAC on every cluster.
-    pub fn rbac(mut self, enforce: bool) -> Self {
-        self.rbac = enforce;
-        self
-    }
-
-    /// Adjusts each cluster's server configuration; gets the cluster name
-    /// (`control-plane`, `dest-N`).
-    pub fn configure(
-        mut self,
-        f: impl Fn(&str, ServerConfig) -> ServerConfig + Send + 'static,
-    ) -> Self {
-        self.configure = Some(Box::new(f));
-        self
-    }
-
-    /// More flags for every real kube-apiserver (e.g. `--etcd-compaction-interval=10s`); the
-    /// test server ignores them.
+    /// More flags for every kube-apiserver (e.g. `--etcd-compaction-interval=10s`).
     pub fn apiserver_args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -512,79 +362,26 @@ impl EnvironmentBuilder {
         self
     }
 
-    /// The server to run on, instead of `SHARDWISE_E2E_SERVER`'s choice.
-    pub fn server(mut self, kind: ServerKind) -> Self {
-        self.kind = Some(kind);
-        self
-    }
-
-    /// Starts the servers. A real environment runs RBAC always (the `rbac` and `configure`
-    /// settings shape only test servers) and takes a few seconds per kube-apiserver.
+    /// Starts etcd and the servers: a few seconds per kube-apiserver.
     pub fn start(self) -> Result<Environment, HarnessError> {
-        let kind = match self.kind {
-            Some(kind) => kind,
-            None => ServerKind::from_env()?,
-        };
         let dir = tempfile::Builder::new()
             .prefix("shardwise-e2e-")
             .tempdir()
             .map_err(io_error(&std::env::temp_dir()))?;
         let path = dir.path().to_path_buf();
         let keep = std::env::var("SHARDWISE_E2E_KEEP").is_ok_and(|v| v == "1" || v == "true");
-        if kind == ServerKind::Real {
-            let binaries = Binaries::locate()?;
-            let spawner = Spawner::start()?;
-            let etcd = Etcd::start(&spawner, &binaries, &path)?;
-            let real = RealControlPlane {
-                etcd,
-                spawner,
-                binaries,
-                apiserver_args: self.apiserver_args.clone(),
-            };
-            let control_plane =
-                Cluster::start_real("control-plane", &self.identities, &real, &path)?;
-            let destinations = (0..self.destinations)
-                .map(|i| {
-                    let name = format!("dest-{i}");
-                    Cluster::start_real(&name, &self.destination_identities, &real, &path)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(Environment {
-                control_plane,
-                destinations,
-                real: Some(real),
-                kind,
-                dir: Some(dir),
-                path,
-                keep,
-            });
-        }
-        let config = |name: &str, identities: &[Identity]| {
-            let mut c = ServerConfig::default().rbac(self.rbac);
-            for i in identities {
-                c = c.identity(i.clone());
-            }
-            match &self.configure {
-                Some(f) => f(name, c),
-                None => c,
-            }
-        };
-        let control_plane = Cluster::start(
-            "control-plane",
-            config("control-plane", &self.identities),
-            &path,
-        )?;
+        let shared = Shared::start(self.apiserver_args, &path)?;
+        let control_plane = Cluster::start("control-plane", &self.identities, &shared, &path)?;
         let destinations = (0..self.destinations)
             .map(|i| {
                 let name = format!("dest-{i}");
-                Cluster::start(&name, config(&name, &self.destination_identities), &path)
+                Cluster::start(&name, &self.destination_identities, &shared, &path)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Environment {
             control_plane,
             destinations,
-            real: None,
-            kind,
+            shared,
             dir: Some(dir),
             path,
             keep,
@@ -593,35 +390,20 @@ impl EnvironmentBuilder {
 }
 
 impl Environment {
-    /// A builder for an environment of only a control plane, without RBAC, on the server
-    /// `SHARDWISE_E2E_SERVER` chooses.
+    /// A builder for an environment of only a control plane.
     pub fn builder() -> EnvironmentBuilder {
         EnvironmentBuilder {
             destinations: 0,
             identities: Vec::new(),
             destination_identities: Vec::new(),
-            rbac: false,
-            configure: None,
-            kind: None,
             apiserver_args: Vec::new(),
         }
     }
 
-    /// Which server the environment runs on.
-    pub fn kind(&self) -> ServerKind {
-        self.kind
-    }
-
     /// Kills etcd (SIGKILL) and starts it again on its data: every kube-apiserver of the
     /// environment loses its storage for a moment.
-    ///
-    /// # Errors
-    /// On the test server, which has no etcd.
     pub fn restart_etcd(&self) -> Result<(), HarnessError> {
-        match &self.real {
-            Some(real) => real.etcd.restart(),
-            None => Err(HarnessError::NeedsRealServer("restarting etcd")),
-        }
+        self.shared.restart_etcd()
     }
 
     /// The control-plane cluster (`control-plane`).

@@ -1,10 +1,11 @@
 //! Harness for shardwise's end-to-end tests.
 //!
-//! Starts in-memory Kubernetes API servers ([`shardwise_test_apiserver`]) on loopback — a
-//! control plane and destination clusters — writes a kubeconfig per identity, applies YAML,
-//! builds the workspace's binaries from the current source ([`controller_binary`]), launches
-//! and kills processes with captured output, scrapes their Prometheus metrics, and waits for
-//! conditions with failure messages that say what was expected and what was seen.
+//! Starts a real control plane on loopback (etcd, and one kube-apiserver per cluster: a control
+//! plane and destination clusters), writes a kubeconfig per identity, injects faults between
+//! each identity and its server, applies YAML, builds the workspace's binaries from the current
+//! source ([`controller_binary`]), launches and kills processes with captured output, scrapes
+//! their Prometheus metrics, and waits for conditions with failure messages that say what was
+//! expected and what was seen.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), shardwise_e2e::HarnessError> {
@@ -49,46 +50,36 @@ pub mod argocd;
 mod binary;
 mod client;
 mod cluster;
+mod faults;
+mod identity;
 mod metrics;
 mod process;
 mod real;
+mod tls;
 mod wait;
 
 pub use binary::{BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_binary};
-pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER, ServerKind};
+pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
+pub use faults::{ErrorFault, FaultCounters, FaultError, FaultScope, Faults};
+pub use identity::{Credential, Identity, kubeconfig_yaml};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use process::{Process, ProcessError, ProcessSpec};
-pub use real::RealApiServer;
-pub use shardwise_test_apiserver::{
-    ActiveFaults, ApiServer, CertificateError, ClientCertificate, ErrorFault, FaultCounters,
-    FaultScope, Faults, Identity, ServerConfig, WriteRecord,
-};
+pub use real::{RealApiServer, WriteRecord};
+pub use tls::{CertificateAuthority, CertificateError, ClientCertificate};
 pub use wait::{Poll, WaitError, wait_for, wait_with};
 
 /// Everything that can go wrong in the harness.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    /// A test API server did not start.
-    #[error("cannot start test API server {name}: {source}")]
-    Start {
-        /// The cluster's name (`control-plane`, `dest-N`).
-        name: String,
-        /// Why it did not start.
-        #[source]
-        source: shardwise_test_apiserver::StartError,
-    },
-    /// `SHARDWISE_E2E_SERVER` holds a value other than `test` or `real`; this is the value.
-    #[error("SHARDWISE_E2E_SERVER={0:?}: expected `test` or `real`")]
-    ServerKind(String),
-    /// A binary of the real control plane has not been built.
+    /// A binary of the control plane has not been built.
     #[error(
-        "{program} is missing: build the real control plane with scripts/control-plane.sh (or set SHARDWISE_CONTROL_PLANE_BIN)"
+        "{program} is missing: build the control plane with scripts/control-plane.sh (or set SHARDWISE_CONTROL_PLANE_BIN)"
     )]
     ControlPlaneMissing {
         /// Where the binary was expected.
         program: std::path::PathBuf,
     },
-    /// A real kube-apiserver did not become ready in time, or exited while starting.
+    /// A kube-apiserver did not become ready in time, or exited while starting.
     #[error("kube-apiserver of {cluster} not ready after {waited:?}: {last}\n{log}")]
     NotReady {
         /// The cluster the server was for.
@@ -100,9 +91,6 @@ pub enum HarnessError {
         /// The last lines of the server's log.
         log: String,
     },
-    /// An operation the test server cannot do; names the operation.
-    #[error("{0} needs the real control plane (SHARDWISE_E2E_SERVER=real)")]
-    NeedsRealServer(&'static str),
     /// An identity the cluster does not know.
     #[error("cluster {cluster} has no identity {identity:?}")]
     UnknownIdentity {
@@ -118,7 +106,7 @@ pub enum HarnessError {
         cluster: String,
         /// Why it failed.
         #[source]
-        source: shardwise_test_apiserver::CertificateError,
+        source: CertificateError,
     },
     /// A kubeconfig that kube cannot read or turn into a client configuration.
     #[error("invalid kubeconfig for {cluster}: {reason}")]

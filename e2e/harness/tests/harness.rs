@@ -68,7 +68,6 @@ async fn environments_with_destinations_and_yaml() {
         .destinations(2)
         .identity(replica())
         .destination_identity(Identity::new("deployer", "deployer"))
-        .rbac(true)
         .start()
         .unwrap();
     assert_eq!(env.destinations().len(), 2);
@@ -319,16 +318,19 @@ async fn waits_say_what_was_expected_and_seen() {
     );
     assert!(err.attempts >= 2);
 
-    // A check that hangs (here: on a paused server) still ends at the deadline.
-    let env = Environment::builder().start().unwrap();
+    // A check that hangs (here: on a paused link) still ends at the deadline.
+    let env = Environment::builder()
+        .identity(Identity::admin("operator"))
+        .start()
+        .unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(
-        env.control_plane().client("admin").await.unwrap(),
+        env.control_plane().client("operator").await.unwrap(),
         "default",
     );
     env.control_plane().faults().pause();
     let started = std::time::Instant::now();
     let hung = wait_for(
-        "a list on a paused server",
+        "a list on a paused link",
         Duration::from_millis(300),
         || async {
             cms.list(&ListParams::default())
@@ -374,10 +376,13 @@ async fn a_wait_cut_short_reports_what_the_check_said_before() {
 
 #[tokio::test]
 async fn faults_and_external_processes() {
-    let env = Environment::builder().identity(replica()).start().unwrap();
+    let env = Environment::builder()
+        .identity(Identity::admin("operator"))
+        .start()
+        .unwrap();
     let cp = env.control_plane();
-    let cms: Api<ConfigMap> = Api::namespaced(cp.client("shardwise-0").await.unwrap(), "default");
-    cp.faults().partition(FaultScope::identity("shardwise-0"));
+    let cms: Api<ConfigMap> = Api::namespaced(cp.client("operator").await.unwrap(), "default");
+    cp.faults().partition(FaultScope::identity("operator"));
     assert!(cms.list(&ListParams::default()).await.is_err());
     cp.faults().clear_all();
     cms.list(&ListParams::default()).await.unwrap();

@@ -12,7 +12,7 @@ use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use shardwise_e2e::{Environment, Identity, ServerKind, wait_for};
+use shardwise_e2e::{Environment, Identity, wait_for};
 
 fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(json!({
@@ -33,7 +33,6 @@ fn pid_alive(pid: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_control_plane_authenticates_authorizes_logs_writes_and_cleans_up() {
     let env = Environment::builder()
-        .server(ServerKind::Real)
         .destinations(1)
         .identity(Identity::service_account(
             "replica-0",
@@ -48,7 +47,6 @@ async fn a_real_control_plane_authenticates_authorizes_logs_writes_and_cleans_up
         .identity(Identity::new("viewer", "jane"))
         .start()
         .expect("the real control plane starts");
-    assert_eq!(env.kind(), ServerKind::Real);
     let cp = env.control_plane();
     let admin = cp.client("admin").await.unwrap();
     let version = admin.apiserver_version().await.unwrap();
@@ -216,7 +214,7 @@ async fn a_real_control_plane_authenticates_authorizes_logs_writes_and_cleans_up
     cp.set_latency("replica-0", Duration::ZERO).unwrap();
 
     // kube-apiserver and etcd restarts keep the data.
-    let server = cp.real_server().unwrap();
+    let server = cp.server();
     let old_pid = server.pid();
     server.restart().unwrap();
     assert_ne!(server.pid(), old_pid);
@@ -233,29 +231,13 @@ async fn a_real_control_plane_authenticates_authorizes_logs_writes_and_cleans_up
     .unwrap();
 
     // Dropping the environment stops every process and removes its directory.
-    let pids = [
-        server.pid(),
-        env.destination(0).unwrap().real_server().unwrap().pid(),
-    ];
+    let pids = [server.pid(), env.destination(0).unwrap().server().pid()];
     let dir = env.dir().to_path_buf();
     drop(env);
     for pid in pids {
         assert!(!pid_alive(pid), "kube-apiserver {pid} still runs");
     }
     assert!(!dir.exists(), "{} is left behind", dir.display());
-}
-
-#[test]
-fn the_server_switch_takes_test_or_real_and_names_the_choices_otherwise() {
-    assert_eq!(ServerKind::parse(None).unwrap(), ServerKind::Test);
-    assert_eq!(ServerKind::parse(Some("")).unwrap(), ServerKind::Test);
-    assert_eq!(ServerKind::parse(Some("test")).unwrap(), ServerKind::Test);
-    assert_eq!(ServerKind::parse(Some("real")).unwrap(), ServerKind::Real);
-    let err = ServerKind::parse(Some("kind")).unwrap_err().to_string();
-    assert!(
-        err.contains("\"kind\"") && err.contains("`test` or `real`"),
-        "{err}"
-    );
 }
 
 /// `/api/v1/namespaces/default/configmaps?shardSelector=SELECTOR`, percent-encoded.
@@ -305,7 +287,7 @@ async fn kube_apiserver_selects_by_the_hash_slices_cut_by_only_with_its_gate_on(
     const LOWER_HALF: &str =
         "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
     for gate in [true, false] {
-        let mut builder = Environment::builder().server(ServerKind::Real);
+        let mut builder = Environment::builder();
         if gate {
             builder = builder.apiserver_args(["--feature-gates=ShardedListAndWatch=true"]);
         }

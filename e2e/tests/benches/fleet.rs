@@ -39,13 +39,9 @@
 //! - `copies`: what holding one cluster more costs a replica: the resident memory of one
 //!   replica with 2,000 realistic apps on 1 and on 40 clusters.
 //!
-//! - `servers`: throughput at 1, 2 and 4 replicas, peak memory (1 and 4 replicas) and handoff
-//!   times on the test server and on the real control plane (kube-apiserver and etcd), side by
-//!   side in one run, with the ratio real / test.
+//! Every section runs on kube-apiserver and etcd, as the suites do.
 //!
-//! The other sections run on `SHARDWISE_E2E_SERVER`'s server (the test server by default).
-//!
-//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|moves|scale|copies|servers]`
+//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|moves|scale|copies]`
 //! (all but `scale` by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
@@ -59,7 +55,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::api::ListParams;
 use shardwise_api::SyncPhase;
-use shardwise_e2e::{Poll, ServerKind, scrape, wait_for, wait_with};
+use shardwise_e2e::{Poll, scrape, wait_for, wait_with};
 use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
 use shardwise_runtime::audit;
 use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, STATEFULSET, shard_label};
@@ -103,12 +99,11 @@ async fn wait_synced_every(fleet: &Fleet, total: usize, interval: Duration) {
 
 // ---------------------------------------------------------------- throughput
 
-async fn throughput(replicas: u32, server: ServerKind) -> f64 {
+async fn throughput(replicas: u32) -> f64 {
     synced_rate(FleetOptions {
         replicas,
         clusters: 40,
         apps: 5000,
-        server: Some(server),
         ..throughput_options()
     })
     .await
@@ -117,7 +112,6 @@ async fn throughput(replicas: u32, server: ServerKind) -> f64 {
 /// Default workers and limits, 10 ms on every destination request.
 fn throughput_options() -> FleetOptions {
     FleetOptions {
-        rbac: false,
         fast: false,
         destination_latency: Some(Duration::from_millis(10)),
         ..FleetOptions::default()
@@ -161,14 +155,12 @@ fn peak_rss(pid: u32) -> u64 {
     kb * 1024
 }
 
-async fn memory(replicas: u32, server: ServerKind) -> Memory {
+async fn memory(replicas: u32) -> Memory {
     const APPS: u32 = 20_000;
     let fleet = Fleet::start(FleetOptions {
         replicas,
-        server: Some(server),
         clusters: 40,
         apps: APPS,
-        rbac: false,
         fast: false,
         realistic_apps: true,
         // The same generous limits for both runs, only so that 20,000 apps sync in minutes.
@@ -333,13 +325,11 @@ async fn measure(
     }
 }
 
-async fn handoff(server: ServerKind) -> (Vec<Handoff>, usize) {
+async fn handoff() -> (Vec<Handoff>, usize) {
     let mut fleet = Fleet::start(FleetOptions {
-        server: Some(server),
         replicas: 4,
         clusters: 40,
         apps: 2000,
-        rbac: false,
         fast: false,
         audit: true,
         ..FleetOptions::default()
@@ -507,7 +497,6 @@ async fn measured() -> (Vec<MeasuredRow>, usize) {
         clusters: 40,
         apps: 1000,
         destinations: 3,
-        rbac: false,
         fast: false,
         audit: true,
         destination_latency: Some(FAST_LATENCY),
@@ -661,7 +650,6 @@ async fn at_rest() -> AtRest {
         replicas: 3,
         clusters: 40,
         apps: APPS,
-        rbac: false,
         fast: false,
         args: ["--resync-interval=30s"].map(String::from).to_vec(),
         ..FleetOptions::default()
@@ -741,7 +729,6 @@ async fn cached_handoff(per_cluster: u32) -> (f64, f64) {
         replicas: 2,
         clusters: 2,
         apps: 2 * per_cluster,
-        rbac: false,
         fast: false,
         args,
         ..FleetOptions::default()
@@ -842,7 +829,6 @@ async fn cluster_move() -> Move {
         clusters: 2,
         apps,
         hot_percent: Some(80),
-        rbac: false,
         fast: false,
         args,
         ..FleetOptions::default()
@@ -1040,7 +1026,6 @@ async fn resident_with(clusters: u32) -> u64 {
         replicas: 1,
         clusters,
         apps: APPS,
-        rbac: false,
         fast: false,
         realistic_apps: true,
         args,
@@ -1069,88 +1054,6 @@ async fn copy_cost() -> (u64, u64, f64) {
     (few, many, per_cluster)
 }
 
-// ---------------------------------------------------------------- servers
-
-/// Throughput at 1, 2 and 4 replicas, memory per replica and handoff times on the test server
-/// and on the real control plane, one after the other in one run, with the ratio real / test.
-async fn servers(failures: &mut Vec<String>) {
-    let kinds = [ServerKind::Test, ServerKind::Real];
-    let mut rates = BTreeMap::new();
-    for kind in kinds {
-        for replicas in [1u32, 2, 4] {
-            rates.insert(
-                (format!("{kind:?}"), replicas),
-                throughput(replicas, kind).await,
-            );
-        }
-    }
-    let mut peaks = BTreeMap::new();
-    for kind in kinds {
-        for replicas in [1u32, 4] {
-            peaks.insert(
-                (format!("{kind:?}"), replicas),
-                memory(replicas, kind).await.peak,
-            );
-        }
-    }
-    let mut handoffs = BTreeMap::new();
-    for kind in kinds {
-        let (rows, overlaps) = handoff(kind).await;
-        if overlaps > 0 {
-            failures.push(format!(
-                "{kind:?} server: {overlaps} overlapping reconciles"
-            ));
-        }
-        handoffs.insert(format!("{kind:?}"), rows);
-    }
-    let (test, real) = ("Test".to_string(), "Real".to_string());
-    println!("\n### The test server against the real control plane (kube-apiserver and etcd)\n");
-    println!("| measure | test server | real control plane | real / test |");
-    println!("|---|---:|---:|---:|");
-    for replicas in [1u32, 2, 4] {
-        let (t, r) = (
-            rates[&(test.clone(), replicas)],
-            rates[&(real.clone(), replicas)],
-        );
-        println!(
-            "| throughput, {replicas} replica(s), 5,000 apps | {t:.1} apps/s | {r:.1} apps/s | {:.2}x |",
-            r / t
-        );
-    }
-    for kind in [&test, &real] {
-        let efficiency = rates[&(kind.clone(), 4)] / (4.0 * rates[&(kind.clone(), 1)]);
-        println!(
-            "| scaling efficiency at 4 replicas, {} | {efficiency:.2} | | |",
-            kind.to_lowercase()
-        );
-    }
-    let mib = |b: u64| b as f64 / 1_048_576.0;
-    for (replicas, what) in [
-        (1u32, "the only replica (20,000 apps)"),
-        (4, "one replica of 4 (~5,000 apps)"),
-    ] {
-        let (t, r) = (
-            peaks[&(test.clone(), replicas)],
-            peaks[&(real.clone(), replicas)],
-        );
-        println!(
-            "| peak RSS, {what} | {:.1} MiB | {:.1} MiB | {:.2}x |",
-            mib(t),
-            mib(r),
-            r as f64 / t as f64
-        );
-    }
-    for (t, r) in handoffs[&test].iter().zip(&handoffs[&real]) {
-        println!(
-            "| handoff, {}: every cluster owned again after | {:.2} s | {:.2} s | {:.2}x |",
-            t.what,
-            t.seconds,
-            r.seconds,
-            r.seconds / t.seconds
-        );
-    }
-}
-
 fn main() {
     let wanted: Vec<String> = std::env::args()
         .skip(1)
@@ -1165,12 +1068,11 @@ fn main() {
         .build()
         .unwrap();
     let mut failures = Vec::new();
-    let server = ServerKind::from_env().unwrap();
     runtime.block_on(async {
         if run("throughput") {
-            let one = throughput(1, server).await;
-            let two = throughput(2, server).await;
-            let four = throughput(4, server).await;
+            let one = throughput(1).await;
+            let two = throughput(2).await;
+            let four = throughput(4).await;
             let efficiency = |n: f64, rate: f64| rate / (n * one);
             println!("\n### Reconcile throughput (5,000 apps, 10 ms destination latency)\n");
             println!("| replicas | apps/s | scaling efficiency |");
@@ -1209,8 +1111,8 @@ fn main() {
             }
         }
         if run("memory") {
-            let single = memory(1, server).await;
-            let quarter = memory(4, server).await;
+            let single = memory(1).await;
+            let quarter = memory(4).await;
             let ratio = quarter.peak as f64 / single.peak as f64;
             let mib = |b: f64| b / 1048576.0;
             println!("\n### Peak resident memory (20,000 apps of ~2.5 KB manifests, 3 objects each, cached)\n");
@@ -1235,7 +1137,7 @@ fn main() {
             }
         }
         if run("handoff") {
-            let (rows, overlaps) = handoff(server).await;
+            let (rows, overlaps) = handoff().await;
             println!("\n### Handoff (4 replicas, 40 clusters, 2,000 apps, default leases: 15 s / 10 s / 2 s)\n");
             println!("| disruption | every cluster owned again after | clusters moved | apps moved | reconciles in flight at the stop |");
             println!("|---|---:|---:|---:|---:|");
@@ -1252,9 +1154,6 @@ fn main() {
             if let Some(r) = rows.iter().find(|r| r.what == "SIGKILL") && r.seconds >= 20.0 {
                 failures.push(format!("SIGKILL recovery took {:.1} s >= 20 s", r.seconds));
             }
-        }
-        if run("servers") {
-            servers(&mut failures).await;
         }
         if run("cache") {
             let rest = at_rest().await;

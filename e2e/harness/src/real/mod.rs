@@ -4,7 +4,8 @@
 //! client CA, a service-account signing key and issuer, RBAC, and an audit log that serves as
 //! the write log. One etcd serves every kube-apiserver of an environment, each under its own
 //! key prefix, so each is a cluster of its own. Identities other than the harness's `admin`
-//! reach their server through a link of their own ([`RealApiServer::partition`] cuts it).
+//! reach their server through a link of their own, an HTTPS proxy that injects the cluster's
+//! [`Faults`](crate::Faults).
 
 mod audit;
 mod link;
@@ -20,26 +21,27 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::RwLock;
 use serde_json::json;
-use shardwise_test_apiserver::{
-    CertificateAuthority, ClientCertificate, Credential, Identity, WriteRecord, kubeconfig_yaml,
-};
 
 use crate::HarnessError;
-use link::Links;
-pub(crate) use supervisor::Spawner;
+use crate::faults::Faults;
+use crate::identity::{Credential, Identity, kubeconfig_yaml};
+use crate::tls::{CertificateAuthority, CertificateError, ClientCertificate, IssuedCertificates};
+pub use audit::WriteRecord;
+use link::{LinkCertificates, Links};
+use supervisor::Spawner;
 use supervisor::Supervised;
 
 /// Where the control plane's binaries are: `$SHARDWISE_CONTROL_PLANE_BIN`, else the
 /// workspace's `target/control-plane/`.
 #[derive(Clone, Debug)]
-pub(crate) struct Binaries {
+struct Binaries {
     kube_apiserver: PathBuf,
     etcd: PathBuf,
 }
 
 impl Binaries {
     /// Finds both binaries, or fails naming the first that is missing.
-    pub(crate) fn locate() -> Result<Self, HarnessError> {
+    fn locate() -> Result<Self, HarnessError> {
         let dir = std::env::var_os("SHARDWISE_CONTROL_PLANE_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -91,16 +93,16 @@ fn write(path: &Path, contents: &str) -> Result<(), HarnessError> {
     })
 }
 
-fn certificate_error(cluster: &str) -> impl Fn(rcgen::Error) -> HarnessError + '_ {
-    move |e| HarnessError::Certificate {
+fn certificate_error(cluster: &str) -> impl Fn(CertificateError) -> HarnessError + '_ {
+    move |source| HarnessError::Certificate {
         cluster: cluster.to_string(),
-        source: e.into(),
+        source,
     }
 }
 
 /// etcd, shared by an environment's kube-apiservers.
 #[derive(Debug)]
-pub(crate) struct Etcd {
+struct Etcd {
     process: Mutex<Supervised>,
     program: PathBuf,
     args: Vec<String>,
@@ -110,11 +112,7 @@ pub(crate) struct Etcd {
 }
 
 impl Etcd {
-    pub(crate) fn start(
-        spawner: &Spawner,
-        binaries: &Binaries,
-        dir: &Path,
-    ) -> Result<Self, HarnessError> {
+    fn start(spawner: &Spawner, binaries: &Binaries, dir: &Path) -> Result<Self, HarnessError> {
         let (client, peer) = (crate::free_port()?, crate::free_port()?);
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
@@ -141,12 +139,11 @@ impl Etcd {
         })
     }
 
-    pub(crate) fn url(&self) -> &str {
+    fn url(&self) -> &str {
         &self.url
     }
 
-    /// Kills etcd (SIGKILL) and starts it again on the same ports and data.
-    pub(crate) fn restart(&self) -> Result<(), HarnessError> {
+    fn restart(&self) -> Result<(), HarnessError> {
         let mut process = self.process.lock().unwrap_or_else(PoisonError::into_inner);
         process.kill();
         *process = self
@@ -199,6 +196,39 @@ fn issue_certificate(
         })
 }
 
+/// What the kube-apiservers of an environment share: etcd, the thread that spawns their
+/// processes, their binaries and extra flags, and the client certificates issued on any of them
+/// (which every link may present).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    etcd: Etcd,
+    spawner: Spawner,
+    binaries: Binaries,
+    apiserver_args: Vec<String>,
+    issued: IssuedCertificates,
+}
+
+impl Shared {
+    /// Finds the binaries and starts etcd with its data in `dir`.
+    pub(crate) fn start(apiserver_args: Vec<String>, dir: &Path) -> Result<Self, HarnessError> {
+        let binaries = Binaries::locate()?;
+        let spawner = Spawner::start()?;
+        let etcd = Etcd::start(&spawner, &binaries, dir)?;
+        Ok(Self {
+            etcd,
+            spawner,
+            binaries,
+            apiserver_args,
+            issued: IssuedCertificates::default(),
+        })
+    }
+
+    /// Kills etcd (SIGKILL) and starts it again on the same ports and data.
+    pub(crate) fn restart_etcd(&self) -> Result<(), HarnessError> {
+        self.etcd.restart()
+    }
+}
+
 /// One kube-apiserver: a cluster of its own, stored in the shared etcd under its own prefix.
 #[derive(Debug)]
 pub struct RealApiServer {
@@ -225,17 +255,21 @@ const PORT_ATTEMPTS: u32 = 3;
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl RealApiServer {
-    /// Starts kube-apiserver `name` on etcd `etcd`, with `identities` (and an `admin`) and
-    /// `extra_args` after its own flags, and waits until it is ready.
+    /// Starts kube-apiserver `name` on the shared etcd, with `identities` (and an `admin`) and
+    /// the shared extra flags after its own, and waits until it is ready.
     pub(crate) fn start(
         name: &str,
         identities: &[Identity],
-        spawner: &Spawner,
-        binaries: &Binaries,
-        etcd: &Etcd,
-        extra_args: &[String],
+        shared: &Shared,
         dir: &Path,
     ) -> Result<Self, HarnessError> {
+        let Shared {
+            etcd,
+            spawner,
+            binaries,
+            apiserver_args: extra_args,
+            issued,
+        } = shared;
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir).map_err(|source| HarnessError::Io {
             path: dir.clone(),
@@ -249,7 +283,8 @@ impl RealApiServer {
             .map_err(&cert_error)?;
         let client_ca =
             CertificateAuthority::generate(&format!("{name}-client-ca")).map_err(&cert_error)?;
-        let signing_key = rcgen::KeyPair::generate().map_err(&cert_error)?;
+        let signing_key =
+            rcgen::KeyPair::generate().map_err(|e| cert_error(CertificateError::Generate(e)))?;
         let files = [
             ("serving.crt", serving.cert_pem.clone()),
             ("serving.key", serving.key_pem.clone()),
@@ -352,9 +387,22 @@ impl RealApiServer {
                 args,
                 spawner: spawner.clone(),
                 audit_log: dir.join("audit.log"),
-                links: Links::new(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?,
+                links: Links::new(
+                    std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                    LinkCertificates {
+                        serving_cert: &serving.cert_pem,
+                        serving_key: &serving.key_pem,
+                        serving_ca: &serving_ca.pem(),
+                    },
+                    issued.clone(),
+                )?,
                 dir: dir.clone(),
             };
+            for identity in &identities {
+                if let Credentials::Certificate(cert) = &identity.credentials {
+                    server.links.register(cert)?;
+                }
+            }
             match server.wait_ready() {
                 Ok(()) => return Ok(server),
                 Err(HarnessError::NotReady { log, .. })
@@ -419,15 +467,14 @@ impl RealApiServer {
         Some(kubeconfig_yaml(
             &self.name,
             &url,
-            Some(&self.serving_ca),
+            &self.serving_ca,
             &[(identity, i.credential())],
             identity,
         ))
     }
 
     /// Where `identity` reaches the server: the harness's `admin` directly, any other identity
-    /// through a link of its own, which [`RealApiServer::partition`] cuts and
-    /// [`RealApiServer::set_latency`] slows.
+    /// through a link of its own, where the server's [`Faults`] reach it.
     pub fn url_for(&self, identity: &Identity) -> Result<String, HarnessError> {
         if identity.name == "admin" {
             return Ok(self.url.clone());
@@ -438,19 +485,9 @@ impl RealApiServer {
         ))
     }
 
-    /// Delays every request of `identity` by `latency` on its way to the server.
-    pub fn set_latency(&self, identity: &str, latency: Duration) -> Result<(), HarnessError> {
-        self.links.set_latency(identity, latency)
-    }
-
-    /// Cuts `identity`'s link: its open connections and watches drop and new ones are refused
-    /// without an answer, until it is healed ([`Cluster::heal`](crate::Cluster::heal)).
-    pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
-        self.links.set_cut(identity, true)
-    }
-
-    pub(crate) fn heal(&self, identity: &str) -> Result<(), HarnessError> {
-        self.links.set_cut(identity, false)
+    /// The faults its links inject into every identity's requests but the harness's `admin`.
+    pub fn faults(&self) -> &Faults {
+        self.links.faults()
     }
 
     /// A kubeconfig with every identity; the admin is current.
@@ -460,13 +497,7 @@ impl RealApiServer {
             .iter()
             .map(|i| (i.identity.name.as_str(), i.credential()))
             .collect();
-        kubeconfig_yaml(
-            &self.name,
-            &self.url,
-            Some(&self.serving_ca),
-            &users,
-            "admin",
-        )
+        kubeconfig_yaml(&self.name, &self.url, &self.serving_ca, &users, "admin")
     }
 
     /// A kubeconfig holding only `identity`, authenticating with a newly issued client
@@ -482,10 +513,11 @@ impl RealApiServer {
                 identity: identity.to_string(),
             })?;
         let cert = issue_certificate(&self.client_ca, &self.name, &i)?;
+        self.links.register(&cert)?;
         Ok(kubeconfig_yaml(
             &self.name,
             &self.url_for(&i)?,
-            Some(&self.serving_ca),
+            &self.serving_ca,
             &[(identity, Credential::Certificate(&cert))],
             identity,
         ))
@@ -496,9 +528,7 @@ impl RealApiServer {
     /// authenticates with a client certificate, since static tokens are read only at start.
     pub fn add_identity(&self, identity: Identity) -> Result<(), HarnessError> {
         let service_account = identity
-            .user
-            .strip_prefix("system:serviceaccount:")
-            .and_then(|rest| rest.split_once(':'))
+            .service_account_name()
             .map(|(ns, sa)| (ns.to_string(), sa.to_string()));
         let entry = match service_account {
             Some((namespace, account)) => {
@@ -510,6 +540,7 @@ impl RealApiServer {
             }
             None => {
                 let cert = issue_certificate(&self.client_ca, &self.name, &identity)?;
+                self.links.register(&cert)?;
                 RealIdentity {
                     identity,
                     credentials: Credentials::Certificate(cert),
