@@ -29,6 +29,8 @@ mod diff;
 mod draft;
 mod engine;
 mod error;
+#[cfg(feature = "clap")]
+mod flags;
 mod hashing;
 mod model;
 mod ratio;
@@ -41,6 +43,8 @@ mod strategy;
 pub use diff::{AssignmentDiff, Move};
 pub use engine::assign;
 pub use error::{AssignError, ParseError};
+#[cfg(feature = "clap")]
+pub use flags::StrategyFlags;
 pub use hashing::fnv1a_32;
 pub use model::{
     Assignment, Balance, Cluster, Placement, PreviousPlacement, RecordedPlacement, ShardId,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
-use shard_assign::{Ratio, StrategyConfig, StrategyKind};
+use shard_assign::{StrategyConfig, StrategyFlags, StrategyKind};
 use shardwise_fleet::argocd::ArgoCdLoad;
 use shardwise_fleet::installation::argocd_algorithm_named;
 use shardwise_runtime::args::LogFormat;
@@ -45,18 +45,8 @@ pub struct BalanceArgs {
     /// What an Application weighs: 1 (apps) or its managed resources (resources)
     #[arg(long, value_enum, default_value_t = Load::Apps)]
     pub load: Load,
-    /// Points per shard on the ring of Argo CD's consistent-hashing
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_VIRTUAL_NODES, value_parser = clap::value_parser!(u32).range(1..=i64::from(StrategyConfig::MAX_VIRTUAL_NODES)))]
-    pub virtual_nodes: u32,
-    /// Bounded-load factor c of Argo CD's consistent-hashing
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_LOAD_FACTOR)]
-    pub load_factor: Ratio,
-    /// Clusters a pass may move for balance
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_MAX_EXTRA_MOVES)]
-    pub max_extra_moves: u32,
-    /// Max/mean load at or under which no cluster moves for balance
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
-    pub target_balance: Ratio,
+    #[command(flatten)]
+    pub strategy: StrategyFlags,
     /// Seconds between passes; each pass may spend the move budget (--max-extra-moves) once
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = interval)]
     pub interval: u32,
@@ -90,13 +80,7 @@ pub struct BalanceArgs {
 impl BalanceArgs {
     /// The strategy these flags give `kind`.
     pub fn config(&self, kind: StrategyKind) -> StrategyConfig {
-        StrategyConfig {
-            kind,
-            virtual_nodes: self.virtual_nodes,
-            load_factor: self.load_factor,
-            max_extra_moves: self.max_extra_moves,
-            target_balance: self.target_balance,
-        }
+        self.strategy.config(kind)
     }
 }
 

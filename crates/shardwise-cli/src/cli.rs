@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use shard_assign::{Ratio, StrategyConfig, StrategyKind};
+use shard_assign::{Ratio, StrategyFlags, StrategyKind};
 use shardwise_sim::AppDistribution;
 
 use crate::limits;
@@ -171,35 +171,6 @@ pub enum ScenarioKind {
     Drift,
 }
 
-/// Parameters of the strategies, shared by every command.
-#[derive(Debug, Args)]
-pub struct StrategyArgs {
-    /// Points per shard on the ring (weighted-ring-hash, bounded-load).
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_VIRTUAL_NODES, value_parser = clap::value_parser!(u32).range(1..=i64::from(StrategyConfig::MAX_VIRTUAL_NODES)))]
-    pub virtual_nodes: u32,
-    /// Bounded-load factor c: no shard takes a cluster past ceil(c x mean) unless none can.
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_LOAD_FACTOR)]
-    pub load_factor: Ratio,
-    /// Extra moves sticky-balanced may spend on balance per re-plan.
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_MAX_EXTRA_MOVES, value_parser = count::<u32>)]
-    pub max_extra_moves: u32,
-    /// Max/mean load at or under which sticky-balanced stops moving clusters.
-    #[arg(long, default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
-    pub target_balance: Ratio,
-}
-
-impl StrategyArgs {
-    pub fn config(&self, kind: StrategyKind) -> StrategyConfig {
-        StrategyConfig {
-            kind,
-            virtual_nodes: self.virtual_nodes,
-            load_factor: self.load_factor,
-            max_extra_moves: self.max_extra_moves,
-            target_balance: self.target_balance,
-        }
-    }
-}
-
 /// A whole number of at least 1, with a message that says so (clap's own would call "-5" an
 /// unexpected argument) and states the real range: up to `MAX`, the limit of `limits.rs`. A
 /// value above `MAX` that fits is let through, so that the command refuses it with the limit's
@@ -284,7 +255,7 @@ pub struct SimulateArgs {
     #[arg(long, value_delimiter = ',')]
     pub strategies: Vec<StrategyKind>,
     #[command(flatten)]
-    pub strategy: StrategyArgs,
+    pub strategy: StrategyFlags,
     /// Cut clusters too big for one shard into slices of their apps (Argo CD's algorithms,
     /// legacy-modulo, round-robin and argocd-consistent-hashing, never cut).
     #[arg(long, value_enum, default_value_t = Slicing::Auto)]
@@ -322,7 +293,7 @@ pub struct AssignArgs {
     #[arg(long, value_name = "FILE")]
     pub inventory: PathBuf,
     #[command(flatten)]
-    pub strategy_args: StrategyArgs,
+    pub strategy_args: StrategyFlags,
     /// Cut clusters too big for one shard into slices of their apps (Argo CD's algorithms,
     /// legacy-modulo, round-robin and argocd-consistent-hashing, never cut). An inventory counts apps without naming them, so the apps get
     /// random UIDs derived from their cluster's id, as in `simulate`.
@@ -376,7 +347,7 @@ pub struct PlanArgs {
     #[arg(long, value_enum, default_value_t = PlanLoad::Apps)]
     pub load: PlanLoad,
     #[command(flatten)]
-    pub strategy_args: StrategyArgs,
+    pub strategy_args: StrategyFlags,
     /// Cut clusters too big for one shard into slices of their apps, by the FNV-1a hash of each
     /// app's UID (Argo CD's algorithms, legacy-modulo, round-robin and
     /// argocd-consistent-hashing, never cut).

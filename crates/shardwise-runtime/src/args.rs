@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use shard_assign::{Ratio, SliceSwitch, StrategyConfig, StrategyKind};
+use shard_assign::{Ratio, SliceSwitch, StrategyFlags, StrategyKind};
 use shardwise_handoff::identity::IdentityError;
 use shardwise_handoff::lease::LeaseTiming;
 
@@ -116,18 +116,8 @@ pub struct ReplicaArgs {
     /// Placement strategy.
     #[arg(long, env = "SHARDWISE_STRATEGY", default_value = "sticky-balanced")]
     pub(crate) strategy: StrategyKind,
-    /// Ring points per shard (weighted-ring-hash, bounded-load).
-    #[arg(long, env = "SHARDWISE_VIRTUAL_NODES", default_value_t = StrategyConfig::DEFAULT_VIRTUAL_NODES, value_parser = positive_u32)]
-    pub(crate) virtual_nodes: u32,
-    /// Bounded-load factor c.
-    #[arg(long, env = "SHARDWISE_LOAD_FACTOR", default_value_t = StrategyConfig::DEFAULT_LOAD_FACTOR)]
-    pub(crate) load_factor: Ratio,
-    /// Extra moves per planning pass (sticky-balanced).
-    #[arg(long, env = "SHARDWISE_MAX_EXTRA_MOVES", default_value_t = StrategyConfig::DEFAULT_MAX_EXTRA_MOVES)]
-    pub(crate) max_extra_moves: u32,
-    /// Max/mean load at which sticky-balanced stops moving units.
-    #[arg(long, env = "SHARDWISE_TARGET_BALANCE", default_value_t = StrategyConfig::DEFAULT_TARGET_BALANCE)]
-    pub(crate) target_balance: Ratio,
+    #[command(flatten)]
+    pub(crate) tuning: StrategyFlags,
     /// Cut units too big for one shard into slices of their items: `auto` with sticky-balanced
     /// only, `on` with every strategy that may cut (not legacy-modulo or round-robin), `off`.
     #[arg(long, env = "SHARDWISE_SLICING", default_value_t = SliceSwitch::Auto)]
@@ -267,13 +257,7 @@ impl ReplicaArgs {
                 retry_period: self.retry_period,
             },
             planner: PlannerSettings {
-                strategy: StrategyConfig {
-                    kind: self.strategy,
-                    virtual_nodes: self.virtual_nodes,
-                    load_factor: self.load_factor,
-                    max_extra_moves: self.max_extra_moves,
-                    target_balance: self.target_balance,
-                },
+                strategy: self.tuning.config(self.strategy),
                 slicing: self.slicing,
                 plan_interval: self.plan_interval,
                 converge_interval: self.converge_interval,
