@@ -185,6 +185,14 @@ pub struct SliceConfig {
 impl SliceConfig {
     const DEFAULT_MERGE_BELOW: Ratio = Ratio::from_thousandths(750);
 
+    /// What a cache copy (a cluster on one shard more) costs when load is counted in apps of
+    /// weight 1, as measured on shardwise's controller with the benchmarks' realistic apps
+    /// (docs/benchmarks.md): holding a cluster more costs a replica 273 KiB of resident memory
+    /// and an app's cache (three objects) 5,450 bytes, so a copy takes the memory of 51 apps.
+    /// Memory is a fifth of what an app weighs (the planner's default `--load-memory-weight`),
+    /// so a copy weighs as much as 10 apps.
+    pub const MEASURED_COPY_COST_APPS: u64 = 10;
+
     /// Slicing on, with the default merge threshold (3/4 of the target) and free cache copies.
     pub const fn enabled() -> Self {
         Self {

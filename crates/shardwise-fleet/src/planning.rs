@@ -360,7 +360,7 @@ pub fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanReport, Assi
                     &request
                         .slicing
                         .config_for(config.kind)
-                        .with_copy_cost(shardwise_sim::COPY_COST_APPS),
+                        .with_copy_cost(shard_assign::SliceConfig::MEASURED_COPY_COST_APPS),
                     &fleet.clusters,
                     &fleet.keys,
                     shards,

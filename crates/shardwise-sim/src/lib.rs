@@ -30,12 +30,3 @@ pub use simulate::{
     Simulation, SliceMode, StepSummary, StrategyReport,
 };
 pub use stats::Summary;
-
-/// What a cache copy (a cluster on one shard more) costs, in the simulator's load units (apps
-/// of weight 1). Measured on shardwise's controller with the benchmarks' realistic apps
-/// (docs/benchmarks.md): holding a cluster more costs a replica 273 KiB of resident memory and
-/// an app's cache (three objects) 5,450 bytes, so a copy takes the memory of 51 apps. Memory is
-/// a fifth of what an app weighs (the planner's default `--load-memory-weight`), so a copy
-/// weighs as much as 10 apps. A cut is made only where the busiest shard, each shard counting
-/// the copies it holds, is lighter for it.
-pub const COPY_COST_APPS: u64 = 10;

@@ -158,7 +158,8 @@ impl Simulation {
             } else {
                 AppKeys::new()
             };
-            let slice_config = SliceConfig::enabled().with_copy_cost(crate::COPY_COST_APPS);
+            let slice_config =
+                SliceConfig::enabled().with_copy_cost(SliceConfig::MEASURED_COPY_COST_APPS);
             for ((config, sliced), runs) in variants.iter().zip(&mut runs) {
                 let slicing = sliced.then_some((&slice_config, &keys));
                 let mut run = run_steps(config, slicing, &steps)?;

@@ -37,7 +37,7 @@ pub(crate) fn run(args: &AssignArgs) -> Result<()> {
         &config,
         &switch
             .config_for(args.strategy)
-            .with_copy_cost(shardwise_sim::COPY_COST_APPS),
+            .with_copy_cost(shard_assign::SliceConfig::MEASURED_COPY_COST_APPS),
         &placed,
         &keys,
         &shards,
