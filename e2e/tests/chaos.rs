@@ -417,7 +417,9 @@ async fn rolling_restart_of_every_replica() {
 
 /// The planner replica frozen (SIGSTOP) with reconciles in flight, as a long GC pause, CPU
 /// throttling or a VM live migration would, for longer than its lease. Proved from the
-/// destinations' side: no write of a term arrives after its lease could have expired.
+/// destinations' side: no write of a term arrives after its lease could have expired; and from
+/// the frozen process's audit: its term starts no reconcile once its lease has expired (a
+/// controller's work that no request carries is not stopped by the fenced client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     let _serial = SERIAL.lock().await;
@@ -509,6 +511,50 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
         "[{}] {in_flight} apps queued at the freeze, frozen {:.1} s",
         c.name,
         (resumed_at - frozen_at) as f64 / 1e9,
+    );
+    // From the frozen process's own audit: read once its next term holds the lease (the gauge
+    // `wait_lease` reads may still show the frozen term's), so that it covers all the time the
+    // frozen term could have started anything in.
+    let lease = format!("{STATEFULSET}-shard-{frozen}");
+    let frozen_at_wall = SystemTime::UNIX_EPOCH + Duration::from_nanos(frozen_at);
+    let expired = wait_for(
+        "the resumed replica's next term to take its lease",
+        SETTLE,
+        || async {
+            let renewals = history.renewals();
+            match fencing::starts_after_expiry(
+                &c.intervals(),
+                pid,
+                &lease,
+                &renewals,
+                frozen_at_wall,
+            ) {
+                Some(expired) if expired.next_term.is_some() => Ok(expired),
+                Some(_) => Err(format!("{lease} not taken again yet")),
+                None => Err(format!("no renewal of {lease} seen before the freeze")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let after_freeze = |t: SystemTime| {
+        t.duration_since(frozen_at_wall)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    eprintln!(
+        "[{}] {} reconciles started by the frozen term after its lease expired ({:.1} s after the freeze; the process's next term took the lease {:.1} s after the freeze)",
+        c.name,
+        expired.starts.len(),
+        after_freeze(expired.expiry),
+        expired.next_term.map_or(f64::NAN, after_freeze),
+    );
+    assert!(
+        expired.starts.is_empty(),
+        "{}: the frozen term {} started {} reconciles after its lease expired, e.g. {:?}",
+        c.name,
+        expired.holder,
+        expired.starts.len(),
+        &expired.starts[..expired.starts.len().min(3)]
     );
     c.assert_no_late_writes(&history, 601);
     // The frozen reconciles ended at the gate as soon as the process ran again; everything

@@ -74,11 +74,17 @@ impl Fence {
 
     /// `Ok` while a request may still be sent.
     pub fn check(&self) -> Result<(), Fenced> {
+        self.check_at(Instant::now())
+    }
+
+    /// [`check`](Self::check) at `now` on the monotonic clock. Once it fails, it fails for
+    /// good: the lease task never renews a term whose fence has passed.
+    pub fn check_at(&self, now: Instant) -> Result<(), Fenced> {
         match *self.holding.borrow() {
             Holding::Held {
                 fence_at,
                 incarnation,
-            } if incarnation == self.incarnation && Instant::now() < fence_at => Ok(()),
+            } if incarnation == self.incarnation && now < fence_at => Ok(()),
             _ => Err(Fenced),
         }
     }

@@ -98,6 +98,9 @@ impl std::fmt::Debug for Parts {
     }
 }
 
+/// The monotonic clock the workers read the term's fence on: `Instant::now`, but for tests.
+type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
 /// A term of `C`: its context and state, and the controller.
 struct Owner<C: Sharded> {
     controller: Arc<C>,
@@ -108,9 +111,17 @@ struct Owner<C: Sharded> {
     /// What each record's reconciles cost this term.
     meter: Mutex<Meter>,
     load: watch::Sender<Annotations>,
+    clock: Clock,
 }
 
 impl<C: Sharded> Owner<C> {
+    /// Whether the term is over on the monotonic clock, as the fenced client judges it, even if
+    /// the lease task has not run since (a process frozen, then resumed). For good: the lease
+    /// task never renews a term past its fence.
+    fn fence_passed(&self) -> bool {
+        self.term.fence().check_at((self.clock)()).is_err()
+    }
+
     /// Feeds a record of `key` (the whole unit's, or one slice's; `None`: gone from this
     /// shard's view) to its machine, and queues the work it lets start. `spec_changed` says
     /// whether the unit's generation differs from the last one seen (status writes do not
@@ -536,6 +547,7 @@ pub(crate) async fn run<C: Sharded>(
         slice_records: Mutex::new(BTreeMap::new()),
         meter: Mutex::new(Meter::new(MeterSettings::DEFAULT, Instant::now())),
         load: load.clone(),
+        clock: Arc::new(Instant::now),
     });
     start_watches(
         &owner,

@@ -70,6 +70,24 @@ impl<K: Ord + Clone, L: Ord + Clone> State<K, L> {
         }
     }
 
+    /// `key`, taken but not processed, first in its lane again.
+    fn put_back(&mut self, key: K) {
+        self.processing.remove(&key);
+        self.dirty.remove(&key);
+        if let Some(at) = self.delayed_at.remove(&key) {
+            self.delayed.remove(&at);
+        }
+        if self.queued.insert(key.clone()) {
+            let lane = self.lanes.get(&key).cloned();
+            let keys = self.ready.entry(lane.clone()).or_default();
+            if keys.is_empty() {
+                // A lane with keys ready has a turn, and only one.
+                self.turns.push_front(lane);
+            }
+            keys.push_front(key);
+        }
+    }
+
     /// The next key to process: the first of the lane whose turn it is.
     fn pop(&mut self) -> Option<K> {
         while let Some(lane) = self.turns.pop_front() {
@@ -290,6 +308,14 @@ impl<K: Ord + Clone, L: Ord + Clone> WorkQueue<K, L> {
         }
     }
 
+    /// Returns `key`, taken by [`next`](Self::next) but not started, to the front of its lane,
+    /// as if it had never been taken (an add meanwhile, or a schedule, is absorbed: it is
+    /// queued now). Also on a closed queue: the key is put back, not added.
+    pub fn put_back(&self, key: K) {
+        self.lock().put_back(key);
+        self.notify.notify_one();
+    }
+
     /// Keys ready for a worker (not counting scheduled ones).
     pub fn depth(&self) -> usize {
         let mut state = self.lock();
@@ -429,6 +455,41 @@ mod tests {
         assert_eq!(q.next().await, Some("z"));
         let state = q.lock();
         assert!(state.turns.is_empty() && state.ready.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_put_back_is_next_in_its_lane_and_counted_once() {
+        let q: WorkQueue<&str, &str> = WorkQueue::new();
+        for key in ["a1", "a2"] {
+            q.add_in(key, "a");
+        }
+        q.add_in("b1", "b");
+        assert_eq!(q.depth(), 3);
+        assert_eq!(q.next().await, Some("a1"));
+        // Added again and scheduled while out: still one key, queued now.
+        q.add("a1");
+        q.add_after("a1", Duration::from_secs(5));
+        q.put_back("a1");
+        assert_eq!(q.depth(), 3, "the depth is as before the take");
+        // b1 has the turn a1's lane gave up; a1 is then first of its lane again.
+        let mut order = Vec::new();
+        while q.depth() > 0 {
+            let key = q.next().await.unwrap();
+            q.done(&key);
+            order.push(key);
+        }
+        assert_eq!(order, ["b1", "a1", "a2"]);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(q.depth(), 0, "the schedule went with the put back");
+        // The last key of its lane comes back as the lane's only key, with a turn.
+        q.add_in("c1", "c");
+        assert_eq!(q.next().await, Some("c1"));
+        q.put_back("c1");
+        q.close();
+        assert_eq!(q.depth(), 1);
+        let state = q.lock();
+        assert_eq!(state.turns, [Some("c")]);
+        assert!(state.processing.is_empty() && state.dirty.is_empty());
     }
 
     #[tokio::test]

@@ -70,7 +70,9 @@ impl<U: Object, I: Object> TermContext<U, I> {
     }
 
     /// The term's fence: a client built with it ([`crate::clients::build_fenced_client`])
-    /// sends nothing once the term is over.
+    /// sends nothing once the term is over. No reconcile starts past it, but one under way is
+    /// not stopped before its next `await`: work that is not a request of such a client (an
+    /// outside API, a file) checks [`Fence::check`] just before it.
     pub fn fence(&self) -> &Fence {
         &self.fence
     }

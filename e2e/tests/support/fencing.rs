@@ -11,10 +11,13 @@ use kube::{Api, Client};
 use kube_runtime::{WatchStreamExt, watcher};
 use shardwise_e2e::WriteRecord;
 use shardwise_handoff::drain::Incarnation;
+use shardwise_runtime::audit::Interval;
 
 /// One state of a shard lease, as a watch saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Renewal {
+    /// The Lease's name.
+    pub lease: String,
     pub holder: String,
     pub renewed: SystemTime,
     pub duration: Duration,
@@ -36,20 +39,17 @@ impl LeaseHistory {
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {
                 let Ok(lease) = event else { continue };
-                let is_shard = lease
-                    .metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.contains("-shard-"));
+                let name = lease.metadata.name.unwrap_or_default();
                 let spec = lease.spec.unwrap_or_default();
                 if let (true, Some(holder), Some(renewed), Some(seconds)) = (
-                    is_shard,
+                    name.contains("-shard-"),
                     spec.holder_identity,
                     spec.renew_time,
                     spec.lease_duration_seconds,
                 ) {
                     let renewed = SystemTime::from(renewed.0);
                     sink.lock().unwrap().push(Renewal {
+                        lease: name,
                         holder,
                         renewed,
                         duration: Duration::from_secs(u64::try_from(seconds).unwrap_or(0)),
@@ -134,6 +134,65 @@ pub fn late_writes(writes: &[WriteRecord], renewals: &[Renewal]) -> FenceReport 
     report
 }
 
+/// What a process frozen while it held a shard lease started once that lease had expired, as
+/// its own audit tells.
+#[derive(Debug)]
+pub struct ExpiredStarts {
+    /// The identity the lease was held under at the freeze: the frozen term.
+    pub holder: String,
+    /// When the frozen term's lease expired: its last renewal plus the lease duration.
+    pub expiry: SystemTime,
+    /// When the lease was next taken (by the resumed process's next term, whose reconciles are
+    /// its own), if it was.
+    pub next_term: Option<SystemTime>,
+    /// The reconciles the process started after the expiry and before its next term.
+    pub starts: Vec<Interval>,
+}
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The reconciles that process `pid`, frozen at `frozen_at` while it held `lease`, started
+/// after that term's lease had expired; `None` if no renewal of `lease` before the freeze was
+/// seen. Every renewal of the term counts, one sent just before the freeze too.
+pub fn starts_after_expiry(
+    intervals: &[Interval],
+    pid: u32,
+    lease: &str,
+    renewals: &[Renewal],
+    frozen_at: SystemTime,
+) -> Option<ExpiredStarts> {
+    let of_lease: Vec<&Renewal> = renewals.iter().filter(|r| r.lease == lease).collect();
+    let holder = of_lease
+        .iter()
+        .filter(|r| r.renewed <= frozen_at)
+        .max_by_key(|r| r.renewed)?
+        .holder
+        .clone();
+    let term: Vec<&&Renewal> = of_lease.iter().filter(|r| r.holder == holder).collect();
+    let expiry = term.iter().map(|r| r.renewed + r.duration).max()?;
+    let last_renewal = term.iter().map(|r| r.renewed).max()?;
+    let next_term = of_lease
+        .iter()
+        .filter(|r| r.holder != holder && r.renewed > last_renewal)
+        .map(|r| r.renewed)
+        .min();
+    let (from, to) = (nanos(expiry), next_term.map_or(u64::MAX, nanos));
+    let starts = intervals
+        .iter()
+        .filter(|i| i.pid == pid && i.start > from && i.start < to)
+        .cloned()
+        .collect();
+    Some(ExpiredStarts {
+        holder,
+        expiry,
+        next_term,
+        starts,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,16 +220,19 @@ mod tests {
     fn a_write_after_the_last_renewal_plus_the_duration_is_late_and_only_that() {
         let renewals = [
             Renewal {
+                lease: "shardwise-shard-1".into(),
                 holder: "a".into(),
                 renewed: at(100),
                 duration: Duration::from_secs(6),
             },
             Renewal {
+                lease: "shardwise-shard-1".into(),
                 holder: "a".into(),
                 renewed: at(102),
                 duration: Duration::from_secs(6),
             },
             Renewal {
+                lease: "shardwise-shard-1".into(),
                 holder: "b".into(),
                 renewed: at(120),
                 duration: Duration::from_secs(6),
@@ -191,5 +253,54 @@ mod tests {
         assert_eq!(report.late[0].holder, "a");
         assert_eq!(report.late[0].late_by, Duration::from_secs(1));
         assert_eq!(report.unattributed.len(), 2);
+    }
+
+    fn started(pid: u32, seconds: u64) -> Interval {
+        Interval {
+            pid,
+            shard: 1,
+            unit: "fleet/cluster-1".into(),
+            range: shard_assign::KeyRange::WHOLE,
+            key: "fleet/app-1".into(),
+            start: nanos(at(seconds)),
+            end: None,
+        }
+    }
+
+    #[test]
+    fn a_start_between_the_frozen_terms_expiry_and_its_next_term_is_counted_and_only_that() {
+        let renewal = |lease: &str, holder: &str, seconds| Renewal {
+            lease: lease.into(),
+            holder: holder.into(),
+            renewed: at(seconds),
+            duration: Duration::from_secs(6),
+        };
+        let renewals = [
+            renewal("shardwise-shard-1", "p_1", 100),
+            renewal("shardwise-shard-1", "p_1", 101),
+            // Sent just before the freeze at 102, seen after it.
+            renewal("shardwise-shard-1", "p_1", 102),
+            renewal("shardwise-shard-2", "q_1", 140),
+            renewal("shardwise-shard-1", "p_1-1", 150),
+        ];
+        let intervals = [
+            started(7, 101),
+            started(7, 107),
+            started(7, 109),
+            started(7, 149),
+            started(8, 120),
+            // The next term's own.
+            started(7, 151),
+        ];
+        let found = starts_after_expiry(&intervals, 7, "shardwise-shard-1", &renewals, at(102))
+            .expect("renewals before the freeze");
+        assert_eq!(found.holder, "p_1");
+        assert_eq!(found.expiry, at(108));
+        assert_eq!(found.next_term, Some(at(150)));
+        let starts: Vec<u64> = found.starts.iter().map(|i| i.start).collect();
+        assert_eq!(starts, [nanos(at(109)), nanos(at(149))]);
+        assert!(
+            starts_after_expiry(&intervals, 7, "shardwise-shard-3", &renewals, at(102)).is_none()
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! The worker pools: take a key, look the object up, reconcile it through the gate (recorded in
-//! the audit, abandoned if the term ends), and schedule what comes next.
+//! the audit, abandoned if the term ends), and schedule what comes next. No reconcile starts
+//! past the term's fence: a controller's work that no request of the fenced client carries (an
+//! outside API, a file) must not start while another replica may own the unit.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,9 +26,20 @@ enum Ran<E> {
     Finished(Result<Action, E>),
 }
 
+/// What became of a reconcile offered to [`gated`].
+enum Gated<T> {
+    /// Not started: the term's fence has passed.
+    Fenced,
+    /// Not started: the gate refused it, or the term is ending.
+    Refused,
+    /// Started; the term ended while it ran.
+    Cancelled,
+    Finished(T),
+}
+
 /// Runs one reconcile of work on `at` (an item's key in its unit's key space, or
 /// [`UNIT_KEY`] for the unit itself) of `unit`, through the gate, recorded in the audit,
-/// abandoned if the term ends. `None` when the gate refused it.
+/// abandoned if the term ends.
 async fn gated<C: Sharded, T>(
     owner: &Arc<Owner<C>>,
     unit: &ObjectKey,
@@ -34,12 +47,19 @@ async fn gated<C: Sharded, T>(
     kind: &'static str,
     key: &ObjectKey,
     work: impl std::future::Future<Output = T>,
-) -> Option<Option<T>> {
+) -> Gated<T> {
     let term = &owner.term;
     if term.cancel.is_cancelled() {
-        return None;
+        return Gated::Refused;
     }
-    let range = term.gate.begin(unit, at)?;
+    // Ahead of the gate: an item the gate refuses may go on to `reconcile_orphan`, controller
+    // code too.
+    if owner.fence_passed() {
+        return Gated::Fenced;
+    }
+    let Some(range) = term.gate.begin(unit, at) else {
+        return Gated::Refused;
+    };
     let interval = term
         .audit
         .start(&unit.to_string(), range, kind, &key.to_string());
@@ -58,7 +78,18 @@ async fn gated<C: Sharded, T>(
     owner.meter().end(running, Instant::now());
     let effect = term.gate.end(unit, range);
     owner.apply_effect(unit, range, effect);
-    Some(result)
+    match result {
+        Some(result) => Gated::Finished(result),
+        None => Gated::Cancelled,
+    }
+}
+
+/// A worker that found the term's fence passed: `key`, taken but not started, goes back to the
+/// front of its queue, and the worker stops (nothing of the term may start any more; whoever
+/// holds the unit next reconciles it).
+fn stop_at_fence<L: Ord + Clone>(queue: &WorkQueue<ObjectKey, L>, key: ObjectKey) {
+    debug!(%key, "the term's fence has passed: not started");
+    queue.put_back(key);
 }
 
 /// Counts the reconcile and schedules the key's next one.
@@ -113,9 +144,13 @@ pub(super) async fn units<C: Sharded>(owner: Arc<Owner<C>>) {
             Some(unit) => {
                 let work = owner.controller.reconcile_unit(term, unit);
                 match gated(&owner, &key, UNIT_KEY, kind, &key, work).await {
-                    None => Ran::Skipped,
-                    Some(None) => Ran::Cancelled,
-                    Some(Some(result)) => Ran::Finished(result),
+                    Gated::Fenced => {
+                        stop_at_fence(&term.unit_queue, key);
+                        return;
+                    }
+                    Gated::Refused => Ran::Skipped,
+                    Gated::Cancelled => Ran::Cancelled,
+                    Gated::Finished(result) => Ran::Finished(result),
                 }
             }
         };
@@ -162,11 +197,17 @@ pub(super) async fn items<C: Sharded>(owner: Arc<Owner<C>>) {
                 let at = item_key(item.as_ref());
                 let work = owner.controller.reconcile_item(term, item.clone());
                 match gated(&owner, &unit, at, kind, &key, work).await {
-                    Some(None) => Ran::Cancelled,
-                    Some(Some(result)) => Ran::Finished(result),
-                    None if term.knows(&unit) || term.cancel.is_cancelled() => Ran::Skipped,
+                    Gated::Fenced => {
+                        stop_at_fence(&term.item_queue, key);
+                        return;
+                    }
+                    Gated::Cancelled => Ran::Cancelled,
+                    Gated::Finished(result) => Ran::Finished(result),
+                    Gated::Refused if term.knows(&unit) || term.cancel.is_cancelled() => {
+                        Ran::Skipped
+                    }
                     // Not a unit of this term at all: the item's unit may not exist.
-                    None => match owner.controller.reconcile_orphan(term, item).await {
+                    Gated::Refused => match owner.controller.reconcile_orphan(term, item).await {
                         Ok(None) => Ran::Skipped,
                         Ok(Some(action)) => Ran::Finished(Ok(action)),
                         Err(e) => Ran::Finished(Err(e)),
@@ -176,5 +217,311 @@ pub(super) async fn items<C: Sharded>(owner: Arc<Owner<C>>) {
         };
         settle(&owner, &term.item_queue, kind, &key, ran, started);
         term.item_queue.done(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::convert::Infallible;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Client;
+    use kube_runtime::reflector::{self, Store};
+    use kube_runtime::watcher::Event;
+    use shard_assign::KeyRange;
+    use shardwise_handoff::drain::{Incarnation, OwnerId, UnitRecord};
+    use tokio::sync::watch;
+    use tokio::task::JoinSet;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::audit::Audit;
+    use crate::gate::{Gate, Misses};
+    use crate::items::ItemStores;
+    use crate::lease::{Annotations, Fence, Holding};
+    use crate::load::{Meter, MeterSettings};
+    use crate::metrics::Metrics;
+    use crate::nouns::Nouns;
+    use crate::settings::{OwnerSettings, WatchScope};
+    use crate::sharded::{ContextOf, TermOf};
+    use crate::term::{SliceHome, Term};
+
+    const ME: OwnerId = OwnerId {
+        shard: 1,
+        incarnation: Incarnation(7),
+    };
+
+    /// Counts the reconciles the runtime starts; units and items are ConfigMaps, an item's unit
+    /// named by its label `unit`.
+    #[derive(Default)]
+    struct Counting {
+        units: AtomicUsize,
+        items: AtomicUsize,
+        orphans: AtomicUsize,
+    }
+
+    impl Counting {
+        fn calls(&self) -> [usize; 3] {
+            [&self.units, &self.items, &self.orphans].map(|n| n.load(Ordering::SeqCst))
+        }
+    }
+
+    impl Sharded for Counting {
+        type Unit = ConfigMap;
+        type Item = ConfigMap;
+        type State = ();
+        type Error = Infallible;
+        const NOUNS: Nouns = Nouns {
+            unit: "unit",
+            units: "units",
+            item: "item",
+            items: "items",
+        };
+
+        fn unit_of(item: &ConfigMap) -> ObjectKey {
+            let labels = item.metadata.labels.clone().unwrap_or_default();
+            ObjectKey::new("fleet", labels.get("unit").cloned().unwrap_or_default())
+        }
+
+        fn begin_term(&self, _: &Arc<ContextOf<Self>>) -> Result<(), Infallible> {
+            Ok(())
+        }
+
+        async fn reconcile_unit(
+            &self,
+            _: &TermOf<Self>,
+            _: Arc<ConfigMap>,
+        ) -> Result<Action, Infallible> {
+            self.units.fetch_add(1, Ordering::SeqCst);
+            Ok(Action::Done(None))
+        }
+
+        async fn reconcile_item(
+            &self,
+            _: &TermOf<Self>,
+            _: Arc<ConfigMap>,
+        ) -> Result<Action, Infallible> {
+            self.items.fetch_add(1, Ordering::SeqCst);
+            Ok(Action::Done(None))
+        }
+
+        async fn reconcile_orphan(
+            &self,
+            _: &TermOf<Self>,
+            _: Arc<ConfigMap>,
+        ) -> Result<Option<Action>, Infallible> {
+            self.orphans.fetch_add(1, Ordering::SeqCst);
+            Ok(Some(Action::Done(None)))
+        }
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("fleet", name)
+    }
+
+    fn config_map(name: &str, unit: Option<&str>) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("fleet".into());
+        c.metadata.uid = Some(format!("uid-{name}"));
+        c.metadata.resource_version = Some("1".into());
+        c.metadata.labels = unit.map(|u| BTreeMap::from([("unit".to_string(), u.to_string())]));
+        c
+    }
+
+    fn filled(objects: &[ConfigMap]) -> Store<ConfigMap> {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&Event::InitApply(object.clone()));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        store
+    }
+
+    /// A client with no cluster behind it: every request fails at once.
+    fn no_cluster() -> Client {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, Box<dyn std::error::Error + Send + Sync>>(
+                "no cluster in a unit test".into(),
+            )
+        });
+        Client::new(service, "fleet")
+    }
+
+    /// A term of [`Counting`], as a worker finds it after a freeze: the lease task last said
+    /// the lease is held until `fence_at` and has not run since, and the workers' clock reads
+    /// `now`. Queued: unit `a` (active, stamped for this term), its item `app-a`, and
+    /// `app-lost` of a unit that does not exist (an orphan), first if `orphan_first`.
+    struct Frozen {
+        owner: Arc<Owner<Counting>>,
+        controller: Arc<Counting>,
+        audit: tempfile::NamedTempFile,
+        /// The lease task's side, kept so that the fence stays as it was set.
+        _holding: watch::Sender<Holding>,
+    }
+
+    impl Frozen {
+        fn new(fence_at: Instant, now: Instant, orphan_first: bool) -> Self {
+            let (holding, holding_rx) = watch::channel(Holding::Held {
+                fence_at,
+                incarnation: ME.incarnation,
+            });
+            let audit = tempfile::NamedTempFile::new().unwrap();
+            let gate = Gate::new(ME);
+            let stamped = UnitRecord {
+                owner: Some(ME.shard),
+                holder: Some(ME.incarnation),
+                epoch: 1,
+                ..Default::default()
+            };
+            assert!(
+                gate.observe(&key("a"), KeyRange::WHOLE, Some(&stamped))
+                    .active
+            );
+            let items = [
+                config_map("app-a", Some("a")),
+                config_map("app-lost", Some("gone")),
+            ];
+            let context = Arc::new(ContextOf::<Counting> {
+                me: ME,
+                fence: Fence::new(holding_rx, ME.incarnation),
+                client: no_cluster(),
+                scope: WatchScope::Namespace("fleet".into()),
+                metrics: Metrics::new(ME.shard, Counting::NOUNS, &mut Default::default()),
+                audit: Audit::open(ME.shard, "unit", Some(audit.path())).unwrap(),
+                units: filled(&[config_map("a", None)]),
+                cut_units: filled(&[]),
+                items: ItemStores::new(filled(&items), Counting::unit_of),
+                slices: SliceHome {
+                    namespace: "fleet".into(),
+                    statefulset: "shardwise".into(),
+                },
+                gate,
+                unit_queue: WorkQueue::new(),
+                item_queue: WorkQueue::new(),
+                missing_units: Misses::default(),
+                missing_items: Misses::default(),
+                cancel: CancellationToken::new(),
+                tasks: Mutex::new(JoinSet::new()),
+            });
+            context.unit_queue.add(key("a"));
+            if orphan_first {
+                context.item_queue.add(key("app-lost"));
+            }
+            context.item_queue.add_in(key("app-a"), key("a"));
+            context.item_queue.add(key("app-lost"));
+            let controller = Arc::new(Counting::default());
+            let owner = Arc::new(Owner {
+                controller: controller.clone(),
+                term: Term::new(context, ()),
+                settings: OwnerSettings {
+                    unit_workers: 1,
+                    item_workers: 2,
+                    shutdown_timeout: Duration::from_secs(1),
+                    item_change_delay: Duration::from_secs(1),
+                    load_report_interval: Duration::from_secs(1),
+                },
+                slice_records: Mutex::new(BTreeMap::new()),
+                meter: Mutex::new(Meter::new(MeterSettings::DEFAULT, Instant::now())),
+                load: watch::channel(Annotations::new()).0,
+                clock: Arc::new(move || now),
+            });
+            Self {
+                owner,
+                controller,
+                audit,
+                _holding: holding,
+            }
+        }
+
+        /// Starts the term's workers, as many as its settings say.
+        fn workers(&self) -> JoinSet<()> {
+            let mut workers = JoinSet::new();
+            for _ in 0..self.owner.settings.unit_workers {
+                workers.spawn(units(self.owner.clone()));
+            }
+            for _ in 0..self.owner.settings.item_workers {
+                workers.spawn(items(self.owner.clone()));
+            }
+            workers
+        }
+
+        /// The keys of the reconciles the audit recorded as started.
+        fn started(&self) -> Vec<String> {
+            std::fs::read_to_string(self.audit.path())
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .filter(|l| l["event"] == "start")
+                .map(|l| l["key"].as_str().unwrap().to_string())
+                .collect()
+        }
+
+        fn depths(&self) -> [usize; 2] {
+            let term = &self.owner.term;
+            [term.unit_queue.depth(), term.item_queue.depth()]
+        }
+    }
+
+    /// Resolves once every worker has returned.
+    async fn all_stopped(mut workers: JoinSet<()>) {
+        while let Some(stopped) = workers.join_next().await {
+            stopped.unwrap();
+        }
+    }
+
+    /// A process frozen past its fence resumes: its workers start nothing of the term, though
+    /// the lease task has not said the lease is lost and the gate would admit the work.
+    #[tokio::test]
+    async fn past_the_fence_no_reconcile_starts_and_the_work_stays_queued() {
+        // A worker stops at the first key it finds fenced: the orphan first, then the item of
+        // unit `a` first, so that each kind of work is offered once.
+        for orphan_first in [true, false] {
+            // Ahead on the real clock, which the lease task and the gate read; behind on the
+            // workers' clock.
+            let fence_at = Instant::now() + Duration::from_secs(60);
+            let term = Frozen::new(fence_at, fence_at + Duration::from_millis(1), orphan_first);
+            assert_eq!(term.depths(), [1, 2]);
+            let stopped =
+                tokio::time::timeout(Duration::from_secs(2), all_stopped(term.workers())).await;
+            assert_eq!(
+                term.controller.calls(),
+                [0, 0, 0],
+                "units, items and orphans reconciled past the fence (orphan first: {orphan_first})"
+            );
+            assert_eq!(term.started(), Vec::<String>::new(), "audited as started");
+            assert_eq!(term.depths(), [1, 2], "the work stays queued");
+            assert!(stopped.is_ok(), "the workers kept taking work");
+        }
+    }
+
+    /// The same term with its fence ahead on the workers' clock: everything starts (the test
+    /// above is not passing for want of work the gate admits).
+    #[tokio::test]
+    async fn before_the_fence_the_same_work_starts() {
+        let now = Instant::now();
+        let term = Frozen::new(now + Duration::from_secs(60), now, false);
+        let workers = term.workers();
+        let done = || term.controller.calls() == [1, 1, 1];
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !done() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the unit, its item and the orphan reconciled");
+        let mut started = term.started();
+        started.sort();
+        // The orphan's reconcile is not a unit's work: it is not in the audit.
+        assert_eq!(started, ["fleet/a", "fleet/app-a"]);
+        assert_eq!(term.depths(), [0, 0]);
+        term.owner.term.unit_queue.close();
+        term.owner.term.item_queue.close();
+        all_stopped(workers).await;
     }
 }
