@@ -136,7 +136,7 @@ pub enum Change {
 
 /// One object to write, and why.
 #[derive(Debug)]
-struct Write<'m> {
+struct PendingWrite<'m> {
     target: Target<'m>,
     body: Value,
     why: Change,
@@ -148,7 +148,7 @@ struct Write<'m> {
 #[derive(Debug)]
 pub struct Plan<'m> {
     inventory: Vec<ResourceRef>,
-    writes: Vec<Write<'m>>,
+    writes: Vec<PendingWrite<'m>>,
 }
 
 impl Plan<'_> {
@@ -459,7 +459,7 @@ impl Destination {
                 Some(None) => Change::Missing,
                 None => Change::Unknown,
             };
-            writes.push(Write {
+            writes.push(PendingWrite {
                 target,
                 body,
                 why,
@@ -474,7 +474,7 @@ impl Destination {
     /// server answered, for the health of what was just written.
     pub async fn write(&self, plan: Plan<'_>) -> Result<Written, ApplyError> {
         let mut written = BTreeMap::new();
-        for Write {
+        for PendingWrite {
             target, body, kind, ..
         } in plan.writes
         {

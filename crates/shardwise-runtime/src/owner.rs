@@ -1,10 +1,15 @@
 //! The owner side of a replica: watch the units labelled with this shard and their items (by
-//! their units' tokens, several units to a watch; see [`crate::items`]), reconcile
+//! their units' tokens, several units to a watch; see [`items`]), reconcile
 //! them through the controller, and take part in handoffs. It runs only while the replica holds
 //! its shard lease (one *term*); when the lease is lost everything here is cancelled and
 //! dropped, and a fresh term (with fresh lists) starts when the lease is held again.
 
 mod events;
+pub(crate) mod gate;
+pub(crate) mod items;
+pub(crate) mod meter;
+pub(crate) mod queue;
+mod server_selection;
 mod workers;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,19 +34,20 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
+use self::gate::{Gate, Misses, UNIT_KEY};
+use self::items::{Batch, ItemStores};
+use self::meter::{Meter, MeterSettings};
+use self::queue::WorkQueue;
+use self::server_selection::{selecting, server_selects};
 use crate::audit::Audit;
 use crate::decode::decode_each;
-use crate::gate::{Gate, Misses, UNIT_KEY};
-use crate::items::{Batch, ItemStores};
 use crate::lease::{Annotations, Fence};
 use crate::lenient::Undecodable;
-use crate::load::{LoadReport, MAX_REPORTED_RECORDS, Meter, MeterSettings, RecordLoad};
+use crate::load::{LoadReport, MAX_REPORTED_RECORDS, RecordLoad};
 use crate::metrics::Metrics;
 use crate::objects::{
     Object, api_over, item_key, key_of, merge_patch, record_of, reference, unpaged,
 };
-use crate::queue::WorkQueue;
-use crate::server_selection::{selecting, server_selects};
 use crate::settings::{OwnerSettings, WatchScope};
 use crate::sharded::{ContextOf, Sharded, TermOf};
 use crate::slice::{UnitSlice, slice_name};
@@ -73,7 +79,7 @@ pub(crate) enum Exit {
 
 /// What a term is built from.
 #[derive(Clone)]
-pub(crate) struct Parts {
+pub(crate) struct OwnerParts {
     pub me: OwnerId,
     /// The gate every request of this term passes.
     pub fence: Fence,
@@ -90,9 +96,9 @@ pub(crate) struct Parts {
     pub load: watch::Sender<Annotations>,
 }
 
-impl std::fmt::Debug for Parts {
+impl std::fmt::Debug for OwnerParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Parts")
+        f.debug_struct("OwnerParts")
             .field("me", &self.me)
             .finish_non_exhaustive()
     }
@@ -186,7 +192,7 @@ impl<C: Sharded> Owner<C> {
     /// of their keys the term held when it was asked for.
     ///
     /// `server_selects`: the server keeps only items of the ranges asked for, if asked
-    /// ([`crate::server_selection`]); a watch of slices' items asks for their ranges then.
+    /// ([`server_selection`]); a watch of slices' items asks for their ranges then.
     fn start_item_watch(self: &Arc<Self>, batch: Batch, server_selects: bool) {
         let term = &self.term;
         let tokens = batch.held.tokens();
@@ -491,11 +497,11 @@ impl<C: Sharded> Owner<C> {
 /// cancelled.
 pub(crate) async fn run<C: Sharded>(
     controller: Arc<C>,
-    parts: Parts,
+    parts: OwnerParts,
     fenced: impl std::future::Future<Output = ()>,
     shutdown: CancellationToken,
 ) -> Exit {
-    let Parts {
+    let OwnerParts {
         me,
         fence,
         client,

@@ -28,16 +28,17 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::load::MeasuredLoads;
 use crate::membership::{ShardLeases, expected_shards};
 use crate::metrics::{
     DirectionLabels, MemberLabels, Metrics, NoLabels, PlanGauges, StrategyLabels,
 };
 use crate::objects::Object;
 use crate::objects::{api_over, key_of, merge_patch, metadata_api_over, unpaged};
-use crate::settings::{LoadModel, PlannerSettings, Replica, WatchScope};
+use crate::settings::{LoadModel, PlannerSettings, Replica, ScaleSettings, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
-use decide::{Decision, Recall, Rules, Write, decide};
+use decide::{ControlPlaneWrite, Decision, PassMemory, PlacementRules, decide};
 use index::{Index, ItemMeta, SliceEntry, UnitEntry, unlabelled_unit};
 use measured::{AVERAGE_WEIGHT, LoadFigures, MeasuredModel, PassLoads, copy_cost};
 use report::Reporter;
@@ -48,7 +49,7 @@ const ITEM_WRITE_CONCURRENCY: usize = 16;
 
 /// What a planner term is built from.
 #[derive(Clone)]
-pub(crate) struct Parts {
+pub(crate) struct PlannerParts {
     /// The control plane, behind the planner lease's fence.
     pub client: Client,
     pub settings: PlannerSettings,
@@ -59,16 +60,16 @@ pub(crate) struct Parts {
     pub leases: Arc<ShardLeases>,
 }
 
-impl std::fmt::Debug for Parts {
+impl std::fmt::Debug for PlannerParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Parts")
+        f.debug_struct("PlannerParts")
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
 
 struct Planner<C: Sharded> {
-    parts: Parts,
+    parts: PlannerParts,
     index: Mutex<Index>,
     trigger: Notify,
     reporter: Reporter<C>,
@@ -89,7 +90,7 @@ impl<C: Sharded> Planner<C> {
 
 /// Runs the planner until `lost` resolves (leadership lost) or `shutdown` is cancelled.
 pub(crate) async fn run<C: Sharded>(
-    parts: Parts,
+    parts: PlannerParts,
     lost: impl std::future::Future<Output = ()>,
     shutdown: CancellationToken,
 ) {
@@ -436,12 +437,12 @@ fn recall<'a>(
     memory: Option<&'a PlanMemory>,
     periodic: bool,
     loads: Option<&PassLoads>,
-) -> Recall<'a> {
+) -> PassMemory<'a> {
     let moves_allowed = loads.map_or(periodic, |l| l.moves_allowed);
     match memory {
-        None => Recall::Takeover,
-        Some(_) if moves_allowed => Recall::Forgotten,
-        Some(memory) => Recall::Remembered(memory),
+        None => PassMemory::Takeover,
+        Some(_) if moves_allowed => PassMemory::Forgotten,
+        Some(memory) => PassMemory::Remembered(memory),
     }
 }
 
@@ -471,62 +472,12 @@ async fn pass<C: Sharded>(
     // Read once: for the load model, for sizing by busy time or cache, and for the cost of a
     // cache copy (which follows the bytes reported, under either model).
     let reports = parts.leases.measured_loads();
-    let item_weight = if measured.is_some() {
-        AVERAGE_WEIGHT
-    } else {
-        1
-    };
-    let (decided, loads, draining) = {
-        let index = planner.index();
-        let units = index.unit_views();
-        let draining = Progress::draining_in(&units);
-        let loads = measured.map(|model| {
-            model.pass(
-                &units,
-                &index.item_counts(),
-                &reports,
-                &live,
-                periodic,
-                Instant::now(),
-            )
-        });
-        let rules = Rules {
-            strategy: &parts.settings.strategy,
-            slicing: parts.settings.slicing,
-            namespace: &parts.replica.namespace,
-            statefulset: &parts.replica.statefulset,
-            weights: loads.as_ref().map(|l| &l.placing),
-            copy_cost: copy_cost(
-                C::COPY_BYTES,
-                &reports,
-                item_weight,
-                parts.settings.load.memory_weight,
-            ),
-        };
-        let recall = recall(memory, periodic, loads.as_ref());
-        let deciding = Instant::now();
-        let decision = decide(&rules, &index, &membership, recall);
-        parts
-            .metrics
-            .set_pass_time(deciding.elapsed().as_secs_f64());
-        (decision, loads, draining)
-    };
+    let (decided, loads, draining) =
+        decide_pass(planner, &membership, &reports, memory, periodic, measured);
     let decision = match decided {
         Ok(decision) => decision,
         Err(e) => {
-            let result = match e {
-                PlanError::NoLiveShards => "no-live-shards",
-                _ => "error",
-            };
-            parts
-                .metrics
-                .planner_runs
-                .get_or_create(&StrategyLabels { strategy, result })
-                .inc();
-            match e {
-                PlanError::NoLiveShards => debug!(?membership, "no live shard: nothing to plan"),
-                e => warn!(error = %e, "planning failed"),
-            }
+            count_failure(&parts.metrics, strategy, &e, &membership);
             return Ok(None);
         }
     };
@@ -558,9 +509,86 @@ async fn pass<C: Sharded>(
         writes: decision.record_writes.len() + decision.item_writes.len(),
         draining,
     };
-    let sizing = &parts.settings.scale;
-    let reported = (!reports.is_empty()).then_some(&reports);
-    let demand = Demand {
+    let demand = demand(&parts.settings.scale, &decision, &reports);
+    Ok(Some(Passed {
+        decision,
+        progress,
+        demand,
+    }))
+}
+
+/// The pass's decision on the index as it stands (held only while deciding), with the measured
+/// model's loads for the pass and the records draining before it.
+fn decide_pass<C: Sharded>(
+    planner: &Planner<C>,
+    membership: &Membership,
+    reports: &MeasuredLoads,
+    memory: Option<&PlanMemory>,
+    periodic: bool,
+    measured: Option<&mut MeasuredModel>,
+) -> (Result<Decision, PlanError>, Option<PassLoads>, usize) {
+    let parts = &planner.parts;
+    let item_weight = if measured.is_some() {
+        AVERAGE_WEIGHT
+    } else {
+        1
+    };
+    let index = planner.index();
+    let units = index.unit_views();
+    let draining = Progress::draining_in(&units);
+    let loads = measured.map(|model| {
+        model.pass(
+            &units,
+            &index.item_counts(),
+            reports,
+            &membership.live(),
+            periodic,
+            Instant::now(),
+        )
+    });
+    let rules = PlacementRules {
+        strategy: &parts.settings.strategy,
+        slicing: parts.settings.slicing,
+        namespace: &parts.replica.namespace,
+        statefulset: &parts.replica.statefulset,
+        weights: loads.as_ref().map(|l| &l.placing),
+        copy_cost: copy_cost(
+            C::COPY_BYTES,
+            reports,
+            item_weight,
+            parts.settings.load.memory_weight,
+        ),
+    };
+    let recall = recall(memory, periodic, loads.as_ref());
+    let deciding = Instant::now();
+    let decision = decide(&rules, &index, membership, recall);
+    parts
+        .metrics
+        .set_pass_time(deciding.elapsed().as_secs_f64());
+    (decision, loads, draining)
+}
+
+/// Counts (and logs) a pass that could not plan.
+fn count_failure(metrics: &Metrics, strategy: String, error: &PlanError, membership: &Membership) {
+    let result = match error {
+        PlanError::NoLiveShards => "no-live-shards",
+        _ => "error",
+    };
+    metrics
+        .planner_runs
+        .get_or_create(&StrategyLabels { strategy, result })
+        .inc();
+    match error {
+        PlanError::NoLiveShards => debug!(?membership, "no live shard: nothing to plan"),
+        e => warn!(error = %e, "planning failed"),
+    }
+}
+
+/// What the fleet asks of its replicas after a decision: its items, and the busy time and cache
+/// bytes reported when sizing counts them.
+fn demand(sizing: &ScaleSettings, decision: &Decision, reports: &MeasuredLoads) -> Demand {
+    let reported = (!reports.is_empty()).then_some(reports);
+    Demand {
         items: decision.figures.shards.values().map(|f| f.items).sum(),
         busy: reported
             .filter(|_| sizing.busy_per_replica.is_some())
@@ -568,12 +596,7 @@ async fn pass<C: Sharded>(
         bytes: reported
             .filter(|_| sizing.cache_per_replica.is_some())
             .map(|reports| reports.iter().filter_map(|(_, m)| m.load.bytes).sum()),
-    };
-    Ok(Some(Passed {
-        decision,
-        progress,
-        demand,
-    }))
+    }
 }
 
 /// Sizes the fleet after a pass: exports the count needed and, with `--autoscale`, sets the
@@ -683,16 +706,18 @@ struct Written {
 }
 
 /// Makes one request.
-async fn send<C: Sharded>(client: &Client, write: &Write) -> Result<(), kube::Error> {
+async fn send<C: Sharded>(client: &Client, write: &ControlPlaneWrite) -> Result<(), kube::Error> {
     match write {
-        Write::Unit { key, patch } => merge_patch::<C::Unit>(client, key, patch).await,
-        Write::CreateSlice(slice) => {
+        ControlPlaneWrite::Unit { key, patch } => merge_patch::<C::Unit>(client, key, patch).await,
+        ControlPlaneWrite::CreateSlice(slice) => {
             let namespace = slice.metadata.namespace.as_deref().unwrap_or_default();
             let api: Api<UnitSlice> = Api::namespaced(client.clone(), namespace);
             api.create(&PostParams::default(), slice).await.map(drop)
         }
-        Write::PatchSlice { key, patch } => merge_patch::<UnitSlice>(client, key, patch).await,
-        Write::DeleteSlice {
+        ControlPlaneWrite::PatchSlice { key, patch } => {
+            merge_patch::<UnitSlice>(client, key, patch).await
+        }
+        ControlPlaneWrite::DeleteSlice {
             key,
             resource_version,
         } => {

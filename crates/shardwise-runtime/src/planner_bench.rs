@@ -9,7 +9,7 @@ use shardwise_handoff::drain::{Incarnation, UnitRecord};
 use shardwise_handoff::keys::unit_token;
 use shardwise_handoff::plan::{Membership, ObjectKey, UnitView};
 
-use crate::planner::decide::{Recall, Rules, decide};
+use crate::planner::decide::{PassMemory, PlacementRules, decide};
 use crate::planner::index::{Index, ItemMeta, Shown, UnitEntry};
 
 const NAMESPACE: &str = "fleet";
@@ -115,7 +115,7 @@ impl Fleet {
     /// default), as the controller makes it: the index's views, then the decision.
     pub fn pass(&self) -> Pass {
         let strategy = StrategyConfig::new(StrategyKind::StickyBalanced);
-        let rules = Rules {
+        let rules = PlacementRules {
             strategy: &strategy,
             slicing: SliceSwitch::Auto,
             namespace: NAMESPACE,
@@ -124,7 +124,7 @@ impl Fleet {
             copy_cost: 0,
         };
         let started = Instant::now();
-        let decision = decide(&rules, &self.index, &self.membership, Recall::Takeover);
+        let decision = decide(&rules, &self.index, &self.membership, PassMemory::Takeover);
         let took = started.elapsed();
         let (record_writes, item_writes, balance, cut_units) =
             decision.map_or((0, 0, f64::NAN, 0), |d| {

@@ -359,7 +359,7 @@ async fn plan_while_elected<C: Sharded>(
                 instance: Some(settings.replica.pod_name.clone()),
             },
         );
-        let parts = planner::Parts {
+        let parts = planner::PlannerParts {
             client,
             settings: settings.planner.clone(),
             replica: settings.replica.clone(),
@@ -425,7 +425,7 @@ async fn own_while_held<C: Sharded>(
                 break Err(RunError::Client(e));
             }
         };
-        let parts = owner::Parts {
+        let parts = owner::OwnerParts {
             me: OwnerId {
                 shard: settings.replica.shard,
                 incarnation,

@@ -16,12 +16,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
-use crate::gate::{Gate, Misses};
-use crate::items::ItemStores;
 use crate::lease::Fence;
 use crate::metrics::Metrics;
 use crate::objects::{Object, key_of, reference};
-use crate::queue::WorkQueue;
+use crate::owner::gate::{Gate, Misses};
+use crate::owner::items::ItemStores;
+use crate::owner::queue::WorkQueue;
 use crate::settings::WatchScope;
 
 /// Everything of one term but the controller's own state.

@@ -12,8 +12,8 @@ use shardwise_handoff::plan::ObjectKey;
 use tracing::{info, warn};
 
 use super::Owner;
+use super::items::{ItemSeen, WatchedUnits};
 use crate::decode::{for_each_event, for_each_event_until};
-use crate::items::{Held, Noted};
 use crate::objects::{Revision, key_of, record_of};
 use crate::sharded::Sharded;
 use crate::slice::UnitSlice;
@@ -212,7 +212,7 @@ pub(super) async fn follow_slices<C: Sharded>(
 pub(super) async fn follow_items<C: Sharded>(
     owner: Arc<Owner<C>>,
     events: impl futures::Stream<Item = Result<watcher::Event<C::Item>, watcher::Error>>,
-    batch: Option<(u64, Held)>,
+    batch: Option<(u64, WatchedUnits)>,
 ) {
     let term = &owner.term;
     // The items of the list under way, noted only when it ends: until then the cache still
@@ -224,9 +224,9 @@ pub(super) async fn follow_items<C: Sharded>(
         .items
         .note(key.clone(), unit.clone(), revision)
     {
-        Noted::Same => {}
+        ItemSeen::Same => {}
         noted => {
-            if noted == Noted::New {
+            if noted == ItemSeen::New {
                 owner.recount(unit.clone());
             }
             term.item_queue.add_in(key, unit);
@@ -302,7 +302,7 @@ pub(super) async fn follow_items<C: Sharded>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::WorkQueue;
+    use crate::owner::queue::WorkQueue;
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::new("shardwise", name)

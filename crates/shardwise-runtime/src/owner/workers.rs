@@ -12,9 +12,9 @@ use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use tracing::{debug, warn};
 
 use super::Owner;
-use crate::gate::UNIT_KEY;
+use super::gate::UNIT_KEY;
+use super::queue::WorkQueue;
 use crate::objects::{item_key, merge_patch};
-use crate::queue::WorkQueue;
 use crate::sharded::{Action, Sharded};
 
 /// How a reconcile went, as the metrics count it.
@@ -240,12 +240,12 @@ mod tests {
 
     use super::*;
     use crate::audit::Audit;
-    use crate::gate::{Gate, Misses};
-    use crate::items::ItemStores;
     use crate::lease::{Annotations, Fence, Holding};
-    use crate::load::{Meter, MeterSettings};
     use crate::metrics::Metrics;
     use crate::nouns::Nouns;
+    use crate::owner::gate::{Gate, Misses};
+    use crate::owner::items::ItemStores;
+    use crate::owner::meter::{Meter, MeterSettings};
     use crate::settings::{OwnerSettings, WatchScope};
     use crate::sharded::{ContextOf, TermOf};
     use crate::term::{SliceHome, Term};

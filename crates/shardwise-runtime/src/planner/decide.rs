@@ -23,7 +23,7 @@ use crate::slice::{UnitSlice, UnitSliceSpec, slice_name};
 
 /// What the planner remembers for this pass.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Recall<'a> {
+pub(crate) enum PassMemory<'a> {
     /// The first pass of a planner that just took over: it plans as if it had made the current
     /// placement itself, so that a failover moves nothing.
     Takeover,
@@ -37,7 +37,7 @@ pub(crate) enum Recall<'a> {
 /// How the planner places: the strategy, whether it cuts units, and where the UnitSlices of
 /// cut units live (the StatefulSet's namespace, labelled with its name).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Rules<'a> {
+pub(crate) struct PlacementRules<'a> {
     pub strategy: &'a StrategyConfig,
     pub slicing: SliceSwitch,
     pub namespace: &'a str,
@@ -52,7 +52,7 @@ pub(crate) struct Rules<'a> {
 
 /// One request to the control plane.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Write {
+pub(crate) enum ControlPlaneWrite {
     /// A JSON merge patch of a unit.
     Unit {
         key: ObjectKey,
@@ -76,7 +76,7 @@ pub(crate) enum Write {
 pub(crate) struct RecordWrite {
     pub record: RecordKey,
     pub action: SliceAction,
-    pub write: Write,
+    pub write: ControlPlaneWrite,
     /// The shard the record named before this write, if any.
     pub owner_before: Option<ShardId>,
     /// The items under the record (whose keys it holds): those a move of it moves.
@@ -133,7 +133,7 @@ pub(crate) struct Decision {
     /// Writes of records, in the order they must be made.
     pub record_writes: Vec<RecordWrite>,
     /// Writes of no record, made after those: what cut units show people, stray UnitSlices.
-    pub other_writes: Vec<Write>,
+    pub other_writes: Vec<ControlPlaneWrite>,
     pub item_writes: Vec<ItemWrite>,
     pub figures: Figures,
 }
@@ -192,13 +192,13 @@ fn shown(layout: &[(KeyRange, ShardId)]) -> Shown {
 
 /// The request that makes `action` on the record of `record`.
 fn record_write(
-    rules: &Rules<'_>,
+    rules: &PlacementRules<'_>,
     index: &Index,
     membership: &Membership,
     record: &RecordKey,
     action: SliceAction,
     layout: &[(KeyRange, ShardId)],
-) -> Option<Write> {
+) -> Option<ControlPlaneWrite> {
     let unit = index.unit(&record.unit)?;
     let identity = |shard: Option<ShardId>| shard.and_then(|s| membership.identity(s));
     if record.range == KeyRange::WHOLE {
@@ -207,7 +207,7 @@ fn record_write(
         let metadata = match action {
             SliceAction::Place { action, .. } => {
                 return unit_patch(action, membership, version)
-                    .map(|patch| Write::Unit { key, patch });
+                    .map(|patch| ControlPlaneWrite::Unit { key, patch });
             }
             SliceAction::Create {
                 owner,
@@ -244,7 +244,7 @@ fn record_write(
                 })
             }
         };
-        return Some(Write::Unit {
+        return Some(ControlPlaneWrite::Unit {
             key,
             patch: conditioned(metadata, version),
         });
@@ -282,14 +282,13 @@ fn record_write(
             }
             slice.metadata.labels = Some(labels);
             slice.metadata.annotations = Some(annotations);
-            Some(Write::CreateSlice(Box::new(slice)))
+            Some(ControlPlaneWrite::CreateSlice(Box::new(slice)))
         }
-        SliceAction::Place { action, .. } => {
-            unit_patch(action, membership, version).map(|patch| Write::PatchSlice { key, patch })
-        }
+        SliceAction::Place { action, .. } => unit_patch(action, membership, version)
+            .map(|patch| ControlPlaneWrite::PatchSlice { key, patch }),
         SliceAction::Retire { .. } => {
             let owner = existing?.record?.record.owner?;
-            Some(Write::PatchSlice {
+            Some(ControlPlaneWrite::PatchSlice {
                 key,
                 patch: conditioned(
                     json!({"annotations": {DRAIN_TO_ANNOTATION: owner.to_string()}}),
@@ -297,7 +296,7 @@ fn record_write(
                 ),
             })
         }
-        SliceAction::Delete { .. } => Some(Write::DeleteSlice {
+        SliceAction::Delete { .. } => Some(ControlPlaneWrite::DeleteSlice {
             key: existing.map_or(key, |s| s.key.clone()),
             resource_version: version.map(str::to_string),
         }),
@@ -306,10 +305,10 @@ fn record_write(
 
 /// Decides one pass.
 pub(crate) fn decide(
-    rules: &Rules<'_>,
+    rules: &PlacementRules<'_>,
     index: &Index,
     membership: &Membership,
-    recall: Recall<'_>,
+    recall: PassMemory<'_>,
 ) -> Result<Decision, PlanError> {
     let (mut units, items) = index.views();
     if let Some(weights) = rules.weights {
@@ -320,12 +319,12 @@ pub(crate) fn decide(
     }
     let takeover;
     let memory = match recall {
-        Recall::Takeover => {
+        PassMemory::Takeover => {
             takeover = PlanMemory::of_current(&units, &items, membership);
             Some(&takeover)
         }
-        Recall::Remembered(memory) => Some(memory),
-        Recall::Forgotten => None,
+        PassMemory::Remembered(memory) => Some(memory),
+        PassMemory::Forgotten => None,
     };
     let slicing = if index.can_cut() {
         rules
@@ -391,14 +390,14 @@ pub(crate) fn decide(
                 "labels": {SLICES_LABEL: show.slices},
                 "annotations": {SLICE_SHARDS_ANNOTATION: show.shards},
             });
-            other_writes.push(Write::Unit {
+            other_writes.push(ControlPlaneWrite::Unit {
                 key: unit_key.clone(),
                 patch: conditioned(metadata, unit.resource_version.as_deref()),
             });
         }
     }
     for stray in index.stray_slices() {
-        other_writes.push(Write::DeleteSlice {
+        other_writes.push(ControlPlaneWrite::DeleteSlice {
             key: stray.key.clone(),
             resource_version: stray.resource_version.clone(),
         });
@@ -507,8 +506,8 @@ mod tests {
         StrategyConfig::new(StrategyKind::StickyBalanced)
     }
 
-    fn rules(strategy: &StrategyConfig) -> Rules<'_> {
-        Rules {
+    fn rules(strategy: &StrategyConfig) -> PlacementRules<'_> {
+        PlacementRules {
             strategy,
             slicing: SliceSwitch::Auto,
             namespace: "fleet",
@@ -525,7 +524,7 @@ mod tests {
             &rules(&sticky()),
             &index,
             &members(2, &[0, 1]),
-            Recall::Forgotten,
+            PassMemory::Forgotten,
         )
         .unwrap();
         assert_eq!(decision.record_writes.len(), 2);
@@ -533,7 +532,7 @@ mod tests {
             let Some(PlannerAction::Assign { shard, .. }) = write.placement() else {
                 panic!("{write:?}");
             };
-            let Write::Unit { key, patch } = &write.write else {
+            let ControlPlaneWrite::Unit { key, patch } = &write.write else {
                 panic!("{write:?}");
             };
             assert_eq!(key, &write.record.unit);
@@ -565,7 +564,7 @@ mod tests {
             &rules(&sticky()),
             &fresh,
             &members(2, &[0, 1]),
-            Recall::Forgotten,
+            PassMemory::Forgotten,
         )
         .unwrap();
         assert_eq!(decision.record_writes.len(), 2);
@@ -577,7 +576,7 @@ mod tests {
             &rules(&sticky()),
             &settled,
             &members(2, &[0]),
-            Recall::Forgotten,
+            PassMemory::Forgotten,
         )
         .unwrap();
         let moved: Vec<&str> = decision
@@ -604,7 +603,13 @@ mod tests {
         // Shard 1 restarted: its unit is assigned to it again under the new process, no move.
         let mut restarted = members(2, &[0, 1]);
         restarted.alive.insert(1, "shardwise-1_second".into());
-        let decision = decide(&rules(&sticky()), &settled, &restarted, Recall::Forgotten).unwrap();
+        let decision = decide(
+            &rules(&sticky()),
+            &settled,
+            &restarted,
+            PassMemory::Forgotten,
+        )
+        .unwrap();
         assert!(
             decision
                 .record_writes
@@ -623,11 +628,11 @@ mod tests {
         let membership = members(2, &[0, 1]);
         // Settled without slices ("a" is too big for a shard and would be cut otherwise).
         let strategy = sticky();
-        let uncut = Rules {
+        let uncut = PlacementRules {
             slicing: SliceSwitch::Off,
             ..rules(&strategy)
         };
-        let decision = decide(&uncut, &index, &membership, Recall::Takeover).unwrap();
+        let decision = decide(&uncut, &index, &membership, PassMemory::Takeover).unwrap();
         assert!(
             decision.record_writes.is_empty(),
             "{:?}",
@@ -639,7 +644,7 @@ mod tests {
             &uncut,
             &index,
             &membership,
-            Recall::Remembered(&decision.plan.memory),
+            PassMemory::Remembered(&decision.plan.memory),
         )
         .unwrap();
         assert!(again.record_writes.is_empty());
@@ -653,7 +658,7 @@ mod tests {
             &rules(&sticky()),
             &index,
             &members(1, &[0, 1]),
-            Recall::Forgotten,
+            PassMemory::Forgotten,
         )
         .unwrap();
         let drain = decision
@@ -665,7 +670,7 @@ mod tests {
             drain.placement(),
             Some(PlannerAction::RequestDrain { to: 0 })
         );
-        let Write::Unit { patch, .. } = &drain.write else {
+        let ControlPlaneWrite::Unit { patch, .. } = &drain.write else {
             panic!("{drain:?}");
         };
         assert_eq!(patch["metadata"]["annotations"][DRAIN_TO_ANNOTATION], "0");
@@ -686,7 +691,7 @@ mod tests {
             &rules(&sticky()),
             &index,
             &members(3, &[0, 1, 2]),
-            Recall::Remembered(&memory),
+            PassMemory::Remembered(&memory),
         )
         .unwrap();
         assert!(decision.figures.above_target, "{:?}", decision.figures);
@@ -760,7 +765,7 @@ mod tests {
                 periodic,
                 now,
             );
-            let rules = Rules {
+            let rules = PlacementRules {
                 weights: Some(&loads.placing),
                 ..rules(&strategy)
             };
@@ -873,15 +878,21 @@ mod tests {
                 true,
                 Instant::now(),
             );
-            let rules = Rules {
+            let rules = PlacementRules {
                 weights: Some(&loads.placing),
                 ..rules(&strategy)
             };
-            decide(&rules, index, &membership, Recall::Forgotten).unwrap()
+            decide(&rules, index, &membership, PassMemory::Forgotten).unwrap()
         };
         let slices =
             |decision: &Decision| decision.plan.layouts[&ObjectKey::new("fleet", "slow")].len();
-        let counted = decide(&rules(&strategy), &index, &membership, Recall::Forgotten).unwrap();
+        let counted = decide(
+            &rules(&strategy),
+            &index,
+            &membership,
+            PassMemory::Forgotten,
+        )
+        .unwrap();
         assert_eq!((counted.figures.cut_units, slices(&counted)), (0, 1));
         // At the others' cost per item nothing is heavier than a share: nothing is cut.
         assert_eq!(slices(&measured(&index, 1.0)), 1);
@@ -894,7 +905,7 @@ mod tests {
         // The cut is made: its UnitSlices exist, the unit's own record is gone, and the owners
         // measure each slice.
         for write in &costly.record_writes {
-            if let Write::CreateSlice(_) = write.write {
+            if let ControlPlaneWrite::CreateSlice(_) = write.write {
                 index.apply_slice(landed(&write.write));
             }
         }
@@ -915,7 +926,7 @@ mod tests {
             &rules(&sticky()),
             &index,
             &members(2, &[]),
-            Recall::Forgotten,
+            PassMemory::Forgotten,
         );
         assert!(matches!(result, Err(PlanError::NoLiveShards)));
     }
@@ -937,8 +948,8 @@ mod tests {
     }
 
     /// The UnitSlice a create made, as the planner's watch would see it.
-    fn landed(write: &Write) -> SliceEntry {
-        let Write::CreateSlice(slice) = write else {
+    fn landed(write: &ControlPlaneWrite) -> SliceEntry {
+        let ControlPlaneWrite::CreateSlice(slice) = write else {
             panic!("not a create: {write:?}");
         };
         let mut slice = (**slice).clone();
@@ -961,7 +972,7 @@ mod tests {
         let strategy = sticky();
         let rules = rules(&strategy);
         let membership = members(3, &[0, 1, 2]);
-        let first = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
+        let first = decide(&rules, &index, &membership, PassMemory::Forgotten).unwrap();
         let creates: Vec<&RecordWrite> = first
             .record_writes
             .iter()
@@ -969,7 +980,7 @@ mod tests {
             .collect();
         assert!(creates.len() >= 2, "{creates:?}");
         for write in &creates {
-            let Write::CreateSlice(slice) = &write.write else {
+            let ControlPlaneWrite::CreateSlice(slice) = &write.write else {
                 panic!("a cut starts with creates only: {write:?}");
             };
             let labels = slice.metadata.labels.clone().unwrap();
@@ -1003,7 +1014,7 @@ mod tests {
         for write in &creates {
             index.apply_slice(landed(&write.write));
         }
-        let second = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
+        let second = decide(&rules, &index, &membership, PassMemory::Forgotten).unwrap();
         let retire = second
             .record_writes
             .iter()
@@ -1021,7 +1032,7 @@ mod tests {
                 range: KeyRange::WHOLE
             }
         );
-        let Write::Unit { patch, .. } = &retire.write else {
+        let ControlPlaneWrite::Unit { patch, .. } = &retire.write else {
             panic!("{retire:?}");
         };
         assert_eq!(patch["metadata"]["annotations"][DRAIN_TO_ANNOTATION], "0");
@@ -1032,7 +1043,7 @@ mod tests {
         released.view.record.drain_to = Some(0);
         released.view.record.drained_epoch = Some(1);
         index.apply_unit(released);
-        let third = decide(&rules, &index, &membership, Recall::Forgotten).unwrap();
+        let third = decide(&rules, &index, &membership, PassMemory::Forgotten).unwrap();
         let delete = third
             .record_writes
             .iter()
@@ -1044,7 +1055,7 @@ mod tests {
                 range: KeyRange::WHOLE
             }
         );
-        let Write::Unit { patch, .. } = &delete.write else {
+        let ControlPlaneWrite::Unit { patch, .. } = &delete.write else {
             panic!("{delete:?}");
         };
         let metadata = &patch["metadata"];
@@ -1088,22 +1099,22 @@ mod tests {
             &rules(&sticky()),
             &index,
             &members(1, &[0]),
-            Recall::Forgotten,
+            PassMemory::Forgotten,
         )
         .unwrap();
-        let deleted: Vec<&Write> = decision
+        let deleted: Vec<&ControlPlaneWrite> = decision
             .other_writes
             .iter()
-            .filter(|w| matches!(w, Write::DeleteSlice { .. }))
+            .filter(|w| matches!(w, ControlPlaneWrite::DeleteSlice { .. }))
             .collect();
         assert_eq!(
             deleted,
             [
-                &Write::DeleteSlice {
+                &ControlPlaneWrite::DeleteSlice {
                     key: ObjectKey::new("fleet", "a-0"),
                     resource_version: Some("7".into())
                 },
-                &Write::DeleteSlice {
+                &ControlPlaneWrite::DeleteSlice {
                     key: ObjectKey::new("fleet", "gone-0"),
                     resource_version: Some("7".into())
                 },

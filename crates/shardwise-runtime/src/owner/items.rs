@@ -35,7 +35,7 @@ pub(crate) const MAX_WATCHES: usize = 6;
 /// token it carries: one whose spec names another unit since is still found, and its owner
 /// clears the stale token.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Held(Arc<Mutex<Units>>);
+pub(crate) struct WatchedUnits(Arc<Mutex<Units>>);
 
 #[derive(Debug, Default)]
 struct Units {
@@ -52,7 +52,7 @@ pub(crate) fn token_of<I: Object>(item: &I) -> Option<&str> {
         .map(String::as_str)
 }
 
-impl Held {
+impl WatchedUnits {
     fn new(ranges: BTreeMap<ObjectKey, Vec<KeyRange>>) -> Self {
         let by_token = ranges
             .keys()
@@ -124,7 +124,7 @@ pub(crate) struct Batch {
     id: u64,
     /// Every unit held (it replaces the other watches once listed), or only new ones.
     pub(crate) merges: bool,
-    pub(crate) held: Held,
+    pub(crate) held: WatchedUnits,
 }
 
 impl Batch {
@@ -147,14 +147,14 @@ struct Watch<I: Object> {
     merges: bool,
     /// Whether its first list has ended.
     listed: bool,
-    held: Held,
+    held: WatchedUnits,
     store: Store<I>,
     _task: AbortOnDropHandle<()>,
 }
 
 /// Whether an item was seen before, at this revision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Noted {
+pub(crate) enum ItemSeen {
     New,
     Changed,
     Same,
@@ -277,7 +277,7 @@ impl<I: Object> ItemStores<I> {
         Some(Batch {
             id: state.next_id,
             merges,
-            held: Held::new(units),
+            held: WatchedUnits::new(units),
         })
     }
 
@@ -348,11 +348,11 @@ impl<I: Object> ItemStores<I> {
 
     /// Notes the revision of the item `key` of `unit`: whether it is new to the term, changed,
     /// or the same.
-    pub(crate) fn note(&self, key: ObjectKey, unit: ObjectKey, revision: Revision) -> Noted {
+    pub(crate) fn note(&self, key: ObjectKey, unit: ObjectKey, revision: Revision) -> ItemSeen {
         match self.state().seen.insert(key, (unit, revision.clone())) {
-            None => Noted::New,
-            Some((_, seen)) if seen == revision => Noted::Same,
-            Some(_) => Noted::Changed,
+            None => ItemSeen::New,
+            Some((_, seen)) if seen == revision => ItemSeen::Same,
+            Some(_) => ItemSeen::Changed,
         }
     }
 
@@ -371,7 +371,7 @@ impl<I: Object> ItemStores<I> {
     /// watch of items of missing units, which serves those of units no watch holds.
     pub(crate) fn forget_unlisted(
         &self,
-        held: Option<&Held>,
+        held: Option<&WatchedUnits>,
         listed: &BTreeMap<ObjectKey, (ObjectKey, Revision)>,
     ) -> Vec<ObjectKey> {
         let mut state = self.state();
@@ -396,7 +396,7 @@ impl<I: Object> ItemStores<I> {
 
     /// The caches to read, oldest first, each with the units it serves that no older one
     /// does.
-    fn readable(&self) -> Vec<(Store<I>, Held, BTreeSet<ObjectKey>)> {
+    fn readable(&self) -> Vec<(Store<I>, WatchedUnits, BTreeSet<ObjectKey>)> {
         let state = self.state();
         let mut claimed = BTreeSet::new();
         let mut caches = Vec::new();
@@ -418,7 +418,7 @@ impl<I: Object> ItemStores<I> {
     /// the older lacks while it lists), or of those of units that do not exist.
     pub(crate) fn get(&self, key: &ObjectKey) -> Option<Arc<I>> {
         let reference = reference::<I>(key);
-        let caches: Vec<(Store<I>, Held)> = self
+        let caches: Vec<(Store<I>, WatchedUnits)> = self
             .state()
             .watches
             .iter()
@@ -729,11 +729,11 @@ mod tests {
         let stores = ItemStores::new(filled(&[]), unit_of);
         let item = config_map("a-1", "a");
         let note = |item: &ConfigMap| stores.note(key_of(item), unit_of(item), Revision::of(item));
-        assert_eq!(note(&item), Noted::New);
-        assert_eq!(note(&item), Noted::Same, "seen by a second watch");
+        assert_eq!(note(&item), ItemSeen::New);
+        assert_eq!(note(&item), ItemSeen::Same, "seen by a second watch");
         let mut changed = item.clone();
         changed.metadata.resource_version = Some("2".into());
-        assert_eq!(note(&changed), Noted::Changed);
+        assert_eq!(note(&changed), ItemSeen::Changed);
         // A watch of "a" lists without the item: it left while the watch was down.
         stores.want(&key("a"), vec![KeyRange::WHOLE]);
         let batch = stores.take_batch().unwrap();
@@ -748,6 +748,6 @@ mod tests {
         assert!(stores.forget_unlisted(None, &BTreeMap::new()).is_empty());
         // The unit leaves: its items are new again if it comes back.
         stores.remove(&key("a"));
-        assert_eq!(note(&item), Noted::New);
+        assert_eq!(note(&item), ItemSeen::New);
     }
 }
