@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use shard_assign::{StrategyConfig, StrategyFlags, StrategyKind};
-use shardwise_fleet::argocd::ArgoCdLoad;
-use shardwise_fleet::installation::argocd_algorithm_named;
+use shardwise_plan::argocd::ArgoCdLoad;
+use shardwise_plan::installation::argocd_algorithm_named;
 use shardwise_runtime::args::LogFormat;
 
 /// Seconds between two passes: an hour at most, so that a typo cannot stop the balancer.

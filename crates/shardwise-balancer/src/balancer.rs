@@ -17,10 +17,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use shardwise_fleet::api::{Connection, write_pins};
-use shardwise_fleet::balance::{self, Inputs, Pass};
-use shardwise_fleet::planning::Current;
-use shardwise_fleet::read::{ArgoCdQuery, Read, read_argocd};
+use crate::pass::{self, Inputs, Pass};
+use shardwise_plan::api::{Connection, write_pins};
+use shardwise_plan::planning::Current;
+use shardwise_plan::read::{ArgoCdQuery, Read, read_argocd};
 use thiserror::Error;
 
 use crate::args::BalanceArgs;
@@ -253,7 +253,7 @@ impl Balancer<'_> {
         let Current::Computed(algorithm) = current else {
             return Err(anyhow!("Argo CD's algorithm could not be read"));
         };
-        let pass = balance::decide(&Inputs {
+        let pass = pass::decide(&Inputs {
             fleet: &fleet,
             secrets: &secrets,
             algorithm: &algorithm,

@@ -1,12 +1,13 @@
 //! `shardwise-balancer`: keeps the `shard` keys of a live Argo CD's cluster Secrets balanced.
 //! While it holds its Lease, every `--interval` it reads Argo CD (the installation, cluster
-//! Secrets and Applications), decides a pass (`shardwise_fleet::balance::decide`) and writes
+//! Secrets and Applications), decides a pass (`pass::decide`) and writes
 //! the keys that change, each on condition of the resourceVersion read and behind the Lease's
 //! fence. It reports with the metrics of shardwise's planner, so that the same dashboard rows
 //! show it.
 
 mod args;
 mod balancer;
+mod pass;
 
 use std::io::Write;
 use std::process::ExitCode;

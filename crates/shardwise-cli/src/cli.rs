@@ -7,9 +7,9 @@ use shard_assign::{Ratio, StrategyFlags, StrategyKind};
 use shardwise_sim::AppDistribution;
 
 use crate::limits;
-use shardwise_fleet::FleetSource;
-use shardwise_fleet::argocd::ArgoCdLoad;
-use shardwise_fleet::installation::argocd_algorithm_named;
+use shardwise_plan::FleetSource;
+use shardwise_plan::argocd::ArgoCdLoad;
+use shardwise_plan::installation::argocd_algorithm_named;
 
 /// The version and the commit it was built from (build.rs; "unknown" without git).
 const VERSION: &str = concat!(

@@ -79,7 +79,7 @@ const FLEET: &[Spec] = &[
 
 const ORPHANS: u64 = 521;
 
-fn shardwise_fleet_yaml() -> String {
+fn shardwise_plan_yaml() -> String {
     let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: shardwise}\n");
     yaml.push_str("---\n");
     yaml.push_str(&statefulset("shardwise", "shardwise", 3, ""));
@@ -148,13 +148,13 @@ fn strategy<'a>(report: &'a Value, name: &str) -> &'a Value {
 }
 
 #[tokio::test]
-async fn plans_a_shardwise_fleet_from_its_labels() {
+async fn plans_a_shardwise_plan_from_its_labels() {
     let env = Environment::builder().start().unwrap();
     let cp = env.control_plane();
     cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
         .await
         .unwrap();
-    cp.apply_yaml("admin", &shardwise_fleet_yaml())
+    cp.apply_yaml("admin", &shardwise_plan_yaml())
         .await
         .unwrap();
     let kubeconfig = cp.kubeconfig_path("admin").unwrap();

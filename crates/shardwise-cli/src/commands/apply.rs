@@ -11,10 +11,10 @@ use shard_assign::{Assignment, ShardId};
 use super::plan::{self, Gathered, strategies};
 use crate::cli::{Format, PlanArgs, Source};
 use crate::limits::Usage;
-use shardwise_fleet::LiveFleet;
-use shardwise_fleet::api::write_pins;
-use shardwise_fleet::argocd::{self, PinTarget};
-use shardwise_fleet::planning::{self, Current, PlanRequest};
+use shardwise_plan::LiveFleet;
+use shardwise_plan::api::write_pins;
+use shardwise_plan::argocd::{self, PinTarget};
+use shardwise_plan::planning::{self, Current, PlanRequest};
 
 /// The options of `--apply`, before anything is read.
 fn check(args: &PlanArgs) -> Result<(), Usage> {
@@ -313,7 +313,7 @@ fn write_table(out: &mut impl Write, rows: &[Row]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use shard_assign::{StrategyConfig, StrategyKind};
-    use shardwise_fleet::FleetSource;
+    use shardwise_plan::FleetSource;
 
     use super::*;
 

@@ -9,7 +9,7 @@ use shardwise_sim::app_keys;
 use crate::cli::AssignArgs;
 use crate::limits::{self, Usage};
 use crate::{inventory, output};
-use shardwise_fleet::planning::argocd_pin_rule;
+use shardwise_plan::planning::argocd_pin_rule;
 
 pub(crate) fn run(args: &AssignArgs) -> Result<()> {
     // Options first, then the inventory: every refusal comes before any work.

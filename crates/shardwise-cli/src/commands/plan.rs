@@ -5,11 +5,11 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Secret;
 use shard_assign::{StrategyConfig, StrategyKind};
-use shardwise_fleet::LiveFleet;
-use shardwise_fleet::api::Connection;
-use shardwise_fleet::argocd::ArgoCdLoad;
-use shardwise_fleet::planning::{self, PlanRequest};
-use shardwise_fleet::read::{ArgoCdQuery, Read, ShardwiseQuery, read_argocd, read_shardwise};
+use shardwise_plan::LiveFleet;
+use shardwise_plan::api::Connection;
+use shardwise_plan::argocd::ArgoCdLoad;
+use shardwise_plan::planning::{self, PlanRequest};
+use shardwise_plan::read::{ArgoCdQuery, Read, ShardwiseQuery, read_argocd, read_shardwise};
 
 use crate::cli::{Format, PlanArgs, PlanLoad, Source};
 use crate::limits::{self, Usage};

@@ -8,10 +8,10 @@ use shard_assign::ShardId;
 
 use super::Table;
 use crate::cli::Format;
-use shardwise_fleet::FleetSource;
-use shardwise_fleet::argocd::ArgoCdLoad;
-use shardwise_fleet::measured::MeasuredSummary;
-use shardwise_fleet::planning::{CutCluster, PlanReport, StrategyPlan};
+use shardwise_plan::FleetSource;
+use shardwise_plan::argocd::ArgoCdLoad;
+use shardwise_plan::measured::MeasuredSummary;
+use shardwise_plan::planning::{CutCluster, PlanReport, StrategyPlan};
 
 /// Clusters, apps and load of one shard.
 type Loads = [u64; 3];
@@ -529,8 +529,8 @@ mod tests {
     use shard_assign::{Cluster, StrategyConfig, StrategyKind};
 
     use super::*;
-    use shardwise_fleet::LiveFleet;
-    use shardwise_fleet::planning::{Current, PlanRequest, build};
+    use shardwise_plan::LiveFleet;
+    use shardwise_plan::planning::{Current, PlanRequest, build};
 
     /// 30 clusters labelled round-robin on 3 shards, one unplaced, one pinned to shard 9; planned
     /// 3 -> 2 with greedy-minimum (many moves) and sticky-balanced.
@@ -680,7 +680,7 @@ mod tests {
 
     #[test]
     fn csv_gives_each_recorded_slice_its_own_current_shard() {
-        let (fleet, cut, _) = shardwise_fleet::shardwise::fixtures::cut_fleet();
+        let (fleet, cut, _) = shardwise_plan::shardwise::fixtures::cut_fleet();
         let request = PlanRequest {
             source: FleetSource::Shardwise,
             server: "https://example:6443".into(),

@@ -402,14 +402,14 @@ fn shard(secret: &Secret) -> Shard {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use k8s_openapi::ByteString;
-    use kube::api::ApiResource;
     use serde_json::json;
 
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::shardwise::fixtures::argocd_application as application;
 
     fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
         let mut s = Secret::default();
@@ -422,22 +422,6 @@ pub(crate) mod tests {
                 .collect(),
         );
         s
-    }
-
-    /// An Application of Argo CD's namespace with `destination`.
-    pub(crate) fn application(name: &str, destination: Value) -> DynamicObject {
-        let resource = ApiResource {
-            group: "argoproj.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "argoproj.io/v1alpha1".into(),
-            kind: "Application".into(),
-            plural: "applications".into(),
-        };
-        let mut app = DynamicObject::new(name, &resource)
-            .within("argocd")
-            .data(json!({"spec": {"destination": destination}}));
-        app.metadata.uid = Some(format!("uid-app-{name}"));
-        app
     }
 
     fn apps_by_cluster(fleet: &LiveFleet) -> Vec<(&str, &str, u64, Option<u32>)> {

@@ -5,8 +5,8 @@
 //! keys: on each pass it reads the installation as `shardwise plan --source argocd` does, takes
 //! where Argo CD runs each cluster now as the previous placement, lets `sticky-balanced` keep
 //! clusters home and spend its move budget only while the busiest shard is above the target,
-//! and writes the keys that differ. [`decide`] is that pass without I/O; the
-//! `shardwise-balancer` binary runs it under a Lease.
+//! and writes the keys that differ. [`decide`] is that pass without I/O, tested by feeding it
+//! objects; `balancer` runs it under a Lease.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,9 +17,9 @@ use shard_assign::{
 };
 use shardwise_runtime::metrics::ShardFigures;
 
-use crate::LiveFleet;
-use crate::argocd::{self, PinTarget};
-use crate::planning;
+use shardwise_plan::LiveFleet;
+use shardwise_plan::argocd::{self, PinTarget};
+use shardwise_plan::planning;
 
 /// A cluster Secret annotated with this (`"true"`) keeps its `shard` key: the balancer counts
 /// the cluster where Argo CD runs it and never writes the key. The balancer only reads it.
@@ -164,8 +164,10 @@ mod tests {
     use serde_json::json;
     use shard_assign::StrategyKind;
 
+    use shardwise_plan::argocd::ArgoCdLoad;
+    use shardwise_plan::shardwise::fixtures::argocd_application;
+
     use super::*;
-    use crate::argocd::ArgoCdLoad;
 
     /// A fleet on Argo CD: cluster Secrets and Applications, changed between passes as Argo CD
     /// and the API server would (a write bumps the resourceVersion).
@@ -197,7 +199,7 @@ mod tests {
     }
 
     fn app(name: &str, cluster: &str) -> DynamicObject {
-        argocd::tests::application(name, json!({"name": cluster}))
+        argocd_application(name, json!({"name": cluster}))
     }
 
     impl ArgoCd {

@@ -2,7 +2,8 @@
 //! FleetApps, UnitSlices) or an Argo CD installation (cluster Secrets, Applications, its
 //! controller's sharding settings) becomes a [`LiveFleet`] of clusters with their app counts,
 //! pins, weights and the shard each one is recorded on; [`planning`] lays out where each
-//! strategy would put them and what moves; [`balance`] is one pass of the Argo CD balancer.
+//! strategy would put them and what moves. Its users: the `shardwise plan` command (and its
+//! `--apply`), and the Argo CD balancer, whose pass is its own.
 //!
 //! The modules that turn listed objects into a fleet (`shardwise`, `argocd`, `installation`,
 //! `measured`) do no I/O and are tested by feeding them objects; [`api`] lists and writes
@@ -10,8 +11,8 @@
 //!
 //! ```no_run
 //! # async fn plan() -> Result<(), Box<dyn std::error::Error>> {
-//! use shardwise_fleet::api::Connection;
-//! use shardwise_fleet::read::{ShardwiseQuery, read_shardwise};
+//! use shardwise_plan::api::Connection;
+//! use shardwise_plan::read::{ShardwiseQuery, read_shardwise};
 //!
 //! let connection = Connection::new(None, None).await?;
 //! let query = ShardwiseQuery {
@@ -30,7 +31,6 @@
 
 pub mod api;
 pub mod argocd;
-pub mod balance;
 pub mod installation;
 pub mod measured;
 pub mod planning;
