@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit demo-binaries bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
+.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
 
 all: build
 
@@ -20,14 +20,10 @@ simulate:
 ## processes for the control plane and two destination clusters (built first from their Go
 ## modules, scripts/control-plane.sh), a fleet of 20 clusters and 1,000 apps, 3 real replicas
 ## scaled 3 -> 4 -> 2 and one killed, shown live, then a checked summary. Nothing is left
-## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C. The first
-## time, the control plane's Go build and the demo's cargo build run side by side.
-demo:
-	$(MAKE) --no-print-directory -j2 control-plane demo-binaries
-	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
-
-demo-binaries:
+## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C.
+demo: control-plane
 	$(CARGO) build -p shardwise-controller -p shardwise-demo
+	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 
 ## Everything CI checks: formatting, lints (warnings are errors), the API docs, no import cycle, the Helm chart, and every test
 ## (the dashboard's against a real Prometheus), all with the committed lockfile (`--locked`, as

@@ -301,19 +301,21 @@ impl MeasuredLoads {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
 
-    fn record(name: &str) -> RecordKey {
+    /// The whole unit `fleet/<name>`.
+    pub(crate) fn record(name: &str) -> RecordKey {
         RecordKey {
             unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE,
         }
     }
 
-    fn slice(name: &str) -> RecordKey {
+    /// The upper half of the unit `fleet/<name>`.
+    pub(crate) fn slice(name: &str) -> RecordKey {
         RecordKey {
             unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE.halves().unwrap().1,

@@ -171,10 +171,8 @@ impl Meter {
 
 #[cfg(test)]
 mod tests {
-    use shard_assign::KeyRange;
-    use shardwise_handoff::plan::ObjectKey;
-
     use super::*;
+    use crate::load::tests::{record, slice};
 
     impl Meter {
         /// The smoothed busy seconds per second of `record`; `None` while it is not measured
@@ -186,20 +184,6 @@ mod tests {
 
     const SETTINGS: MeterSettings = MeterSettings::DEFAULT;
     const WINDOW: Duration = MeterSettings::DEFAULT.window;
-
-    fn record(name: &str) -> RecordKey {
-        RecordKey {
-            unit: ObjectKey::new("fleet", name),
-            range: KeyRange::WHOLE,
-        }
-    }
-
-    fn slice(name: &str) -> RecordKey {
-        RecordKey {
-            unit: ObjectKey::new("fleet", name),
-            range: KeyRange::WHOLE.halves().unwrap().1,
-        }
-    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
