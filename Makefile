@@ -16,12 +16,13 @@ build:
 simulate:
 	$(CARGO) run --release --quiet -p shardwise-cli --bin shardwise -- simulate
 
-## The controller itself, with no Kubernetes installed: kube-apiserver and etcd as local
-## processes for the control plane and two destination clusters (built first from their Go
-## modules, scripts/control-plane.sh), a fleet of 20 clusters and 1,000 apps, 3 real replicas
-## scaled 3 -> 4 -> 2 and one killed, shown live, then a checked summary. Nothing is left
-## running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C.
-demo: control-plane
+## The controller itself, with no Kubernetes: an embedded control plane and two destination
+## clusters (the in-memory test API server), a fleet of 20 clusters and 1,000 apps, 3 real
+## replicas scaled 3 -> 4 -> 2 and one killed, shown live, then a checked summary. Nothing is
+## left running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C;
+## `make demo ARGS=--real` runs it on kube-apiserver and etcd (built first).
+demo:
+	$(if $(findstring --real,$(ARGS)),scripts/control-plane.sh)
 	$(CARGO) build -p shardwise-controller -p shardwise-demo
 	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 

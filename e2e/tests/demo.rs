@@ -1,7 +1,8 @@
 //! `make demo`, end to end: the demo's whole scenario (3 replicas, scaled to 4, then 2, one
 //! killed and restarted) on a smaller fleet, run by the workspace's controller, with a real
 //! Prometheus scraping the replicas (Debian's `prometheus`, or `$PROMETHEUS`, as the dashboard
-//! test needs), on kube-apiserver and etcd as `make demo` runs them.
+//! test needs), on kube-apiserver and etcd as `make demo ARGS=--real` runs them (its default,
+//! the in-memory test server, serves no test).
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ async fn the_demo_plays_every_step_and_its_summary_holds() {
         prometheus: Some(
             std::env::var_os("PROMETHEUS").map_or_else(|| "prometheus".into(), Into::into),
         ),
+        real: true,
         ..Options::new(shardwise_e2e::controller_binary().unwrap())
     };
     let mut demo = Demo::start(options).await.unwrap();

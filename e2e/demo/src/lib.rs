@@ -1,7 +1,8 @@
 //! `make demo`: shardwise running for real on a laptop with no Kubernetes installed.
 //!
-//! kube-apiserver and etcd, run as local processes by the end-to-end harness, are the control
-//! plane and two destination clusters; the CRDs, RBAC
+//! The in-memory test API server plays the control plane and two destination clusters (with
+//! `--real`, kube-apiserver and etcd run as local processes by the end-to-end harness); the
+//! CRDs, RBAC
 //! and a StatefulSet come from `deploy/`; a fleet of FleetClusters and FleetApps (one cluster
 //! hot enough to be cut into slices, a few apps broken on purpose) is created; real
 //! `shardwise-controller` processes run as the replicas. The demo then scales the StatefulSet
@@ -96,6 +97,8 @@ pub struct Options {
     pub prometheus: Option<PathBuf>,
     /// Where to draw the dashboard picture from those series (needs python3 with matplotlib).
     pub picture: Option<PathBuf>,
+    /// Run on kube-apiserver and etcd instead of the in-memory test API server.
+    pub real: bool,
 }
 
 impl Options {
@@ -112,6 +115,7 @@ impl Options {
             stable: Duration::from_secs(7),
             prometheus: None,
             picture: None,
+            real: false,
         }
     }
 }
@@ -289,6 +293,7 @@ impl Demo {
             audit: true,
             args,
             controller: Some(options.controller.clone()),
+            test_server: !options.real,
             ..FleetOptions::default()
         })
         .await

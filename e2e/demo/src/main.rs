@@ -8,15 +8,18 @@ use std::time::Duration;
 use clap::Parser;
 use shardwise_demo::{Demo, DemoError, Options};
 
-/// A shardwise fleet on a control plane of local processes (kube-apiserver and etcd): 3
-/// controller replicas scaled to 4, then 2, one of them killed, shown live; ends with a checked
-/// summary.
+/// A shardwise fleet on an embedded control plane: 3 controller replicas scaled to 4, then 2,
+/// one of them killed, shown live; ends with a checked summary.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
     /// Leave the fleet running after the summary, with a kubeconfig to explore it; Ctrl-C ends it.
     #[arg(long)]
     keep: bool,
+    /// Run on kube-apiserver and etcd (built by `make control-plane`) instead of the embedded
+    /// test server, which starts in a second.
+    #[arg(long)]
+    real: bool,
     /// FleetClusters in the fleet.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(4..=200))]
     clusters: u32,
@@ -86,14 +89,21 @@ async fn run(args: Args) -> Result<bool, DemoError> {
         settle_timeout: Duration::from_secs(args.timeout),
         prometheus: args.prometheus.or_else(find_prometheus),
         picture: Some(args.picture.unwrap_or_else(default_picture)),
+        real: args.real,
         ..Options::new(controller)
     };
     if options.prometheus.is_none() {
         eprintln!("no Prometheus on PATH: no dashboard picture (apt-get install prometheus)");
     }
     eprintln!(
-        "starting kube-apiserver and etcd as the control plane, 2 destination clusters, {} clusters, {} apps and 3 replicas...",
-        options.clusters, options.apps
+        "starting {}, 2 destination clusters, {} clusters, {} apps and 3 replicas...",
+        if options.real {
+            "kube-apiserver and etcd as the control plane"
+        } else {
+            "an embedded control plane"
+        },
+        options.clusters,
+        options.apps
     );
     // Ctrl-C while the fleet starts drops what has started: its processes stop and its
     // folder goes with them.

@@ -10,10 +10,11 @@ use serde_json::Value;
 
 use crate::HarnessError;
 use crate::client::client_of;
-use crate::faults::{FaultScope, Faults};
+use crate::faults::Faults;
 use crate::identity::Identity;
 use crate::process::{Process, ProcessSpec};
 use crate::real::{RealApiServer, Shared, WriteRecord};
+use crate::server::ClusterServer;
 
 /// The field manager the harness applies with.
 pub const FIELD_MANAGER: &str = "shardwise-e2e";
@@ -22,7 +23,7 @@ pub const FIELD_MANAGER: &str = "shardwise-e2e";
 #[derive(Debug)]
 pub struct Cluster {
     name: String,
-    server: RealApiServer,
+    server: Box<dyn ClusterServer>,
     dir: PathBuf,
 }
 
@@ -37,10 +38,14 @@ impl Cluster {
     fn start(
         name: &str,
         identities: &[Identity],
-        shared: &Shared,
+        backend: &Backend,
         dir: &Path,
     ) -> Result<Self, HarnessError> {
-        let server = RealApiServer::start(name, identities, shared, dir)?;
+        let server: Box<dyn ClusterServer> = match backend {
+            Backend::Real(shared) => Box::new(RealApiServer::start(name, identities, shared, dir)?),
+            #[cfg(feature = "test-server")]
+            Backend::Test => Box::new(crate::server::TestServer::start(name, identities)?),
+        };
         let cluster = Self {
             name: name.to_string(),
             server,
@@ -73,19 +78,28 @@ impl Cluster {
 
     /// The server URL (`https://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
-        self.server.url().to_string()
+        self.server.url()
     }
 
     /// The cluster's kube-apiserver.
+    ///
+    /// # Panics
+    /// On the test server (`make demo`'s default), which no test runs on.
     pub fn server(&self) -> &RealApiServer {
-        &self.server
+        self.server
+            .real()
+            .expect("the cluster runs on the test server, which has no kube-apiserver")
     }
 
     /// The faults injected into the requests of every identity but the harness's `admin`
     /// (each reaches the server through a link of its own), per identity
-    /// ([`FaultScope::Identity`]) or for all ([`FaultScope::Global`]).
+    /// ([`FaultScope::Identity`](crate::FaultScope::Identity)) or for all
+    /// ([`FaultScope::Global`](crate::FaultScope::Global)).
+    ///
+    /// # Panics
+    /// On the test server (`make demo`'s default), which has no links.
     pub fn faults(&self) -> &Faults {
-        self.server.faults()
+        self.server().faults()
     }
 
     fn known(&self, identity: &str) -> Result<Identity, HarnessError> {
@@ -101,14 +115,14 @@ impl Cluster {
     /// are dropped unanswered, as if the network were down, until [`Cluster::heal`].
     pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
         self.known(identity)?;
-        self.faults().partition(FaultScope::identity(identity));
+        self.server.set_partitioned(identity, true);
         Ok(())
     }
 
     /// Ends [`Cluster::partition`] of `identity`.
     pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
         self.known(identity)?;
-        self.faults().heal(&FaultScope::identity(identity));
+        self.server.set_partitioned(identity, false);
         Ok(())
     }
 
@@ -119,8 +133,7 @@ impl Cluster {
         latency: std::time::Duration,
     ) -> Result<(), HarnessError> {
         self.known(identity)?;
-        self.faults()
-            .set_latency(FaultScope::identity(identity), latency);
+        self.server.set_latency(identity, latency);
         Ok(())
     }
 
@@ -137,7 +150,7 @@ impl Cluster {
 
     /// The CA that signed the server's serving certificate, PEM.
     pub fn ca_pem(&self) -> String {
-        self.server.ca_pem().to_string()
+        self.server.ca_pem()
     }
 
     /// The bearer token of `identity` (e.g. to put in a Secret).
@@ -318,10 +331,20 @@ pub struct Environment {
     // Fields drop in this order: servers first, then etcd, then the directory they wrote to.
     control_plane: Cluster,
     destinations: Vec<Cluster>,
-    shared: Shared,
+    backend: Backend,
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
     keep: bool,
+}
+
+/// What an environment's clusters run on.
+#[derive(Debug)]
+enum Backend {
+    /// kube-apiserver, one per cluster, on a shared etcd.
+    Real(Box<Shared>),
+    /// The in-memory test API server, one per cluster (`make demo`'s default).
+    #[cfg(feature = "test-server")]
+    Test,
 }
 
 /// Builds an [`Environment`].
@@ -331,6 +354,8 @@ pub struct EnvironmentBuilder {
     identities: Vec<Identity>,
     destination_identities: Vec<Identity>,
     apiserver_args: Vec<String>,
+    #[cfg(feature = "test-server")]
+    test_server: bool,
 }
 
 impl EnvironmentBuilder {
@@ -362,6 +387,14 @@ impl EnvironmentBuilder {
         self
     }
 
+    /// Runs every cluster on the in-memory test API server instead of kube-apiserver: it starts
+    /// at once and needs no Go build (`make demo`'s default; no test runs on it).
+    #[cfg(feature = "test-server")]
+    pub fn test_server(mut self) -> Self {
+        self.test_server = true;
+        self
+    }
+
     /// Starts etcd and the servers: a few seconds per kube-apiserver.
     pub fn start(self) -> Result<Environment, HarnessError> {
         let dir = tempfile::Builder::new()
@@ -370,18 +403,25 @@ impl EnvironmentBuilder {
             .map_err(io_error(&std::env::temp_dir()))?;
         let path = dir.path().to_path_buf();
         let keep = std::env::var("SHARDWISE_E2E_KEEP").is_ok_and(|v| v == "1" || v == "true");
-        let shared = Shared::start(self.apiserver_args, &path)?;
-        let control_plane = Cluster::start("control-plane", &self.identities, &shared, &path)?;
+        #[cfg(feature = "test-server")]
+        let backend = if self.test_server {
+            Backend::Test
+        } else {
+            Backend::Real(Box::new(Shared::start(self.apiserver_args, &path)?))
+        };
+        #[cfg(not(feature = "test-server"))]
+        let backend = Backend::Real(Box::new(Shared::start(self.apiserver_args, &path)?));
+        let control_plane = Cluster::start("control-plane", &self.identities, &backend, &path)?;
         let destinations = (0..self.destinations)
             .map(|i| {
                 let name = format!("dest-{i}");
-                Cluster::start(&name, &self.destination_identities, &shared, &path)
+                Cluster::start(&name, &self.destination_identities, &backend, &path)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Environment {
             control_plane,
             destinations,
-            shared,
+            backend,
             dir: Some(dir),
             path,
             keep,
@@ -397,13 +437,22 @@ impl Environment {
             identities: Vec::new(),
             destination_identities: Vec::new(),
             apiserver_args: Vec::new(),
+            #[cfg(feature = "test-server")]
+            test_server: false,
         }
     }
 
     /// Kills etcd (SIGKILL) and starts it again on its data: every kube-apiserver of the
     /// environment loses its storage for a moment.
     pub fn restart_etcd(&self) -> Result<(), HarnessError> {
-        self.shared.restart_etcd()
+        match &self.backend {
+            Backend::Real(shared) => shared.restart_etcd(),
+            #[cfg(feature = "test-server")]
+            Backend::Test => Err(HarnessError::TestServer {
+                cluster: self.control_plane.name.clone(),
+                reason: "the test server has no etcd to restart".into(),
+            }),
+        }
     }
 
     /// The control-plane cluster (`control-plane`).

@@ -55,6 +55,7 @@ mod identity;
 mod metrics;
 mod process;
 mod real;
+mod server;
 mod tls;
 mod wait;
 
@@ -71,6 +72,15 @@ pub use wait::{Poll, WaitError, wait_for, wait_with};
 /// Everything that can go wrong in the harness.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
+    /// The test API server could not start or do what was asked (`make demo`'s default).
+    #[cfg(feature = "test-server")]
+    #[error("test server of {cluster}: {reason}")]
+    TestServer {
+        /// The cluster.
+        cluster: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A binary of the control plane has not been built.
     #[error(
         "{program} is missing: build the control plane with scripts/control-plane.sh (or set SHARDWISE_CONTROL_PLANE_BIN)"

@@ -72,6 +72,10 @@ pub struct FleetOptions {
     pub destination_identities: Vec<Identity>,
     /// More flags for every kube-apiserver.
     pub apiserver_args: Vec<String>,
+    /// The in-memory test API server instead of kube-apiserver and etcd: `make demo`'s default,
+    /// which then needs no Go build. No test runs on it.
+    #[cfg(feature = "test-server")]
+    pub test_server: bool,
     /// Apps created with their cluster's token, as in any fleet a planner has run on once (it
     /// writes the token when an app has none); otherwise the planner writes every app's first.
     pub tokened_apps: bool,
@@ -94,6 +98,8 @@ impl Default for FleetOptions {
             controller: None,
             destination_identities: Vec::new(),
             apiserver_args: Vec::new(),
+            #[cfg(feature = "test-server")]
+            test_server: false,
             tokened_apps: false,
         }
     }
@@ -244,6 +250,10 @@ impl Fleet {
         let mut builder = Environment::builder()
             .destinations(options.destinations)
             .destination_identity(Identity::admin(DESTINATION_IDENTITY));
+        #[cfg(feature = "test-server")]
+        if options.test_server {
+            builder = builder.test_server();
+        }
         builder = builder.apiserver_args(options.apiserver_args.iter().cloned());
         for identity in &options.destination_identities {
             builder = builder.destination_identity(identity.clone());
