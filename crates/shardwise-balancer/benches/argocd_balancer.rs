@@ -36,7 +36,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -44,6 +44,7 @@ use serde_json::{Value, json};
 use shard_assign::{Cluster, ShardId, ShardSet, StrategyConfig, StrategyKind, assign};
 use shardwise_e2e::argocd::APPLICATION_CRD;
 use shardwise_e2e::{Environment, Poll, Process, ProcessSpec, free_port, scrape, wait_with};
+use shardwise_plan::api::application_resource;
 use shardwise_sim::{AppDistribution, FleetSpec};
 use tokio::task::JoinSet;
 
@@ -60,16 +61,6 @@ const QUIET_PASSES: u64 = 3;
 const SETTLE: Duration = Duration::from_secs(180);
 /// Requests in flight while objects are created or deleted.
 const WORKERS: usize = 8;
-
-fn application_resource() -> ApiResource {
-    ApiResource {
-        group: "argoproj.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "argoproj.io/v1alpha1".into(),
-        kind: "Application".into(),
-        plural: "applications".into(),
-    }
-}
 
 /// A cluster as Argo CD knows it: its Secret's UID and the apps that target it.
 #[derive(Clone, Debug)]

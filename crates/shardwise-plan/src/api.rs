@@ -20,6 +20,18 @@ use thiserror::Error;
 
 use crate::argocd::{CLUSTER_SECRET_SELECTOR, PinTarget};
 
+/// Argo CD's Application resource, read as dynamic objects: the project does not depend on Argo
+/// CD's Go types, and reads only the fields it needs.
+pub fn application_resource() -> ApiResource {
+    ApiResource {
+        group: "argoproj.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "argoproj.io/v1alpha1".into(),
+        kind: "Application".into(),
+        plural: "applications".into(),
+    }
+}
+
 /// Objects per list request, so that a large fleet arrives in pages.
 const PAGE: u32 = 500;
 /// A plan lists a few resources: an API server that does not answer in this time is down.
@@ -295,13 +307,7 @@ impl Connection {
         &self,
         namespace: Option<&str>,
     ) -> Result<Vec<DynamicObject>, FetchError> {
-        let resource = ApiResource {
-            group: "argoproj.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "argoproj.io/v1alpha1".into(),
-            kind: "Application".into(),
-            plural: "applications".into(),
-        };
+        let resource = application_resource();
         let api = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),

@@ -191,7 +191,7 @@ fn record_cuts(
 // Fixtures: one that cannot be built is a broken test.
 #[allow(clippy::unwrap_used)]
 pub mod fixtures {
-    use kube::api::{ApiResource, DynamicObject};
+    use kube::api::DynamicObject;
     use serde_json::{Value, json};
     use shardwise_api::{AppSource, Destination, FleetAppSpec, FleetClusterSpec};
     use shardwise_handoff::plan::ObjectKey;
@@ -201,14 +201,7 @@ pub mod fixtures {
 
     /// An Argo CD Application of Argo CD's namespace with `destination`, UID `uid-app-<name>`.
     pub fn argocd_application(name: &str, destination: Value) -> DynamicObject {
-        let resource = ApiResource {
-            group: "argoproj.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "argoproj.io/v1alpha1".into(),
-            kind: "Application".into(),
-            plural: "applications".into(),
-        };
-        let mut app = DynamicObject::new(name, &resource)
+        let mut app = DynamicObject::new(name, &crate::api::application_resource())
             .within("argocd")
             .data(json!({"spec": {"destination": destination}}));
         app.metadata.uid = Some(format!("uid-app-{name}"));

@@ -4,94 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use rand::Rng;
-
-/// A client identity: the name used for kubeconfig contexts and fault scoping, the user name
-/// and groups RBAC sees, and the bearer token.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    /// The kubeconfig user and context name, also the name faults are scoped by.
-    pub name: String,
-    /// The user name RBAC sees, e.g. `system:serviceaccount:ns:sa`.
-    pub user: String,
-    /// The groups RBAC sees, without the implied `system:authenticated`.
-    pub groups: Vec<String>,
-    /// The bearer token that authenticates as this identity.
-    pub token: String,
-}
-
-impl Identity {
-    /// An identity with a random token; service-account users get their implied groups.
-    pub fn new(name: impl Into<String>, user: impl Into<String>) -> Self {
-        let user = user.into();
-        let mut groups = Vec::new();
-        if let Some(rest) = user.strip_prefix("system:serviceaccount:")
-            && let Some((ns, _)) = rest.split_once(':')
-        {
-            groups.push("system:serviceaccounts".to_string());
-            groups.push(format!("system:serviceaccounts:{ns}"));
-        }
-        Self {
-            name: name.into(),
-            user,
-            groups,
-            token: random_token(),
-        }
-    }
-
-    /// A cluster admin (group `system:masters`, which bypasses RBAC).
-    pub fn admin(name: impl Into<String>) -> Self {
-        let name = name.into();
-        Self::new(name.clone(), name).with_groups(["system:masters"])
-    }
-
-    /// The identity of ServiceAccount `namespace/sa`.
-    pub fn service_account(name: impl Into<String>, namespace: &str, sa: &str) -> Self {
-        Self::new(name, format!("system:serviceaccount:{namespace}:{sa}"))
-    }
-
-    /// Adds groups, skipping ones it already has.
-    pub fn with_groups<I, S>(mut self, groups: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        for g in groups {
-            let g = g.into();
-            if !self.groups.contains(&g) {
-                self.groups.push(g);
-            }
-        }
-        self
-    }
-
-    /// Replaces the random token with a fixed one.
-    pub fn with_token(mut self, token: impl Into<String>) -> Self {
-        self.token = token.into();
-        self
-    }
-
-    /// Whether it is in `system:masters`, so RBAC never applies to it.
-    pub fn is_admin(&self) -> bool {
-        self.groups.iter().any(|g| g == "system:masters")
-    }
-
-    /// Groups as RBAC evaluates them, including `system:authenticated`.
-    pub fn effective_groups(&self) -> Vec<String> {
-        let mut g = self.groups.clone();
-        if !g.iter().any(|x| x == "system:authenticated") {
-            g.push("system:authenticated".to_string());
-        }
-        g
-    }
-}
-
-fn random_token() -> String {
-    let mut rng = rand::rng();
-    (0..32)
-        .map(|_| char::from_digit(rng.random_range(0..16u32), 16).unwrap_or('0'))
-        .collect()
-}
+pub(crate) use shardwise_e2e_testkit::Identity;
 
 /// Token lookup, shared by the server and its handle.
 #[derive(Debug, Default)]
@@ -161,22 +74,6 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn service_accounts_get_their_groups() {
-        let i = Identity::service_account("r0", "shardwise", "shardwise");
-        assert_eq!(i.user, "system:serviceaccount:shardwise:shardwise");
-        assert_eq!(
-            i.groups,
-            vec!["system:serviceaccounts", "system:serviceaccounts:shardwise"]
-        );
-        assert!(
-            i.effective_groups()
-                .contains(&"system:authenticated".to_string())
-        );
-        assert!(!i.is_admin());
-        assert!(Identity::admin("admin").is_admin());
-    }
 
     #[test]
     fn tokens_resolve_and_names_replace() {

@@ -155,7 +155,6 @@ pub struct ApiError {
     pub reason: &'static str,
     pub message: String,
     pub details: Option<Map<String, Value>>,
-    pub retry_after: Option<u64>,
 }
 
 fn details(gr: &GroupResource, name: &str) -> Map<String, Value> {
@@ -177,7 +176,6 @@ impl ApiError {
             reason,
             message: message.into(),
             details: None,
-            retry_after: None,
         }
     }
 
@@ -376,36 +374,12 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
-    pub fn too_many_requests(retry_after: u64) -> Self {
-        let mut e = Self::new(
-            429,
-            "TooManyRequests",
-            "the server has received too many requests and has asked us to try again later",
-        );
-        let mut d = Map::new();
-        d.insert("retryAfterSeconds".into(), retry_after.into());
-        e.details = Some(d);
-        e.retry_after = Some(retry_after);
-        e
-    }
-
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
             500,
             "InternalError",
             format!("Internal error occurred: {}", message.into()),
         )
-    }
-
-    pub fn unavailable(message: impl Into<String>, retry_after: Option<u64>) -> Self {
-        let mut e = Self::new(503, "ServiceUnavailable", message);
-        if let Some(seconds) = retry_after {
-            let mut d = Map::new();
-            d.insert("retryAfterSeconds".into(), seconds.into());
-            e.details = Some(d);
-            e.retry_after = Some(seconds);
-        }
-        e
     }
 
     /// The `metav1.Status` body.

@@ -1,12 +1,14 @@
-//! An in-memory Kubernetes API server for shardwise's end-to-end tests, with fault injection.
+//! An in-memory Kubernetes API server: `make demo`'s default control plane and the one the
+//! fleet benchmark's `scale` section runs on.
 //!
 //! This is a test fixture, not a product: it speaks enough of the Kubernetes REST API for
-//! unmodified kube-rs clients and `kubectl`, keeps everything in memory, and lets tests inject
-//! latency, errors, watch closures, partitions and pauses. See the README for every deliberate
-//! difference from the real kube-apiserver.
+//! unmodified kube-rs clients and `kubectl`, keeps everything in memory, and can add latency to
+//! an identity's requests. See the README for every deliberate difference from the real
+//! kube-apiserver.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
 //! use shardwise_test_apiserver::{ApiServer, FaultScope, Identity, ServerConfig};
 //!
 //! let server = ApiServer::start(
@@ -14,21 +16,22 @@
 //! )
 //! .await?;
 //! std::fs::write("/tmp/kubeconfig", server.kubeconfig())?;
-//! server.faults().partition(FaultScope::identity("shardwise-0"));
+//! server
+//!     .latency()
+//!     .set(FaultScope::identity("shardwise-0"), Duration::from_millis(10));
 //! # Ok(()) }
 //! ```
 
 #![deny(missing_docs)]
 
-mod admin;
 mod apply;
 mod auth;
 mod crd;
 mod discovery;
 mod error;
-mod faults;
 mod fieldset;
 mod kinds;
+mod latency;
 mod lifecycle;
 mod object;
 mod patch;
@@ -49,11 +52,11 @@ mod validation;
 mod watch;
 mod writes;
 
-pub use auth::Identity;
-pub use faults::{
-    ActiveFaults, ErrorFault, FaultCounters, FaultError, FaultScope, Faults, ScopedErrors,
-    ScopedLatency, ScopedPeriod,
+pub use latency::Latency;
+pub use server::{ApiServer, ServerConfig, StartError};
+pub use shardwise_e2e_testkit::{
+    CertificateAuthority, ClientCertificate, Credential, FaultScope, Identity, WriteRecord,
+    kubeconfig_yaml,
 };
-pub use server::{ApiServer, Credential, ServerConfig, StartError, kubeconfig_yaml};
-pub use tls::{CertificateAuthority, CertificateError, ClientCertificate};
-pub use writes::{WriteLog, WriteRecord};
+pub use tls::CertificateError;
+pub use writes::WriteLog;

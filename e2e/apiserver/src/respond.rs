@@ -59,13 +59,7 @@ pub fn text(status: u16, body: &'static str) -> Response<Body> {
 }
 
 pub fn error(e: &ApiError) -> Response<Body> {
-    let mut r = json(e.code, &e.to_status());
-    if let Some(seconds) = e.retry_after
-        && let Ok(v) = HeaderValue::from_str(&seconds.to_string())
-    {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    r
+    json(e.code, &e.to_status())
 }
 
 /// A chunked JSON stream fed by `rx`; an `Err` item aborts the connection mid-stream.

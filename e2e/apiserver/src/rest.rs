@@ -243,15 +243,7 @@ async fn dispatch(
             let mut filter = filter_from(&r)?;
             filter.name = r.name.clone();
             let table = r.wants_table().then(|| r.vdef().cloned()).flatten();
-            watch::start(
-                shared,
-                &identity.name,
-                &r.def,
-                &r.version,
-                filter,
-                &r.query,
-                table,
-            )
+            watch::start(shared, &r.def, &r.version, filter, &r.query, table)
         }
         Verb::Get => get(&r),
         Verb::List => list(&r),

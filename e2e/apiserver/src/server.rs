@@ -6,23 +6,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use base64::Engine as _;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
+use shardwise_e2e_testkit::{ClientCertificate, Credential, kubeconfig_yaml};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::apply::{Scope, Writer};
 use crate::auth::{Authenticator, Identity};
-use crate::faults::Faults;
+use crate::latency::Latency;
 use crate::lifecycle::{self, WriteCtx};
 use crate::registry::GroupResource;
 use crate::shared::Shared;
 use crate::store::Store;
-use crate::tls::{self, CertificateError, ClientCert, ClientCertificate, TlsError};
+use crate::tls::{self, CertificateError, ClientCert, TlsError};
 use crate::writes::WriteLog;
 use crate::{object, service};
 
@@ -45,8 +45,6 @@ pub struct ServerConfig {
     pub watch_queue: usize,
     /// Watch duration when the client sets no `timeoutSeconds`.
     pub default_watch_timeout: Duration,
-    /// Seed for the error-rate faults.
-    pub fault_seed: u64,
     /// How long a deleted namespace stays Terminating before its contents and itself go.
     pub namespace_deletion_delay: Duration,
     /// Serve HTTPS with a generated CA (in the kubeconfig). kubectl sends tokens only over
@@ -65,7 +63,6 @@ impl Default for ServerConfig {
             bookmark_interval: Duration::from_secs(5),
             watch_queue: 4096,
             default_watch_timeout: Duration::from_secs(1800),
-            fault_seed: 0x5eed,
             tls: true,
             namespace_deletion_delay: Duration::from_millis(100),
         }
@@ -109,12 +106,6 @@ impl ServerConfig {
     /// Interval between BOOKMARK events.
     pub fn bookmark_interval(mut self, every: Duration) -> Self {
         self.bookmark_interval = every;
-        self
-    }
-
-    /// Seed for the error-rate faults that set none of their own.
-    pub fn fault_seed(mut self, seed: u64) -> Self {
-        self.fault_seed = seed;
         self
     }
 
@@ -182,7 +173,7 @@ impl ApiServer {
         let shared = Arc::new(Shared {
             store: Store::new(config.watch_history, config.watch_queue),
             auth,
-            faults: Faults::new(tokio::runtime::Handle::current(), config.fault_seed),
+            latency: Latency::default(),
             enforce_rbac: AtomicBool::new(config.enforce_rbac),
             bookmark_interval: config.bookmark_interval,
             default_watch_timeout: config.default_watch_timeout,
@@ -271,9 +262,9 @@ impl ApiServer {
         self.shared.tls.as_ref().map(|t| t.ca_pem.as_str())
     }
 
-    /// The fault controller, to inject faults from the test itself.
-    pub fn faults(&self) -> &Faults {
-        &self.shared.faults
+    /// The latency added to requests, per identity or for every client.
+    pub fn latency(&self) -> &Latency {
+        &self.shared.latency
     }
 
     /// Every write request answered so far: by whom, when, with what result.
@@ -388,66 +379,6 @@ impl Drop for ApiServer {
     fn drop(&mut self) {
         self.stop_now();
     }
-}
-
-fn q(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
-}
-
-/// How a kubeconfig user authenticates.
-#[derive(Clone, Copy, Debug)]
-pub enum Credential<'a> {
-    /// A bearer token.
-    Token(&'a str),
-    /// A client certificate and its key.
-    Certificate(&'a ClientCertificate),
-}
-
-/// A kubeconfig for the server at `url`: `users` are (name, credential) pairs, each with a
-/// context of the same name; `current` is the current context.
-pub fn kubeconfig_yaml(
-    cluster: &str,
-    url: &str,
-    ca_pem: Option<&str>,
-    users: &[(&str, Credential<'_>)],
-    current: &str,
-) -> String {
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let mut y = String::from("apiVersion: v1\nkind: Config\npreferences: {}\nclusters:\n");
-    y.push_str(&format!(
-        "- name: {}\n  cluster:\n    server: {}\n",
-        q(cluster),
-        q(url)
-    ));
-    if let Some(pem) = ca_pem {
-        y.push_str(&format!(
-            "    certificate-authority-data: {}\n",
-            q(&b64(pem))
-        ));
-    }
-    y.push_str("users:\n");
-    for (name, credential) in users {
-        y.push_str(&format!("- name: {}\n  user:\n", q(name)));
-        match credential {
-            Credential::Token(token) => y.push_str(&format!("    token: {}\n", q(token))),
-            Credential::Certificate(cert) => y.push_str(&format!(
-                "    client-certificate-data: {}\n    client-key-data: {}\n",
-                q(&b64(&cert.cert_pem)),
-                q(&b64(&cert.key_pem))
-            )),
-        }
-    }
-    y.push_str("contexts:\n");
-    for (name, _) in users {
-        y.push_str(&format!(
-            "- name: {}\n  context:\n    cluster: {}\n    user: {}\n    namespace: default\n",
-            q(name),
-            q(cluster),
-            q(name)
-        ));
-    }
-    y.push_str(&format!("current-context: {}\n", q(current)));
-    y
 }
 
 async fn accept_loop(

@@ -1,5 +1,6 @@
-//! Request entry: fault admission, authentication, and routing to discovery or resources.
+//! Request entry: authentication, the latency in force, and routing to discovery or resources.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use http::{HeaderMap, Method, Request, Response, header};
@@ -7,17 +8,11 @@ use hyper::body::Incoming;
 
 use crate::auth::Identity;
 use crate::error::ApiError;
-use crate::faults::Verdict;
 use crate::respond::{self, Body};
 use crate::shared::Shared;
 use crate::tls::ClientCert;
-use crate::writes::WriteRecord;
-use crate::{admin, discovery, rest};
-
-/// Returned to hyper to drop the connection without an answer (partition fault).
-#[derive(Debug, thiserror::Error)]
-#[error("connection refused by a partition fault")]
-pub struct Refused;
+use crate::{discovery, rest};
+use shardwise_e2e_testkit::WriteRecord;
 
 fn bearer(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -43,29 +38,29 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     client_cert: Arc<ClientCert>,
     req: Request<Incoming>,
-) -> Result<Response<Body>, Refused> {
+) -> Result<Response<Body>, Infallible> {
+    Ok(answer(shared, client_cert, req).await)
+}
+
+async fn answer(
+    shared: Arc<Shared>,
+    client_cert: Arc<ClientCert>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let path = req.uri().path().to_string();
     tracing::debug!(method = %req.method(), uri = %req.uri(), "request");
-    if path == "/_fault" || path.starts_with("/_fault/") {
-        return Ok(admin::handle(&shared, req).await);
-    }
     let token = bearer(req.headers());
     let identity = match &*client_cert {
         ClientCert::User { user, groups } => Some(shared.auth.for_certificate(user, groups)),
         ClientCert::Absent | ClientCert::Rejected(_) => None,
     }
     .or_else(|| token.as_deref().and_then(|t| shared.auth.authenticate(t)));
-    match shared
-        .faults
-        .admit(identity.as_ref().map(|i| i.name.as_str()))
-        .await
-    {
-        Verdict::Refuse => return Err(Refused),
-        Verdict::Fail(e) => return Ok(respond::error(&e)),
-        Verdict::Proceed => {}
-    }
+    shared
+        .latency
+        .wait(identity.as_ref().map(|i| i.name.as_str()))
+        .await;
     if is_health(&path) {
-        return Ok(respond::text(200, "ok"));
+        return respond::text(200, "ok");
     }
     let Some(identity) = identity else {
         // A credential that fails makes the request unauthorized, never anonymous.
@@ -74,9 +69,9 @@ pub(crate) async fn handle(
             tracing::debug!(%reason, "client certificate not accepted");
         }
         if anonymous && path == "/version" {
-            return Ok(respond::json(200, &discovery::version()));
+            return respond::json(200, &discovery::version());
         }
-        return Ok(respond::error(&ApiError::unauthorized()));
+        return respond::error(&ApiError::unauthorized());
     };
     let write = matches!(
         *req.method(),
@@ -105,7 +100,7 @@ pub(crate) async fn handle(
             code: response.status().as_u16(),
         });
     }
-    Ok(response)
+    response
 }
 
 fn decode_segment(s: &str) -> String {

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::auth::Authenticator;
-use crate::faults::Faults;
+use crate::latency::Latency;
 use crate::store::Store;
 use crate::tls::Tls;
 use crate::writes::WriteLog;
@@ -16,7 +16,7 @@ use crate::writes::WriteLog;
 pub(crate) struct Shared {
     pub store: Store,
     pub auth: Authenticator,
-    pub faults: Faults,
+    pub latency: Latency,
     pub enforce_rbac: AtomicBool,
     pub bookmark_interval: Duration,
     pub default_watch_timeout: Duration,

@@ -1,5 +1,5 @@
 //! Watch streams: newline-delimited JSON events over a chunked response, with bookmarks,
-//! timeouts, initial events, and the watch-related faults.
+//! timeouts and initial events.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,10 +7,9 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::Response;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 use crate::error::{ApiError, FieldError};
-use crate::faults::WatchSignal;
 use crate::registry::{ResourceDef, VersionDef};
 use crate::respond::{self, Body, Query};
 use crate::shared::Shared;
@@ -99,7 +98,6 @@ fn list_options_invalid(e: FieldError) -> ApiError {
 /// Starts a watch; the events flow from a task into the chunked response.
 pub(crate) fn start(
     shared: &Arc<Shared>,
-    identity: &str,
     def: &Arc<ResourceDef>,
     version: &str,
     filter: Filter,
@@ -155,25 +153,20 @@ pub(crate) fn start(
         Err(StoreError::NoTable(_)) => return Err(ApiError::unknown_resource()),
         Err(e) => return Err(ApiError::internal(e.to_string())),
     };
-    // Subscribed before the response goes out, so a fault sent right after the client sees
-    // the watch start still reaches it.
-    let signals = shared.faults.subscribe();
     let task = WatchTask {
         shared: Arc::clone(shared),
-        identity: identity.to_string(),
         framer,
         out,
         bookmarks,
         initial_end: initial,
         timeout,
     };
-    tokio::spawn(task.run(registration, signals));
+    tokio::spawn(task.run(registration));
     Ok(respond::streaming(rx))
 }
 
 struct WatchTask {
     shared: Arc<Shared>,
-    identity: String,
     framer: Framer,
     out: mpsc::Sender<Result<Bytes, std::io::Error>>,
     bookmarks: bool,
@@ -181,52 +174,26 @@ struct WatchTask {
     timeout: Duration,
 }
 
-/// Why a watch stream ends.
-enum End {
-    /// Clean end of stream.
-    Done,
-    /// Abort the connection.
-    Cut,
-}
-
 impl WatchTask {
-    /// Sends a frame, holding it while the server is paused; false when the client is gone.
+    /// Sends a frame; false when the client is gone.
     async fn send(&self, frame: Bytes) -> bool {
-        if self.shared.faults.is_paused() {
-            self.shared.faults.wait_unpaused().await;
-        }
         self.out.send(Ok(frame)).await.is_ok()
     }
 
-    async fn run(self, mut reg: Registration, mut signals: broadcast::Receiver<WatchSignal>) {
-        let end = self.stream(&mut reg, &mut signals).await;
-        if let End::Cut = end {
-            let _ = self
-                .out
-                .send(Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    "partitioned",
-                )))
-                .await;
-        }
-    }
-
-    async fn stream(
-        &self,
-        reg: &mut Registration,
-        signals: &mut broadcast::Receiver<WatchSignal>,
-    ) -> End {
+    /// Streams until the client leaves, the timeout, or the registration closes; then the
+    /// response ends cleanly.
+    async fn run(self, mut reg: Registration) {
         let mut last_rv = match reg.initial.last() {
             Some(d) => d.event.rv.max(reg.rv),
             None => reg.rv,
         };
         for d in std::mem::take(&mut reg.initial) {
             if !self.send(self.framer.event(&d)).await {
-                return End::Done;
+                return;
             }
         }
         if self.initial_end && !self.send(self.framer.bookmark(reg.rv, true)).await {
-            return End::Done;
+            return;
         }
         let deadline = tokio::time::sleep(self.timeout);
         tokio::pin!(deadline);
@@ -235,33 +202,17 @@ impl WatchTask {
         loop {
             tokio::select! {
                 biased;
-                signal = signals.recv() => match signal {
-                    Ok(s) if s.applies_to(Some(&self.identity)) => {
-                        return match s {
-                            WatchSignal::Close(_) => {
-                                self.shared.faults.count_watch_closed();
-                                End::Done
-                            }
-                            WatchSignal::Cut(_) => {
-                                self.shared.faults.count_refused();
-                                End::Cut
-                            }
-                        };
-                    }
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => return End::Done,
-                },
-                () = self.out.closed() => return End::Done,
-                () = &mut deadline => return End::Done,
+                () = self.out.closed() => return,
+                () = &mut deadline => return,
                 delivery = reg.rx.recv() => match delivery {
                     Some(d) => {
                         last_rv = last_rv.max(d.event.rv);
                         if !self.send(self.framer.event(&d)).await {
-                            return End::Done;
+                            return;
                         }
                     }
                     // Closed as too slow, or the resource stopped being served.
-                    None => return End::Done,
+                    None => return,
                 },
                 _ = ticker.tick(), if self.bookmarks => {
                     // Everything committed up to `now` is already queued: drain it first so
@@ -270,12 +221,12 @@ impl WatchTask {
                     while let Ok(d) = reg.rx.try_recv() {
                         last_rv = last_rv.max(d.event.rv);
                         if !self.send(self.framer.event(&d)).await {
-                            return End::Done;
+                            return;
                         }
                     }
                     last_rv = last_rv.max(now);
                     if !self.send(self.framer.bookmark(last_rv, false)).await {
-                        return End::Done;
+                        return;
                     }
                 }
             }

@@ -3,26 +3,8 @@
 //! from the server's side what a client did, e.g. that no write of a fenced term arrived.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::SystemTime;
 
-/// One write request (POST, PUT, PATCH or DELETE) on a resource path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WriteRecord {
-    /// When it arrived, on this machine's wall clock.
-    pub at: SystemTime,
-    /// The authenticated identity's name.
-    pub identity: String,
-    /// The `User-Agent` header, when the request had one.
-    pub user_agent: Option<String>,
-    /// The HTTP method.
-    pub method: String,
-    /// The request path, without the query.
-    pub path: String,
-    /// The query, percent-encoded as sent (empty without one).
-    pub query: String,
-    /// The status code of the answer.
-    pub code: u16,
-}
+use shardwise_e2e_testkit::WriteRecord;
 
 /// The records, oldest first, up to a bound (the oldest are dropped beyond it).
 #[derive(Debug, Default)]
@@ -53,6 +35,8 @@ impl WriteLog {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use super::*;
 
     fn record(n: usize) -> WriteRecord {

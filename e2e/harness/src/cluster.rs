@@ -7,13 +7,13 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
+use shardwise_e2e_testkit::{Identity, WriteRecord};
 
 use crate::HarnessError;
 use crate::client::client_of;
 use crate::faults::Faults;
-use crate::identity::Identity;
 use crate::process::{Process, ProcessSpec};
-use crate::real::{RealApiServer, Shared, WriteRecord};
+use crate::real::{RealApiServer, Shared};
 use crate::server::ClusterServer;
 
 /// The field manager the harness applies with.
@@ -115,15 +115,13 @@ impl Cluster {
     /// are dropped unanswered, as if the network were down, until [`Cluster::heal`].
     pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
         self.known(identity)?;
-        self.server.set_partitioned(identity, true);
-        Ok(())
+        self.server.set_partitioned(identity, true)
     }
 
     /// Ends [`Cluster::partition`] of `identity`.
     pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
         self.known(identity)?;
-        self.server.set_partitioned(identity, false);
-        Ok(())
+        self.server.set_partitioned(identity, false)
     }
 
     /// Delays every request of `identity` to this cluster by `latency` (zero: none).
@@ -342,7 +340,8 @@ pub struct Environment {
 enum Backend {
     /// kube-apiserver, one per cluster, on a shared etcd.
     Real(Box<Shared>),
-    /// The in-memory test API server, one per cluster (`make demo`'s default).
+    /// The in-memory test API server, one per cluster (`make demo`'s default, and the scale
+    /// benchmark's).
     #[cfg(feature = "test-server")]
     Test,
 }
@@ -388,7 +387,8 @@ impl EnvironmentBuilder {
     }
 
     /// Runs every cluster on the in-memory test API server instead of kube-apiserver: it starts
-    /// at once and needs no Go build (`make demo`'s default; no test runs on it).
+    /// at once and needs no Go build (`make demo`'s default, and the scale benchmark's, which
+    /// kube-apiserver bounds on 2 cores; no test runs on it).
     #[cfg(feature = "test-server")]
     pub fn test_server(mut self) -> Self {
         self.test_server = true;
@@ -452,6 +452,22 @@ impl Environment {
                 cluster: self.control_plane.name.clone(),
                 reason: "the test server has no etcd to restart".into(),
             }),
+        }
+    }
+
+    /// The processes that serve the environment's API requests, for measuring their CPU: etcd
+    /// and every kube-apiserver; on the test server, which runs in this process, this process.
+    pub fn server_processes(&self) -> Vec<u32> {
+        match &self.backend {
+            Backend::Real(shared) => std::iter::once(shared.etcd_pid())
+                .chain(
+                    std::iter::once(&self.control_plane)
+                        .chain(&self.destinations)
+                        .map(|cluster| cluster.server().pid()),
+                )
+                .collect(),
+            #[cfg(feature = "test-server")]
+            Backend::Test => vec![std::process::id()],
         }
     }
 

@@ -14,33 +14,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use shardwise_e2e_testkit::FaultScope;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
-
-/// Who a fault applies to: every identity with a link, or the identity with this name (as in
-/// the kubeconfig).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FaultScope {
-    /// Every identity but the harness's `admin`.
-    Global,
-    /// Only the identity with this name.
-    Identity(String),
-}
-
-impl FaultScope {
-    /// The scope of the identity named `name`.
-    pub fn identity(name: impl Into<String>) -> Self {
-        Self::Identity(name.into())
-    }
-
-    /// Whether the fault reaches `identity`'s requests.
-    pub fn covers(&self, identity: &str) -> bool {
-        match self {
-            Self::Global => true,
-            Self::Identity(n) => n == identity,
-        }
-    }
-}
 
 /// Answer a fraction of requests with an error instead of forwarding them.
 #[derive(Clone, Debug, PartialEq)]

@@ -51,7 +51,6 @@ mod binary;
 mod client;
 mod cluster;
 mod faults;
-mod identity;
 mod metrics;
 mod process;
 mod real;
@@ -61,12 +60,14 @@ mod wait;
 
 pub use binary::{BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_binary};
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
-pub use faults::{ErrorFault, FaultCounters, FaultError, FaultScope, Faults};
-pub use identity::{Credential, Identity, kubeconfig_yaml};
+pub use faults::{ErrorFault, FaultCounters, FaultError, Faults};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use process::{Process, ProcessError, ProcessSpec};
-pub use real::{RealApiServer, WriteRecord};
-pub use tls::{CertificateAuthority, CertificateError, ClientCertificate};
+pub use real::RealApiServer;
+pub use shardwise_e2e_testkit::{
+    CertificateAuthority, CertificateError, ClientCertificate, Credential, FaultScope, Identity,
+    WriteRecord, kubeconfig_yaml,
+};
 pub use wait::{Poll, WaitError, wait_for, wait_with};
 
 /// Everything that can go wrong in the harness.

@@ -1,12 +1,14 @@
 //! What a cluster needs of its API server: kube-apiserver ([`RealApiServer`]), or with the
-//! feature `test-server` the in-memory test API server that `make demo` starts by default.
+//! feature `test-server` the in-memory test API server that `make demo` starts by default and
+//! the fleet benchmark's `scale` section runs on.
 
 use std::time::Duration;
 
+use shardwise_e2e_testkit::{FaultScope, Identity, WriteRecord};
+
 use crate::HarnessError;
-use crate::faults::{FaultScope, Faults};
-use crate::identity::Identity;
-use crate::real::{RealApiServer, WriteRecord};
+use crate::faults::Faults;
+use crate::real::RealApiServer;
 
 /// A cluster's API server, as [`crate::Cluster`] uses it.
 pub(crate) trait ClusterServer: std::fmt::Debug + Send + Sync {
@@ -23,7 +25,7 @@ pub(crate) trait ClusterServer: std::fmt::Debug + Send + Sync {
     fn writes(&self) -> Vec<WriteRecord>;
     fn ca_pem(&self) -> String;
     /// Cuts `identity` off (`true`) or ends that (`false`).
-    fn set_partitioned(&self, identity: &str, partitioned: bool);
+    fn set_partitioned(&self, identity: &str, partitioned: bool) -> Result<(), HarnessError>;
     fn set_latency(&self, identity: &str, latency: Duration);
     /// The kube-apiserver, when it is one.
     fn real(&self) -> Option<&RealApiServer>;
@@ -70,7 +72,7 @@ impl ClusterServer for RealApiServer {
         RealApiServer::ca_pem(self).to_string()
     }
 
-    fn set_partitioned(&self, identity: &str, partitioned: bool) {
+    fn set_partitioned(&self, identity: &str, partitioned: bool) -> Result<(), HarnessError> {
         let faults: &Faults = self.faults();
         let scope = FaultScope::identity(identity);
         if partitioned {
@@ -78,6 +80,7 @@ impl ClusterServer for RealApiServer {
         } else {
             faults.heal(&scope);
         }
+        Ok(())
     }
 
     fn set_latency(&self, identity: &str, latency: Duration) {
@@ -95,41 +98,24 @@ pub(crate) use imitation::TestServer;
 
 /// The in-memory test API server (`e2e/apiserver`) behind a cluster: `make demo`'s default,
 /// which needs no Go build on a first run (2 min 33 s on a fresh clone against 6 min 30 s with
-/// kube-apiserver and etcd). No test runs on it; it has no links, so of the faults only the
-/// per-identity partition and latency, its own.
+/// kube-apiserver and etcd), and the fleet benchmark's `scale` section's, which kube-apiserver
+/// bounds on 2 cores. No test runs on it; it has no links, so of the faults only latency, its
+/// own.
 #[cfg(feature = "test-server")]
 mod imitation {
     use std::time::Duration;
 
+    use shardwise_e2e_testkit::{FaultScope, Identity, WriteRecord};
     use shardwise_test_apiserver as test_server;
 
     use super::ClusterServer;
     use crate::HarnessError;
-    use crate::identity::Identity;
-    use crate::real::{RealApiServer, WriteRecord};
+    use crate::real::RealApiServer;
 
     #[derive(Debug)]
     pub(crate) struct TestServer {
         name: String,
         server: test_server::ApiServer,
-    }
-
-    fn theirs(identity: &Identity) -> test_server::Identity {
-        test_server::Identity {
-            name: identity.name.clone(),
-            user: identity.user.clone(),
-            groups: identity.groups.clone(),
-            token: identity.token.clone(),
-        }
-    }
-
-    fn ours(identity: test_server::Identity) -> Identity {
-        Identity {
-            name: identity.name,
-            user: identity.user,
-            groups: identity.groups,
-            token: identity.token,
-        }
     }
 
     impl TestServer {
@@ -138,7 +124,7 @@ mod imitation {
         pub(crate) fn start(name: &str, identities: &[Identity]) -> Result<Self, HarnessError> {
             let mut config = test_server::ServerConfig::default().rbac(true);
             for identity in identities {
-                config = config.identity(theirs(identity));
+                config = config.identity(identity.clone());
             }
             config.name = name.to_string();
             let server = test_server::ApiServer::start_detached(config).map_err(|e| {
@@ -164,11 +150,11 @@ mod imitation {
         }
 
         fn identity(&self, name: &str) -> Option<Identity> {
-            self.server.identity(name).map(ours)
+            self.server.identity(name)
         }
 
         fn identities(&self) -> Vec<Identity> {
-            self.server.identities().into_iter().map(ours).collect()
+            self.server.identities()
         }
 
         fn kubeconfig(&self) -> String {
@@ -192,44 +178,29 @@ mod imitation {
         }
 
         fn add_identity(&self, identity: Identity) -> Result<(), HarnessError> {
-            self.server.add_identity(theirs(&identity));
+            self.server.add_identity(identity);
             Ok(())
         }
 
         fn writes(&self) -> Vec<WriteRecord> {
-            self.server
-                .writes()
-                .records()
-                .into_iter()
-                .map(|w| WriteRecord {
-                    at: w.at,
-                    identity: w.identity,
-                    user_agent: w.user_agent,
-                    method: w.method,
-                    path: w.path,
-                    query: w.query,
-                    code: w.code,
-                })
-                .collect()
+            self.server.writes().records()
         }
 
         fn ca_pem(&self) -> String {
             self.server.ca_pem().unwrap_or_default().to_string()
         }
 
-        fn set_partitioned(&self, identity: &str, partitioned: bool) {
-            let scope = test_server::FaultScope::identity(identity);
-            if partitioned {
-                self.server.faults().partition(scope);
-            } else {
-                self.server.faults().heal(&scope);
-            }
+        fn set_partitioned(&self, _identity: &str, _partitioned: bool) -> Result<(), HarnessError> {
+            Err(HarnessError::TestServer {
+                cluster: self.name.clone(),
+                reason: "the test server adds latency, no other fault".into(),
+            })
         }
 
         fn set_latency(&self, identity: &str, latency: Duration) {
             self.server
-                .faults()
-                .set_latency(test_server::FaultScope::identity(identity), latency);
+                .latency()
+                .set(FaultScope::identity(identity), latency);
         }
 
         fn real(&self) -> Option<&RealApiServer> {

@@ -73,7 +73,8 @@ pub struct FleetOptions {
     /// More flags for every kube-apiserver.
     pub apiserver_args: Vec<String>,
     /// The in-memory test API server instead of kube-apiserver and etcd: `make demo`'s default,
-    /// which then needs no Go build. No test runs on it.
+    /// which then needs no Go build, and the 50,000-app benchmark's, which kube-apiserver bounds
+    /// on 2 cores. No test runs on it.
     #[cfg(feature = "test-server")]
     pub test_server: bool,
     /// Apps created with their cluster's token, as in any fleet a planner has run on once (it

@@ -60,7 +60,7 @@ pub async fn client_of(kubeconfig: Kubeconfig) -> Client {
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .expect("kubeconfig is usable");
-    // Fault tests want to see each injected error, not kube's automatic retries.
+    // Tests want to see each error the server answers, not kube's automatic retries.
     config.default_retry = false;
     Client::try_from(config).expect("client builds")
 }

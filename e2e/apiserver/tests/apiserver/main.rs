@@ -5,7 +5,7 @@ mod binary;
 mod certificates;
 mod common;
 mod crud;
-mod faults;
 mod kubectl;
+mod latency;
 mod rbac;
 mod watch;

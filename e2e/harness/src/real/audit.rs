@@ -6,25 +6,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-
-/// One request the server answered: a write (POST, PUT, PATCH or DELETE) or a LIST.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WriteRecord {
-    /// When it arrived, on this machine's wall clock.
-    pub at: SystemTime,
-    /// The identity that sent it (by its token's UID, else its user).
-    pub identity: String,
-    /// The `User-Agent` header, when the request had one.
-    pub user_agent: Option<String>,
-    /// The HTTP method, or `LIST`.
-    pub method: String,
-    /// The request path, without the query.
-    pub path: String,
-    /// The query, percent-encoded as sent (empty without one).
-    pub query: String,
-    /// The status code of the answer.
-    pub code: u16,
-}
+use shardwise_e2e_testkit::WriteRecord;
 
 /// Every write and every LIST at `Metadata` level (who, what, when, how it was answered),
 /// nothing else: the writes are the write log, the LISTs show when a client listed again

@@ -36,7 +36,8 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::HarnessError;
 use crate::faults::{Faults, Signal, Verdict};
-use crate::tls::{ClientCertificate, IssuedCertificates};
+use crate::tls::IssuedCertificates;
+use shardwise_e2e_testkit::{ClientCertificate, RequestClientCert};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -48,71 +49,6 @@ pub(crate) struct LinkCertificates<'a> {
     pub serving_key: &'a str,
     /// The CA that signed it: what links trust upstream.
     pub serving_ca: &'a str,
-}
-
-/// Asks for a client certificate without requiring or judging it, as kube-apiserver does (Go's
-/// `tls.RequestClientCert`): whether the server trusts it is the server's to say, after the
-/// link presents it again. Possession of its key is still proven by the handshake's signature.
-#[derive(Debug)]
-struct RequestClientCert {
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl rustls::server::danger::ClientCertVerifier for RequestClientCert {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        Ok(rustls::server::danger::ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 fn tls_error(what: &str) -> impl FnOnce(String) -> HarnessError + '_ {
@@ -229,9 +165,7 @@ impl Links {
             .add(certificate(certificates.serving_ca)?)
             .map_err(|e| tls_error("serving CA")(e.to_string()))?;
         let roots = Arc::new(roots);
-        let verifier = Arc::new(RequestClientCert {
-            provider: provider(),
-        });
+        let verifier = Arc::new(RequestClientCert::new(provider()));
         let key = PrivateKeyDer::from_pem_slice(certificates.serving_key.as_bytes())
             .map_err(|e| tls_error("serving key")(e.to_string()))?;
         let mut server = rustls::ServerConfig::builder_with_provider(provider())
@@ -555,8 +489,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::faults::{ErrorFault, FaultScope};
-    use crate::tls::CertificateAuthority;
+    use crate::faults::ErrorFault;
+    use shardwise_e2e_testkit::CertificateAuthority;
+    use shardwise_e2e_testkit::FaultScope;
 
     /// A kube-apiserver stand-in: it answers every request with what it saw (method, URI,
     /// bearer token, client certificate), and a watch with an event every 20 ms until the

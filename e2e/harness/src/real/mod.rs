@@ -22,11 +22,14 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::RwLock;
 use serde_json::json;
 
+use shardwise_e2e_testkit::{
+    CertificateAuthority, CertificateError, ClientCertificate, Credential, Identity, WriteRecord,
+    kubeconfig_yaml,
+};
+
 use crate::HarnessError;
 use crate::faults::Faults;
-use crate::identity::{Credential, Identity, kubeconfig_yaml};
-use crate::tls::{CertificateAuthority, CertificateError, ClientCertificate, IssuedCertificates};
-pub use audit::WriteRecord;
+use crate::tls::IssuedCertificates;
 use link::{LinkCertificates, Links};
 use supervisor::Spawner;
 use supervisor::Supervised;
@@ -143,6 +146,13 @@ impl Etcd {
         &self.url
     }
 
+    fn pid(&self) -> u32 {
+        self.process
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pid()
+    }
+
     fn restart(&self) -> Result<(), HarnessError> {
         let mut process = self.process.lock().unwrap_or_else(PoisonError::into_inner);
         process.kill();
@@ -226,6 +236,11 @@ impl Shared {
     /// Kills etcd (SIGKILL) and starts it again on the same ports and data.
     pub(crate) fn restart_etcd(&self) -> Result<(), HarnessError> {
         self.etcd.restart()
+    }
+
+    /// The process ID of etcd (a new one after [`Shared::restart_etcd`]).
+    pub(crate) fn etcd_pid(&self) -> u32 {
+        self.etcd.pid()
     }
 }
 
@@ -467,7 +482,7 @@ impl RealApiServer {
         Some(kubeconfig_yaml(
             &self.name,
             &url,
-            &self.serving_ca,
+            Some(&self.serving_ca),
             &[(identity, i.credential())],
             identity,
         ))
@@ -497,7 +512,13 @@ impl RealApiServer {
             .iter()
             .map(|i| (i.identity.name.as_str(), i.credential()))
             .collect();
-        kubeconfig_yaml(&self.name, &self.url, &self.serving_ca, &users, "admin")
+        kubeconfig_yaml(
+            &self.name,
+            &self.url,
+            Some(&self.serving_ca),
+            &users,
+            "admin",
+        )
     }
 
     /// A kubeconfig holding only `identity`, authenticating with a newly issued client
@@ -517,7 +538,7 @@ impl RealApiServer {
         Ok(kubeconfig_yaml(
             &self.name,
             &self.url_for(&i)?,
-            &self.serving_ca,
+            Some(&self.serving_ca),
             &[(identity, Credential::Certificate(&cert))],
             identity,
         ))

@@ -1,5 +1,3 @@
-//! The identities a test's clients act as, and the kubeconfigs that carry them.
-
 use rand::Rng;
 
 use crate::tls::ClientCertificate;
@@ -78,6 +76,15 @@ impl Identity {
         self.groups.iter().any(|g| g == "system:masters")
     }
 
+    /// Groups as RBAC evaluates them, including `system:authenticated`.
+    pub fn effective_groups(&self) -> Vec<String> {
+        let mut groups = self.groups.clone();
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".to_string());
+        }
+        groups
+    }
+
     /// The ServiceAccount it is, as (namespace, name).
     pub fn service_account_name(&self) -> Option<(&str, &str)> {
         self.user
@@ -95,12 +102,13 @@ pub enum Credential<'a> {
     Certificate(&'a ClientCertificate),
 }
 
-/// A kubeconfig for the server at `url`: `users` are (name, credential) pairs, each with a
-/// context of the same name; `current` is the current context.
+/// A kubeconfig for the server at `url` (whose serving CA is `ca_pem`; `None` for plain HTTP):
+/// `users` are (name, credential) pairs, each with a context of the same name; `current` is the
+/// current context.
 pub fn kubeconfig_yaml(
     cluster: &str,
     url: &str,
-    ca_pem: &str,
+    ca_pem: Option<&str>,
     users: &[(&str, Credential<'_>)],
     current: &str,
 ) -> String {
@@ -111,11 +119,16 @@ pub fn kubeconfig_yaml(
     let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
     let mut y = String::from("apiVersion: v1\nkind: Config\npreferences: {}\nclusters:\n");
     y.push_str(&format!(
-        "- name: {}\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n",
+        "- name: {}\n  cluster:\n    server: {}\n",
         q(cluster),
-        q(url),
-        q(&b64(ca_pem))
+        q(url)
     ));
+    if let Some(pem) = ca_pem {
+        y.push_str(&format!(
+            "    certificate-authority-data: {}\n",
+            q(&b64(pem))
+        ));
+    }
     y.push_str("users:\n");
     for (name, credential) in users {
         y.push_str(&format!("- name: {}\n  user:\n", q(name)));
@@ -139,4 +152,44 @@ pub fn kubeconfig_yaml(
     }
     y.push_str(&format!("current-context: {}\n", q(current)));
     y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_accounts_get_their_groups() {
+        let i = Identity::service_account("r0", "shardwise", "shardwise");
+        assert_eq!(i.user, "system:serviceaccount:shardwise:shardwise");
+        assert_eq!(
+            i.groups,
+            vec!["system:serviceaccounts", "system:serviceaccounts:shardwise"]
+        );
+        assert!(
+            i.effective_groups()
+                .contains(&"system:authenticated".to_string())
+        );
+        assert_eq!(i.service_account_name(), Some(("shardwise", "shardwise")));
+        assert!(!i.is_admin());
+        assert!(Identity::admin("admin").is_admin());
+    }
+
+    #[test]
+    fn a_kubeconfig_quotes_every_value_and_names_a_context_per_user() {
+        let yaml = kubeconfig_yaml(
+            "c",
+            "https://127.0.0.1:1",
+            None,
+            &[
+                ("a", Credential::Token("t: x")),
+                ("b", Credential::Token("u")),
+            ],
+            "b",
+        );
+        assert!(yaml.contains("token: \"t: x\""));
+        assert!(!yaml.contains("certificate-authority-data"));
+        assert_eq!(yaml.matches("context:\n").count(), 2);
+        assert!(yaml.ends_with("current-context: \"b\"\n"));
+    }
 }
