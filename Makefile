@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean unit-chaos unit-rest
+.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
 
 all: build
 
@@ -62,25 +62,9 @@ cycles:
 	$(PYTHON) scripts/module_cycles.py
 
 ## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each
-## suite prints the kube-apiserver version it ran on). Once everything is built, two lanes run
-## side by side, each printed whole when it ends: the chaos suite (about 10 minutes of
-## scenarios one at a time, which keep 1.2 of the 2 cores busy on average, measured with
-## vmstat) and everything else. Every target is selected with --workspace, so both lanes use
-## the build of the first step.
+## suite prints the kube-apiserver version it ran on).
 unit: control-plane
-	$(CARGO) test --workspace --locked --no-run
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit-chaos unit-rest
-
-unit-chaos:
-	$(CARGO) test --workspace --locked --no-fail-fast --test e2e_chaos
-
-unit-rest:
-	status=0; \
-	$(CARGO) test --workspace --locked --no-fail-fast --exclude shardwise-e2e-suites || status=1; \
-	suites=$$($(CARGO) metadata --no-deps --format-version 1 --locked \
-		| $(PYTHON) scripts/test_targets.py shardwise-e2e-suites e2e_chaos) || exit 1; \
-	$(CARGO) test --workspace --locked --no-fail-fast $$suites || status=1; \
-	exit $$status
+	$(CARGO) test --workspace --locked --no-fail-fast
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
 bench: bench-assign bench-apiserver bench-planner bench-fleet bench-scale bench-argocd
