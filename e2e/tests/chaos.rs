@@ -661,15 +661,16 @@ async fn etcd_restarted_mid_rebalance() {
 /// link comes back, its watches resume from revisions etcd has compacted away, kube-apiserver
 /// answers 410 Gone, and the replica must list again and catch up with every change. Leases
 /// outlast the cut, so the replica keeps its work: the LISTs it sends afterwards come from
-/// expired watches, not from a restart of its work. kube-apiserver's watch cache is off so that
+/// expired watches, not from a restart of its work. The cut lasts as long as changing 2,000
+/// apps takes, 43 s on a slow run, so the leases are made to last 5 minutes. kube-apiserver's watch cache is off so that
 /// watches are served by etcd, whose compaction is what the client meets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_resume_after_etcd_compaction_with_a_relist() {
     let _serial = SERIAL.lock().await;
     let flags = [
         "--load-model=apps",
-        "--lease-duration=60s",
-        "--renew-deadline=45s",
+        "--lease-duration=300s",
+        "--renew-deadline=240s",
         "--retry-period=2s",
         "--resync-interval=60s",
         "--cluster-qps=100",
