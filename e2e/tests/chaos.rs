@@ -182,7 +182,7 @@ impl Chaos {
     /// term, and none arrived after that term's lease could have expired. (A real
     /// kube-apiserver also writes to itself, as `system:apiserver`: those are not the
     /// controller's.)
-    fn assert_no_late_writes(&self, history: &fencing::LeaseHistory, at_least: usize) {
+    fn assert_no_late_writes(&self, at_least: usize) {
         let writes: Vec<_> = self
             .fleet
             .env
@@ -191,7 +191,7 @@ impl Chaos {
             .flat_map(|d| d.writes())
             .filter(|w| w.identity == support::DESTINATION_IDENTITY)
             .collect();
-        let report = fencing::late_writes(&writes, &history.renewals());
+        let report = fencing::late_writes(&writes, &self.fleet.leases.renewals());
         eprintln!(
             "[{}] {} destination writes checked, {} late, {} unattributed",
             self.name,
@@ -341,7 +341,6 @@ async fn planner_killed_during_a_rebalance() {
 async fn errors_cut_watches_and_a_pause_during_a_scale_change() {
     let _serial = SERIAL.lock().await;
     let mut c = Chaos::start("control-plane faults").await;
-    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     let scopes: Vec<FaultScope> = (0..4)
         .map(|i| FaultScope::identity(format!("{STATEFULSET}-{i}")))
         .collect();
@@ -395,7 +394,7 @@ async fn errors_cut_watches_and_a_pause_during_a_scale_change() {
     c.settle("faults cleared and the pause over", &[0, 1, 2])
         .await;
     c.assert_no_overlap();
-    c.assert_no_late_writes(&history, 200);
+    c.assert_no_late_writes(200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,7 +450,6 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
         name: "SIGSTOP with work in flight",
     };
     c.settle("initial placement", &[0, 1, 2]).await;
-    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     let frozen = c.planner().await;
     let pid = c.fleet.replicas[&frozen].process.pid();
     // New manifests for every app, and much slower destinations while they arrive: a request
@@ -524,7 +522,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
         "the resumed replica's next term to take its lease",
         SETTLE,
         || async {
-            let renewals = history.renewals();
+            let renewals = c.fleet.leases.renewals();
             match fencing::starts_after_expiry(
                 &c.intervals(),
                 pid,
@@ -559,7 +557,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
         expired.starts.len(),
         &expired.starts[..expired.starts.len().min(3)]
     );
-    c.assert_no_late_writes(&history, 601);
+    c.assert_no_late_writes(601);
     // The frozen reconciles ended at the gate as soon as the process ran again; everything
     // else is free of overlaps.
     let intervals = c.intervals();
@@ -603,7 +601,6 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
 /// the control plane; the fleet must settle on the three with no overlap and no late write.
 async fn rebalance_through(name: &'static str, fault: impl FnOnce(&Chaos)) {
     let mut c = Chaos::start(name).await;
-    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     c.fleet.scale(3).await.unwrap();
     let leaving = c.fleet.replicas.get_mut(&3).unwrap();
     leaving.process.terminate().unwrap();
@@ -638,7 +635,7 @@ async fn rebalance_through(name: &'static str, fault: impl FnOnce(&Chaos)) {
     c.fleet.stop_replica(3).await.unwrap();
     c.settle("4 -> 3 through the fault", &[0, 1, 2]).await;
     c.assert_no_overlap();
-    c.assert_no_late_writes(&history, 1);
+    c.assert_no_late_writes(1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -678,7 +675,6 @@ async fn watches_resume_after_etcd_compaction_with_a_relist() {
     ];
     let compaction = ["--etcd-compaction-interval=2s", "--watch-cache=false"];
     let c = Chaos::start_with("watch after compaction", &flags, &compaction).await;
-    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     let cp = c.fleet.env.control_plane();
     let identity = format!("{STATEFULSET}-2");
     let lists_before = lists_by(&c, &identity);
@@ -711,7 +707,7 @@ async fn watches_resume_after_etcd_compaction_with_a_relist() {
         "replica 2 never listed again: its watches did not expire"
     );
     c.assert_no_overlap();
-    c.assert_no_late_writes(&history, 2000);
+    c.assert_no_late_writes(2000);
 }
 
 fn lists_by(c: &Chaos, identity: &str) -> usize {
@@ -737,7 +733,6 @@ async fn priority_and_fairness_throttles_the_controller_during_a_scale_change() 
         "--max-mutating-requests-inflight=10",
     ];
     let mut c = Chaos::start_with("priority and fairness", &LEASE_FLAGS, &seats).await;
-    let history = fencing::LeaseHistory::record(c.fleet.admin.clone(), support::NAMESPACE);
     c.fleet
         .env
         .control_plane()
@@ -792,7 +787,7 @@ async fn priority_and_fairness_throttles_the_controller_during_a_scale_change() 
     }
     c.settle("throttle lifted", &[0, 1, 2]).await;
     c.assert_no_overlap();
-    c.assert_no_late_writes(&history, 1);
+    c.assert_no_late_writes(1);
 }
 
 /// `apiserver_flowcontrol_rejected_requests_total` of the throttle's priority level.

@@ -1,4 +1,4 @@
-//! A shardwise fleet on test API servers: a control plane with the CRDs, RBAC and StatefulSet
+//! A shardwise fleet on a real control plane (kube-apiserver and etcd): a control plane with the CRDs, RBAC and StatefulSet
 //! of the repository, destination clusters, FleetClusters and FleetApps, and real
 //! `shardwise-controller` processes, one per replica.
 
@@ -127,6 +127,10 @@ pub struct Fleet {
     pub metrics_access: Option<MetricsAccess>,
     /// The `shardwise-controller` binary every replica runs.
     pub controller: PathBuf,
+    /// Every state of the shard leases since before the first replica started, so that every
+    /// term that wrote anywhere is known (a replica that loses its lease takes it again under a
+    /// new identity).
+    pub leases: fencing::LeaseHistory,
 }
 
 /// What an authorized scraper of secure metrics has.
@@ -315,12 +319,13 @@ impl Fleet {
         let mut fleet = Self {
             env,
             options: options.clone(),
-            admin,
+            admin: admin.clone(),
             replicas: BTreeMap::new(),
             audits: Vec::new(),
             started: std::time::Instant::now(),
             metrics_access,
             controller,
+            leases: fencing::LeaseHistory::record(admin.clone(), NAMESPACE),
         };
         fleet.create_destination_secrets().await?;
         fleet.create_clusters(0..options.clusters).await?;
