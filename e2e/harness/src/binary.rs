@@ -110,14 +110,21 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
     // The harness is e2e/harness of the workspace; Cargo reads the workspace's configuration
     // from where it runs, as it did for the test.
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let output = Command::new(&cargo)
-        .args(&args)
-        .current_dir(&workspace)
-        .output()
-        .map_err(|e| BuildError::Spawn {
-            command: command.clone(),
-            reason: e.to_string(),
-        })?;
+    let mut command_line = Command::new(&cargo);
+    command_line.args(&args).current_dir(&workspace);
+    // What Cargo sets for the running test (its package's manifest, name and version) must
+    // not reach the build: ring's build script reruns when CARGO_MANIFEST_DIR changes, which
+    // rebuilt ring, rustls, kube and the binary once per package whose tests start it, and
+    // again at the next `cargo build` from a shell.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_the_test) {
+            command_line.env_remove(&name);
+        }
+    }
+    let output = command_line.output().map_err(|e| BuildError::Spawn {
+        command: command.clone(),
+        reason: e.to_string(),
+    })?;
     if !output.status.success() {
         return Err(BuildError::Failed {
             command,
@@ -140,4 +147,48 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
             command,
             bin: bin.to_owned(),
         })
+}
+
+/// Variables Cargo sets for a test or benchmark process it runs, and for no build.
+fn set_by_cargo_for_the_test(name: &str) -> bool {
+    matches!(
+        name,
+        "CARGO_MANIFEST_DIR"
+            | "CARGO_MANIFEST_PATH"
+            | "CARGO_CRATE_NAME"
+            | "CARGO_BIN_NAME"
+            | "CARGO_PRIMARY_PACKAGE"
+            | "CARGO_TARGET_TMPDIR"
+            | "OUT_DIR"
+    ) || name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_by_cargo_for_the_test;
+
+    #[test]
+    fn the_tests_package_variables_are_dropped_and_the_builds_settings_kept() {
+        for dropped in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION",
+            "CARGO_BIN_EXE_shardwise",
+            "CARGO_TARGET_TMPDIR",
+            "OUT_DIR",
+        ] {
+            assert!(set_by_cargo_for_the_test(dropped), "{dropped} kept");
+        }
+        for kept in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "CARGO_BUILD_JOBS",
+            "RUSTFLAGS",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_for_the_test(kept), "{kept} dropped");
+        }
+    }
 }

@@ -446,6 +446,38 @@ fn workspace_binaries_are_built_once_and_a_failed_build_says_why() {
         shardwise_e2e::workspace_binary("shardwise-controller", "shardwise-controller"),
         Ok(controller)
     );
+    // The same build from a shell (without what Cargo set for this test) finds everything
+    // fresh: the harness's build did not rebuild the workspace for its own environment.
+    let mut shell_build = std::process::Command::new(std::env::var_os("CARGO").unwrap());
+    shell_build
+        .args([
+            "build",
+            "--locked",
+            "--message-format=json",
+            "-p",
+            "shardwise-controller",
+            "--bin",
+            "shardwise-controller",
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || name == "CARGO_CRATE_NAME"
+            || name == "CARGO_TARGET_TMPDIR"
+        {
+            shell_build.env_remove(name);
+        }
+    }
+    let output = shell_build.output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let rebuilt: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["fresh"] == false)
+        .map(|m| m["package_id"].to_string())
+        .collect();
+    assert!(rebuilt.is_empty(), "rebuilt from a shell: {rebuilt:?}");
 
     match shardwise_e2e::workspace_binary("no-such-package", "no-such-bin") {
         Err(BuildError::Failed {

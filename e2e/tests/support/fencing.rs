@@ -35,7 +35,12 @@ impl LeaseHistory {
         let renewals = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = renewals.clone();
         let task = tokio::spawn(async move {
-            let events = watcher(api, watcher::Config::default()).applied_objects();
+            // With a backoff: while the control plane is down (restarted by a scenario, or
+            // stopped before this task is aborted) a watcher without one retries at once,
+            // without ever yielding, and holds a worker thread.
+            let events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects();
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {
                 let Ok(lease) = event else { continue };

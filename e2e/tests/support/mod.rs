@@ -115,6 +115,10 @@ pub struct Replica {
 }
 
 pub struct Fleet {
+    /// Every state of the shard leases since before the first replica started, so that every
+    /// term that wrote anywhere is known (a replica that loses its lease takes it again under a
+    /// new identity). First, so that it stops before the control plane does.
+    pub leases: fencing::LeaseHistory,
     pub env: Environment,
     pub options: FleetOptions,
     pub admin: Client,
@@ -127,10 +131,6 @@ pub struct Fleet {
     pub metrics_access: Option<MetricsAccess>,
     /// The `shardwise-controller` binary every replica runs.
     pub controller: PathBuf,
-    /// Every state of the shard leases since before the first replica started, so that every
-    /// term that wrote anywhere is known (a replica that loses its lease takes it again under a
-    /// new identity).
-    pub leases: fencing::LeaseHistory,
 }
 
 /// What an authorized scraper of secure metrics has.
@@ -317,6 +317,7 @@ impl Fleet {
             None
         };
         let mut fleet = Self {
+            leases: fencing::LeaseHistory::record(admin.clone(), NAMESPACE),
             env,
             options: options.clone(),
             admin: admin.clone(),
@@ -325,7 +326,6 @@ impl Fleet {
             started: std::time::Instant::now(),
             metrics_access,
             controller,
-            leases: fencing::LeaseHistory::record(admin.clone(), NAMESPACE),
         };
         fleet.create_destination_secrets().await?;
         fleet.create_clusters(0..options.clusters).await?;
