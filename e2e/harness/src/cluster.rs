@@ -411,13 +411,30 @@ impl EnvironmentBuilder {
         };
         #[cfg(not(feature = "test-server"))]
         let backend = Backend::Real(Box::new(Shared::start(self.apiserver_args, &path)?));
-        let control_plane = Cluster::start("control-plane", &self.identities, &backend, &path)?;
-        let destinations = (0..self.destinations)
-            .map(|i| {
-                let name = format!("dest-{i}");
-                Cluster::start(&name, &self.destination_identities, &backend, &path)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // The servers start side by side: each spends most of its few seconds waiting for
+        // its own start-up hooks, not on a core.
+        let (control_plane, destinations) = std::thread::scope(|scope| {
+            let destinations: Vec<_> = (0..self.destinations)
+                .map(|i| {
+                    let (identities, backend, path) =
+                        (&self.destination_identities, &backend, &path);
+                    scope.spawn(move || {
+                        Cluster::start(&format!("dest-{i}"), identities, backend, path)
+                    })
+                })
+                .collect();
+            let control_plane = Cluster::start("control-plane", &self.identities, &backend, &path);
+            let destinations = destinations
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect::<Result<Vec<_>, _>>();
+            (control_plane, destinations)
+        });
+        let (control_plane, destinations) = (control_plane?, destinations?);
         Ok(Environment {
             control_plane,
             destinations,
