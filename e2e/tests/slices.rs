@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use shardwise_e2e::wait_for;
+use shardwise_e2e::wait_with;
 use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL};
 use shardwise_runtime::slice::UnitSlice;
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits, shard_label};
@@ -50,9 +50,9 @@ async fn wait_balanced_and_settled(fleet: &Fleet, live: &[u32]) {
     if let Err(e) = fleet.wait_settled(live, SETTLE).await {
         panic!("{e}\n{}", fleet.report());
     }
-    wait_for(
+    wait_with(
         "owned apps per replica within 1.10 of the mean",
-        SETTLE,
+        support::settle_poll(SETTLE),
         || async {
             fleet.check_settled(live).await?;
             let placement = fleet.placement().await.map_err(|e| e.to_string())?;

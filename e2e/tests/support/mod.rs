@@ -19,7 +19,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use shard_assign::{KeyRange, app_key};
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, scrape, wait_for};
+use shardwise_e2e::{
+    Environment, Identity, Process, ProcessSpec, free_port, scrape, wait_for, wait_with,
+};
 use shardwise_handoff::keys::{
     DRAIN_TO_ANNOTATION, SHARD_LABEL, SLICES_LABEL, UNIT_LABEL, unit_token,
 };
@@ -27,6 +29,14 @@ use shardwise_runtime::slice::UnitSlice;
 
 pub const NAMESPACE: &str = "shardwise";
 pub const STATEFULSET: &str = "shardwise";
+/// How often a check of the whole fleet (every app read) runs while waiting: each reads
+/// every app from kube-apiserver, which on 2 cores competes with the fleet it waits for
+/// (checked back to back, the 2,000-app chaos fleet's settle checks kept the test process
+/// and kube-apiserver busy for a third of the run).
+pub fn settle_poll(timeout: Duration) -> shardwise_e2e::Poll {
+    shardwise_e2e::Poll::timeout(timeout).every(Duration::from_millis(500))
+}
+
 /// The identity of the controller on destination clusters (cluster admin there).
 pub const DESTINATION_IDENTITY: &str = "shardwise-destination";
 
@@ -776,9 +786,9 @@ impl Fleet {
     }
 
     pub async fn wait_settled(&self, live: &[u32], timeout: Duration) -> Result<()> {
-        wait_for(
+        wait_with(
             "every app Synced and owned by a live shard",
-            timeout,
+            settle_poll(timeout),
             || self.check_settled(live),
         )
         .await?;
