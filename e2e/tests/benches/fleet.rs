@@ -53,11 +53,13 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::ListParams;
+use kube_runtime::{WatchStreamExt, watcher};
 use shardwise_api::SyncPhase;
 use shardwise_e2e::{Poll, scrape, wait_for, wait_with};
 use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
@@ -67,23 +69,47 @@ use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, STATEFULSET, shard_labe
 const LONG: Duration = Duration::from_secs(1200);
 
 /// Apps Synced at their current generation.
+/// Whether an app is Synced at its current generation.
+fn is_synced(app: &shardwise_api::FleetApp) -> bool {
+    app.status.as_ref().is_some_and(|s| {
+        s.sync_phase == Some(SyncPhase::Synced) && s.observed_generation == app.metadata.generation
+    })
+}
+
 async fn synced(fleet: &Fleet) -> usize {
     let Ok(list) = fleet.apps_api().list(&ListParams::default()).await else {
         return 0;
     };
-    list.items
-        .iter()
-        .filter(|a| {
-            a.status.as_ref().is_some_and(|s| {
-                s.sync_phase == Some(SyncPhase::Synced)
-                    && s.observed_generation == a.metadata.generation
-            })
-        })
-        .count()
+    list.items.iter().filter(|a| is_synced(a)).count()
 }
 
+/// Waits until `total` apps are Synced, following them with one watch. Listing every app every
+/// 50 ms instead cost kube-apiserver 1.5 cores (229 s of CPU while one replica synced 5,000
+/// apps in 122 s): the measurement took the CPU the fleet it measured needed.
 async fn wait_synced(fleet: &Fleet, total: usize) {
-    wait_synced_every(fleet, total, Duration::from_millis(50)).await;
+    let events = watcher(fleet.apps_api(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    let mut events = std::pin::pin!(events);
+    let mut synced_apps = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + LONG;
+    while synced_apps.len() < total {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{total} apps Synced: {} after {LONG:?}", synced_apps.len())
+            });
+        match event {
+            Some(Ok(app)) if is_synced(&app) => {
+                synced_apps.insert(app.name_any());
+            }
+            Some(Ok(app)) => {
+                synced_apps.remove(&app.name_any());
+            }
+            Some(Err(_)) => {}
+            None => panic!("the watch of the apps ended"),
+        }
+    }
 }
 
 /// [`wait_synced`], listing every app once per `interval`.
