@@ -68,7 +68,6 @@ use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, STATEFULSET, shard_labe
 
 const LONG: Duration = Duration::from_secs(1200);
 
-/// Apps Synced at their current generation.
 /// Whether an app is Synced at its current generation.
 fn is_synced(app: &shardwise_api::FleetApp) -> bool {
     app.status.as_ref().is_some_and(|s| {
@@ -76,6 +75,7 @@ fn is_synced(app: &shardwise_api::FleetApp) -> bool {
     })
 }
 
+/// Apps Synced at their current generation.
 async fn synced(fleet: &Fleet) -> usize {
     let Ok(list) = fleet.apps_api().list(&ListParams::default()).await else {
         return 0;
