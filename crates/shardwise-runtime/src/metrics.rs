@@ -95,6 +95,15 @@ pub struct PlanGauges<'a> {
     pub cut_units: u64,
 }
 
+/// A reconcile counted in `shardwise_active_workers` while it lives.
+pub(crate) struct Running(Gauge);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Every metric of a replica. Cheap to clone (shared handles).
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -109,6 +118,7 @@ pub struct Metrics {
     pub(crate) reconciles: Family<ReconcileLabels, Counter>,
     pub(crate) reconcile_duration: Family<KindLabels, Histogram>,
     pub(crate) queue_depth: Family<KindLabels, Gauge>,
+    active_workers: Family<KindLabels, Gauge>,
     pub(crate) lease_held: Family<ShardLabels, Gauge>,
     pub(crate) fenced: Family<ShardLabels, Counter>,
     pub(crate) handoffs: Family<HandoffLabels, Counter>,
@@ -170,6 +180,7 @@ impl Metrics {
             reconciles: Family::default(),
             reconcile_duration: Family::new_with_constructor(duration_buckets),
             queue_depth: Family::default(),
+            active_workers: Family::default(),
             lease_held: Family::default(),
             fenced: Family::default(),
             handoffs: Family::default(),
@@ -249,6 +260,11 @@ impl Metrics {
             "queue_depth",
             "Keys waiting for a worker",
             self.queue_depth.clone(),
+        );
+        r.register(
+            "active_workers",
+            "Reconciles running now, by kind: workers busy (all of them and a queue waiting means saturated)",
+            self.active_workers.clone(),
         );
         r.register(
             "lease_held",
@@ -510,6 +526,17 @@ impl Metrics {
         }
     }
 
+    /// Counts a reconcile of `kind` as running until the guard is dropped: when it ends, or
+    /// wherever it is abandoned.
+    pub(crate) fn running(&self, kind: &'static str) -> Running {
+        let gauge = self
+            .active_workers
+            .get_or_create(&self.kind_labels(kind))
+            .clone();
+        gauge.inc();
+        Running(gauge)
+    }
+
     /// Counts a reconcile; its duration is recorded only if it ran (a reconcile the gate
     /// refused, or that a lost lease cancelled, says nothing about reconcile latency).
     pub(crate) fn reconciled(&self, kind: &'static str, result: &'static str, seconds: f64) {
@@ -637,6 +664,31 @@ mod tests {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
         out
+    }
+
+    #[test]
+    fn a_reconcile_counts_as_running_until_its_guard_is_dropped() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(1, NOUNS, &mut registry);
+        let first = metrics.running("app");
+        let second = metrics.running("app");
+        let unit = metrics.running("cluster");
+        let text = encoded(&registry);
+        assert!(
+            text.contains("shardwise_active_workers{kind=\"app\",shard=\"1\"} 2"),
+            "{text}"
+        );
+        drop((first, unit));
+        let text = encoded(&registry);
+        assert!(
+            text.contains("shardwise_active_workers{kind=\"app\",shard=\"1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shardwise_active_workers{kind=\"cluster\",shard=\"1\"} 0"),
+            "{text}"
+        );
+        drop(second);
     }
 
     #[test]

@@ -67,6 +67,7 @@ async fn gated<C: Sharded, T>(
         unit: unit.clone(),
         range,
     };
+    let _active = term.metrics.running(kind);
     let running = owner.meter().begin(record, Instant::now());
     let result = tokio::select! {
         r = work => Some(r),
