@@ -118,7 +118,7 @@ pub struct Metrics {
     pub(crate) reconciles: Family<ReconcileLabels, Counter>,
     pub(crate) reconcile_duration: Family<KindLabels, Histogram>,
     pub(crate) queue_depth: Family<KindLabels, Gauge>,
-    active_workers: Family<KindLabels, Gauge>,
+    pub(crate) active_workers: Family<KindLabels, Gauge>,
     pub(crate) lease_held: Family<ShardLabels, Gauge>,
     pub(crate) fenced: Family<ShardLabels, Counter>,
     pub(crate) handoffs: Family<HandoffLabels, Counter>,
