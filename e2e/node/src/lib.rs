@@ -1,0 +1,22 @@
+//! The node agent of shardwise's end-to-end control plane: the one stand-in left for a
+//! kubelet and its container runtime, since no container can run on the machines the suites
+//! run on. It registers a Node, and runs each container of the Pods bound to it as a local
+//! process, in a network namespace of the pod's own (with an address from Debian's CNI
+//! plugins) and a mount namespace of its own (the pod's volumes at their paths, so that
+//! kube-rs's in-cluster configuration is what the process uses).
+//!
+//! The pure part, tested without a control plane: [`plan()`] turns a pod spec into a
+//! [`Launch`] per container (program, argv, environment, mounts, user), with the images of an
+//! [`ImageTable`].
+
+#![deny(missing_docs)]
+
+pub mod expand;
+pub mod image;
+pub mod launch;
+pub mod plan;
+pub mod quantity;
+
+pub use image::{Image, ImageTable, Programs};
+pub use launch::{Launch, Mount, User};
+pub use plan::{NodeFacts, PlanError, PodContext, plan};
