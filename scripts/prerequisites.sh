@@ -2,7 +2,7 @@
 # Installs what `make test` needs beyond the Rust toolchain, when it is missing: kubectl (the
 # end-to-end tests drive the real client), Debian's Prometheus (the dashboard test, and promtool
 # for the chart's alerts), busybox (the chart's `helm test` script runs on its sh and wget, as in
-# the test pod), the pinned Python packages of the chart checks, and Node.js with the locked npm
+# the test pod), iproute2 and Debian's CNI plugins (the node agent's pod networks), the pinned Python packages of the chart checks, and Node.js with the locked npm
 # packages of the dashboard's schema check (scripts/dashboard-schema), and the real control plane
 # (kube-apiserver and etcd, built with Go from e2e/control-plane by scripts/control-plane.sh).
 # Idempotent and quick when everything is there.
@@ -19,6 +19,9 @@ command -v busybox >/dev/null 2>&1 || packages+=(busybox)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 # The harness starts the real control plane's processes under setpriv (a parent-death signal).
 command -v setpriv >/dev/null 2>&1 || packages+=(util-linux)
+# The node agent gives each pod a network of its own: a bridge (ip) and Debian's CNI plugins.
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+[[ -x /usr/lib/cni/bridge ]] || packages+=(containernetworking-plugins)
 if ((${#packages[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq

@@ -16,7 +16,9 @@ pub mod image;
 pub mod launch;
 pub mod plan;
 pub mod quantity;
+pub mod sandbox;
 
 pub use image::{Image, ImageTable, Programs};
 pub use launch::{Launch, Mount, User};
 pub use plan::{NodeFacts, PlanError, PodContext, plan};
+pub use sandbox::{Bridge, NetworkError, Sandbox};
