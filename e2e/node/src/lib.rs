@@ -17,6 +17,7 @@ pub mod launch;
 pub mod plan;
 pub mod quantity;
 pub mod sandbox;
+pub mod volumes;
 
 pub use image::{Image, ImageTable, Programs};
 pub use launch::{Launch, Mount, User};
