@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+pub mod container;
 pub mod expand;
 pub mod image;
 pub mod launch;
@@ -19,6 +20,7 @@ pub mod quantity;
 pub mod sandbox;
 pub mod volumes;
 
+pub use container::{Exit, Launcher, Running};
 pub use image::{Image, ImageTable, Programs};
 pub use launch::{Launch, Mount, User};
 pub use plan::{NodeFacts, PlanError, PodContext, plan};
