@@ -18,6 +18,7 @@ pub mod launch;
 pub mod plan;
 pub mod quantity;
 pub mod sandbox;
+pub mod status;
 pub mod volumes;
 
 pub use container::{Exit, Launcher, Running};
