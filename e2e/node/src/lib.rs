@@ -16,6 +16,7 @@ pub mod expand;
 pub mod image;
 pub mod launch;
 pub mod plan;
+pub mod probe;
 pub mod quantity;
 pub mod sandbox;
 pub mod status;
