@@ -37,9 +37,9 @@ test: prerequisites fmt-check clippy doc cycles chart unit
 prerequisites:
 	scripts/prerequisites.sh
 
-## The control plane the tests and the demo run on (kube-apiserver and etcd) from the Go
-## modules pinned in e2e/control-plane, into target/control-plane/; nothing to do when it is up
-## to date.
+## The control plane the tests and the demo run on (kube-apiserver, kube-controller-manager,
+## kube-scheduler, etcd) and helm, from the Go modules pinned in e2e/control-plane and e2e/helm,
+## into target/control-plane/; nothing to do when it is up to date.
 control-plane:
 	scripts/control-plane.sh
 

@@ -2,10 +2,11 @@
 # Installs what `make test` needs beyond the Rust toolchain, when it is missing: kubectl (the
 # end-to-end tests drive the real client), Debian's Prometheus (the dashboard test, and promtool
 # for the chart's alerts), busybox (the chart's `helm test` script runs on its sh and wget, as in
-# the test pod), iproute2 and Debian's CNI plugins (the node agent's pod networks), the pinned Python packages of the chart checks, and Node.js with the locked npm
-# packages of the dashboard's schema check (scripts/dashboard-schema), and the real control plane
-# (kube-apiserver and etcd, built with Go from e2e/control-plane by scripts/control-plane.sh).
-# Idempotent and quick when everything is there.
+# the test pod), iproute2 and Debian's CNI plugins (the node agent's pod networks), the pinned
+# Python packages of the chart checks, Node.js with the locked npm packages of the dashboard's
+# schema check (scripts/dashboard-schema), and the real control plane (kube-apiserver,
+# kube-controller-manager, kube-scheduler, etcd and helm, built with Go from e2e/control-plane
+# and e2e/helm by scripts/control-plane.sh). Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -7,11 +7,13 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::Value;
+use shardwise_e2e_node::NodeAgent;
 use shardwise_e2e_testkit::{Identity, WriteRecord};
 
 use crate::HarnessError;
 use crate::client::client_of;
 use crate::faults::Faults;
+use crate::nodes::{NodeNetwork, Nodes};
 use crate::process::{Process, ProcessSpec};
 use crate::real::{RealApiServer, Shared};
 use crate::server::ClusterServer;
@@ -40,9 +42,12 @@ impl Cluster {
         identities: &[Identity],
         backend: &Backend,
         dir: &Path,
+        runs_pods: bool,
     ) -> Result<Self, HarnessError> {
         let server: Box<dyn ClusterServer> = match backend {
-            Backend::Real(shared) => Box::new(RealApiServer::start(name, identities, shared, dir)?),
+            Backend::Real(shared) => Box::new(RealApiServer::start(
+                name, identities, shared, dir, runs_pods,
+            )?),
             #[cfg(feature = "test-server")]
             Backend::Test => Box::new(crate::server::TestServer::start(name, identities)?),
         };
@@ -326,10 +331,13 @@ async fn served(client: &kube::Client, crd: &DynamicObject) -> Result<(), Harnes
 /// `SHARDWISE_E2E_KEEP=1` is set.
 #[derive(Debug)]
 pub struct Environment {
-    // Fields drop in this order: servers first, then etcd, then the directory they wrote to.
+    // Fields drop in this order: node agents (and their pods) first, then servers, then etcd,
+    // then the node network, then the directory they wrote to.
+    nodes: Option<Nodes>,
     control_plane: Cluster,
     destinations: Vec<Cluster>,
     backend: Backend,
+    network: Option<NodeNetwork>,
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
     keep: bool,
@@ -353,6 +361,8 @@ pub struct EnvironmentBuilder {
     identities: Vec<Identity>,
     destination_identities: Vec<Identity>,
     apiserver_args: Vec<String>,
+    runs_pods: bool,
+    nodes: usize,
     #[cfg(feature = "test-server")]
     test_server: bool,
 }
@@ -386,6 +396,25 @@ impl EnvironmentBuilder {
         self
     }
 
+    /// The control plane runs workloads as a real cluster does: kube-controller-manager (the
+    /// StatefulSet, Deployment, ReplicaSet, garbage-collector, namespace, ServiceAccount and
+    /// token, ClusterRole-aggregation, disruption, EndpointSlice and node-lifecycle controllers)
+    /// and kube-scheduler start beside its kube-apiserver, which then authorizes nodes.
+    pub fn runs_pods(mut self) -> Self {
+        self.runs_pods = true;
+        self
+    }
+
+    /// The control plane runs pods ([`EnvironmentBuilder::runs_pods`]) on `n` nodes
+    /// (`node-0`, ...): a node network, and node agents that run each pod bound to them as
+    /// local processes in a network namespace of the pod's own. Every link then listens on the
+    /// node network's address (see [`Cluster::url_for`]), which pods reach. Needs root.
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.runs_pods = true;
+        self.nodes = n;
+        self
+    }
+
     /// Runs every cluster on the in-memory test API server instead of kube-apiserver: it starts
     /// at once and needs no Go build (`make demo`'s default, and the scale benchmark's, which
     /// kube-apiserver bounds on 2 cores; no test runs on it).
@@ -403,14 +432,30 @@ impl EnvironmentBuilder {
             .map_err(io_error(&std::env::temp_dir()))?;
         let path = dir.path().to_path_buf();
         let keep = std::env::var("SHARDWISE_E2E_KEEP").is_ok_and(|v| v == "1" || v == "true");
+        let network = if self.nodes > 0 {
+            Some(NodeNetwork::claim(&path)?)
+        } else {
+            None
+        };
+        let link_address: std::net::IpAddr = network
+            .as_ref()
+            .map_or([127, 0, 0, 1].into(), |n| n.gateway().into());
         #[cfg(feature = "test-server")]
         let backend = if self.test_server {
             Backend::Test
         } else {
-            Backend::Real(Box::new(Shared::start(self.apiserver_args, &path)?))
+            Backend::Real(Box::new(Shared::start(
+                self.apiserver_args,
+                link_address,
+                &path,
+            )?))
         };
         #[cfg(not(feature = "test-server"))]
-        let backend = Backend::Real(Box::new(Shared::start(self.apiserver_args, &path)?));
+        let backend = Backend::Real(Box::new(Shared::start(
+            self.apiserver_args,
+            link_address,
+            &path,
+        )?));
         // The servers start side by side: each spends most of its few seconds waiting for
         // its own start-up hooks, not on a core.
         let (control_plane, destinations) = std::thread::scope(|scope| {
@@ -419,11 +464,17 @@ impl EnvironmentBuilder {
                     let (identities, backend, path) =
                         (&self.destination_identities, &backend, &path);
                     scope.spawn(move || {
-                        Cluster::start(&format!("dest-{i}"), identities, backend, path)
+                        Cluster::start(&format!("dest-{i}"), identities, backend, path, false)
                     })
                 })
                 .collect();
-            let control_plane = Cluster::start("control-plane", &self.identities, &backend, &path);
+            let control_plane = Cluster::start(
+                "control-plane",
+                &self.identities,
+                &backend,
+                &path,
+                self.runs_pods,
+            );
             let destinations = destinations
                 .into_iter()
                 .map(|handle| {
@@ -435,7 +486,18 @@ impl EnvironmentBuilder {
             (control_plane, destinations)
         });
         let (control_plane, destinations) = (control_plane?, destinations?);
+        let nodes = match &network {
+            Some(network) => Some(Nodes::start(
+                control_plane.server(),
+                network,
+                self.nodes,
+                &path,
+            )?),
+            None => None,
+        };
         Ok(Environment {
+            nodes,
+            network,
             control_plane,
             destinations,
             backend,
@@ -454,6 +516,8 @@ impl Environment {
             identities: Vec::new(),
             destination_identities: Vec::new(),
             apiserver_args: Vec::new(),
+            runs_pods: false,
+            nodes: 0,
             #[cfg(feature = "test-server")]
             test_server: false,
         }
@@ -486,6 +550,17 @@ impl Environment {
             #[cfg(feature = "test-server")]
             Backend::Test => vec![std::process::id()],
         }
+    }
+
+    /// The nodes' address, where pods reach every server's links, when the environment has
+    /// [`EnvironmentBuilder::nodes`].
+    pub fn node_address(&self) -> Option<std::net::Ipv4Addr> {
+        self.network.as_ref().map(NodeNetwork::gateway)
+    }
+
+    /// Node agent `node-{index}`, when the environment has [`EnvironmentBuilder::nodes`].
+    pub fn node(&self, index: usize) -> Option<&NodeAgent> {
+        self.nodes.as_ref().and_then(|n| n.agent(index))
     }
 
     /// The control-plane cluster (`control-plane`).

@@ -52,6 +52,7 @@ mod client;
 mod cluster;
 mod faults;
 mod metrics;
+mod nodes;
 mod process;
 mod real;
 mod server;
@@ -62,8 +63,10 @@ pub use binary::{BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_bi
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
 pub use faults::{ErrorFault, FaultCounters, FaultError, Faults};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
+pub use nodes::SHARDWISE_IMAGE;
 pub use process::{Process, ProcessError, ProcessSpec};
 pub use real::RealApiServer;
+pub use shardwise_e2e_node::NodeAgent;
 pub use shardwise_e2e_testkit::{
     CertificateAuthority, CertificateError, ClientCertificate, Credential, FaultScope, Identity,
     WriteRecord, kubeconfig_yaml,

@@ -11,19 +11,23 @@
 
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod container;
 pub mod expand;
 pub mod image;
 pub mod launch;
 pub mod plan;
+mod pod;
 pub mod probe;
 pub mod quantity;
 pub mod sandbox;
 pub mod status;
 pub mod volumes;
 
+pub use agent::{AgentConfig, AgentError, NodeAgent};
 pub use container::{Exit, Launcher, Running};
 pub use image::{Image, ImageTable, Programs};
 pub use launch::{Launch, Mount, User};
 pub use plan::{NodeFacts, PlanError, PodContext, plan};
+pub use pod::ServiceEndpoint;
 pub use sandbox::{Bridge, NetworkError, Sandbox};

@@ -93,12 +93,24 @@ impl CertificateAuthority {
         &self,
         common_name: &str,
     ) -> Result<ClientCertificate, CertificateError> {
+        self.serving_certificate_for(common_name, &[])
+    }
+
+    /// A serving certificate for `localhost`, `127.0.0.1`, `::1` and `more` (names or
+    /// addresses) named `common_name`.
+    pub fn serving_certificate_for(
+        &self,
+        common_name: &str,
+        more: &[String],
+    ) -> Result<ClientCertificate, CertificateError> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(vec![
+        let mut names = vec![
             "localhost".to_string(),
             "127.0.0.1".to_string(),
             "::1".to_string(),
-        ])?;
+        ];
+        names.extend(more.iter().cloned());
+        let mut params = CertificateParams::new(names)?;
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);

@@ -1,8 +1,8 @@
 //! Links between one identity's clients and a real kube-apiserver: an HTTPS proxy on a loopback
 //! port of its own per identity, through which [`Faults`] reach the identity's requests.
 //!
-//! A link ends TLS with the server's own serving certificate (it names 127.0.0.1, whatever the
-//! port, so the identity's kubeconfig trusts it as it trusts the server) and forwards each
+//! A link ends TLS with the server's own serving certificate (it names 127.0.0.1, and the node
+//! network's address where pods run, whatever the port, so the identity's kubeconfig trusts it as it trusts the server) and forwards each
 //! request over a TLS connection of its own to kube-apiserver, with the identity's own
 //! credentials: a bearer token travels in the request's headers untouched, and a client
 //! certificate the client presents is presented again upstream, from the copy the harness keeps
@@ -140,14 +140,26 @@ impl Shared {
 /// the test's runtime does) that stops when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Links {
-    shared: Arc<Shared>,
-    ports: Mutex<BTreeMap<String, u16>>,
+    opener: LinkOpener,
     runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// Opens the links of one server (shared with whoever must open one later, a node agent for
+/// each pod it starts); the links stop with their [`Links`].
+#[derive(Clone, Debug)]
+pub(crate) struct LinkOpener {
+    shared: Arc<Shared>,
+    /// The address every link listens on: loopback, or the node network's gateway where pods
+    /// must reach the server too.
+    address: std::net::IpAddr,
+    ports: Arc<Mutex<BTreeMap<String, u16>>>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Links {
     pub(crate) fn new(
         upstream: SocketAddr,
+        address: std::net::IpAddr,
         certificates: LinkCertificates<'_>,
         issued: IssuedCertificates,
     ) -> Result<Self, HarnessError> {
@@ -177,33 +189,60 @@ impl Links {
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
         let faults = Arc::new(Faults::new(runtime.handle().clone()));
         Ok(Self {
-            shared: Arc::new(Shared {
-                upstream,
-                faults,
-                acceptor: TlsAcceptor::from(Arc::new(server)),
-                anonymous: Arc::new(Shared::client_config(&roots, None)?),
-                certified: Mutex::new(BTreeMap::new()),
-                issued,
-                roots,
-            }),
-            ports: Mutex::new(BTreeMap::new()),
+            opener: LinkOpener {
+                runtime: runtime.handle().clone(),
+                shared: Arc::new(Shared {
+                    upstream,
+                    faults,
+                    acceptor: TlsAcceptor::from(Arc::new(server)),
+                    anonymous: Arc::new(Shared::client_config(&roots, None)?),
+                    certified: Mutex::new(BTreeMap::new()),
+                    issued,
+                    roots,
+                }),
+                address,
+                ports: Arc::new(Mutex::new(BTreeMap::new())),
+            },
             runtime: Some(runtime),
         })
     }
 
+    /// The address the links listen on.
+    pub(crate) fn address(&self) -> std::net::IpAddr {
+        self.opener.address
+    }
+
+    /// What opens links later, from anywhere.
+    pub(crate) fn opener(&self) -> LinkOpener {
+        self.opener.clone()
+    }
+
     /// The faults the links inject.
     pub(crate) fn faults(&self) -> &Faults {
-        &self.shared.faults
+        &self.opener.shared.faults
     }
 
     /// Lets every link of the environment present `certificate` upstream for a client that
     /// presents it to them.
     pub(crate) fn register(&self, certificate: &ClientCertificate) -> Result<(), HarnessError> {
         let der = self::certificate(&certificate.cert_pem)?;
-        self.shared
+        self.opener
+            .shared
             .issued
             .insert(der.as_ref().to_vec(), certificate.clone());
         Ok(())
+    }
+
+    /// The port of `identity`'s link, opened on first use.
+    pub(crate) fn port(&self, identity: &str) -> Result<u16, HarnessError> {
+        self.opener.port(identity)
+    }
+}
+
+impl LinkOpener {
+    /// The address the links listen on.
+    pub(crate) fn address(&self) -> std::net::IpAddr {
+        self.address
     }
 
     /// The port of `identity`'s link, opened on first use.
@@ -212,15 +251,12 @@ impl Links {
         if let Some(&port) = ports.get(identity) {
             return Ok(port);
         }
-        let runtime = self.runtime.as_ref().ok_or_else(|| HarnessError::Io {
-            path: "links runtime".into(),
-            source: std::io::Error::other("stopped"),
-        })?;
+        let runtime = &self.runtime;
         let bind_error = |source| HarnessError::Io {
-            path: "127.0.0.1:0".into(),
+            path: format!("{}:0", self.address).into(),
             source,
         };
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        let listener = std::net::TcpListener::bind((self.address, 0))
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(bind_error)?;
         let port = listener.local_addr().map_err(bind_error)?.port();
@@ -518,6 +554,7 @@ mod tests {
         let upstream = upstream(&serving, &client_ca.pem());
         let links = Links::new(
             upstream.addr,
+            [127, 0, 0, 1].into(),
             LinkCertificates {
                 serving_cert: &serving.cert_pem,
                 serving_key: &serving.key_pem,

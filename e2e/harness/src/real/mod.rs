@@ -10,6 +10,7 @@
 mod audit;
 mod link;
 mod supervisor;
+mod workloads;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use crate::tls::IssuedCertificates;
 use link::{LinkCertificates, Links};
 use supervisor::Spawner;
 use supervisor::Supervised;
+use workloads::Workloads;
 
 /// Where the control plane's binaries are: `$SHARDWISE_CONTROL_PLANE_BIN`, else the
 /// workspace's `target/control-plane/`.
@@ -40,10 +42,12 @@ use supervisor::Supervised;
 struct Binaries {
     kube_apiserver: PathBuf,
     etcd: PathBuf,
+    kube_controller_manager: PathBuf,
+    kube_scheduler: PathBuf,
 }
 
 impl Binaries {
-    /// Finds both binaries, or fails naming the first that is missing.
+    /// Finds kube-apiserver and etcd, or fails naming the first that is missing.
     fn locate() -> Result<Self, HarnessError> {
         let dir = std::env::var_os("SHARDWISE_CONTROL_PLANE_BIN")
             .map(PathBuf::from)
@@ -53,15 +57,30 @@ impl Binaries {
         let binaries = Self {
             kube_apiserver: dir.join("kube-apiserver"),
             etcd: dir.join("etcd"),
+            kube_controller_manager: dir.join("kube-controller-manager"),
+            kube_scheduler: dir.join("kube-scheduler"),
         };
         for program in [&binaries.kube_apiserver, &binaries.etcd] {
-            if !program.is_file() {
-                return Err(HarnessError::ControlPlaneMissing {
-                    program: program.clone(),
-                });
-            }
+            present(program)?;
         }
         Ok(binaries)
+    }
+
+    /// kube-controller-manager and kube-scheduler, needed only where pods run.
+    fn workloads(&self) -> Result<(&Path, &Path), HarnessError> {
+        present(&self.kube_controller_manager)?;
+        present(&self.kube_scheduler)?;
+        Ok((&self.kube_controller_manager, &self.kube_scheduler))
+    }
+}
+
+fn present(program: &Path) -> Result<(), HarnessError> {
+    if program.is_file() {
+        Ok(())
+    } else {
+        Err(HarnessError::ControlPlaneMissing {
+            program: program.to_path_buf(),
+        })
     }
 }
 
@@ -216,11 +235,19 @@ pub(crate) struct Shared {
     binaries: Binaries,
     apiserver_args: Vec<String>,
     issued: IssuedCertificates,
+    /// The node network's gateway, where every link listens when pods run (they reach the
+    /// servers there); loopback otherwise.
+    link_address: std::net::IpAddr,
 }
 
 impl Shared {
-    /// Finds the binaries and starts etcd with its data in `dir`.
-    pub(crate) fn start(apiserver_args: Vec<String>, dir: &Path) -> Result<Self, HarnessError> {
+    /// Finds the binaries and starts etcd with its data in `dir`; links will listen on
+    /// `link_address`.
+    pub(crate) fn start(
+        apiserver_args: Vec<String>,
+        link_address: std::net::IpAddr,
+        dir: &Path,
+    ) -> Result<Self, HarnessError> {
         let binaries = Binaries::locate()?;
         let spawner = Spawner::start()?;
         let etcd = Etcd::start(&spawner, &binaries, dir)?;
@@ -230,6 +257,7 @@ impl Shared {
             binaries,
             apiserver_args,
             issued: IssuedCertificates::default(),
+            link_address,
         })
     }
 
@@ -247,6 +275,8 @@ impl Shared {
 /// One kube-apiserver: a cluster of its own, stored in the shared etcd under its own prefix.
 #[derive(Debug)]
 pub struct RealApiServer {
+    // Dropped first: they are the server's clients.
+    workloads: Option<Workloads>,
     name: String,
     url: String,
     dir: PathBuf,
@@ -271,12 +301,15 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl RealApiServer {
     /// Starts kube-apiserver `name` on the shared etcd, with `identities` (and an `admin`) and
-    /// the shared extra flags after its own, and waits until it is ready.
+    /// the shared extra flags after its own, and waits until it is ready. A cluster that
+    /// `runs_pods` also gets kube-controller-manager and kube-scheduler, and authorizes nodes
+    /// as every real cluster does (the Node authorizer and the NodeRestriction admission).
     pub(crate) fn start(
         name: &str,
         identities: &[Identity],
         shared: &Shared,
         dir: &Path,
+        runs_pods: bool,
     ) -> Result<Self, HarnessError> {
         let Shared {
             etcd,
@@ -284,6 +317,7 @@ impl RealApiServer {
             binaries,
             apiserver_args: extra_args,
             issued,
+            link_address,
         } = shared;
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir).map_err(|source| HarnessError::Io {
@@ -293,8 +327,17 @@ impl RealApiServer {
         let cert_error = certificate_error(name);
         let serving_ca =
             CertificateAuthority::generate(&format!("{name}-serving-ca")).map_err(&cert_error)?;
+        // Pods dial the links at the node network's address, and name the control plane as
+        // in-cluster clients do.
+        let mut names = Vec::new();
+        if !link_address.is_loopback() {
+            names.push(link_address.to_string());
+            for name in ["kubernetes", "kubernetes.default", "kubernetes.default.svc"] {
+                names.push(name.to_string());
+            }
+        }
         let serving = serving_ca
-            .serving_certificate(&format!("{name}-kube-apiserver"))
+            .serving_certificate_for(&format!("{name}-kube-apiserver"), &names)
             .map_err(&cert_error)?;
         let client_ca =
             CertificateAuthority::generate(&format!("{name}-client-ca")).map_err(&cert_error)?;
@@ -303,6 +346,7 @@ impl RealApiServer {
         let files = [
             ("serving.crt", serving.cert_pem.clone()),
             ("serving.key", serving.key_pem.clone()),
+            ("serving-ca.crt", serving_ca.pem()),
             ("client-ca.crt", client_ca.pem()),
             ("service-accounts.key", signing_key.serialize_pem()),
             ("service-accounts.pub", signing_key.public_key_pem()),
@@ -375,13 +419,18 @@ impl RealApiServer {
                     "--service-account-signing-key-file={}",
                     file("service-accounts.key")
                 ),
-                "--authorization-mode=RBAC".to_string(),
+                if runs_pods {
+                    "--authorization-mode=Node,RBAC"
+                } else {
+                    "--authorization-mode=RBAC"
+                }
+                .to_string(),
                 // kubeadm's default range: a /24 holds 254 Services, and the fleet benchmark
                 // applies one per app (20,000).
                 "--service-cluster-ip-range=10.96.0.0/12".to_string(),
                 "--allow-privileged=true".to_string(),
-                // No kube-controller-manager runs, so nothing would ever reconcile the endpoints of
-                // the `kubernetes` Service.
+                // The server's address is loopback, which no Endpoints object may hold; pods
+                // reach it through the address their node agent gives them instead.
                 "--endpoint-reconciler-type=none".to_string(),
                 format!("--audit-policy-file={}", file("audit-policy.yaml")),
                 format!("--audit-log-path={}", file("audit.log")),
@@ -389,9 +438,13 @@ impl RealApiServer {
                 "--audit-log-maxbackup=0".to_string(),
                 "--profiling=false".to_string(),
             ];
+            if runs_pods {
+                args.push("--enable-admission-plugins=NodeRestriction".to_string());
+            }
             args.extend(extra_args.iter().cloned());
             let process = spawner.spawn("kube-apiserver", &binaries.kube_apiserver, &args, &dir)?;
-            let server = Self {
+            let mut server = Self {
+                workloads: None,
                 name: name.to_string(),
                 url,
                 serving_ca: serving_ca.pem(),
@@ -404,6 +457,7 @@ impl RealApiServer {
                 audit_log: dir.join("audit.log"),
                 links: Links::new(
                     std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                    *link_address,
                     LinkCertificates {
                         serving_cert: &serving.cert_pem,
                         serving_key: &serving.key_pem,
@@ -419,7 +473,12 @@ impl RealApiServer {
                 }
             }
             match server.wait_ready() {
-                Ok(()) => return Ok(server),
+                Ok(()) => {
+                    if runs_pods {
+                        server.workloads = Some(Workloads::start(&server, spawner, binaries)?);
+                    }
+                    return Ok(server);
+                }
                 Err(HarnessError::NotReady { log, .. })
                     if attempt < PORT_ATTEMPTS && log.contains("address already in use") =>
                 {
@@ -432,6 +491,46 @@ impl RealApiServer {
 
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where its files are: certificates, keys, kubeconfigs of its components, logs.
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A kubeconfig for one of the cluster's own components (`user`, e.g.
+    /// `system:kube-scheduler`, which the default RBAC knows): a new client certificate, and the
+    /// server's own address, where no fault reaches.
+    fn component_kubeconfig(&self, user: &str) -> Result<String, HarnessError> {
+        self.component_kubeconfig_in(user, &[])
+    }
+
+    /// A node agent's kubeconfig: `system:node:<node>` in group `system:nodes`, as a kubelet
+    /// authenticates, so that the Node authorizer and NodeRestriction judge it.
+    pub(crate) fn node_kubeconfig(&self, node: &str) -> Result<String, HarnessError> {
+        self.component_kubeconfig_in(&format!("system:node:{node}"), &["system:nodes"])
+    }
+
+    /// What opens the link of each pod a node agent starts (the pod's name is its identity,
+    /// so faults scoped to it reach it).
+    pub(crate) fn link_opener(&self) -> link::LinkOpener {
+        self.links.opener()
+    }
+
+    fn component_kubeconfig_in(&self, user: &str, groups: &[&str]) -> Result<String, HarnessError> {
+        let identity = Identity::new(user, user).with_groups(groups.iter().copied());
+        let cert = issue_certificate(&self.client_ca, &self.name, &identity)?;
+        Ok(kubeconfig_yaml(
+            &self.name,
+            &self.url,
+            Some(&self.serving_ca),
+            &[(user, Credential::Certificate(&cert))],
+            user,
+        ))
     }
 
     /// The CA of the serving certificate, PEM.
@@ -495,7 +594,8 @@ impl RealApiServer {
             return Ok(self.url.clone());
         }
         Ok(format!(
-            "https://127.0.0.1:{}",
+            "https://{}:{}",
+            self.links.address(),
             self.links.port(&identity.name)?
         ))
     }
