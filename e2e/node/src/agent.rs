@@ -182,6 +182,7 @@ impl NodeAgent {
             source,
         })?;
         let runtime = Arc::new(PodRuntime {
+            hosts: crate::pod::Hosts::default(),
             client: config.client.clone(),
             images: config.images.clone(),
             bridge: config.bridge.clone(),

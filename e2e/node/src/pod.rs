@@ -44,8 +44,43 @@ pub(crate) enum PodEvent {
     Shutdown,
 }
 
+/// The names of the node's pods that have a `subdomain` (a StatefulSet's, under its headless
+/// Service), by pod UID: every pod's hosts file lists them, the stand-in for cluster DNS
+/// (`<pod>.<service>.<namespace>.svc`), which nothing serves here.
+#[derive(Debug, Default)]
+pub(crate) struct Hosts {
+    entries: parking_lot::Mutex<BTreeMap<String, String>>,
+    version: std::sync::atomic::AtomicU64,
+}
+
+impl Hosts {
+    fn set(&self, uid: &str, line: Option<String>) {
+        let mut entries = self.entries.lock();
+        match line {
+            Some(line) => entries.insert(uid.to_string(), line),
+            None => entries.remove(uid),
+        };
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn lines(&self) -> String {
+        self.entries
+            .lock()
+            .values()
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+}
+
 /// What every pod worker of an agent shares.
 pub(crate) struct PodRuntime {
+    /// The node's pods' names.
+    pub(crate) hosts: Hosts,
     /// The node's client.
     pub(crate) client: kube::Client,
     /// The images.
@@ -133,6 +168,7 @@ struct Worker {
     volumes_ready: bool,
     created_paths: Vec<PathBuf>,
     hosts_file: PathBuf,
+    hosts_version: Option<u64>,
 }
 
 /// Runs `pod` until it is deleted, gone, or the agent stops.
@@ -244,6 +280,7 @@ impl Worker {
             secrets: BTreeMap::new(),
             volumes_ready: false,
             created_paths: Vec::new(),
+            hosts_version: None,
         }
     }
 
@@ -272,8 +309,11 @@ impl Worker {
             let (bridge, uid, name) = (self.rt.bridge.clone(), self.uid.clone(), self.name.clone());
             match tokio::task::spawn_blocking(move || bridge.sandbox(&uid, &name)).await {
                 Ok(Ok(sandbox)) => {
+                    let line = self
+                        .subdomain_names()
+                        .map(|names| format!("{}\t{}", sandbox.address(), names.join(" ")));
+                    self.rt.hosts.set(&self.uid, line);
                     self.sandbox = Some(sandbox);
-                    self.write_hosts();
                 }
                 Ok(Err(e)) => {
                     return self.waiting_all("ContainerCreating", format!("sandbox: {e}"));
@@ -294,6 +334,9 @@ impl Worker {
                     tracing::warn!(pod = %self.name, %message, "volume refresh failed");
                 }
             }
+        }
+        if self.hosts_version != Some(self.rt.hosts.version()) {
+            self.write_hosts();
         }
         let address = self.sandbox.as_ref().map(|s| IpAddr::V4(s.address()));
         for index in 0..self.slots.len() {
@@ -501,30 +544,43 @@ impl Worker {
         ]
     }
 
-    /// `/etc/hosts` of the pod: localhost and the pod's own names.
-    fn write_hosts(&self) {
-        let Some(sandbox) = &self.sandbox else { return };
-        let spec = self.pod.spec.as_ref();
-        let hostname = spec
+    fn hostname(&self) -> String {
+        self.pod
+            .spec
+            .as_ref()
             .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| self.name.clone());
-        let mut names = vec![hostname.clone()];
-        if let Some(subdomain) = spec.and_then(|s| s.subdomain.as_deref()) {
-            names.insert(
-                0,
-                format!(
-                    "{hostname}.{subdomain}.{}.svc.cluster.local",
-                    self.namespace
-                ),
-            );
-        }
+            .unwrap_or_else(|| self.name.clone())
+    }
+
+    /// The names cluster DNS would give the pod under its headless Service, if it has one.
+    fn subdomain_names(&self) -> Option<Vec<String>> {
+        let subdomain = self.pod.spec.as_ref()?.subdomain.clone()?;
+        let base = format!("{}.{subdomain}", self.hostname());
+        let namespace = &self.namespace;
+        Some(vec![
+            format!("{base}.{namespace}.svc.cluster.local"),
+            format!("{base}.{namespace}.svc"),
+            format!("{base}.{namespace}"),
+            base,
+        ])
+    }
+
+    /// `/etc/hosts` of the pod: localhost, its own name, and the node's pods' DNS names.
+    /// Rewritten in place (the file is bind-mounted) whenever those change.
+    fn write_hosts(&mut self) {
+        let Some(sandbox) = &self.sandbox else { return };
+        let version = self.rt.hosts.version();
         let text = format!(
-            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{}\t{}\n",
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{}\t{}\n{}",
             sandbox.address(),
-            names.join(" ")
+            self.hostname(),
+            self.rt.hosts.lines()
         );
-        if let Err(e) = std::fs::write(&self.hosts_file, text) {
-            tracing::warn!(pod = %self.name, error = %e, "cannot write the pod's hosts file");
+        match std::fs::write(&self.hosts_file, text) {
+            Ok(()) => self.hosts_version = Some(version),
+            Err(e) => {
+                tracing::warn!(pod = %self.name, error = %e, "cannot write the pod's hosts file")
+            }
         }
     }
 
@@ -769,6 +825,7 @@ impl Worker {
     }
 
     fn teardown(&mut self) {
+        self.rt.hosts.set(&self.uid, None);
         self.sandbox = None;
         for path in self.created_paths.drain(..).rev() {
             let _ = std::fs::remove_dir(&path).or_else(|_| std::fs::remove_file(&path));

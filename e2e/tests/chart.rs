@@ -1,0 +1,202 @@
+//! charts/shardwise installed with the real `helm`, as a user installs it, on a control plane
+//! that runs pods: the StatefulSet controller creates the replicas, node agents run them under
+//! the chart's ServiceAccount and RBAC with kube-rs's in-cluster configuration, and the fleet
+//! syncs. Needs root and the binaries of scripts/control-plane.sh.
+
+// Test code: a step that fails fails the test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+use shardwise_api::{FleetApp, SyncPhase};
+use shardwise_e2e::{Environment, Identity, wait_for};
+use support::{app_manifests, repo_file};
+
+const RELEASE: &str = "shardwise";
+const NAMESPACE: &str = "fleet";
+const DESTINATION_IDENTITY: &str = "shardwise-destination";
+
+fn helm_binary() -> PathBuf {
+    std::env::var_os("SHARDWISE_CONTROL_PLANE_BIN")
+        .map_or_else(|| repo_file("target/control-plane"), PathBuf::from)
+        .join("helm")
+}
+
+/// Runs helm with the environment's admin kubeconfig; its output when it succeeds.
+fn helm(env: &Environment, args: &[&str]) -> String {
+    let output = Command::new(helm_binary())
+        .args(args)
+        .env("KUBECONFIG", env.control_plane().kubeconfig_path_all())
+        .env("HELM_CACHE_HOME", env.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", env.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", env.dir().join("helm/data"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(
+        output.status.success(),
+        "helm {args:?} failed:\n{stdout}\n{stderr}"
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
+    let mut env = Environment::builder()
+        .nodes(1)
+        .destinations(1)
+        .destination_identity(Identity::admin(DESTINATION_IDENTITY))
+        .start()
+        .unwrap();
+    let cp = env.control_plane();
+    let admin = cp.client("admin").await.unwrap();
+    let chart = repo_file("charts/shardwise");
+    let installed = helm(
+        &env,
+        &[
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--set",
+            "image.tag=dev",
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    );
+    eprintln!("{installed}");
+
+    // The fleet: one destination, 4 clusters, 40 apps.
+    let destination = &env.destinations()[0];
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dest-0-credentials", "namespace": NAMESPACE,
+                     "labels": {"shardwise.io/secret-type": "cluster"}},
+        "stringData": {"server": destination.url_for(DESTINATION_IDENTITY).unwrap(),
+                       "token": destination.token(DESTINATION_IDENTITY).unwrap(),
+                       "ca.crt": destination.ca_pem()},
+    });
+    cp.apply_yaml("admin", &secret.to_string()).await.unwrap();
+    for i in 0..4 {
+        let cluster = json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetCluster",
+            "metadata": {"name": format!("cluster-{i}"), "namespace": NAMESPACE},
+            "spec": {"server": destination.url_for(DESTINATION_IDENTITY).unwrap(),
+                     "credentials": {"secretRef": {"name": "dest-0-credentials"}}},
+        });
+        cp.apply_yaml("admin", &cluster.to_string()).await.unwrap();
+    }
+    let apps: Api<FleetApp> = Api::namespaced(admin.clone(), NAMESPACE);
+    for i in 0..40u32 {
+        let app: FleetApp = serde_json::from_value(json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+            "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
+            "spec": {"destination": {"cluster": format!("cluster-{}", i % 4), "namespace": format!("team-{}", i % 5)},
+                     "source": {"manifests": app_manifests(i, 1)}},
+        }))
+        .unwrap();
+        apps.create(&PostParams::default(), &app).await.unwrap();
+    }
+    let result = wait_for("every app Synced", Duration::from_secs(180), || async {
+        let list = apps
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let synced = list
+            .items
+            .iter()
+            .filter(|a| {
+                a.status
+                    .as_ref()
+                    .is_some_and(|s| s.sync_phase == Some(SyncPhase::Synced))
+            })
+            .count();
+        if synced == 40 {
+            Ok(())
+        } else {
+            Err(format!("{synced} of 40 Synced"))
+        }
+    })
+    .await;
+    if result.is_err() {
+        env.keep();
+    }
+    result.unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), NAMESPACE);
+    let set = sets.get(RELEASE).await.unwrap();
+    assert_eq!(set.status.unwrap().ready_replicas, Some(3));
+    helm(
+        &env,
+        &["test", RELEASE, "--namespace", NAMESPACE, "--timeout", "2m"],
+    );
+
+    // The pods wrote as the chart's ServiceAccount, from kube-rs's in-cluster configuration
+    // (nothing else reaches them: no kubeconfig, no environment of the agent), and nothing
+    // they asked was forbidden.
+    let account = format!("system:serviceaccount:{NAMESPACE}:{RELEASE}");
+    let requests = env.control_plane().server().requests();
+    let app_status = format!("/apis/shardwise.io/v1alpha1/namespaces/{NAMESPACE}/fleetapps/");
+    let status_writes: Vec<_> = requests
+        .iter()
+        .filter(|r| r.path.starts_with(&app_status) && r.path.ends_with("/status"))
+        .collect();
+    assert!(!status_writes.is_empty());
+    assert!(
+        status_writes.iter().all(|r| r.identity == account),
+        "{status_writes:?}"
+    );
+    let forbidden: Vec<_> = requests
+        .iter()
+        .filter(|r| r.identity == account && r.code == 403)
+        .collect();
+    assert!(forbidden.is_empty(), "{forbidden:?}");
+    for log in replica_logs(&env) {
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            !text.contains("Forbidden") && !text.contains(" 403 "),
+            "{}:\n{text}",
+            log.display()
+        );
+    }
+}
+
+/// The logs of every run of every replica's controller container.
+fn replica_logs(env: &Environment) -> Vec<PathBuf> {
+    let pods = env.dir().join("nodes").join("node-0");
+    let prefix = format!("{NAMESPACE}_{RELEASE}-");
+    let mut logs = Vec::new();
+    for pod in std::fs::read_dir(pods).unwrap() {
+        let pod = pod.unwrap().path();
+        if !pod
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        {
+            continue;
+        }
+        for file in std::fs::read_dir(pod.join("controller"))
+            .into_iter()
+            .flatten()
+        {
+            let file = file.unwrap().path();
+            if file.extension().is_some_and(|e| e == "log") {
+                logs.push(file);
+            }
+        }
+    }
+    assert!(!logs.is_empty(), "no replica logs");
+    logs
+}
