@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
-use shardwise_api::{FleetApp, SyncPhase};
+use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{Environment, Identity, wait_for};
 use support::{app_manifests, repo_file};
 
@@ -73,6 +73,9 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
             "--create-namespace",
             "--set",
             "image.tag=dev",
+            // Every reconcile interval to a file, for the overlap check (an emptyDir).
+            "--set",
+            "controller.auditFile=/var/log/shardwise/audit.jsonl",
             "--wait",
             "--timeout",
             "5m",
@@ -144,6 +147,40 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         &["test", RELEASE, "--namespace", NAMESPACE, "--timeout", "2m"],
     );
 
+    // The real StatefulSet controller creates and deletes the pods as the count changes.
+    for replicas in [5u32, 2] {
+        kubectl(
+            &env,
+            &[
+                "scale",
+                "statefulset",
+                RELEASE,
+                &format!("--replicas={replicas}"),
+            ],
+        );
+        settled(&env, replicas, 40).await;
+    }
+    let audits = audit_files(&env);
+    let intervals = shardwise_runtime::audit::read(&audits, "cluster").unwrap();
+    assert!(
+        intervals.len() >= 40,
+        "{} reconciles audited",
+        intervals.len()
+    );
+    eprintln!(
+        "{} reconciles audited in {} replica pods",
+        intervals.len(),
+        audits.len()
+    );
+    let overlaps =
+        shardwise_runtime::audit::overlaps(&intervals, &std::collections::BTreeMap::new());
+    assert!(
+        overlaps.is_empty(),
+        "{} overlaps, e.g. {}",
+        overlaps.len(),
+        overlaps[0]
+    );
+
     // The pods wrote as the chart's ServiceAccount, from kube-rs's in-cluster configuration
     // (nothing else reaches them: no kubeconfig, no environment of the agent), and nothing
     // they asked was forbidden.
@@ -174,19 +211,96 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     }
 }
 
-/// The logs of every run of every replica's controller container.
-fn replica_logs(env: &Environment) -> Vec<PathBuf> {
+fn kubectl(env: &Environment, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.control_plane().kubeconfig_path_all())
+        .args(["--namespace", NAMESPACE])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "kubectl {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Waits until `replicas` pods are Ready, every cluster is owned by one of them and every one
+/// of `apps` apps is Synced.
+async fn settled(env: &Environment, replicas: u32, apps: usize) {
+    let admin = env.control_plane().client("admin").await.unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), NAMESPACE);
+    let clusters: Api<FleetCluster> = Api::namespaced(admin.clone(), NAMESPACE);
+    let app_api: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);
+    let what = format!("{replicas} replicas Ready, owning every cluster, and {apps} apps Synced");
+    wait_for(&what, Duration::from_secs(300), || async {
+        let set = sets.get(RELEASE).await.map_err(|e| e.to_string())?;
+        let status = set.status.unwrap_or_default();
+        let ready = status.ready_replicas.unwrap_or(0);
+        if ready != i32::try_from(replicas).unwrap_or(0) || status.replicas != ready {
+            return Err(format!("{ready} Ready of {} pods", status.replicas));
+        }
+        let list = clusters
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let owners: Vec<Option<u32>> = list.items.iter().map(support::shard_label).collect();
+        if !owners.iter().all(|o| o.is_some_and(|o| o < replicas)) {
+            return Err(format!("cluster owners {owners:?}"));
+        }
+        let list = app_api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let synced = list
+            .items
+            .iter()
+            .filter(|a| {
+                a.status
+                    .as_ref()
+                    .is_some_and(|s| s.sync_phase == Some(SyncPhase::Synced))
+            })
+            .count();
+        if synced == apps {
+            Ok(())
+        } else {
+            Err(format!("{synced} of {apps} Synced"))
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// Every replica pod's audit file, of pods running or gone.
+fn audit_files(env: &Environment) -> Vec<PathBuf> {
+    replica_dirs(env)
+        .into_iter()
+        .map(|pod| pod.join("volumes/audit/audit.jsonl"))
+        .filter(|file| file.is_file())
+        .collect()
+}
+
+/// The directories of every replica pod the node ran, running or gone.
+fn replica_dirs(env: &Environment) -> Vec<PathBuf> {
     let pods = env.dir().join("nodes").join("node-0");
     let prefix = format!("{NAMESPACE}_{RELEASE}-");
+    std::fs::read_dir(pods)
+        .unwrap()
+        .map(|pod| pod.unwrap().path())
+        .filter(|pod| {
+            pod.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .collect()
+}
+
+/// The logs of every run of every replica's controller container.
+fn replica_logs(env: &Environment) -> Vec<PathBuf> {
     let mut logs = Vec::new();
-    for pod in std::fs::read_dir(pods).unwrap() {
-        let pod = pod.unwrap().path();
-        if !pod
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
-        {
-            continue;
-        }
+    for pod in replica_dirs(env) {
         for file in std::fs::read_dir(pod.join("controller"))
             .into_iter()
             .flatten()

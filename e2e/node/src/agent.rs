@@ -91,6 +91,7 @@ pub struct NodeAgent {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     pods: Arc<Mutex<Pods>>,
+    runtime: Arc<PodRuntime>,
 }
 
 /// The pods an agent runs, by UID, and those it detached (left running, no longer managed).
@@ -183,6 +184,7 @@ impl NodeAgent {
         })?;
         let runtime = Arc::new(PodRuntime {
             hosts: crate::pod::Hosts::default(),
+            created_paths: parking_lot::Mutex::new(Vec::new()),
             client: config.client.clone(),
             images: config.images.clone(),
             bridge: config.bridge.clone(),
@@ -193,12 +195,18 @@ impl NodeAgent {
             initial_backoff: config.initial_backoff,
             max_backoff: config.max_backoff,
         });
-        let watching = tokio::spawn(watch_pods(config.clone(), runtime, pods.clone(), stopped));
+        let watching = tokio::spawn(watch_pods(
+            config.clone(),
+            runtime.clone(),
+            pods.clone(),
+            stopped,
+        ));
         Ok(Self {
             name: config.name,
             shutdown,
             tasks: vec![heartbeat, watching],
             pods,
+            runtime,
         })
     }
 
@@ -242,6 +250,14 @@ impl NodeAgent {
         }
         for task in self.tasks.drain(..) {
             task.abort();
+        }
+        self.remove_mount_points();
+    }
+
+    /// Removes the mount points it made on the host, deepest first, once no pod runs.
+    fn remove_mount_points(&self) {
+        for path in self.runtime.created_paths.lock().drain(..).rev() {
+            let _ = std::fs::remove_dir(&path).or_else(|_| std::fs::remove_file(&path));
         }
     }
 }

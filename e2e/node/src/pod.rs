@@ -81,6 +81,9 @@ impl Hosts {
 pub(crate) struct PodRuntime {
     /// The node's pods' names.
     pub(crate) hosts: Hosts,
+    /// Mount points the agent made on the host (missing in it, present in an image), shared
+    /// by every pod that mounts there; removed when the agent stops, when no pod uses them.
+    pub(crate) created_paths: parking_lot::Mutex<Vec<PathBuf>>,
     /// The node's client.
     pub(crate) client: kube::Client,
     /// The images.
@@ -99,6 +102,15 @@ pub(crate) struct PodRuntime {
     pub(crate) initial_backoff: Duration,
     /// The longest.
     pub(crate) max_backoff: Duration,
+}
+
+impl std::fmt::Debug for PodRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodRuntime")
+            .field("node", &self.node.name)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How often a worker looks at its containers, probes and files.
@@ -166,7 +178,6 @@ struct Worker {
     config_maps: BTreeMap<String, ConfigMap>,
     secrets: BTreeMap<String, Secret>,
     volumes_ready: bool,
-    created_paths: Vec<PathBuf>,
     hosts_file: PathBuf,
     hosts_version: Option<u64>,
 }
@@ -279,7 +290,6 @@ impl Worker {
             config_maps: BTreeMap::new(),
             secrets: BTreeMap::new(),
             volumes_ready: false,
-            created_paths: Vec::new(),
             hosts_version: None,
         }
     }
@@ -429,7 +439,11 @@ impl Worker {
                 }
             };
             for mount in &launch.mounts {
-                ensure_mount_point(&mount.source, &mount.target, &mut self.created_paths);
+                ensure_mount_point(
+                    &mount.source,
+                    &mount.target,
+                    &mut self.rt.created_paths.lock(),
+                );
             }
             let slot = &mut self.slots[index];
             let attempt = slot.observation.restart_count
@@ -827,10 +841,8 @@ impl Worker {
     fn teardown(&mut self) {
         self.rt.hosts.set(&self.uid, None);
         self.sandbox = None;
-        for path in self.created_paths.drain(..).rev() {
-            let _ = std::fs::remove_dir(&path).or_else(|_| std::fs::remove_file(&path));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The pod's directory (its logs, its emptyDirs: a replica's audit) stays for the test
+        // to read; the environment's directory goes with the environment.
     }
 }
 
