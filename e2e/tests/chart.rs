@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
@@ -160,6 +161,47 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         );
         settled(&env, replicas, 40).await;
     }
+
+    // A container killed outright (as by the OOM killer) is restarted by its node.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NAMESPACE);
+    let victim = format!("{RELEASE}-1");
+    let pid = controller_pid(&victim).unwrap_or_else(|| panic!("no process of {victim}"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for(
+        &format!("{victim} restarted after its SIGKILL"),
+        Duration::from_secs(60),
+        || async {
+            let pod = pods.get(&victim).await.map_err(|e| e.to_string())?;
+            let status = pod
+                .status
+                .unwrap_or_default()
+                .container_statuses
+                .unwrap_or_default();
+            let Some(c) = status.first() else {
+                return Err("no container status".into());
+            };
+            let last = c
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| t.exit_code);
+            if c.restart_count == 1 && last == Some(137) && c.ready {
+                Ok(())
+            } else {
+                Err(format!(
+                    "restarts {}, last exit {last:?}, ready {}",
+                    c.restart_count, c.ready
+                ))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    settled(&env, 2, 40).await;
     let audits = audit_files(&env);
     let intervals = shardwise_runtime::audit::read(&audits, "cluster").unwrap();
     assert!(
@@ -272,6 +314,19 @@ async fn settled(env: &Environment, replicas: u32, apps: usize) {
     })
     .await
     .unwrap();
+}
+
+/// The process of pod `pod`'s controller container, found by its environment.
+fn controller_pid(pod: &str) -> Option<u32> {
+    let wanted = format!("POD_NAME={pod}");
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+        let ours = environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes())
+            && cmdline.contains("shardwise-controller");
+        ours.then_some(pid)
+    })
 }
 
 /// Every replica pod's audit file, of pods running or gone.
