@@ -268,14 +268,10 @@ fn missing(kind: &'static str, name: &str, what: &str) -> PlanError {
 }
 
 fn secret_strings(secret: &Secret) -> BTreeMap<String, String> {
-    let mut data: BTreeMap<String, String> = secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
-        .collect();
-    data.extend(secret.string_data.clone().unwrap_or_default());
-    data
+    crate::volumes::secret_data(secret)
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+        .collect()
 }
 
 /// The value of an `env[].valueFrom`; `None` for an optional reference that is missing (the

@@ -263,6 +263,37 @@ fn add_keys(
     Ok(())
 }
 
+/// A ConfigMap's keys and values (`data`, then `binaryData`), as bytes.
+pub(crate) fn config_map_data(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    let text = cm
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone().into_bytes()));
+    let binary = cm
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()));
+    text.chain(binary).collect()
+}
+
+/// A Secret's keys and values (`data`, then `stringData`, which wins as the server does), as
+/// bytes.
+pub(crate) fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    let data = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()));
+    let strings = secret
+        .string_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone().into_bytes()));
+    data.chain(strings).collect()
+}
+
 fn add_config_map(
     files: &mut Files,
     volume: &str,
@@ -272,21 +303,7 @@ fn add_config_map(
     default: u32,
     sources: &VolumeSources<'_>,
 ) -> Result<(), VolumeError> {
-    let data = sources.config_maps.get(name).map(|cm| {
-        let mut data: BTreeMap<String, Vec<u8>> = cm
-            .data
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
-            .collect();
-        data.extend(
-            cm.binary_data
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.0.clone())),
-        );
-        data
-    });
+    let data = sources.config_maps.get(name).map(config_map_data);
     add_keys(
         files,
         volume,
@@ -307,22 +324,7 @@ fn add_secret(
     default: u32,
     sources: &VolumeSources<'_>,
 ) -> Result<(), VolumeError> {
-    let data = sources.secrets.get(name).map(|secret| {
-        let mut data: BTreeMap<String, Vec<u8>> = secret
-            .data
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.0.clone()))
-            .collect();
-        data.extend(
-            secret
-                .string_data
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.clone().into_bytes())),
-        );
-        data
-    });
+    let data = sources.secrets.get(name).map(secret_data);
     add_keys(
         files,
         volume,
