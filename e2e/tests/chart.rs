@@ -18,22 +18,16 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{Environment, Identity, wait_for};
+use shardwise_e2e::{Environment, Identity, control_plane_binary, wait_for};
 use support::{app_manifests, repo_file};
 
 const RELEASE: &str = "shardwise";
 const NAMESPACE: &str = "fleet";
 const DESTINATION_IDENTITY: &str = "shardwise-destination";
 
-fn helm_binary() -> PathBuf {
-    std::env::var_os("SHARDWISE_CONTROL_PLANE_BIN")
-        .map_or_else(|| repo_file("target/control-plane"), PathBuf::from)
-        .join("helm")
-}
-
 /// Runs helm with the environment's admin kubeconfig; its output when it succeeds.
 fn helm(env: &Environment, args: &[&str]) -> String {
-    let output = Command::new(helm_binary())
+    let output = Command::new(control_plane_binary("helm").unwrap())
         .args(args)
         .env("KUBECONFIG", env.control_plane().kubeconfig_path_all())
         .env("HELM_CACHE_HOME", env.dir().join("helm/cache"))
@@ -54,7 +48,7 @@ fn helm(env: &Environment, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
-    let mut env = Environment::builder()
+    let env = Environment::builder()
         .nodes(1)
         .destinations(1)
         .destination_identity(Identity::admin(DESTINATION_IDENTITY))
@@ -115,34 +109,8 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         .unwrap();
         apps.create(&PostParams::default(), &app).await.unwrap();
     }
-    let result = wait_for("every app Synced", Duration::from_secs(180), || async {
-        let list = apps
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let synced = list
-            .items
-            .iter()
-            .filter(|a| {
-                a.status
-                    .as_ref()
-                    .is_some_and(|s| s.sync_phase == Some(SyncPhase::Synced))
-            })
-            .count();
-        if synced == 40 {
-            Ok(())
-        } else {
-            Err(format!("{synced} of 40 Synced"))
-        }
-    })
-    .await;
-    if result.is_err() {
-        env.keep();
-    }
-    result.unwrap();
-    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), NAMESPACE);
-    let set = sets.get(RELEASE).await.unwrap();
-    assert_eq!(set.status.unwrap().ready_replicas, Some(3));
+    // The StatefulSet controller's 3 replicas Ready, owning every cluster, every app Synced.
+    settled(&env, 3, 40).await;
     helm(
         &env,
         &["test", RELEASE, "--namespace", NAMESPACE, "--timeout", "2m"],

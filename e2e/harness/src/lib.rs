@@ -65,7 +65,7 @@ pub use faults::{ErrorFault, FaultCounters, FaultError, Faults};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use nodes::SHARDWISE_IMAGE;
 pub use process::{Process, ProcessError, ProcessSpec};
-pub use real::RealApiServer;
+pub use real::{RealApiServer, control_plane_binary};
 pub use shardwise_e2e_node::NodeAgent;
 pub use shardwise_e2e_testkit::{
     CertificateAuthority, CertificateError, ClientCertificate, Credential, FaultScope, Identity,

@@ -46,14 +46,26 @@ struct Binaries {
     kube_scheduler: PathBuf,
 }
 
+/// The directory of the control plane's binaries: `$SHARDWISE_CONTROL_PLANE_BIN`, else the
+/// workspace's `target/control-plane/`.
+fn binaries_dir() -> PathBuf {
+    std::env::var_os("SHARDWISE_CONTROL_PLANE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/control-plane"))
+}
+
+/// A binary that scripts/control-plane.sh builds (`helm`, `kube-apiserver`, ...), or an
+/// error naming where it was expected.
+pub fn control_plane_binary(name: &str) -> Result<PathBuf, HarnessError> {
+    let program = binaries_dir().join(name);
+    present(&program)?;
+    Ok(program)
+}
+
 impl Binaries {
     /// Finds kube-apiserver and etcd, or fails naming the first that is missing.
     fn locate() -> Result<Self, HarnessError> {
-        let dir = std::env::var_os("SHARDWISE_CONTROL_PLANE_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/control-plane")
-            });
+        let dir = binaries_dir();
         let binaries = Self {
             kube_apiserver: dir.join("kube-apiserver"),
             etcd: dir.join("etcd"),
