@@ -33,6 +33,10 @@ spec:
   template:
     metadata: {labels: {app: web}}
     spec:
+      # No Node has this label: the ordinals stay unscheduled, so their deletion needs no
+      # agent (the Node's not-ready taint alone would leave a window to bind them in, when
+      # node-lifecycle-controller swaps it for the unreachable one).
+      nodeSelector: {example.invalid/never: 'yes'}
       containers: [{name: web, image: example.invalid/web}]
 ---
 apiVersion: v1
@@ -93,8 +97,8 @@ async fn kube_controller_manager_and_kube_scheduler_run_the_workloads_of_a_real_
         .await
         .unwrap();
 
-    // The StatefulSet controller creates the ordinals, owned by it; they stay Pending, since
-    // the only Node is not ready (no agent runs it) and they do not tolerate that.
+    // The StatefulSet controller creates the ordinals, owned by it; they stay Pending (no
+    // Node matches their selector).
     let created = wait_for("3 pods of web owned by the StatefulSet", WAIT, || async {
         let list = pods
             .list(&ListParams::default().labels("app=web"))

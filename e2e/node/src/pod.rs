@@ -641,30 +641,21 @@ impl Worker {
                 }
             }
         }
-        let cm_api: Api<ConfigMap> = Api::namespaced(self.rt.client.clone(), &self.namespace);
-        for name in maps {
-            match cm_api.get_opt(&name).await {
-                Ok(Some(cm)) => {
-                    self.config_maps.insert(name, cm);
-                }
-                Ok(None) => {
-                    self.config_maps.remove(&name);
-                }
-                Err(e) => return Err(format!("configmap {name}: {e}")),
-            }
-        }
-        let secret_api: Api<Secret> = Api::namespaced(self.rt.client.clone(), &self.namespace);
-        for name in secrets {
-            match secret_api.get_opt(&name).await {
-                Ok(Some(secret)) => {
-                    self.secrets.insert(name, secret);
-                }
-                Ok(None) => {
-                    self.secrets.remove(&name);
-                }
-                Err(e) => return Err(format!("secret {name}: {e}")),
-            }
-        }
+        let client = &self.rt.client;
+        refresh(
+            &mut self.config_maps,
+            Api::namespaced(client.clone(), &self.namespace),
+            maps,
+            "configmap",
+        )
+        .await?;
+        refresh(
+            &mut self.secrets,
+            Api::namespaced(client.clone(), &self.namespace),
+            secrets,
+            "secret",
+        )
+        .await?;
         let account = spec
             .service_account_name
             .clone()
@@ -844,6 +835,30 @@ impl Worker {
         // The pod's directory (its logs, its emptyDirs: a replica's audit) stays for the test
         // to read; the environment's directory goes with the environment.
     }
+}
+
+/// Reads each of `names` into `known`, forgetting the ones that are gone.
+async fn refresh<K>(
+    known: &mut BTreeMap<String, K>,
+    api: Api<K>,
+    names: BTreeSet<String>,
+    kind: &str,
+) -> Result<(), String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for name in names {
+        match api.get_opt(&name).await {
+            Ok(Some(object)) => {
+                known.insert(name, object);
+            }
+            Ok(None) => {
+                known.remove(&name);
+            }
+            Err(e) => return Err(format!("{kind} {name}: {e}")),
+        }
+    }
+    Ok(())
 }
 
 fn set_mode(path: &Path, mode: u32) {
