@@ -139,6 +139,8 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+    // Its reconcile in flight, if any, ends here: the audit's open interval lasts until now.
+    let deaths = std::collections::BTreeMap::from([(pid, shardwise_runtime::audit::now_nanos())]);
     wait_for(
         &format!("{victim} restarted after its SIGKILL"),
         Duration::from_secs(60),
@@ -182,13 +184,22 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         intervals.len(),
         audits.len()
     );
-    let overlaps =
-        shardwise_runtime::audit::overlaps(&intervals, &std::collections::BTreeMap::new());
+    let overlaps = shardwise_runtime::audit::overlaps(&intervals, &deaths);
     assert!(
         overlaps.is_empty(),
-        "{} overlaps, e.g. {}",
+        "{} overlaps, e.g. {}; the replicas' log lines on its unit:\n{}",
         overlaps.len(),
-        overlaps[0]
+        overlaps[0],
+        replica_logs(&env)
+            .iter()
+            .flat_map(|log| std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| format!("{}: {l}", log.display()))
+                .collect::<Vec<_>>())
+            .filter(|line| line.contains(&overlaps[0].first.unit))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 
     // The pods wrote as the chart's ServiceAccount, from kube-rs's in-cluster configuration
