@@ -230,6 +230,59 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
             log.display()
         );
     }
+
+    // Uninstalled, garbage collection and the namespace's own controllers leave nothing of the
+    // release but the CRDs, which Helm keeps by policy.
+    helm(
+        &env,
+        &[
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+    );
+    let instance = format!("app.kubernetes.io/instance={RELEASE}");
+    let release_kinds = "all,serviceaccounts,roles,rolebindings,clusterroles,\
+        clusterrolebindings,poddisruptionbudgets,leases,configmaps,secrets";
+    wait_for(
+        "nothing of the release left",
+        Duration::from_secs(120),
+        || async {
+            let labelled = kubectl(
+                &env,
+                &[
+                    "get",
+                    release_kinds,
+                    "--all-namespaces",
+                    "-l",
+                    &instance,
+                    "-o",
+                    "name",
+                ],
+            );
+            // The replicas' Leases are the runtime's, not Helm's: their owner reference to the
+            // StatefulSet is what deletes them.
+            let leases = kubectl(&env, &["get", "leases", "-o", "name"]);
+            let pods = kubectl(&env, &["get", "pods", "-o", "name"]);
+            let left = format!("{labelled}{leases}{pods}");
+            if left.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(left)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let crds = kubectl(&env, &["get", "crds", "-o", "name"]);
+    assert!(
+        crds.contains("fleetapps.shardwise.io") && crds.contains("fleetclusters.shardwise.io"),
+        "{crds}"
+    );
 }
 
 fn kubectl(env: &Environment, args: &[&str]) -> String {

@@ -104,6 +104,9 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
             )]),
             identity: identity.clone(),
             timing: TIMING,
+            // Run by a Deployment, and the Lease may live in another namespace than it (an owner
+            // reference cannot cross namespaces).
+            statefulset: None,
         },
         holding_tx,
         stop.clone(),

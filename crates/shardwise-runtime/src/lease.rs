@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use shardwise_handoff::drain::Incarnation;
@@ -120,6 +121,14 @@ pub struct LeaseSpecification {
     pub identity: String,
     /// How long the lease lasts, and when it is renewed and given up.
     pub timing: LeaseTiming,
+    /// The StatefulSet, in the Lease's namespace, the Lease belongs to. The Lease then carries
+    /// an owner reference to it, so that the garbage collector deletes it with the
+    /// StatefulSet (`helm uninstall` leaves no Lease behind), and it is created only while the
+    /// StatefulSet exists: a replica still stopping after its StatefulSet was deleted must not
+    /// create the Lease again, outside any owner. A Lease found without the reference (made
+    /// by an older version, or orphaned by `kubectl delete --cascade=orphan`) gets it at its
+    /// next renewal.
+    pub statefulset: Option<String>,
 }
 
 /// Resolves once `holding` is no longer held under `incarnation`: released, lost, its fence
@@ -213,7 +222,10 @@ pub async fn hold_annotated(
     holding: watch::Sender<Holding>,
     stop: CancellationToken,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    let api = LeaseApis {
+        leases: Api::namespaced(client.clone(), &namespace),
+        statefulsets: Api::namespaced(client, &namespace),
+    };
     let mut observer = LeaseObserver::new();
     let attempt_timeout = spec.timing.renew_deadline / 2;
     let base_identity = spec.identity.clone();
@@ -278,7 +290,7 @@ pub async fn hold_annotated(
     }
     let held = holding.borrow().is_held();
     if held {
-        match tokio::time::timeout(attempt_timeout, release(&api, &spec)).await {
+        match tokio::time::timeout(attempt_timeout, release(&api.leases, &spec)).await {
             Ok(Ok(())) => info!(lease = %spec.name, "lease released"),
             Ok(Err(e)) => warn!(lease = %spec.name, error = %e, "could not release the lease"),
             Err(_) => warn!(lease = %spec.name, "releasing the lease timed out"),
@@ -287,14 +299,53 @@ pub async fn hold_annotated(
     holding.send_replace(Holding::NotHeld);
 }
 
+/// The Lease and the StatefulSet it may belong to.
+struct LeaseApis {
+    leases: Api<Lease>,
+    statefulsets: Api<StatefulSet>,
+}
+
+/// The owner reference to StatefulSet `name`; `None` when it does not exist.
+async fn statefulset_owner(
+    api: &Api<StatefulSet>,
+    name: &str,
+) -> Result<Option<OwnerReference>, kube::Error> {
+    let Some(statefulset) = api.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let Some(uid) = statefulset.metadata.uid else {
+        return Ok(None);
+    };
+    Ok(Some(OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "StatefulSet".into(),
+        name: name.to_string(),
+        uid,
+        // Not its controller: no controller manages Leases, and none must adopt them.
+        controller: None,
+        block_owner_deletion: None,
+    }))
+}
+
+/// Whether `lease` already names StatefulSet `name` among its owners.
+fn owned_by(lease: &Lease, name: &str) -> bool {
+    lease
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "StatefulSet" && o.name == name)
+}
+
 /// One acquisition or renewal. `Ok(true)` when we hold the lease after it.
 async fn try_hold(
-    api: &Api<Lease>,
+    apis: &LeaseApis,
     spec: &LeaseSpecification,
     annotations: &Annotations,
     observer: &mut LeaseObserver,
     now: Instant,
 ) -> Result<bool, kube::Error> {
+    let api = &apis.leases;
     let current = api.get_opt(&spec.name).await?;
     let record = current.as_ref().map(lease_record);
     if let Some(record) = &record {
@@ -304,11 +355,22 @@ async fn try_hold(
     match lease_action(&spec.name, record.as_ref(), &spec.identity, observer, now) {
         LeaseAction::Wait => Ok(false),
         LeaseAction::Create => {
+            let owner = match &spec.statefulset {
+                Some(name) => match statefulset_owner(&apis.statefulsets, name).await? {
+                    Some(owner) => Some(vec![owner]),
+                    None => {
+                        debug!(lease = %spec.name, statefulset = %name, "no StatefulSet: the lease is not created");
+                        return Ok(false);
+                    }
+                },
+                None => None,
+            };
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(spec.name.clone()),
                     labels: Some(spec.labels.clone()),
                     annotations: (!annotations.is_empty()).then(|| annotations.clone()),
+                    owner_references: owner,
                     ..Default::default()
                 },
                 spec: Some(LeaseSpec {
@@ -346,6 +408,13 @@ async fn try_hold(
             if !annotations.is_empty() {
                 let carried = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
                 carried.extend(annotations.clone());
+            }
+            if let Some(name) = &spec.statefulset
+                && !owned_by(&lease, name)
+                && let Some(owner) = statefulset_owner(&apis.statefulsets, name).await?
+            {
+                let owners = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+                owners.push(owner);
             }
             // The resourceVersion we read makes this conditional: a concurrent writer wins.
             match api

@@ -292,6 +292,7 @@ fn hold_lease(
         labels,
         identity: identity.to_string(),
         timing: settings.leases,
+        statefulset: Some(replica.statefulset.clone()),
     };
     let client = client.clone();
     let namespace = replica.namespace.clone();

@@ -42,6 +42,7 @@ fn specification(identity: &str) -> LeaseSpecification {
         labels: BTreeMap::from([("test".to_string(), "lease".to_string())]),
         identity: format!("{identity}-process"),
         timing: TIMING,
+        statefulset: None,
     }
 }
 
@@ -250,6 +251,86 @@ async fn the_holders_annotations_ride_on_its_renewals_and_others_are_left_alone(
         annotation("example.com/note").await.unwrap().as_deref(),
         Some("kept")
     );
+    assert!(held(&a));
+    a.stop.cancel();
+    a.task.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statefulsets_lease_exists_only_with_it_and_names_it_as_owner() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let env = environment(&["a"]);
+    let admin = client(&env, "admin").await;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(admin.clone(), "default");
+    let (tx, rx) = watch::channel(Holding::NotHeld);
+    let stop = CancellationToken::new();
+    let spec = LeaseSpecification {
+        statefulset: Some("web".into()),
+        ..specification("a")
+    };
+    let task = tokio::spawn(hold(
+        client(&env, "a").await,
+        "default".into(),
+        spec,
+        tx,
+        stop.clone(),
+    ));
+    let a = Holder { rx, stop, task };
+    // No StatefulSet: round after round, no Lease is created (the replica of a deleted
+    // StatefulSet must not leave one behind).
+    for _ in 0..10 {
+        tokio::time::sleep(TIMING.retry_period).await;
+        assert!(!held(&a));
+        assert!(leases.get_opt("shared").await.unwrap().is_none());
+    }
+    env.control_plane()
+        .apply_yaml(
+            "admin",
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: web, namespace: default}\nspec:\n  serviceName: web\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: web}]}\n",
+        )
+        .await
+        .unwrap();
+    wait_held(&a, "a", Duration::from_secs(5)).await;
+    let statefulsets: kube::Api<StatefulSet> = kube::Api::namespaced(admin, "default");
+    let uid = statefulsets.get("web").await.unwrap().metadata.uid.unwrap();
+    let owners = |lease: Lease| -> Vec<(String, String, String)> {
+        lease
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .map(|o| (o.kind, o.name, o.uid))
+            .collect()
+    };
+    let expected = vec![("StatefulSet".to_string(), "web".to_string(), uid)];
+    assert_eq!(owners(leases.get("shared").await.unwrap()), expected);
+    // Orphaned (as `kubectl delete --cascade=orphan` leaves it): the next renewal puts the
+    // reference back.
+    let orphan = serde_json::json!({"metadata": {"ownerReferences": null}});
+    leases
+        .patch(
+            "shared",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&orphan),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the owner reference back",
+        TIMING.retry_period * 4,
+        || async {
+            let found = owners(leases.get("shared").await.map_err(|e| e.to_string())?);
+            if found == expected {
+                Ok(())
+            } else {
+                Err(format!("owners {found:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(held(&a));
     a.stop.cancel();
     a.task.await.unwrap();
