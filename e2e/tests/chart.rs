@@ -13,17 +13,30 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{Environment, Identity, control_plane_binary, wait_for};
+use support::prometheus::Prometheus;
 use support::{app_manifests, repo_file};
 
 const RELEASE: &str = "shardwise";
 const NAMESPACE: &str = "fleet";
 const DESTINATION_IDENTITY: &str = "shardwise-destination";
+/// The values every helm command of the suite sets, beside the chart's defaults: the image
+/// (the node maps it to this workspace's binary), the audit file the overlap check reads, and
+/// Prometheus' ServiceAccount as a metrics reader.
+const VALUES: &[&str] = &[
+    "--set",
+    "image.tag=dev",
+    "--set",
+    "controller.auditFile=/var/log/shardwise/audit.jsonl",
+    "--set-json",
+    r#"metrics.readers=[{"kind":"ServiceAccount","name":"prometheus","namespace":"monitoring"}]"#,
+];
 
 /// Runs helm with the environment's admin kubeconfig; its output when it succeeds.
 fn helm(env: &Environment, args: &[&str]) -> String {
@@ -57,25 +70,27 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     let cp = env.control_plane();
     let admin = cp.client("admin").await.unwrap();
     let chart = repo_file("charts/shardwise");
-    let installed = helm(
-        &env,
-        &[
-            "install",
-            RELEASE,
-            chart.to_str().unwrap(),
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--set",
-            "image.tag=dev",
-            // Every reconcile interval to a file, for the overlap check (an emptyDir).
-            "--set",
-            "controller.auditFile=/var/log/shardwise/audit.jsonl",
-            "--wait",
-            "--timeout",
-            "5m",
-        ],
-    );
+    // Prometheus' ServiceAccount, the one metrics.readers names.
+    cp.apply_yaml(
+        "admin",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: prometheus, namespace: monitoring}\n",
+    )
+    .await
+    .unwrap();
+    let mut install = vec![
+        "install",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    install.extend(VALUES);
+    let installed = helm(&env, &install);
     eprintln!("{installed}");
 
     // The fleet: one destination, 4 clusters, 40 apps.
@@ -115,6 +130,7 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         &env,
         &["test", RELEASE, "--namespace", NAMESPACE, "--timeout", "2m"],
     );
+    scrape_as_the_service_monitor(&env, &chart).await;
 
     // The real StatefulSet controller creates and deletes the pods as the count changes.
     for replicas in [5u32, 2] {
@@ -400,4 +416,138 @@ fn replica_logs(env: &Environment) -> Vec<PathBuf> {
     }
     assert!(!logs.is_empty(), "no replica logs");
     logs
+}
+
+/// Scrapes the replicas as the Prometheus operator would from the chart's ServiceMonitor (as
+/// `helm template` renders it with the suite's values): endpoints of the chart's Service found
+/// through its EndpointSlices, its port, path, scheme and TLS settings, and the bearer token of
+/// Prometheus' own ServiceAccount, which only metrics.readers lets in. Every replica answers,
+/// and their metrics add up to the fleet.
+async fn scrape_as_the_service_monitor(env: &Environment, chart: &std::path::Path) {
+    let mut template = vec![
+        "template",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--show-only",
+        "templates/servicemonitor.yaml",
+    ];
+    template.extend(VALUES);
+    let monitor: serde_json::Value = serde_saphyr::from_str(&helm(env, &template)).unwrap();
+    let spec = &monitor["spec"];
+    let endpoint = &spec["endpoints"][0];
+    let text = |v: &serde_json::Value| v.as_str().unwrap().to_string();
+    // What the operator does with bearerTokenFile: send Prometheus' own token.
+    assert!(endpoint["bearerTokenFile"].is_string(), "{endpoint}");
+    let token = kubectl(
+        env,
+        &["create", "token", "prometheus", "--namespace", "monitoring"],
+    );
+    let token_file = env.dir().join("prometheus-token");
+    std::fs::write(&token_file, token.trim()).unwrap();
+    // The operator's discovery (Debian's Prometheus is built without Kubernetes discovery):
+    // the Services its selector picks in its namespaces, their EndpointSlices' addresses on
+    // the endpoint's port, labelled with the pod behind each.
+    let admin = env.control_plane().client("admin").await.unwrap();
+    let selector = spec["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}={}", text(v)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let port_name = text(&endpoint["port"]);
+    let mut groups = Vec::new();
+    for namespace in spec["namespaceSelector"]["matchNames"].as_array().unwrap() {
+        let namespace = text(namespace);
+        let services: Api<Service> = Api::namespaced(admin.clone(), &namespace);
+        let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), &namespace);
+        for service in services
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+        {
+            let name = service.metadata.name.unwrap();
+            let of_service = format!("kubernetes.io/service-name={name}");
+            for slice in slices
+                .list(&ListParams::default().labels(&of_service))
+                .await
+                .unwrap()
+            {
+                let Some(port) = slice
+                    .ports
+                    .iter()
+                    .flatten()
+                    .find(|p| p.name.as_deref() == Some(port_name.as_str()))
+                    .and_then(|p| p.port)
+                else {
+                    continue;
+                };
+                for endpoint in slice.endpoints {
+                    let pod = endpoint.target_ref.and_then(|r| r.name).unwrap_or_default();
+                    for address in endpoint.addresses {
+                        groups.push(json!({
+                            "targets": [format!("{address}:{port}")],
+                            "labels": {"namespace": namespace, "pod": pod, "service": name},
+                        }));
+                    }
+                }
+            }
+        }
+    }
+    let targets = env.dir().join("service-monitor-targets.json");
+    std::fs::write(&targets, serde_json::Value::from(groups).to_string()).unwrap();
+    let job = format!(
+        "  - job_name: serviceMonitor/{NAMESPACE}/{RELEASE}/0\n\
+         \x20   scheme: {}\n\
+         \x20   metrics_path: {}\n\
+         \x20   authorization: {{credentials_file: {}}}\n\
+         \x20   tls_config: {{insecure_skip_verify: {}}}\n\
+         \x20   file_sd_configs: [{{files: [{}]}}]\n",
+        text(&endpoint["scheme"]),
+        text(&endpoint["path"]),
+        token_file.display(),
+        endpoint["tlsConfig"]["insecureSkipVerify"]
+            .as_bool()
+            .unwrap_or(false),
+        targets.display(),
+    );
+    let prometheus = Prometheus::run(env, &job, None).await.unwrap();
+    wait_for(
+        "Prometheus to scrape every replica",
+        Duration::from_secs(60),
+        || prometheus.all_up(3),
+    )
+    .await
+    .unwrap();
+    let leases = prometheus
+        .query(&format!(
+            "shardwise_lease_held{{namespace=\"{NAMESPACE}\"}}"
+        ))
+        .await
+        .unwrap();
+    let pods: std::collections::BTreeSet<&str> = leases
+        .iter()
+        .map(|(labels, _)| labels["pod"].as_str())
+        .collect();
+    assert_eq!(
+        pods,
+        (0..3)
+            .map(|i| format!("{RELEASE}-{i}"))
+            .collect::<std::collections::BTreeSet<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect(),
+        "{leases:?}"
+    );
+    let apps = prometheus
+        .query(&format!(
+            "sum(shardwise_owned_apps{{namespace=\"{NAMESPACE}\"}})"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(apps.first().map(|(_, v)| *v), Some(40.0), "{apps:?}");
 }

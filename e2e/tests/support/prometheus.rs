@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_e2e::{Process, ProcessSpec, free_port, wait_for};
+use shardwise_e2e::{Environment, Process, ProcessSpec, free_port, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Fleet, NAMESPACE, STATEFULSET, repo_file};
@@ -65,7 +65,11 @@ fn encode(text: &str) -> String {
         .collect()
 }
 
-/// A Prometheus server, scraping the targets of a file it watches.
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A Prometheus server, scraping the targets of a file it watches or those it discovers.
 pub struct Prometheus {
     pub process: Process,
     address: String,
@@ -79,9 +83,6 @@ impl Prometheus {
     /// metrics-reader role), plain ones over http.
     pub async fn start(fleet: &Fleet, program: Option<&Path>) -> Result<Self, String> {
         let dir = fleet.env.dir().join("prometheus");
-        let write = |path: &Path, text: &str| {
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
-        };
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let targets = dir.join("targets.json");
         write(&targets, "[]")?;
@@ -93,10 +94,26 @@ impl Prometheus {
             ),
             None => "    scheme: http\n".to_string(),
         };
+        let job = format!(
+            "  - job_name: shardwise\n{access}    file_sd_configs:\n      - files: [{}]\n        refresh_interval: 1s\n",
+            targets.display()
+        );
+        // (`run` keeps the file's path: the same folder.)
+        Self::run(&fleet.env, &job, program).await
+    }
+
+    /// Starts `program` (`prometheus` if `None`) with its data in the environment's folder,
+    /// scraping every second with the jobs of `scrape_configs` (YAML list items).
+    pub async fn run(
+        env: &Environment,
+        scrape_configs: &str,
+        program: Option<&Path>,
+    ) -> Result<Self, String> {
+        let dir = env.dir().join("prometheus");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let config = format!(
             "global:\n  scrape_interval: {SCRAPE_INTERVAL}\n  scrape_timeout: {SCRAPE_INTERVAL}\n\
-             scrape_configs:\n  - job_name: shardwise\n{access}    file_sd_configs:\n      - files: [{}]\n        refresh_interval: 1s\n",
-            targets.display()
+             scrape_configs:\n{scrape_configs}"
         );
         let config_path = dir.join("prometheus.yml");
         write(&config_path, &config)?;
@@ -117,13 +134,13 @@ impl Prometheus {
                 ))
                 .arg(format!("--web.listen-address={address}"))
                 .arg("--log.level=warn");
-            let process = fleet.env.spawn(&spec).map_err(|e| {
+            let process = env.spawn(&spec).map_err(|e| {
                 format!("{e}: install Prometheus (apt-get install prometheus) or set $PROMETHEUS")
             })?;
             let mut prometheus = Self {
                 process,
                 address,
-                targets: targets.clone(),
+                targets: dir.join("targets.json"),
             };
             let ready = wait_for("Prometheus to answer", Duration::from_secs(30), || {
                 prometheus.get("/api/v1/status/buildinfo")
