@@ -15,6 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
@@ -188,6 +189,79 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     .await
     .unwrap();
     settled(&env, 2, 40).await;
+
+    // The chart's PodDisruptionBudget (maxUnavailable 1): one eviction goes through; a second
+    // one while the first pod is away is refused; once its replacement is Ready, the next one
+    // goes through.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), NAMESPACE);
+    let one_disruption_allowed = || async {
+        let budget = budgets.get(RELEASE).await.map_err(|e| e.to_string())?;
+        let status = budget.status.unwrap_or_default();
+        if status.observed_generation == budget.metadata.generation
+            && status.current_healthy == 2
+            && status.disruptions_allowed == 1
+        {
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
+        }
+    };
+    wait_for(
+        "the budget to allow one disruption",
+        Duration::from_secs(60),
+        one_disruption_allowed,
+    )
+    .await
+    .unwrap();
+    // Through kubectl: kube-rs's client retries a 429 for minutes, kubectl (client-go) does not
+    // when the answer names no Retry-After, as the eviction's refusal does not.
+    let evict = |pod: &str| {
+        let body = env.dir().join(format!("eviction-{pod}.json"));
+        let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                              "metadata": {"name": pod, "namespace": NAMESPACE}});
+        std::fs::write(&body, eviction.to_string()).unwrap();
+        let output = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(env.control_plane().kubeconfig_path_all())
+            .args(["create", "--raw"])
+            .arg(format!(
+                "/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction"
+            ))
+            .arg("-f")
+            .arg(&body)
+            .output()
+            .unwrap();
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    };
+    // The node cordoned, the evicted pod's replacement cannot start: the budget stays spent
+    // however fast the StatefulSet would bring it back.
+    kubectl(&env, &["cordon", "node-0"]);
+    let evicted = uid(&pods, "shardwise-1").await;
+    evict("shardwise-1").unwrap();
+    let refused = evict("shardwise-0").unwrap_err();
+    assert!(
+        refused.contains("TooManyRequests") && refused.contains("disruption budget"),
+        "{refused}"
+    );
+    kubectl(&env, &["uncordon", "node-0"]);
+    replaced(&pods, "shardwise-1", &evicted).await;
+    settled(&env, 2, 40).await;
+    wait_for(
+        "the budget to allow one disruption again",
+        Duration::from_secs(60),
+        one_disruption_allowed,
+    )
+    .await
+    .unwrap();
+    let evicted = uid(&pods, "shardwise-0").await;
+    evict("shardwise-0").unwrap();
+    replaced(&pods, "shardwise-0", &evicted).await;
+    settled(&env, 2, 40).await;
+
     let audits = audit_files(&env);
     let intervals = shardwise_runtime::audit::read(&audits, "cluster").unwrap();
     assert!(
@@ -364,16 +438,61 @@ async fn settled(env: &Environment, replicas: u32, apps: usize) {
     .unwrap();
 }
 
-/// The process of pod `pod`'s controller container, found by its environment.
+async fn uid(pods: &Api<Pod>, name: &str) -> String {
+    pods.get(name).await.unwrap().metadata.uid.unwrap()
+}
+
+/// Waits until pod `name` is another pod than `uid`, and Ready.
+async fn replaced(pods: &Api<Pod>, name: &str, uid: &str) {
+    wait_for(
+        &format!("{name} replaced and Ready"),
+        Duration::from_secs(120),
+        || async {
+            let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+            let ready = pod
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if pod.metadata.uid.as_deref() != Some(uid) && ready {
+                Ok(())
+            } else {
+                Err(format!("uid {:?}, ready {ready}", pod.metadata.uid))
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The process of pod `pod`'s controller container, found by its environment among this test
+/// process's descendants (the node agent runs in it; other tests on the machine may run
+/// replicas of the same name).
 fn controller_pid(pod: &str) -> Option<u32> {
     let wanted = format!("POD_NAME={pod}");
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let ours = |pid: u32| {
+        std::iter::successors(parent(pid), |&p| parent(p))
+            .take_while(|&p| p > 1)
+            .any(|p| p == std::process::id())
+    };
     std::fs::read_dir("/proc").ok()?.find_map(|entry| {
         let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
         let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
         let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
-        let ours = environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes())
+        let controller = environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes())
             && cmdline.contains("shardwise-controller");
-        ours.then_some(pid)
+        (controller && ours(pid)).then_some(pid)
     })
 }
 

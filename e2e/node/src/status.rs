@@ -148,11 +148,15 @@ pub fn status_patch(pod: &PodObservation<'_>) -> Value {
             .iter()
             .find(|c| c["type"] == kind && c["status"] == status)
             .and_then(|c| c["lastTransitionTime"].as_str());
+        // A strategic merge keeps the fields a condition no longer has unless they are null:
+        // a Ready condition must not keep the reason of its last False.
         let mut value = json!({
             "type": kind,
             "status": status,
             "lastProbeTime": null,
             "lastTransitionTime": previous.unwrap_or(pod.now),
+            "reason": null,
+            "message": null,
         });
         if let (false, Some(reason)) = (holds, reason) {
             value["reason"] = json!(reason);

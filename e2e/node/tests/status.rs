@@ -124,6 +124,10 @@ fn readiness_conditions_name_unready_containers_and_keep_their_transition_time()
         "2026-11-28T10:00:05Z",
     );
     assert_eq!(condition(&became_ready, "Ready")["status"], "True");
+    // The strategic merge must clear the reason and message of the False it replaces.
+    let cleared = condition(&became_ready, "Ready").as_object().unwrap();
+    assert_eq!(cleared.get("reason"), Some(&Value::Null));
+    assert_eq!(cleared.get("message"), Some(&Value::Null));
     assert_eq!(
         condition(&became_ready, "Ready")["lastTransitionTime"],
         "2026-11-28T10:00:05Z"
