@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -27,6 +28,10 @@ use support::{app_manifests, repo_file};
 const RELEASE: &str = "shardwise";
 const NAMESPACE: &str = "fleet";
 const DESTINATION_IDENTITY: &str = "shardwise-destination";
+/// Longer than any graceful handoff (drain, acknowledgement, relabel: about a second here) and
+/// shorter than the chart's renew deadline (10 s), which a handoff waiting for an expired lease
+/// would take at least.
+const HANDOFF_BOUND: Duration = Duration::from_secs(5);
 /// The values every helm command of the suite sets, beside the chart's defaults: the image
 /// (the node maps it to this workspace's binary), the audit file the overlap check reads, and
 /// Prometheus' ServiceAccount as a metrics reader.
@@ -261,6 +266,66 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     evict("shardwise-0").unwrap();
     replaced(&pods, "shardwise-0", &evicted).await;
     settled(&env, 2, 40).await;
+
+    // helm upgrade with a changed pod template: the RollingUpdate replaces one pod at a time,
+    // highest ordinal first, and every cluster changes hands gracefully.
+    kubectl(&env, &["scale", "statefulset", RELEASE, "--replicas=3"]);
+    settled(&env, 3, 40).await;
+    let sampler = Sampler::start(admin.clone());
+    let mut upgrade = vec![
+        "upgrade",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set-string",
+        "podAnnotations.example\\.com/rollout=2",
+    ];
+    upgrade.extend(VALUES);
+    helm(&env, &upgrade);
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), NAMESPACE);
+    wait_for(
+        "the rolling update to finish",
+        Duration::from_secs(300),
+        || async {
+            let status = sets
+                .get(RELEASE)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if status.update_revision.is_some()
+                && status.current_revision == status.update_revision
+                && status.updated_replicas == Some(3)
+                && status.ready_replicas == Some(3)
+            {
+                Ok(())
+            } else {
+                Err(format!("{status:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    settled(&env, 3, 40).await;
+    let samples = sampler.stop().await;
+    let revision = sets
+        .get(RELEASE)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.update_revision)
+        .unwrap();
+    rolled_one_at_a_time_from_the_top(&samples, &revision, 3);
+    let longest = longest_handoff(&samples);
+    eprintln!(
+        "rolling update: the longest a cluster was not owned by a live holder: {longest:.1?}"
+    );
+    assert!(
+        longest < HANDOFF_BOUND,
+        "a cluster went {longest:?} without a live owner (a graceful handoff takes less than {HANDOFF_BOUND:?})"
+    );
 
     let audits = audit_files(&env);
     let intervals = shardwise_runtime::audit::read(&audits, "cluster").unwrap();
@@ -669,4 +734,166 @@ async fn scrape_as_the_service_monitor(env: &Environment, chart: &std::path::Pat
         .await
         .unwrap();
     assert_eq!(apps.first().map(|(_, v)| *v), Some(40.0), "{apps:?}");
+}
+
+/// One look at the replicas and the clusters.
+struct Sample {
+    at: std::time::Instant,
+    /// Pod name -> (revision, Ready).
+    pods: std::collections::BTreeMap<String, (String, bool)>,
+    /// Clusters whose recorded holder holds its shard's Lease and that are not being drained.
+    owned: std::collections::BTreeSet<String>,
+    clusters: std::collections::BTreeSet<String>,
+}
+
+/// Samples pods, Leases and FleetClusters every 100 ms until stopped.
+struct Sampler {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Vec<Sample>>,
+}
+
+impl Sampler {
+    fn start(client: kube::Client) -> Self {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+            let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+            let clusters: Api<FleetCluster> = Api::namespaced(client, NAMESPACE);
+            let mut samples = Vec::new();
+            while stopped.try_recv().is_err() {
+                if let Some(sample) = sample(&pods, &leases, &clusters).await {
+                    samples.push(sample);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> Vec<Sample> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap()
+    }
+}
+
+async fn sample(
+    pods: &Api<Pod>,
+    leases: &Api<Lease>,
+    clusters: &Api<FleetCluster>,
+) -> Option<Sample> {
+    let at = std::time::Instant::now();
+    let params = ListParams::default();
+    let pod_list = pods.list(&params).await.ok()?;
+    let lease_list = leases.list(&params).await.ok()?;
+    let cluster_list = clusters.list(&params).await.ok()?;
+    let pods = pod_list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let name = p.metadata.name.clone()?;
+            let revision = p
+                .metadata
+                .labels
+                .as_ref()?
+                .get("controller-revision-hash")?
+                .clone();
+            let ready = p
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            Some((name, (revision, ready)))
+        })
+        .collect();
+    let holders: std::collections::BTreeMap<String, String> = lease_list
+        .items
+        .into_iter()
+        .filter_map(|l| Some((l.metadata.name?, l.spec?.holder_identity?)))
+        .collect();
+    let mut owned = std::collections::BTreeSet::new();
+    let mut all = std::collections::BTreeSet::new();
+    for cluster in cluster_list.items {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        all.insert(name.clone());
+        let annotations = cluster.metadata.annotations.clone().unwrap_or_default();
+        let holder = annotations.get(shardwise_handoff::keys::HOLDER_ANNOTATION);
+        let draining = annotations.contains_key(shardwise_handoff::keys::DRAIN_TO_ANNOTATION);
+        let live = support::shard_label(&cluster)
+            .and_then(|shard| holders.get(&format!("{RELEASE}-shard-{shard}")))
+            .is_some_and(|h| Some(h) == holder);
+        if live && !draining {
+            owned.insert(name);
+        }
+    }
+    Some(Sample {
+        at,
+        pods,
+        owned,
+        clusters: all,
+    })
+}
+
+/// The pods of `revision` appeared from the highest ordinal down, each only once the one above
+/// it was Ready, and no two ordinals were without a Ready pod at once.
+fn rolled_one_at_a_time_from_the_top(samples: &[Sample], revision: &str, replicas: u32) {
+    let first_of_revision = |ordinal: u32| {
+        let name = format!("{RELEASE}-{ordinal}");
+        samples
+            .iter()
+            .position(|s| s.pods.get(&name).is_some_and(|(r, _)| r == revision))
+            .unwrap_or_else(|| panic!("{name} never ran revision {revision}"))
+    };
+    for ordinal in 0..replicas - 1 {
+        let this = first_of_revision(ordinal);
+        let above = format!("{RELEASE}-{}", ordinal + 1);
+        assert!(
+            samples[..this].iter().any(|s| s
+                .pods
+                .get(&above)
+                .is_some_and(|(r, ready)| r == revision && *ready)),
+            "{RELEASE}-{ordinal} was replaced before {above} ran the new revision Ready"
+        );
+    }
+    for sample in samples {
+        let away = (0..replicas)
+            .filter(|o| {
+                !sample
+                    .pods
+                    .get(&format!("{RELEASE}-{o}"))
+                    .is_some_and(|(_, ready)| *ready)
+            })
+            .count();
+        assert!(
+            away <= 1,
+            "{away} replicas not Ready at once: {:?}",
+            sample.pods
+        );
+    }
+}
+
+/// The longest time any cluster spent without an owner that holds its lease and is not
+/// draining it.
+fn longest_handoff(samples: &[Sample]) -> Duration {
+    let mut since: std::collections::BTreeMap<&str, std::time::Instant> =
+        std::collections::BTreeMap::new();
+    let mut longest = Duration::ZERO;
+    for sample in samples {
+        for cluster in &sample.clusters {
+            if sample.owned.contains(cluster) {
+                if let Some(start) = since.remove(cluster.as_str()) {
+                    longest = longest.max(sample.at - start);
+                }
+            } else {
+                since.entry(cluster).or_insert(sample.at);
+            }
+        }
+    }
+    let end = samples.last().map(|s| s.at);
+    for start in since.values() {
+        longest = longest.max(end.unwrap_or(*start) - *start);
+    }
+    longest
 }
