@@ -65,25 +65,33 @@ fn helm(env: &Environment, args: &[&str]) -> String {
     stdout
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
-    let env = Environment::builder()
+/// The suite's tests one at a time: each runs a node and a control plane of its own, which
+/// two cores cannot run side by side in good time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A control plane with one node and one destination cluster.
+fn environment() -> Environment {
+    Environment::builder()
         .nodes(1)
         .destinations(1)
         .destination_identity(Identity::admin(DESTINATION_IDENTITY))
         .start()
-        .unwrap();
-    let cp = env.control_plane();
-    let admin = cp.client("admin").await.unwrap();
-    let chart = repo_file("charts/shardwise");
+        .unwrap()
+}
+
+/// `helm install --wait` of the chart with the suite's values and `extra`, after creating the
+/// ServiceAccount metrics.readers names; helm's output.
+async fn install(env: &Environment, extra: &[&str]) -> String {
     // Prometheus' ServiceAccount, the one metrics.readers names.
-    cp.apply_yaml(
-        "admin",
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n---\n\
-         apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: prometheus, namespace: monitoring}\n",
-    )
-    .await
-    .unwrap();
+    env.control_plane()
+        .apply_yaml(
+            "admin",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n---\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: prometheus, namespace: monitoring}\n",
+        )
+        .await
+        .unwrap();
+    let chart = repo_file("charts/shardwise");
     let mut install = vec![
         "install",
         RELEASE,
@@ -96,10 +104,13 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         "5m",
     ];
     install.extend(VALUES);
-    let installed = helm(&env, &install);
-    eprintln!("{installed}");
+    install.extend(extra);
+    helm(env, &install)
+}
 
-    // The fleet: one destination, 4 clusters, 40 apps.
+/// The fleet: 4 clusters on the destination, and apps `apps` spread over them.
+async fn add_fleet(env: &Environment, apps: std::ops::Range<u32>) {
+    let cp = env.control_plane();
     let destination = &env.destinations()[0];
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -119,8 +130,13 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         });
         cp.apply_yaml("admin", &cluster.to_string()).await.unwrap();
     }
-    let apps: Api<FleetApp> = Api::namespaced(admin.clone(), NAMESPACE);
-    for i in 0..40u32 {
+    add_apps(env, apps).await;
+}
+
+async fn add_apps(env: &Environment, apps: std::ops::Range<u32>) {
+    let admin = env.control_plane().client("admin").await.unwrap();
+    let api: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);
+    for i in apps {
         let app: FleetApp = serde_json::from_value(json!({
             "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
             "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
@@ -128,8 +144,53 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
                      "source": {"manifests": app_manifests(i, 1)}},
         }))
         .unwrap();
-        apps.create(&PostParams::default(), &app).await.unwrap();
+        api.create(&PostParams::default(), &app).await.unwrap();
     }
+}
+
+/// No two replica processes ever reconciled one cluster at once, in the merged audit of every
+/// replica pod that ran; `deaths` says when killed processes died.
+fn no_overlaps(env: &Environment, deaths: &std::collections::BTreeMap<u32, u64>) {
+    let audits = audit_files(env);
+    let intervals = shardwise_runtime::audit::read(&audits, "cluster").unwrap();
+    assert!(
+        intervals.len() >= 40,
+        "{} reconciles audited",
+        intervals.len()
+    );
+    eprintln!(
+        "{} reconciles audited in {} replica pods",
+        intervals.len(),
+        audits.len()
+    );
+    let overlaps = shardwise_runtime::audit::overlaps(&intervals, deaths);
+    assert!(
+        overlaps.is_empty(),
+        "{} overlaps, e.g. {}; the replicas' log lines on its unit:\n{}",
+        overlaps.len(),
+        overlaps[0],
+        replica_logs(env)
+            .iter()
+            .flat_map(|log| std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| format!("{}: {l}", log.display()))
+                .collect::<Vec<_>>())
+            .filter(|line| line.contains(&overlaps[0].first.unit))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
+    let _serial = SERIAL.lock().await;
+    let env = environment();
+    let admin = env.control_plane().client("admin").await.unwrap();
+    let chart = repo_file("charts/shardwise");
+    let installed = install(&env, &[]).await;
+    eprintln!("{installed}");
+    add_fleet(&env, 0..40).await;
     // The StatefulSet controller's 3 replicas Ready, owning every cluster, every app Synced.
     settled(&env, 3, 40).await;
     helm(
@@ -327,35 +388,7 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         "a cluster went {longest:?} without a live owner (a graceful handoff takes less than {HANDOFF_BOUND:?})"
     );
 
-    let audits = audit_files(&env);
-    let intervals = shardwise_runtime::audit::read(&audits, "cluster").unwrap();
-    assert!(
-        intervals.len() >= 40,
-        "{} reconciles audited",
-        intervals.len()
-    );
-    eprintln!(
-        "{} reconciles audited in {} replica pods",
-        intervals.len(),
-        audits.len()
-    );
-    let overlaps = shardwise_runtime::audit::overlaps(&intervals, &deaths);
-    assert!(
-        overlaps.is_empty(),
-        "{} overlaps, e.g. {}; the replicas' log lines on its unit:\n{}",
-        overlaps.len(),
-        overlaps[0],
-        replica_logs(&env)
-            .iter()
-            .flat_map(|log| std::fs::read_to_string(log)
-                .unwrap_or_default()
-                .lines()
-                .map(|l| format!("{}: {l}", log.display()))
-                .collect::<Vec<_>>())
-            .filter(|line| line.contains(&overlaps[0].first.unit))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    no_overlaps(&env, &deaths);
 
     // The pods wrote as the chart's ServiceAccount, from kube-rs's in-cluster configuration
     // (nothing else reaches them: no kubeconfig, no environment of the agent), and nothing
@@ -896,4 +929,40 @@ fn longest_handoff(samples: &[Sample]) -> Duration {
         longest = longest.max(end.unwrap_or(*start) - *start);
     }
     longest
+}
+
+/// `sizing.autoscale`: the elected planner sets the StatefulSet's replicas from the fleet's apps
+/// (10 per replica here), and the real StatefulSet controller creates and deletes the pods: up
+/// at once when apps arrive, down once the need stayed low for the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planner_sizes_the_statefulset_and_the_real_controller_follows() {
+    let _serial = SERIAL.lock().await;
+    let env = environment();
+    install(
+        &env,
+        &[
+            "--set",
+            "sizing.autoscale=true",
+            "--set",
+            "sizing.appsPerReplica=10",
+            "--set",
+            "sizing.maxReplicas=4",
+            "--set",
+            "sizing.scaleDownWindow=20s",
+        ],
+    )
+    .await;
+    add_fleet(&env, 0..10).await;
+    settled(&env, 1, 10).await;
+    add_apps(&env, 10..30).await;
+    settled(&env, 3, 30).await;
+    let admin = env.control_plane().client("admin").await.unwrap();
+    let apps: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);
+    for i in 10..30 {
+        apps.delete(&format!("app-{i}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    settled(&env, 1, 10).await;
+    no_overlaps(&env, &std::collections::BTreeMap::new());
 }
