@@ -21,7 +21,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{Environment, Identity, control_plane_binary, wait_for};
+use shardwise_e2e::{Environment, FaultScope, Identity, control_plane_binary, pod_link, wait_for};
 use support::prometheus::Prometheus;
 use support::{app_manifests, repo_file};
 
@@ -190,6 +190,8 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     let chart = repo_file("charts/shardwise");
     let installed = install(&env, &[]).await;
     eprintln!("{installed}");
+    // Every renewal of every shard lease, for the destinations' fencing check.
+    let leases = support::fencing::LeaseHistory::record(admin.clone(), NAMESPACE);
     add_fleet(&env, 0..40).await;
     // The StatefulSet controller's 3 replicas Ready, owning every cluster, every app Synced.
     settled(&env, 3, 40).await;
@@ -388,7 +390,56 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         "a cluster went {longest:?} without a live owner (a graceful handoff takes less than {HANDOFF_BOUND:?})"
     );
 
+    // Split brain: shardwise-2's node loses the API server (its agent stops managing the pod
+    // and its link is cut) while its process runs on, and the Pod is force-deleted, so the
+    // StatefulSet controller starts a second process of that name. The first fences itself
+    // when it can no longer renew its lease; the second takes the shard only once that lease
+    // has expired.
+    let uid = uid(&pods, "shardwise-2").await;
+    assert!(env.node(0).unwrap().detach("shardwise-2"));
+    env.control_plane()
+        .faults()
+        .partition(FaultScope::identity(pod_link(&uid)));
+    kubectl(
+        &env,
+        &[
+            "delete",
+            "pod",
+            "shardwise-2",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    replaced(&pods, "shardwise-2", &uid).await;
+    settled(&env, 3, 40).await;
+    let cut_off: String = replica_logs(&env)
+        .iter()
+        .filter(|log| log.to_string_lossy().contains(&uid))
+        .map(|log| std::fs::read_to_string(log).unwrap())
+        .collect();
+    assert!(
+        cut_off.contains("lease lost: stopping all work now"),
+        "the cut-off process did not fence itself:\n{cut_off}"
+    );
     no_overlaps(&env, &deaths);
+    let writes: Vec<_> = env
+        .destinations()
+        .iter()
+        .flat_map(|d| d.writes())
+        .filter(|w| w.identity == DESTINATION_IDENTITY)
+        .collect();
+    let report = support::fencing::late_writes(&writes, &leases.renewals());
+    assert!(
+        report.checked >= 40,
+        "{} destination writes checked",
+        report.checked
+    );
+    assert!(
+        report.late.is_empty() && report.unattributed.is_empty(),
+        "late {:?}, unattributed {:?}",
+        report.late,
+        report.unattributed
+    );
 
     // The pods wrote as the chart's ServiceAccount, from kube-rs's in-cluster configuration
     // (nothing else reaches them: no kubeconfig, no environment of the agent), and nothing

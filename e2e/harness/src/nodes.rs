@@ -21,6 +21,13 @@ use crate::real::RealApiServer;
 /// process runs it.
 const LOCKS: &str = "/run/shardwise-e2e";
 
+/// The name of the link through which the pod of UID `uid` reaches the API server: faults
+/// scoped to it (`FaultScope::identity(pod_link(uid))`) reach that pod alone, and not a pod
+/// recreated under the same name.
+pub fn pod_link(uid: &str) -> String {
+    format!("pod/{uid}")
+}
+
 /// The image of the chart (and of the Dockerfile), whose binaries this workspace builds.
 pub const SHARDWISE_IMAGE: &str = "ghcr.io/shardwise/shardwise";
 
@@ -214,8 +221,8 @@ impl Nodes {
                 bridge: network.bridge.clone(),
                 init: init.clone(),
                 dir: pods_dir,
-                service_endpoint: Arc::new(move |pod| {
-                    let port = opener.port(pod).ok()?;
+                service_endpoint: Arc::new(move |uid| {
+                    let port = opener.port(&pod_link(uid)).ok()?;
                     Some((opener.address().to_string(), port))
                 }),
                 initial_backoff: Duration::from_secs(1),

@@ -27,8 +27,9 @@ use crate::status::{ContainerObservation, PodObservation, State, Termination, st
 use crate::volumes::{VolumeSources, contents, write_atomically};
 
 /// Where a pod reaches the API server: the host and port that become its
-/// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`, by pod name (the harness gives each
-/// pod a link of its own, where faults scoped to the pod's name reach it).
+/// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`, by pod UID (the harness gives each
+/// pod a link of its own, where faults scoped to that pod reach it; a pod recreated under the
+/// same name is another pod, with another link).
 pub type ServiceEndpoint = Arc<dyn Fn(&str) -> Option<(String, u16)> + Send + Sync>;
 
 /// What reaches a pod's worker from the agent.
@@ -542,7 +543,7 @@ impl Worker {
     }
 
     fn service_env(&self) -> Vec<(String, String)> {
-        let Some((host, port)) = (self.rt.service_endpoint)(&self.name) else {
+        let Some((host, port)) = (self.rt.service_endpoint)(&self.uid) else {
             return Vec::new();
         };
         let url = format!("tcp://{host}:{port}");
