@@ -86,7 +86,10 @@ pub(crate) struct Nodes {
 
 /// The workspace's binaries an image maps, by path in the image, and the package and binary
 /// that build each.
-const SHARDWISE_BINARIES: [(&str, &str, &str); 3] = [
+type Binaries = [(&'static str, &'static str, &'static str)];
+
+/// The shardwise image's (Dockerfile).
+const SHARDWISE_BINARIES: &Binaries = &[
     (
         "/usr/local/bin/shardwise-controller",
         "shardwise-controller",
@@ -100,36 +103,54 @@ const SHARDWISE_BINARIES: [(&str, &str, &str); 3] = [
     ("/usr/local/bin/shardwise", "shardwise-cli", "shardwise"),
 ];
 
-/// The images the agents run: shardwise's (as its Dockerfile builds it: distroless, user
-/// 65532, `ENTRYPOINT ["/usr/local/bin/shardwise-controller"]`) and busybox (the chart's
-/// `helm test` pod's).
-fn images(dir: &Path) -> Result<ImageTable, HarnessError> {
-    let mut table = ImageTable::default();
+/// The image of the example controller (examples/namespace-labeller/Dockerfile).
+pub const LABELLER_IMAGE: &str = "ghcr.io/shardwise/namespace-labeller";
+
+const LABELLER_BINARIES: &Binaries = &[(
+    "/usr/local/bin/namespace-labeller",
+    "namespace-labeller",
+    "namespace-labeller",
+)];
+
+/// An image as the workspace's Dockerfiles build them: `binaries` on distroless, user 65532,
+/// `entrypoint` its ENTRYPOINT.
+fn distroless(binaries: &Binaries, entrypoint: &str) -> Result<Image, HarnessError> {
     let mut files = std::collections::BTreeMap::new();
-    for (path, package, bin) in SHARDWISE_BINARIES {
+    for (path, package, bin) in binaries {
         files.insert(PathBuf::from(path), workspace_binary(package, bin)?);
     }
+    Ok(Image {
+        entrypoint: vec![entrypoint.into()],
+        cmd: Vec::new(),
+        env: vec![
+            (
+                "PATH".into(),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            ),
+            (
+                "SSL_CERT_FILE".into(),
+                "/etc/ssl/certs/ca-certificates.crt".into(),
+            ),
+            ("HOME".into(), "/home/nonroot".into()),
+        ],
+        uid: 65532,
+        gid: 65532,
+        working_dir: "/".into(),
+        programs: Programs::Files(files),
+    })
+}
+
+/// The images the agents run: shardwise's (`ENTRYPOINT ["/usr/local/bin/shardwise-controller"]`),
+/// the example labeller's, and busybox (the chart's `helm test` pod's).
+fn images(dir: &Path) -> Result<ImageTable, HarnessError> {
+    let mut table = ImageTable::default();
     table.insert(
         SHARDWISE_IMAGE,
-        Image {
-            entrypoint: vec!["/usr/local/bin/shardwise-controller".into()],
-            cmd: Vec::new(),
-            env: vec![
-                (
-                    "PATH".into(),
-                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-                ),
-                (
-                    "SSL_CERT_FILE".into(),
-                    "/etc/ssl/certs/ca-certificates.crt".into(),
-                ),
-                ("HOME".into(), "/home/nonroot".into()),
-            ],
-            uid: 65532,
-            gid: 65532,
-            working_dir: "/".into(),
-            programs: Programs::Files(files),
-        },
+        distroless(SHARDWISE_BINARIES, "/usr/local/bin/shardwise-controller")?,
+    );
+    table.insert(
+        LABELLER_IMAGE,
+        distroless(LABELLER_BINARIES, "/usr/local/bin/namespace-labeller")?,
     );
     // Debian's busybox finds its applets only on PATH: a directory of links to it.
     let busybox = PathBuf::from("/usr/bin/busybox");

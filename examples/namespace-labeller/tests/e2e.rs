@@ -1,76 +1,97 @@
-//! The labeller as a user runs it: three replicas on kube-apiserver with its RBAC
-//! enforced, scaled to two and then to four. Every namespace and ConfigMap is stamped by the
-//! replica that owns it, and the merged audit shows no instant at which two processes worked
-//! on one namespace.
+//! The labeller as a user runs it: its rbac.yaml and statefulset.yaml applied to a control
+//! plane that runs pods, so that the real StatefulSet controller creates the three replicas,
+//! and scales them to two and then to four, under the example's ServiceAccount with its RBAC
+//! enforced. Every namespace and ConfigMap is stamped by the replica that owns it, and the
+//! merged audit shows no instant at which two processes worked on one namespace. Needs root
+//! and the binaries of scripts/control-plane.sh, as every node environment.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, wait_for};
+use serde_json::{Value, json};
+use shardwise_e2e::{Environment, wait_for};
 use shardwise_runtime::audit;
 use twox_hash::XxHash3_64;
 
 const HOME: &str = "labeller";
 const TEAMS: usize = 12;
 const MAPS_PER_TEAM: usize = 3;
-const SETTLE: Duration = Duration::from_secs(90);
+/// The test's ConfigMaps in each team namespace, and the `kube-root-ca.crt` that
+/// kube-controller-manager publishes in every namespace.
+const MAPS_IN_TEAM: usize = MAPS_PER_TEAM + 1;
+const SETTLE: Duration = Duration::from_secs(120);
 const SHARD: &str = "shardwise.io/shard";
 const UNIT: &str = "shardwise.io/unit";
 const DIGEST: &str = "labeller.shardwise.io/digest";
 const COUNT: &str = "labeller.shardwise.io/configmaps";
+/// Where the test has each replica write its audit (an emptyDir).
+const AUDIT_DIR: &str = "/var/log/labeller";
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 struct Deployment {
     env: Environment,
     admin: kube::Client,
-    replicas: BTreeMap<u32, Process>,
-    audits: Vec<PathBuf>,
+}
+
+fn example_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+/// statefulset.yaml's documents, with what the test must add to the StatefulSet: `replicas`,
+/// an audit file on an emptyDir, and short leases and resyncs so that it runs in seconds.
+fn manifests(replicas: u32) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(example_file("statefulset.yaml"))?;
+    let mut docs: Vec<Value> = serde_saphyr::from_multiple(&text)?;
+    for doc in &mut docs {
+        if doc["kind"] != "StatefulSet" {
+            continue;
+        }
+        doc["spec"]["replicas"] = json!(replicas);
+        let pod = &mut doc["spec"]["template"]["spec"];
+        pod["volumes"] = json!([{"name": "audit", "emptyDir": {}}]);
+        let container = &mut pod["containers"][0];
+        container["args"] = json!(["--resync-interval=5s"]);
+        container["volumeMounts"] = json!([{"name": "audit", "mountPath": AUDIT_DIR}]);
+        let env = container["env"]
+            .as_array_mut()
+            .ok_or("statefulset.yaml: the container has no env")?;
+        for (name, value) in [
+            ("SHARDWISE_AUDIT_FILE", format!("{AUDIT_DIR}/audit.jsonl")),
+            ("SHARDWISE_LEASE_DURATION", "6s".into()),
+            ("SHARDWISE_RENEW_DEADLINE", "4s".into()),
+            ("SHARDWISE_RETRY_PERIOD", "1s".into()),
+            ("SHARDWISE_PLAN_INTERVAL", "3s".into()),
+        ] {
+            env.push(json!({"name": name, "value": value}));
+        }
+    }
+    Ok(docs)
 }
 
 impl Deployment {
     async fn start(replicas: u32) -> Result<Self> {
-        let mut builder = Environment::builder();
-        for ordinal in 0..5 {
-            builder = builder.identity(Identity::service_account(
-                format!("{HOME}-{ordinal}"),
-                HOME,
-                "labeller",
-            ));
-        }
-        let env = builder.start()?;
+        let env = Environment::builder().nodes(1).start()?;
         let cp = env.control_plane();
+        let admin = cp.client("admin").await?;
+        let deployment = Self { env, admin };
+        for team in 0..TEAMS {
+            deployment.create_team(team).await?;
+        }
+        let cp = deployment.env.control_plane();
         cp.apply_yaml(
             "admin",
             &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {HOME}\n"),
         )
         .await?;
-        cp.apply_file(
-            "admin",
-            &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rbac.yaml"),
-        )
-        .await?;
-        cp.apply_yaml("admin", &format!(
-            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: {HOME}\n  namespace: {HOME}\nspec:\n  replicas: {replicas}\n  serviceName: {HOME}\n  selector:\n    matchLabels: {{app: labeller}}\n  template:\n    metadata:\n      labels: {{app: labeller}}\n    spec:\n      containers: [{{name: labeller, image: labeller:test}}]\n"
-        ))
-        .await?;
-        let admin = cp.client("admin").await?;
-        let mut deployment = Self {
-            env,
-            admin,
-            replicas: BTreeMap::new(),
-            audits: Vec::new(),
-        };
-        for team in 0..TEAMS {
-            deployment.create_team(team).await?;
-        }
-        for ordinal in 0..replicas {
-            deployment.spawn(ordinal)?;
+        cp.apply_file("admin", &example_file("rbac.yaml")).await?;
+        for doc in manifests(replicas)? {
+            cp.apply_yaml("admin", &doc.to_string()).await?;
         }
         Ok(deployment)
     }
@@ -91,57 +112,64 @@ impl Deployment {
         Ok(())
     }
 
-    fn spawn(&mut self, ordinal: u32) -> Result<()> {
-        let name = format!("{HOME}-{ordinal}");
-        let port = free_port()?;
-        let audit = self
-            .env
-            .dir()
-            .join(format!("audit-{ordinal}-{}.jsonl", self.audits.len()));
-        let spec = ProcessSpec::new(name.clone(), env!("CARGO_BIN_EXE_namespace-labeller"))
-            .env("POD_NAME", &name)
-            .env("POD_NAMESPACE", HOME)
-            .env(
-                "KUBECONFIG",
-                self.env.control_plane().kubeconfig_path(&name)?,
-            )
-            .args([
-                format!("--metrics-addr=127.0.0.1:{port}"),
-                format!("--health-addr=127.0.0.1:{port}"),
-                "--metrics-secure=false".to_string(),
-                format!("--audit-file={}", audit.display()),
-                // Short leases so that the test runs in seconds.
-                "--lease-duration=6s".to_string(),
-                "--renew-deadline=4s".to_string(),
-                "--retry-period=1s".to_string(),
-                "--plan-interval=3s".to_string(),
-                "--resync-interval=5s".to_string(),
-            ]);
-        self.audits.push(audit);
-        self.replicas.insert(ordinal, self.env.spawn(&spec)?);
-        Ok(())
-    }
-
+    /// `kubectl scale` as the API sees it: the StatefulSet controller does the rest.
     async fn scale(&self, replicas: u32) -> Result<()> {
         let api: Api<StatefulSet> = Api::namespaced(self.admin.clone(), HOME);
-        let patch = serde_json::json!({"spec": {"replicas": replicas}});
+        let patch = json!({"spec": {"replicas": replicas}});
         api.patch(HOME, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         Ok(())
     }
 
-    async fn stop(&mut self, ordinal: u32) -> Result<()> {
-        if let Some(mut process) = self.replicas.remove(&ordinal) {
-            let status = process.stop(Duration::from_secs(30)).await?;
-            if !status.success() {
-                return Err(format!(
-                    "replica {ordinal} exited with {status}:\n{}",
-                    process.report()
-                )
-                .into());
+    /// Waits until the StatefulSet runs exactly `replicas` pods, all Ready.
+    async fn pods_ready(&self, replicas: u32) -> Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), HOME);
+        wait_for(
+            &format!("{replicas} labeller pods Ready"),
+            SETTLE,
+            || async {
+                let list = pods
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ready = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .count();
+                if list.items.len() == replicas as usize && ready == replicas as usize {
+                    Ok(())
+                } else {
+                    Err(format!("{ready} Ready of {} pods", list.items.len()))
+                }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The audit files of every labeller pod the node ran, running or gone.
+    fn audits(&self) -> Result<Vec<PathBuf>> {
+        let pods = self.env.dir().join("nodes").join("node-0");
+        let mut files = Vec::new();
+        for pod in std::fs::read_dir(&pods)? {
+            let pod = pod?.path();
+            let ours = pod
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{HOME}_{HOME}-")));
+            let file = pod.join("volumes/audit/audit.jsonl");
+            if ours && Path::new(&file).is_file() {
+                files.push(file);
             }
         }
-        Ok(())
+        Ok(files)
     }
 
     /// Waits until every team namespace is owned by one of `0..replicas` (each of them owning
@@ -166,7 +194,7 @@ impl Deployment {
                         return Err(format!("namespace {} has shard {shard:?}", ns.name_any()));
                     };
                     if ns.name_any().starts_with("team-")
-                        && ns.annotations().get(COUNT).map(String::as_str) != Some("3")
+                        && ns.annotations().get(COUNT) != Some(&MAPS_IN_TEAM.to_string())
                     {
                         return Err(format!(
                             "namespace {} counted {:?}",
@@ -211,21 +239,22 @@ impl Deployment {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_then_two_then_four_replicas_label_everything_and_never_overlap() -> Result<()> {
-    let mut deployment = Deployment::start(3).await?;
+    let deployment = Deployment::start(3).await?;
+    deployment.pods_ready(3).await?;
     let first = deployment.settled(3).await?;
     // A real kube-apiserver keeps ConfigMaps of its own in kube-system (labelled as well): count
     // the test's.
     let ours = first.keys().filter(|k| k.starts_with("team-")).count();
-    assert_eq!(ours, TEAMS * MAPS_PER_TEAM);
+    assert_eq!(ours, TEAMS * MAPS_IN_TEAM);
 
     deployment.scale(2).await?;
-    deployment.stop(2).await?;
+    deployment.pods_ready(2).await?;
     deployment.settled(2).await?;
     // A change of data is seen and stamped by whichever replica owns the namespace now.
     let config_maps: Api<ConfigMap> = Api::namespaced(deployment.admin.clone(), "team-5");
-    let patch = serde_json::json!({"data": {"value": "changed"}});
+    let patch = json!({"data": {"value": "changed"}});
     config_maps
         .patch("settings-0", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
@@ -247,14 +276,13 @@ async fn three_then_two_then_four_replicas_label_everything_and_never_overlap() 
     .await?;
 
     deployment.scale(4).await?;
-    deployment.spawn(2)?;
-    deployment.spawn(3)?;
+    deployment.pods_ready(4).await?;
     deployment.settled(4).await?;
-    for ordinal in 0..4 {
-        deployment.stop(ordinal).await?;
-    }
+    // Every replica stopped gracefully (its in-flight reconciles end in the audit).
+    deployment.scale(0).await?;
+    deployment.pods_ready(0).await?;
 
-    let intervals = audit::read(&deployment.audits, "namespace")?;
+    let intervals = audit::read(&deployment.audits()?, "namespace")?;
     let shards: std::collections::BTreeSet<u32> = intervals.iter().map(|i| i.shard).collect();
     assert_eq!(shards.len(), 4, "every replica reconciled: {shards:?}");
     assert!(
