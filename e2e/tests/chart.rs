@@ -13,7 +13,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -21,50 +20,18 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{Environment, FaultScope, Identity, control_plane_binary, pod_link, wait_for};
+use shardwise_e2e::{Environment, FaultScope, Identity, pod_link, wait_for};
+use support::chart::{
+    NAMESPACE, RELEASE, Sample, Sampler, VALUES, helm, install, kubectl, longest_handoff,
+};
 use support::prometheus::Prometheus;
 use support::{app_manifests, repo_file};
 
-const RELEASE: &str = "shardwise";
-const NAMESPACE: &str = "fleet";
 const DESTINATION_IDENTITY: &str = "shardwise-destination";
 /// Longer than any graceful handoff (drain, acknowledgement, relabel: about a second here) and
 /// shorter than the chart's renew deadline (10 s), which a handoff waiting for an expired lease
 /// would take at least.
 const HANDOFF_BOUND: Duration = Duration::from_secs(5);
-/// The values every helm command of the suite sets, beside the chart's defaults: the image
-/// (the node maps it to this workspace's binary), the audit file the overlap check reads, and
-/// Prometheus' ServiceAccount as a metrics reader.
-const VALUES: &[&str] = &[
-    "--set",
-    "image.tag=dev",
-    "--set",
-    "controller.auditFile=/var/log/shardwise/audit.jsonl",
-    "--set-json",
-    r#"metrics.readers=[{"kind":"ServiceAccount","name":"prometheus","namespace":"monitoring"}]"#,
-];
-
-/// Runs helm with the environment's admin kubeconfig; its output when it succeeds.
-fn helm(env: &Environment, args: &[&str]) -> String {
-    let output = Command::new(control_plane_binary("helm").unwrap())
-        .args(args)
-        .env("KUBECONFIG", env.control_plane().kubeconfig_path_all())
-        .env("HELM_CACHE_HOME", env.dir().join("helm/cache"))
-        .env("HELM_CONFIG_HOME", env.dir().join("helm/config"))
-        .env("HELM_DATA_HOME", env.dir().join("helm/data"))
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    );
-    assert!(
-        output.status.success(),
-        "helm {args:?} failed:\n{stdout}\n{stderr}"
-    );
-    stdout
-}
-
 /// The suite's tests one at a time: each runs a node and a control plane of its own, which
 /// two cores cannot run side by side in good time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -77,35 +44,6 @@ fn environment() -> Environment {
         .destination_identity(Identity::admin(DESTINATION_IDENTITY))
         .start()
         .unwrap()
-}
-
-/// `helm install --wait` of the chart with the suite's values and `extra`, after creating the
-/// ServiceAccount metrics.readers names; helm's output.
-async fn install(env: &Environment, extra: &[&str]) -> String {
-    // Prometheus' ServiceAccount, the one metrics.readers names.
-    env.control_plane()
-        .apply_yaml(
-            "admin",
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n---\n\
-             apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: prometheus, namespace: monitoring}\n",
-        )
-        .await
-        .unwrap();
-    let chart = repo_file("charts/shardwise");
-    let mut install = vec![
-        "install",
-        RELEASE,
-        chart.to_str().unwrap(),
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "5m",
-    ];
-    install.extend(VALUES);
-    install.extend(extra);
-    helm(env, &install)
 }
 
 /// The fleet: 4 clusters on the destination, and apps `apps` spread over them.
@@ -334,7 +272,7 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     // highest ordinal first, and every cluster changes hands gracefully.
     kubectl(&env, &["scale", "statefulset", RELEASE, "--replicas=3"]);
     settled(&env, 3, 40).await;
-    let sampler = Sampler::start(admin.clone());
+    let sampler = Sampler::start(admin.clone(), NAMESPACE, RELEASE);
     let mut upgrade = vec![
         "upgrade",
         RELEASE,
@@ -522,23 +460,6 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         crds.contains("fleetapps.shardwise.io") && crds.contains("fleetclusters.shardwise.io"),
         "{crds}"
     );
-}
-
-fn kubectl(env: &Environment, args: &[&str]) -> String {
-    let output = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(env.control_plane().kubeconfig_path_all())
-        .args(["--namespace", NAMESPACE])
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "kubectl {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
 }
 
 /// Waits until `replicas` pods are Ready, every cluster is owned by one of them and every one
@@ -820,106 +741,6 @@ async fn scrape_as_the_service_monitor(env: &Environment, chart: &std::path::Pat
     assert_eq!(apps.first().map(|(_, v)| *v), Some(40.0), "{apps:?}");
 }
 
-/// One look at the replicas and the clusters.
-struct Sample {
-    at: std::time::Instant,
-    /// Pod name -> (revision, Ready).
-    pods: std::collections::BTreeMap<String, (String, bool)>,
-    /// Clusters whose recorded holder holds its shard's Lease and that are not being drained.
-    owned: std::collections::BTreeSet<String>,
-    clusters: std::collections::BTreeSet<String>,
-}
-
-/// Samples pods, Leases and FleetClusters every 100 ms until stopped.
-struct Sampler {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Vec<Sample>>,
-}
-
-impl Sampler {
-    fn start(client: kube::Client) -> Self {
-        let (stop, mut stopped) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-            let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
-            let clusters: Api<FleetCluster> = Api::namespaced(client, NAMESPACE);
-            let mut samples = Vec::new();
-            while stopped.try_recv().is_err() {
-                if let Some(sample) = sample(&pods, &leases, &clusters).await {
-                    samples.push(sample);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            samples
-        });
-        Self { stop, task }
-    }
-
-    async fn stop(self) -> Vec<Sample> {
-        let _ = self.stop.send(());
-        self.task.await.unwrap()
-    }
-}
-
-async fn sample(
-    pods: &Api<Pod>,
-    leases: &Api<Lease>,
-    clusters: &Api<FleetCluster>,
-) -> Option<Sample> {
-    let at = std::time::Instant::now();
-    let params = ListParams::default();
-    let pod_list = pods.list(&params).await.ok()?;
-    let lease_list = leases.list(&params).await.ok()?;
-    let cluster_list = clusters.list(&params).await.ok()?;
-    let pods = pod_list
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            let name = p.metadata.name.clone()?;
-            let revision = p
-                .metadata
-                .labels
-                .as_ref()?
-                .get("controller-revision-hash")?
-                .clone();
-            let ready = p
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            Some((name, (revision, ready)))
-        })
-        .collect();
-    let holders: std::collections::BTreeMap<String, String> = lease_list
-        .items
-        .into_iter()
-        .filter_map(|l| Some((l.metadata.name?, l.spec?.holder_identity?)))
-        .collect();
-    let mut owned = std::collections::BTreeSet::new();
-    let mut all = std::collections::BTreeSet::new();
-    for cluster in cluster_list.items {
-        let name = cluster.metadata.name.clone().unwrap_or_default();
-        all.insert(name.clone());
-        let annotations = cluster.metadata.annotations.clone().unwrap_or_default();
-        let holder = annotations.get(shardwise_handoff::keys::HOLDER_ANNOTATION);
-        let draining = annotations.contains_key(shardwise_handoff::keys::DRAIN_TO_ANNOTATION);
-        let live = support::shard_label(&cluster)
-            .and_then(|shard| holders.get(&format!("{RELEASE}-shard-{shard}")))
-            .is_some_and(|h| Some(h) == holder);
-        if live && !draining {
-            owned.insert(name);
-        }
-    }
-    Some(Sample {
-        at,
-        pods,
-        owned,
-        clusters: all,
-    })
-}
-
 /// The pods of `revision` appeared from the highest ordinal down, each only once the one above
 /// it was Ready, and no two ordinals were without a Ready pod at once.
 fn rolled_one_at_a_time_from_the_top(samples: &[Sample], revision: &str, replicas: u32) {
@@ -956,30 +777,6 @@ fn rolled_one_at_a_time_from_the_top(samples: &[Sample], revision: &str, replica
             sample.pods
         );
     }
-}
-
-/// The longest time any cluster spent without an owner that holds its lease and is not
-/// draining it.
-fn longest_handoff(samples: &[Sample]) -> Duration {
-    let mut since: std::collections::BTreeMap<&str, std::time::Instant> =
-        std::collections::BTreeMap::new();
-    let mut longest = Duration::ZERO;
-    for sample in samples {
-        for cluster in &sample.clusters {
-            if sample.owned.contains(cluster) {
-                if let Some(start) = since.remove(cluster.as_str()) {
-                    longest = longest.max(sample.at - start);
-                }
-            } else {
-                since.entry(cluster).or_insert(sample.at);
-            }
-        }
-    }
-    let end = samples.last().map(|s| s.at);
-    for start in since.values() {
-        longest = longest.max(end.unwrap_or(*start) - *start);
-    }
-    longest
 }
 
 /// `sizing.autoscale`: the elected planner sets the StatefulSet's replicas from the fleet's apps

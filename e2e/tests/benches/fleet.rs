@@ -46,12 +46,19 @@
 //!   alone held a whole core of the two and bounded the run, not the controllers
 //!   (docs/benchmarks.md has both). `-- scale --real` runs it on kube-apiserver.
 //!
+//! - `chart`: charts/shardwise installed with helm on a node, so that the real StatefulSet
+//!   controller runs 3 replicas (1,000 apps, 20 clusters, default leases): from `helm install` to
+//!   every app Synced, then a scale-down 3 -> 2 and a rolling update (`helm upgrade` of the pod
+//!   template) timed until every cluster is owned again, beside the same fleet with the harness
+//!   playing the StatefulSet controller, in one run (target: scale-down < 5 s, and no cluster 5 s
+//!   or more without a live owner in the rollout).
+//!
 //! - `copies`: what holding one cluster more costs a replica: the resident memory of one
 //!   replica with 2,000 realistic apps on 1 and on 40 clusters.
 //!
 //! Every other section runs on kube-apiserver and etcd, as the suites do.
 //!
-//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|measured|cache|moves|scale|copies]`
+//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|chart|measured|cache|moves|scale|copies]`
 //! (all but `scale` by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
@@ -427,6 +434,300 @@ async fn handoff() -> (Vec<Handoff>, usize) {
 
     let overlaps = audit::overlaps(&audit::read(&fleet.audits, "cluster").unwrap(), &deaths).len();
     (rows, overlaps)
+}
+
+// ---------------------------------------------------------------- chart
+
+/// The chart section's fleet, on both sides: clusters on one destination, and apps over them.
+const CHART_CLUSTERS: u32 = 20;
+const CHART_APPS: u32 = 1000;
+
+/// What the chart section measures on one side.
+struct Rollout {
+    /// From `helm install` to every app Synced (the real side only).
+    install_to_synced: Option<f64>,
+    /// Scale-down 3 -> 2: until every cluster is owned again by a live replica.
+    scale_down: f64,
+    /// A rolling replacement of the 3 replicas, highest first: until the last is Ready and every
+    /// cluster owned again.
+    rolling: f64,
+    /// The longest any cluster went without a live, non-draining owner during the rollout.
+    rolling_longest: Duration,
+}
+
+/// Every cluster of `namespace` on a live shard, not draining, and those that moved since
+/// `before` probed by their new owner after `since`.
+async fn clusters_owned_again(
+    api: &kube::Api<shardwise_api::FleetCluster>,
+    live: &[u32],
+    before: &BTreeMap<String, u32>,
+    since: jiff::Timestamp,
+) -> Result<usize, String> {
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut moved = 0;
+    for c in &list.items {
+        let shard = shard_label(c).ok_or("unlabelled cluster")?;
+        if !live.contains(&shard) || c.annotations().contains_key(DRAIN_TO_ANNOTATION) {
+            return Err(format!("{} on {shard}, draining", c.name_any()));
+        }
+        if before.get(&c.name_any()) != Some(&shard) {
+            moved += 1;
+            let status = c.status.clone().unwrap_or_default();
+            let probed = status.last_probe_time.is_some_and(|t| t.0 >= since);
+            if status.shard != Some(shard) || !probed {
+                return Err(format!(
+                    "{} not yet taken up by shard {shard}",
+                    c.name_any()
+                ));
+            }
+        }
+    }
+    Ok(moved)
+}
+
+async fn cluster_labels(api: &kube::Api<shardwise_api::FleetCluster>) -> BTreeMap<String, u32> {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| Some((c.name_any(), shard_label(&c)?)))
+        .collect()
+}
+
+/// The chart installed with helm on a node: the real StatefulSet controller runs the replicas.
+async fn chart_real() -> Rollout {
+    use support::chart::{NAMESPACE, RELEASE, Sampler, VALUES, helm, install, kubectl};
+    let env = shardwise_e2e::Environment::builder()
+        .nodes(1)
+        .destinations(1)
+        .destination_identity(shardwise_e2e::Identity::admin(DESTINATION_IDENTITY))
+        .start()
+        .unwrap();
+    let cp = env.control_plane();
+    let admin = cp.client("admin").await.unwrap();
+    // The CRDs and the fleet first, so that the clock starts at `helm install` (which leaves
+    // CRDs that exist alone).
+    for crd in std::fs::read_dir(support::repo_file("charts/shardwise/crds")).unwrap() {
+        cp.apply_file("admin", &crd.unwrap().path()).await.unwrap();
+    }
+    cp.apply_yaml(
+        "admin",
+        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n"),
+    )
+    .await
+    .unwrap();
+    let destination = &env.destinations()[0];
+    let server = destination.url_for(DESTINATION_IDENTITY).unwrap();
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dest-0-credentials", "namespace": NAMESPACE,
+                     "labels": {"shardwise.io/secret-type": "cluster"}},
+        "stringData": {"server": server, "token": destination.token(DESTINATION_IDENTITY).unwrap(),
+                       "ca.crt": destination.ca_pem()},
+    });
+    cp.apply_yaml("admin", &secret.to_string()).await.unwrap();
+    for i in 0..CHART_CLUSTERS {
+        let cluster = serde_json::json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetCluster",
+            "metadata": {"name": format!("cluster-{i}"), "namespace": NAMESPACE},
+            "spec": {"server": server, "credentials": {"secretRef": {"name": "dest-0-credentials"}}},
+        });
+        cp.apply_yaml("admin", &cluster.to_string()).await.unwrap();
+    }
+    let apps: kube::Api<shardwise_api::FleetApp> = kube::Api::namespaced(admin.clone(), NAMESPACE);
+    for i in 0..CHART_APPS {
+        let app: shardwise_api::FleetApp = serde_json::from_value(serde_json::json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+            "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
+            "spec": {"destination": {"cluster": format!("cluster-{}", i % CHART_CLUSTERS), "namespace": format!("team-{}", i % 10)},
+                     "source": {"manifests": support::app_manifests(i, 1)}},
+        }))
+        .unwrap();
+        apps.create(&kube::api::PostParams::default(), &app)
+            .await
+            .unwrap();
+    }
+    let t0 = Instant::now();
+    install(&env, &[]).await;
+    wait_for("every app Synced", LONG, || async {
+        let list = apps
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let synced = list.items.iter().filter(|a| is_synced(a)).count();
+        if synced == CHART_APPS as usize {
+            Ok(())
+        } else {
+            Err(format!("{synced} Synced"))
+        }
+    })
+    .await
+    .unwrap();
+    let install_to_synced = t0.elapsed().as_secs_f64();
+    eprintln!("chart: helm install to {CHART_APPS} apps Synced in {install_to_synced:.1} s");
+
+    let clusters: kube::Api<shardwise_api::FleetCluster> =
+        kube::Api::namespaced(admin.clone(), NAMESPACE);
+    let before = cluster_labels(&clusters).await;
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    kubectl(&env, &["scale", "statefulset", RELEASE, "--replicas=2"]);
+    wait_for("scale-down: every cluster owned again", LONG, || {
+        clusters_owned_again(&clusters, &[0, 1], &before, since)
+    })
+    .await
+    .unwrap();
+    let scale_down = t0.elapsed().as_secs_f64();
+    kubectl(&env, &["scale", "statefulset", RELEASE, "--replicas=3"]);
+    let sets: kube::Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        kube::Api::namespaced(admin.clone(), NAMESPACE);
+    let rolled_out = |revision_changed: bool| {
+        let sets = sets.clone();
+        async move {
+            let status = sets
+                .get(RELEASE)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let done = status.ready_replicas == Some(3)
+                && status.updated_replicas == Some(3)
+                && (!revision_changed || status.current_revision == status.update_revision);
+            if done {
+                Ok(())
+            } else {
+                Err(format!("{status:?}"))
+            }
+        }
+    };
+    wait_for("3 replicas Ready", LONG, || rolled_out(false))
+        .await
+        .unwrap();
+    let before = cluster_labels(&clusters).await;
+    wait_for("every cluster owned on 3", LONG, || {
+        clusters_owned_again(&clusters, &[0, 1, 2], &before, since)
+    })
+    .await
+    .unwrap();
+
+    let sampler = Sampler::start(admin.clone(), NAMESPACE, RELEASE);
+    let before = cluster_labels(&clusters).await;
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    let chart = support::repo_file("charts/shardwise");
+    let mut upgrade = vec![
+        "upgrade",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set-string",
+        "podAnnotations.example\\.com/rollout=2",
+    ];
+    upgrade.extend(VALUES);
+    helm(&env, &upgrade);
+    wait_for("the rolling update", LONG, || rolled_out(true))
+        .await
+        .unwrap();
+    wait_for("rolling update: every cluster owned again", LONG, || {
+        clusters_owned_again(&clusters, &[0, 1, 2], &before, since)
+    })
+    .await
+    .unwrap();
+    let rolling = t0.elapsed().as_secs_f64();
+    let rolling_longest = support::chart::longest_handoff(&sampler.stop().await);
+    Rollout {
+        install_to_synced: Some(install_to_synced),
+        scale_down,
+        rolling,
+        rolling_longest,
+    }
+}
+
+/// Whether the replica at `ready_url` (`http://host:port/readyz`) answers ready.
+async fn answers_ready(ready_url: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = ready_url.trim_start_matches("http://");
+    let (address, path) = rest.split_once('/').ok_or("no path")?;
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .await
+        .map_err(|e| e.to_string())?;
+    if answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(answer.lines().next().unwrap_or_default().to_string())
+    }
+}
+
+/// The same fleet with the harness playing the StatefulSet controller, as the other sections
+/// run: processes started and stopped by the bench.
+async fn chart_played() -> Rollout {
+    let mut fleet = Fleet::start(FleetOptions {
+        replicas: 3,
+        clusters: CHART_CLUSTERS,
+        apps: CHART_APPS,
+        fast: false,
+        audit: true,
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    fleet.wait_settled(&[0, 1, 2], LONG).await.unwrap();
+    let clusters = fleet.clusters_api();
+    let before = cluster_labels(&clusters).await;
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    fleet.scale(2).await.unwrap();
+    fleet.stop_replica(2).await.unwrap();
+    wait_for("scale-down: every cluster owned again", LONG, || {
+        clusters_owned_again(&clusters, &[0, 1], &before, since)
+    })
+    .await
+    .unwrap();
+    let scale_down = t0.elapsed().as_secs_f64();
+    fleet.scale(3).await.unwrap();
+    fleet.spawn_replica(2).unwrap();
+    fleet.wait_settled(&[0, 1, 2], LONG).await.unwrap();
+
+    let sampler =
+        support::chart::Sampler::start(fleet.admin.clone(), support::NAMESPACE, STATEFULSET);
+    let before = cluster_labels(&clusters).await;
+    let (t0, since) = (Instant::now(), jiff::Timestamp::now());
+    // As the StatefulSet controller rolls: highest ordinal first, the next once it is Ready.
+    for ordinal in [2, 1, 0] {
+        fleet.stop_replica(ordinal).await.unwrap();
+        fleet.spawn_replica(ordinal).unwrap();
+        let ready = fleet.replicas[&ordinal].ready_url.clone();
+        wait_for(&format!("replica {ordinal} Ready"), LONG, || {
+            answers_ready(&ready)
+        })
+        .await
+        .unwrap();
+    }
+    wait_for("rollout: every cluster owned again", LONG, || {
+        clusters_owned_again(&clusters, &[0, 1, 2], &before, since)
+    })
+    .await
+    .unwrap();
+    let rolling = t0.elapsed().as_secs_f64();
+    let rolling_longest = support::chart::longest_handoff(&sampler.stop().await);
+    Rollout {
+        install_to_synced: None,
+        scale_down,
+        rolling,
+        rolling_longest,
+    }
 }
 
 // ---------------------------------------------------------------- measured load
@@ -1210,6 +1511,23 @@ fn main() {
             }
             if let Some(r) = rows.iter().find(|r| r.what == "SIGKILL") && r.seconds >= 20.0 {
                 failures.push(format!("SIGKILL recovery took {:.1} s >= 20 s", r.seconds));
+            }
+        }
+        if run("chart") {
+            let real = chart_real().await;
+            let played = chart_played().await;
+            println!("\n### The chart on a real StatefulSet controller, beside the harness playing it ({CHART_APPS} apps, {CHART_CLUSTERS} clusters, 3 replicas, default leases)\n");
+            println!("| measure | real StatefulSet controller (helm install) | harness-played | real / played |");
+            println!("|---|---:|---:|---:|");
+            println!("| `helm install` to every app Synced | {:.1} s | | |", real.install_to_synced.unwrap_or_default());
+            println!("| scale-down 3 -> 2: every cluster owned again | {:.2} s | {:.2} s | {:.2}x |", real.scale_down, played.scale_down, real.scale_down / played.scale_down);
+            println!("| rolling replacement of 3, highest first: done, every cluster owned | {:.1} s | {:.1} s | {:.2}x |", real.rolling, played.rolling, real.rolling / played.rolling);
+            println!("| longest a cluster went without a live owner in it | {:.2} s | {:.2} s | |", real.rolling_longest.as_secs_f64(), played.rolling_longest.as_secs_f64());
+            if real.scale_down >= 5.0 {
+                failures.push(format!("chart: scale-down handoff took {:.1} s >= 5 s", real.scale_down));
+            }
+            if real.rolling_longest >= Duration::from_secs(5) {
+                failures.push(format!("chart: a cluster went {:?} without an owner in the rollout", real.rolling_longest));
             }
         }
         if run("cache") {

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod chart;
 pub mod fencing;
 pub mod prometheus;
 

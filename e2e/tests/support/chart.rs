@@ -1,0 +1,227 @@
+//! charts/shardwise installed with the real `helm` on a control plane that runs pods, and what
+//! the chart suite and the fleet benchmark's chart section look at while the real StatefulSet
+//! controller runs the replicas.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use shardwise_api::FleetCluster;
+use shardwise_e2e::{Environment, control_plane_binary};
+
+use super::repo_file;
+
+/// The release, its StatefulSet and the prefix of its Leases.
+pub const RELEASE: &str = "shardwise";
+/// Where the suite installs it.
+pub const NAMESPACE: &str = "fleet";
+/// The values every helm command of the suite sets, beside the chart's defaults: the image
+/// (the node maps it to this workspace's binary), the audit file the overlap check reads, and
+/// Prometheus' ServiceAccount as a metrics reader.
+pub const VALUES: &[&str] = &[
+    "--set",
+    "image.tag=dev",
+    "--set",
+    "controller.auditFile=/var/log/shardwise/audit.jsonl",
+    "--set-json",
+    r#"metrics.readers=[{"kind":"ServiceAccount","name":"prometheus","namespace":"monitoring"}]"#,
+];
+
+/// Runs helm with the environment's admin kubeconfig; its output when it succeeds.
+pub fn helm(env: &Environment, args: &[&str]) -> String {
+    let output = Command::new(control_plane_binary("helm").unwrap())
+        .args(args)
+        .env("KUBECONFIG", env.control_plane().kubeconfig_path_all())
+        .env("HELM_CACHE_HOME", env.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", env.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", env.dir().join("helm/data"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(
+        output.status.success(),
+        "helm {args:?} failed:\n{stdout}\n{stderr}"
+    );
+    stdout
+}
+
+/// Runs kubectl in the release's namespace with the environment's admin kubeconfig; its output
+/// when it succeeds.
+pub fn kubectl(env: &Environment, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.control_plane().kubeconfig_path_all())
+        .args(["--namespace", NAMESPACE])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "kubectl {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// `helm install --wait` of the chart with the suite's values and `extra`, after creating the
+/// ServiceAccount metrics.readers names; helm's output.
+pub async fn install(env: &Environment, extra: &[&str]) -> String {
+    // Prometheus' ServiceAccount, the one metrics.readers names.
+    env.control_plane()
+        .apply_yaml(
+            "admin",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n---\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: prometheus, namespace: monitoring}\n",
+        )
+        .await
+        .unwrap();
+    let chart = repo_file("charts/shardwise");
+    let mut install = vec![
+        "install",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    install.extend(VALUES);
+    install.extend(extra);
+    helm(env, &install)
+}
+
+/// One look at the replicas and the clusters.
+pub struct Sample {
+    pub at: Instant,
+    /// Pod name -> (revision, Ready).
+    pub pods: BTreeMap<String, (String, bool)>,
+    /// Clusters whose recorded holder holds its shard's Lease and that are not being drained.
+    pub owned: BTreeSet<String>,
+    pub clusters: BTreeSet<String>,
+}
+
+/// Samples pods, Leases and FleetClusters every 100 ms until stopped.
+pub struct Sampler {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Vec<Sample>>,
+}
+
+impl Sampler {
+    /// Samples StatefulSet `statefulset` of `namespace`: its pods, shard Leases and FleetClusters.
+    pub fn start(client: kube::Client, namespace: &str, statefulset: &str) -> Self {
+        let (namespace, statefulset) = (namespace.to_string(), statefulset.to_string());
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+            let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+            let clusters: Api<FleetCluster> = Api::namespaced(client, &namespace);
+            let mut samples = Vec::new();
+            while stopped.try_recv().is_err() {
+                if let Some(sample) = sample(&pods, &leases, &clusters, &statefulset).await {
+                    samples.push(sample);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        });
+        Self { stop, task }
+    }
+
+    pub async fn stop(self) -> Vec<Sample> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap()
+    }
+}
+
+async fn sample(
+    pods: &Api<Pod>,
+    leases: &Api<Lease>,
+    clusters: &Api<FleetCluster>,
+    statefulset: &str,
+) -> Option<Sample> {
+    let at = Instant::now();
+    let params = ListParams::default();
+    let pod_list = pods.list(&params).await.ok()?;
+    let lease_list = leases.list(&params).await.ok()?;
+    let cluster_list = clusters.list(&params).await.ok()?;
+    let pods = pod_list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let name = p.metadata.name.clone()?;
+            let revision = p
+                .metadata
+                .labels
+                .as_ref()?
+                .get("controller-revision-hash")?
+                .clone();
+            let ready = p
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            Some((name, (revision, ready)))
+        })
+        .collect();
+    let holders: BTreeMap<String, String> = lease_list
+        .items
+        .into_iter()
+        .filter_map(|l| Some((l.metadata.name?, l.spec?.holder_identity?)))
+        .collect();
+    let mut owned = BTreeSet::new();
+    let mut all = BTreeSet::new();
+    for cluster in cluster_list.items {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        all.insert(name.clone());
+        let annotations = cluster.metadata.annotations.clone().unwrap_or_default();
+        let holder = annotations.get(shardwise_handoff::keys::HOLDER_ANNOTATION);
+        let draining = annotations.contains_key(shardwise_handoff::keys::DRAIN_TO_ANNOTATION);
+        let live = super::shard_label(&cluster)
+            .and_then(|shard| holders.get(&format!("{statefulset}-shard-{shard}")))
+            .is_some_and(|h| Some(h) == holder);
+        if live && !draining {
+            owned.insert(name);
+        }
+    }
+    Some(Sample {
+        at,
+        pods,
+        owned,
+        clusters: all,
+    })
+}
+
+/// The longest time any cluster spent without an owner that holds its lease and is not
+/// draining it.
+pub fn longest_handoff(samples: &[Sample]) -> Duration {
+    let mut since: BTreeMap<&str, Instant> = BTreeMap::new();
+    let mut longest = Duration::ZERO;
+    for sample in samples {
+        for cluster in &sample.clusters {
+            if sample.owned.contains(cluster) {
+                if let Some(start) = since.remove(cluster.as_str()) {
+                    longest = longest.max(sample.at - start);
+                }
+            } else {
+                since.entry(cluster).or_insert(sample.at);
+            }
+        }
+    }
+    let end = samples.last().map(|s| s.at);
+    for start in since.values() {
+        longest = longest.max(end.unwrap_or(*start) - *start);
+    }
+    longest
+}
