@@ -2,6 +2,7 @@
 //! process until when it may work (its fence).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -225,6 +226,7 @@ pub async fn hold_annotated(
     let api = LeaseApis {
         leases: Api::namespaced(client.clone(), &namespace),
         statefulsets: Api::namespaced(client, &namespace),
+        missing_reported: std::sync::atomic::AtomicBool::new(false),
     };
     let mut observer = LeaseObserver::new();
     let attempt_timeout = spec.timing.renew_deadline / 2;
@@ -303,6 +305,8 @@ pub async fn hold_annotated(
 struct LeaseApis {
     leases: Api<Lease>,
     statefulsets: Api<StatefulSet>,
+    /// The StatefulSet was found missing and that was said: once, until it is found again.
+    missing_reported: std::sync::atomic::AtomicBool,
 }
 
 /// The owner reference to StatefulSet `name`; `None` when it does not exist.
@@ -357,9 +361,16 @@ async fn try_hold(
         LeaseAction::Create => {
             let owner = match &spec.statefulset {
                 Some(name) => match statefulset_owner(&apis.statefulsets, name).await? {
-                    Some(owner) => Some(vec![owner]),
+                    Some(owner) => {
+                        apis.missing_reported.store(false, Ordering::Relaxed);
+                        Some(vec![owner])
+                    }
                     None => {
-                        debug!(lease = %spec.name, statefulset = %name, "no StatefulSet: the lease is not created");
+                        // A replica outside its StatefulSet (a wrong --statefulset, or one
+                        // deleted): it waits, and says why once.
+                        if !apis.missing_reported.swap(true, Ordering::Relaxed) {
+                            warn!(lease = %spec.name, statefulset = %name, "StatefulSet not found in the lease's namespace: the lease is created once it exists");
+                        }
                         return Ok(false);
                     }
                 },
