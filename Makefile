@@ -82,8 +82,9 @@ bench-apiserver:
 bench-planner:
 	$(CARGO) bench -p shardwise-runtime --features bench --bench planner
 
-## Controller fleets: throughput scaling, memory per shard, handoff times, measured load against
-## counted apps, moves and cache copies. Builds the control plane first.
+## Controller fleets: throughput scaling, memory per shard, handoff times, the chart on a real
+## StatefulSet controller beside the harness playing it, measured load against counted apps,
+## moves and cache copies. Builds the control plane first.
 bench-fleet: control-plane
 	$(CARGO) bench -p shardwise-e2e-suites --bench fleet
 
