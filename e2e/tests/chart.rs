@@ -17,17 +17,19 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{Environment, FaultScope, Identity, pod_link, wait_for};
+use shardwise_e2e::{Environment, FaultScope, pod_link, wait_for};
 use support::chart::{
-    NAMESPACE, RELEASE, Sample, Sampler, VALUES, helm, install, kubectl, longest_handoff,
+    NAMESPACE, RELEASE, Sample, Sampler, VALUES, add_apps, add_fleet, environment, helm, install,
+    kubectl, longest_handoff,
 };
 use support::prometheus::Prometheus;
-use support::{app_manifests, repo_file};
+use support::{DESTINATION_IDENTITY, repo_file};
 
-const DESTINATION_IDENTITY: &str = "shardwise-destination";
+/// The suite's FleetClusters, all on the one destination.
+const CLUSTERS: u32 = 4;
 /// Longer than any graceful handoff (drain, acknowledgement, relabel: about a second here) and
 /// shorter than the chart's renew deadline (10 s), which a handoff waiting for an expired lease
 /// would take at least.
@@ -35,56 +37,6 @@ const HANDOFF_BOUND: Duration = Duration::from_secs(5);
 /// The suite's tests one at a time: each runs a node and a control plane of its own, which
 /// two cores cannot run side by side in good time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A control plane with one node and one destination cluster.
-fn environment() -> Environment {
-    Environment::builder()
-        .nodes(1)
-        .destinations(1)
-        .destination_identity(Identity::admin(DESTINATION_IDENTITY))
-        .start()
-        .unwrap()
-}
-
-/// The fleet: 4 clusters on the destination, and apps `apps` spread over them.
-async fn add_fleet(env: &Environment, apps: std::ops::Range<u32>) {
-    let cp = env.control_plane();
-    let destination = &env.destinations()[0];
-    let secret = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "dest-0-credentials", "namespace": NAMESPACE,
-                     "labels": {"shardwise.io/secret-type": "cluster"}},
-        "stringData": {"server": destination.url_for(DESTINATION_IDENTITY).unwrap(),
-                       "token": destination.token(DESTINATION_IDENTITY).unwrap(),
-                       "ca.crt": destination.ca_pem()},
-    });
-    cp.apply_yaml("admin", &secret.to_string()).await.unwrap();
-    for i in 0..4 {
-        let cluster = json!({
-            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetCluster",
-            "metadata": {"name": format!("cluster-{i}"), "namespace": NAMESPACE},
-            "spec": {"server": destination.url_for(DESTINATION_IDENTITY).unwrap(),
-                     "credentials": {"secretRef": {"name": "dest-0-credentials"}}},
-        });
-        cp.apply_yaml("admin", &cluster.to_string()).await.unwrap();
-    }
-    add_apps(env, apps).await;
-}
-
-async fn add_apps(env: &Environment, apps: std::ops::Range<u32>) {
-    let admin = env.control_plane().client("admin").await.unwrap();
-    let api: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);
-    for i in apps {
-        let app: FleetApp = serde_json::from_value(json!({
-            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
-            "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
-            "spec": {"destination": {"cluster": format!("cluster-{}", i % 4), "namespace": format!("team-{}", i % 5)},
-                     "source": {"manifests": app_manifests(i, 1)}},
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &app).await.unwrap();
-    }
-}
 
 /// No two replica processes ever reconciled one cluster at once, in the merged audit of every
 /// replica pod that ran; `deaths` says when killed processes died.
@@ -130,7 +82,7 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     eprintln!("{installed}");
     // Every renewal of every shard lease, for the destinations' fencing check.
     let leases = support::fencing::LeaseHistory::record(admin.clone(), NAMESPACE);
-    add_fleet(&env, 0..40).await;
+    add_fleet(&env, CLUSTERS, 0..40).await;
     // The StatefulSet controller's 3 replicas Ready, owning every cluster, every app Synced.
     settled(&env, 3, 40).await;
     helm(
@@ -800,9 +752,9 @@ async fn the_planner_sizes_the_statefulset_and_the_real_controller_follows() {
         ],
     )
     .await;
-    add_fleet(&env, 0..10).await;
+    add_fleet(&env, CLUSTERS, 0..10).await;
     settled(&env, 1, 10).await;
-    add_apps(&env, 10..30).await;
+    add_apps(&env, CLUSTERS, 10..30).await;
     settled(&env, 3, 30).await;
     let admin = env.control_plane().client("admin").await.unwrap();
     let apps: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);

@@ -270,13 +270,12 @@ struct Memory {
 /// Every cluster on a live shard, not draining, and (for those that moved since `before`)
 /// probed by its new owner after `since`.
 async fn owned_again(
-    fleet: &Fleet,
+    clusters: &kube::Api<shardwise_api::FleetCluster>,
     live: &[u32],
     before: &BTreeMap<String, u32>,
     since: jiff::Timestamp,
 ) -> Result<usize, String> {
-    let list = fleet
-        .clusters_api()
+    let list = clusters
         .list(&ListParams::default())
         .await
         .map_err(|e| e.to_string())?;
@@ -306,11 +305,7 @@ async fn owned_again(
 }
 
 async fn labels(fleet: &Fleet) -> (BTreeMap<String, u32>, BTreeMap<String, u32>) {
-    let clusters = fleet
-        .clusters_api()
-        .list(&ListParams::default())
-        .await
-        .unwrap();
+    let clusters = cluster_labels(&fleet.clusters_api()).await;
     let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
     // An app's owner is its cluster's (or slice's): apps carry no shard label.
     let placement = fleet.placement().await.unwrap();
@@ -320,12 +315,7 @@ async fn labels(fleet: &Fleet) -> (BTreeMap<String, u32>, BTreeMap<String, u32>)
             .filter_map(|o: shardwise_api::FleetApp| Some((o.name_any(), placement.owner_of(&o)?)))
             .collect()
     };
-    let cluster_labels = clusters
-        .items
-        .into_iter()
-        .filter_map(|c| Some((c.name_any(), shard_label(&c)?)))
-        .collect();
-    (cluster_labels, of(apps.items))
+    (clusters, of(apps.items))
 }
 
 struct Handoff {
@@ -344,8 +334,9 @@ async fn measure(
     t0: Instant,
     since: jiff::Timestamp,
 ) -> Handoff {
+    let clusters = fleet.clusters_api();
     let clusters_moved = wait_for(&format!("{what}: every cluster owned again"), LONG, || {
-        owned_again(fleet, live, &before.0, since)
+        owned_again(&clusters, live, &before.0, since)
     })
     .await
     .unwrap();
@@ -455,39 +446,7 @@ struct Rollout {
     rolling_longest: Duration,
 }
 
-/// Every cluster of `namespace` on a live shard, not draining, and those that moved since
-/// `before` probed by their new owner after `since`.
-async fn clusters_owned_again(
-    api: &kube::Api<shardwise_api::FleetCluster>,
-    live: &[u32],
-    before: &BTreeMap<String, u32>,
-    since: jiff::Timestamp,
-) -> Result<usize, String> {
-    let list = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut moved = 0;
-    for c in &list.items {
-        let shard = shard_label(c).ok_or("unlabelled cluster")?;
-        if !live.contains(&shard) || c.annotations().contains_key(DRAIN_TO_ANNOTATION) {
-            return Err(format!("{} on {shard}, draining", c.name_any()));
-        }
-        if before.get(&c.name_any()) != Some(&shard) {
-            moved += 1;
-            let status = c.status.clone().unwrap_or_default();
-            let probed = status.last_probe_time.is_some_and(|t| t.0 >= since);
-            if status.shard != Some(shard) || !probed {
-                return Err(format!(
-                    "{} not yet taken up by shard {shard}",
-                    c.name_any()
-                ));
-            }
-        }
-    }
-    Ok(moved)
-}
-
+/// Each cluster's shard label.
 async fn cluster_labels(api: &kube::Api<shardwise_api::FleetCluster>) -> BTreeMap<String, u32> {
     api.list(&ListParams::default())
         .await
@@ -500,13 +459,10 @@ async fn cluster_labels(api: &kube::Api<shardwise_api::FleetCluster>) -> BTreeMa
 
 /// The chart installed with helm on a node: the real StatefulSet controller runs the replicas.
 async fn chart_real() -> Rollout {
-    use support::chart::{NAMESPACE, RELEASE, Sampler, VALUES, helm, install, kubectl};
-    let env = shardwise_e2e::Environment::builder()
-        .nodes(1)
-        .destinations(1)
-        .destination_identity(shardwise_e2e::Identity::admin(DESTINATION_IDENTITY))
-        .start()
-        .unwrap();
+    use support::chart::{
+        NAMESPACE, RELEASE, Sampler, VALUES, add_fleet, environment, helm, install, kubectl,
+    };
+    let env = environment();
     let cp = env.control_plane();
     let admin = cp.client("admin").await.unwrap();
     // The CRDs and the fleet first, so that the clock starts at `helm install` (which leaves
@@ -520,37 +476,8 @@ async fn chart_real() -> Rollout {
     )
     .await
     .unwrap();
-    let destination = &env.destinations()[0];
-    let server = destination.url_for(DESTINATION_IDENTITY).unwrap();
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "dest-0-credentials", "namespace": NAMESPACE,
-                     "labels": {"shardwise.io/secret-type": "cluster"}},
-        "stringData": {"server": server, "token": destination.token(DESTINATION_IDENTITY).unwrap(),
-                       "ca.crt": destination.ca_pem()},
-    });
-    cp.apply_yaml("admin", &secret.to_string()).await.unwrap();
-    for i in 0..CHART_CLUSTERS {
-        let cluster = serde_json::json!({
-            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetCluster",
-            "metadata": {"name": format!("cluster-{i}"), "namespace": NAMESPACE},
-            "spec": {"server": server, "credentials": {"secretRef": {"name": "dest-0-credentials"}}},
-        });
-        cp.apply_yaml("admin", &cluster.to_string()).await.unwrap();
-    }
+    add_fleet(&env, CHART_CLUSTERS, 0..CHART_APPS).await;
     let apps: kube::Api<shardwise_api::FleetApp> = kube::Api::namespaced(admin.clone(), NAMESPACE);
-    for i in 0..CHART_APPS {
-        let app: shardwise_api::FleetApp = serde_json::from_value(serde_json::json!({
-            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
-            "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
-            "spec": {"destination": {"cluster": format!("cluster-{}", i % CHART_CLUSTERS), "namespace": format!("team-{}", i % 10)},
-                     "source": {"manifests": support::app_manifests(i, 1)}},
-        }))
-        .unwrap();
-        apps.create(&kube::api::PostParams::default(), &app)
-            .await
-            .unwrap();
-    }
     let t0 = Instant::now();
     install(&env, &[]).await;
     wait_for("every app Synced", LONG, || async {
@@ -576,7 +503,7 @@ async fn chart_real() -> Rollout {
     let (t0, since) = (Instant::now(), jiff::Timestamp::now());
     kubectl(&env, &["scale", "statefulset", RELEASE, "--replicas=2"]);
     wait_for("scale-down: every cluster owned again", LONG, || {
-        clusters_owned_again(&clusters, &[0, 1], &before, since)
+        owned_again(&clusters, &[0, 1], &before, since)
     })
     .await
     .unwrap();
@@ -608,7 +535,7 @@ async fn chart_real() -> Rollout {
         .unwrap();
     let before = cluster_labels(&clusters).await;
     wait_for("every cluster owned on 3", LONG, || {
-        clusters_owned_again(&clusters, &[0, 1, 2], &before, since)
+        owned_again(&clusters, &[0, 1, 2], &before, since)
     })
     .await
     .unwrap();
@@ -633,7 +560,7 @@ async fn chart_real() -> Rollout {
         .await
         .unwrap();
     wait_for("rolling update: every cluster owned again", LONG, || {
-        clusters_owned_again(&clusters, &[0, 1, 2], &before, since)
+        owned_again(&clusters, &[0, 1, 2], &before, since)
     })
     .await
     .unwrap();
@@ -691,7 +618,7 @@ async fn chart_played() -> Rollout {
     fleet.scale(2).await.unwrap();
     fleet.stop_replica(2).await.unwrap();
     wait_for("scale-down: every cluster owned again", LONG, || {
-        clusters_owned_again(&clusters, &[0, 1], &before, since)
+        owned_again(&clusters, &[0, 1], &before, since)
     })
     .await
     .unwrap();
@@ -716,7 +643,7 @@ async fn chart_played() -> Rollout {
         .unwrap();
     }
     wait_for("rollout: every cluster owned again", LONG, || {
-        clusters_owned_again(&clusters, &[0, 1, 2], &before, since)
+        owned_again(&clusters, &[0, 1, 2], &before, since)
     })
     .await
     .unwrap();
@@ -1088,8 +1015,9 @@ async fn cached_handoff(per_cluster: u32) -> (f64, f64) {
     let (t0, since) = (Instant::now(), jiff::Timestamp::now());
     fleet.scale(1).await.unwrap();
     fleet.stop_replica(1).await.unwrap();
+    let clusters = fleet.clusters_api();
     wait_for("the cluster of replica 1 owned again", LONG, || {
-        owned_again(&fleet, &[0], &before.0, since)
+        owned_again(&clusters, &[0], &before.0, since)
     })
     .await
     .unwrap();

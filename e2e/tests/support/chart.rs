@@ -10,10 +10,15 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use kube::api::PostParams;
+use serde_json::json;
 use shardwise_api::FleetCluster;
 use shardwise_e2e::{Environment, control_plane_binary};
 
-use super::repo_file;
+use shardwise_api::FleetApp;
+use shardwise_e2e::Identity;
+
+use super::{DESTINATION_IDENTITY, app_manifests, repo_file};
 
 /// The release, its StatefulSet and the prefix of its Leases.
 pub const RELEASE: &str = "shardwise";
@@ -224,4 +229,59 @@ pub fn longest_handoff(samples: &[Sample]) -> Duration {
         longest = longest.max(end.unwrap_or(*start) - *start);
     }
     longest
+}
+
+/// A control plane with one node and one destination cluster, reached as
+/// [`DESTINATION_IDENTITY`].
+pub fn environment() -> Environment {
+    Environment::builder()
+        .nodes(1)
+        .destinations(1)
+        .destination_identity(Identity::admin(DESTINATION_IDENTITY))
+        .start()
+        .unwrap()
+}
+
+/// The fleet in [`NAMESPACE`]: `clusters` FleetClusters on the destination, sharing one
+/// credentials Secret, and apps `apps` spread over them.
+pub async fn add_fleet(env: &Environment, clusters: u32, apps: std::ops::Range<u32>) {
+    let cp = env.control_plane();
+    let destination = &env.destinations()[0];
+    let server = destination.url_for(DESTINATION_IDENTITY).unwrap();
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dest-0-credentials", "namespace": NAMESPACE,
+                     "labels": {"shardwise.io/secret-type": "cluster"}},
+        "stringData": {"server": server,
+                       "token": destination.token(DESTINATION_IDENTITY).unwrap(),
+                       "ca.crt": destination.ca_pem()},
+    });
+    cp.apply_yaml("admin", &secret.to_string()).await.unwrap();
+    for i in 0..clusters {
+        let cluster = json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetCluster",
+            "metadata": {"name": format!("cluster-{i}"), "namespace": NAMESPACE},
+            "spec": {"server": server,
+                     "credentials": {"secretRef": {"name": "dest-0-credentials"}}},
+        });
+        cp.apply_yaml("admin", &cluster.to_string()).await.unwrap();
+    }
+    add_apps(env, clusters, apps).await;
+}
+
+/// Apps `apps` in [`NAMESPACE`], app `i` on `cluster-{i % clusters}` in namespace
+/// `team-{i % 5}`.
+pub async fn add_apps(env: &Environment, clusters: u32, apps: std::ops::Range<u32>) {
+    let admin = env.control_plane().client("admin").await.unwrap();
+    let api: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);
+    for i in apps {
+        let app: FleetApp = serde_json::from_value(json!({
+            "apiVersion": "shardwise.io/v1alpha1", "kind": "FleetApp",
+            "metadata": {"name": format!("app-{i}"), "namespace": NAMESPACE},
+            "spec": {"destination": {"cluster": format!("cluster-{}", i % clusters), "namespace": format!("team-{}", i % 5)},
+                     "source": {"manifests": app_manifests(i, 1)}},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &app).await.unwrap();
+    }
 }
