@@ -20,7 +20,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
-use shardwise_e2e::{Environment, FaultScope, pod_link, wait_for};
+use shardwise_e2e::{Environment, FaultScope, pod_link, pod_ready, wait_for};
 use support::chart::{
     NAMESPACE, RELEASE, Sample, Sampler, VALUES, add_apps, add_fleet, environment, helm, install,
     kubectl, longest_handoff,
@@ -471,12 +471,7 @@ async fn replaced(pods: &Api<Pod>, name: &str, uid: &str) {
         Duration::from_secs(120),
         || async {
             let pod = pods.get(name).await.map_err(|e| e.to_string())?;
-            let ready = pod
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let ready = pod_ready(&pod);
             if pod.metadata.uid.as_deref() != Some(uid) && ready {
                 Ok(())
             } else {

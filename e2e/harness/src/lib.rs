@@ -63,7 +63,7 @@ pub use binary::{BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_bi
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
 pub use faults::{ErrorFault, FaultCounters, FaultError, Faults};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
-pub use nodes::{LABELLER_IMAGE, SHARDWISE_IMAGE, pod_link};
+pub use nodes::{LABELLER_IMAGE, SHARDWISE_IMAGE, pod_link, pod_ready};
 pub use process::{Process, ProcessError, ProcessSpec};
 pub use real::{RealApiServer, control_plane_binary};
 pub use shardwise_e2e_node::NodeAgent;

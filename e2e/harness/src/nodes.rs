@@ -28,6 +28,15 @@ pub fn pod_link(uid: &str) -> String {
     format!("pod/{uid}")
 }
 
+/// Whether `pod` is Ready: its `Ready` condition is `True`, as the StatefulSet and disruption
+/// controllers count it.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// The image of the chart (and of the Dockerfile), whose binaries this workspace builds.
 pub const SHARDWISE_IMAGE: &str = "ghcr.io/shardwise/shardwise";
 

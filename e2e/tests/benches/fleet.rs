@@ -576,25 +576,10 @@ async fn chart_real() -> Rollout {
 
 /// Whether the replica at `ready_url` (`http://host:port/readyz`) answers ready.
 async fn answers_ready(ready_url: &str) -> Result<(), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = ready_url.trim_start_matches("http://");
-    let (address, path) = rest.split_once('/').ok_or("no path")?;
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .await
-        .map_err(|e| e.to_string())?;
-    if answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200") {
-        Ok(())
-    } else {
-        Err(answer.lines().next().unwrap_or_default().to_string())
+    let base = ready_url.trim_end_matches("/readyz");
+    match support::get(base, None, None, "/readyz").await {
+        (200, _) => Ok(()),
+        (code, body) => Err(format!("{code}: {body}")),
     }
 }
 

@@ -13,7 +13,7 @@ use kube::api::ListParams;
 use kube::api::PostParams;
 use serde_json::json;
 use shardwise_api::FleetCluster;
-use shardwise_e2e::{Environment, control_plane_binary};
+use shardwise_e2e::{Environment, control_plane_binary, pod_ready};
 
 use shardwise_api::FleetApp;
 use shardwise_e2e::Identity;
@@ -171,13 +171,7 @@ async fn sample(
                 .as_ref()?
                 .get("controller-revision-hash")?
                 .clone();
-            let ready = p
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            Some((name, (revision, ready)))
+            Some((name, (revision, pod_ready(&p))))
         })
         .collect();
     let holders: BTreeMap<String, String> = lease_list

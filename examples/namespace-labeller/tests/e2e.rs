@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use shardwise_e2e::{Environment, wait_for};
+use shardwise_e2e::{Environment, pod_ready, wait_for};
 use shardwise_runtime::audit;
 use twox_hash::XxHash3_64;
 
@@ -132,18 +132,7 @@ impl Deployment {
                     .list(&ListParams::default())
                     .await
                     .map_err(|e| e.to_string())?;
-                let ready = list
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        p.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                    })
-                    .count();
+                let ready = list.items.iter().filter(|p| pod_ready(p)).count();
                 if list.items.len() == replicas as usize && ready == replicas as usize {
                     Ok(())
                 } else {
