@@ -20,9 +20,11 @@ simulate:
 ## clusters (the in-memory test API server), a fleet of 20 clusters and 1,000 apps, 3 real
 ## replicas scaled 3 -> 4 -> 2 and one killed, shown live, then a checked summary. Nothing is
 ## left running. `make demo ARGS=--keep` leaves the fleet up for kubectl until Ctrl-C;
-## `make demo ARGS=--real` runs it on kube-apiserver and etcd (built first).
+## `make demo ARGS=--real` runs it on a real cluster of local processes (kube-apiserver, etcd,
+## kube-controller-manager, kube-scheduler and a node agent, built and installed first by
+## scripts/prerequisites.sh), with the chart installed by Helm.
 demo:
-	$(if $(findstring --real,$(ARGS)),scripts/control-plane.sh)
+	$(if $(findstring --real,$(ARGS)),scripts/prerequisites.sh)
 	$(CARGO) build -p shardwise-controller -p shardwise-demo
 	$(CARGO) run --quiet -p shardwise-demo -- $(ARGS)
 

@@ -1,7 +1,7 @@
-//! End-to-end test of the elastic shard count: with `--autoscale`, the elected planner sets the
-//! StatefulSet's replicas from the fleet's apps (up at once, down once the need stayed low for
-//! the window), and the test plays the StatefulSet controller, starting and stopping real
-//! `shardwise-controller` processes as `spec.replicas` says.
+//! End-to-end test of the elastic shard count: with the chart's `sizing.autoscale`, the elected
+//! planner sets the StatefulSet's replicas from the fleet's apps (up at once, down once the need
+//! stayed low for the window), and the real StatefulSet controller creates and deletes the
+//! pods as `spec.replicas` says.
 
 // Test code: a step that fails fails the test, helpers included.
 #![allow(clippy::unwrap_used)]
@@ -10,28 +10,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits};
+use support::{Fleet, FleetOptions, raised_client_limits};
 
 const SETTLE: Duration = Duration::from_secs(240);
 const DOWN_WINDOW: Duration = Duration::from_secs(20);
-
-/// What the chart's Role adds with `sizing.autoscale` (deploy/rbac.yaml has no such rule): the
-/// planner reads the scale subresource and writes it back.
-fn scale_role() -> Vec<String> {
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "shardwise-autoscale", "namespace": NAMESPACE},
-        "rules": [{"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["get", "update"]}],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "shardwise-autoscale", "namespace": NAMESPACE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "shardwise-autoscale"},
-        "subjects": [{"kind": "ServiceAccount", "name": STATEFULSET, "namespace": NAMESPACE}],
-    });
-    vec![role.to_string(), binding.to_string()]
-}
 
 /// Each change of `spec.replicas` the test followed, with when it saw it.
 #[derive(Default)]
@@ -56,7 +38,8 @@ impl Counts {
     }
 }
 
-/// Follows the StatefulSet until it asks for `replicas` and every app is Synced on them.
+/// Follows the StatefulSet (waits for its pods) until it asks for `replicas` and every app is
+/// Synced on them.
 async fn follow_until_settled(fleet: &mut Fleet, counts: &mut Counts, replicas: u32) {
     let deadline = Instant::now() + SETTLE;
     loop {
@@ -92,29 +75,19 @@ async fn the_replica_count_follows_the_apps_up_at_once_and_down_after_the_window
         clusters: 20,
         apps: 500,
         audit: true,
-        args: [
-            "--autoscale".to_string(),
-            "--items-per-replica=1000".to_string(),
-            "--max-replicas=4".to_string(),
-            format!("--scale-down-window={}s", DOWN_WINDOW.as_secs()),
+        values: vec![
+            "sizing.autoscale=true".to_string(),
+            "sizing.appsPerReplica=1000".to_string(),
+            "sizing.maxReplicas=4".to_string(),
+            format!("sizing.scaleDownWindow={}s", DOWN_WINDOW.as_secs()),
             // App counts decide here, and placement by app count keeps the check simple.
-            "--load-model=apps".to_string(),
-        ]
-        .into_iter()
-        .chain(raised_client_limits())
-        .collect(),
+            "controller.loadModel=apps".to_string(),
+        ],
+        args: raised_client_limits(),
         ..FleetOptions::default()
     })
     .await
     .unwrap();
-    for object in scale_role() {
-        fleet
-            .env
-            .control_plane()
-            .apply_yaml("admin", &object)
-            .await
-            .unwrap();
-    }
     let mut counts = Counts::default();
     follow_until_settled(&mut fleet, &mut counts, 1).await;
     assert_eq!(

@@ -3,6 +3,8 @@
 //! scenarios reach: it is cut into slices on several replicas throughout. Each scenario must end
 //! with every app Synced, and the merged audit of every replica process must show no instant at
 //! which two processes worked on the same cluster (or, of the cut one, on slices that nest).
+//! The replicas are the chart's pods, created and replaced by the real StatefulSet controller;
+//! a killed replica is a node that died with its pod.
 //!
 //! The scenarios run one at a time (they share the machine's two cores). Recovery times are
 //! printed (`--nocapture`); `make bench` measures them with the default lease settings.
@@ -119,7 +121,7 @@ impl Chaos {
     }
 
     fn kill(&mut self, ordinal: u32) {
-        let pid = self.fleet.replicas[&ordinal].process.pid();
+        let pid = self.fleet.replicas[&ordinal].pid();
         self.fleet.kill_replica(ordinal).unwrap();
         self.deaths.insert(pid, audit::now_nanos());
     }
@@ -179,7 +181,7 @@ impl Chaos {
     }
 
     fn intervals(&self) -> Vec<audit::Interval> {
-        audit::read(&self.fleet.audits, "cluster").unwrap()
+        audit::read(&self.fleet.audit_files(), "cluster").unwrap()
     }
 
     /// The fencing check from the destinations' side: every write of the controller names its
@@ -258,8 +260,8 @@ async fn graceful_scale_down_up_and_back() {
     c.fleet.stop_replica(3).await.unwrap();
     c.settle("4 -> 3", &[0, 1, 2]).await;
     c.fleet.scale(5).await.unwrap();
-    c.fleet.spawn_replica(3).unwrap();
-    c.fleet.spawn_replica(4).unwrap();
+    c.fleet.spawn_replica(3).await.unwrap();
+    c.fleet.spawn_replica(4).await.unwrap();
     c.wait_owning(&[3, 4]).await;
     c.settle("3 -> 5", &[0, 1, 2, 3, 4]).await;
     c.fleet.scale(4).await.unwrap();
@@ -274,7 +276,7 @@ async fn sigkill_then_restart() {
     let mut c = Chaos::start("SIGKILL").await;
     c.kill(1);
     c.settle("replica 1 killed", &[0, 2, 3]).await;
-    c.fleet.spawn_replica(1).unwrap();
+    c.fleet.spawn_replica(1).await.unwrap();
     c.wait_lease(1).await;
     c.settle("replica 1 restarted", &[0, 1, 2, 3]).await;
     c.assert_no_overlap();
@@ -285,8 +287,8 @@ async fn partitioned_replica_fences_itself_and_rejoins() {
     let _serial = SERIAL.lock().await;
     let c = Chaos::start("partition").await;
     let cp = c.fleet.env.control_plane();
-    let identity = format!("{STATEFULSET}-2");
-    let pid = c.fleet.replicas[&2].process.pid();
+    let identity = c.fleet.replicas[&2].link.clone();
+    let pid = c.fleet.replicas[&2].pid();
     let partitioned_at = audit::now_nanos();
     cp.partition(&identity).unwrap();
     c.settle("replica 2 partitioned", &[0, 1, 3]).await;
@@ -325,14 +327,14 @@ async fn planner_killed_during_a_rebalance() {
     let planner = c.planner().await;
     // Start a rebalance: a fifth shard appears; then the planner dies in the middle of it.
     c.fleet.scale(5).await.unwrap();
-    c.fleet.spawn_replica(4).unwrap();
+    c.fleet.spawn_replica(4).await.unwrap();
     c.wait_lease(4).await;
     c.kill(planner);
     let live: Vec<u32> = (0..5).filter(|&s| s != planner).collect();
     c.settle("planner killed mid-rebalance", &live).await;
     let successor = c.planner().await;
     assert_ne!(successor, planner);
-    c.fleet.spawn_replica(planner).unwrap();
+    c.fleet.spawn_replica(planner).await.unwrap();
     c.wait_lease(planner).await;
     c.settle("old planner back", &[0, 1, 2, 3, 4]).await;
     c.assert_no_overlap();
@@ -346,7 +348,7 @@ async fn errors_cut_watches_and_a_pause_during_a_scale_change() {
     let _serial = SERIAL.lock().await;
     let mut c = Chaos::start("control-plane faults").await;
     let scopes: Vec<FaultScope> = (0..4)
-        .map(|i| FaultScope::identity(format!("{STATEFULSET}-{i}")))
+        .map(|i| FaultScope::identity(c.fleet.replicas[&i].link.clone()))
         .collect();
     let faults = c.fleet.env.control_plane().faults();
     for scope in &scopes {
@@ -409,7 +411,7 @@ async fn rolling_restart_of_every_replica() {
     // As a StatefulSet rolls: highest ordinal first, each ready before the next.
     for ordinal in (0..4).rev() {
         c.fleet.stop_replica(ordinal).await.unwrap();
-        c.fleet.spawn_replica(ordinal).unwrap();
+        c.fleet.spawn_replica(ordinal).await.unwrap();
         c.wait_lease(ordinal).await;
     }
     c.settle("rolling restart", &[0, 1, 2, 3]).await;
@@ -444,18 +446,21 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
             .chain(["--app-workers=48".to_string()])
             .collect(),
         destination_latency: Some(Duration::from_millis(30)),
+        // Frozen means frozen for the whole scenario: the liveness probe (30 s of failures by
+        // default) must not have the node agent restart the process, as a kubelet would.
+        values: vec!["livenessProbe.failureThreshold=60".to_string()],
         ..FleetOptions::default()
     })
     .await
     .unwrap();
-    let mut c = Chaos {
+    let c = Chaos {
         fleet,
         deaths: BTreeMap::new(),
         name: "SIGSTOP with work in flight",
     };
     c.settle("initial placement", &[0, 1, 2]).await;
     let frozen = c.planner().await;
-    let pid = c.fleet.replicas[&frozen].process.pid();
+    let pid = c.fleet.replicas[&frozen].pid();
     // New manifests for every app, and much slower destinations while they arrive: every
     // request to a destination then takes 2 s or more, so a reconcile holds its worker that
     // long and the replica's workers fill with apps as their changes come in. Watching the
@@ -487,13 +492,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     .await
     .unwrap();
     let frozen_at = audit::now_nanos();
-    c.fleet
-        .replicas
-        .get_mut(&frozen)
-        .unwrap()
-        .process
-        .pause()
-        .unwrap();
+    c.fleet.replicas[&frozen].pause().unwrap();
     // The frozen replica's requests already on their way keep their delay; the live ones
     // go back to the usual speed.
     c.fleet
@@ -503,13 +502,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     c.settle("planner frozen", &live).await;
     tokio::time::sleep(LEASE_DURATION).await;
     let resumed_at = audit::now_nanos();
-    c.fleet
-        .replicas
-        .get_mut(&frozen)
-        .unwrap()
-        .process
-        .resume()
-        .unwrap();
+    c.fleet.replicas[&frozen].resume().unwrap();
     c.wait_lease(frozen).await;
     c.settle("frozen replica resumed", &[0, 1, 2]).await;
 
@@ -608,8 +601,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
 async fn rebalance_through(name: &'static str, fault: impl FnOnce(&Chaos)) {
     let mut c = Chaos::start(name).await;
     c.fleet.scale(3).await.unwrap();
-    let leaving = c.fleet.replicas.get_mut(&3).unwrap();
-    leaving.process.terminate().unwrap();
+    c.fleet.terminate_replica(3).await.unwrap();
     // Mid-rebalance: the planner has moved work off shard 3 and the drain is under way.
     wait_for("shard 3 to start draining", SETTLE, || async {
         let placement = c.fleet.placement().await.map_err(|e| e.to_string())?;
@@ -683,7 +675,7 @@ async fn watches_resume_after_etcd_compaction_with_a_relist() {
     let compaction = ["--etcd-compaction-interval=2s", "--watch-cache=false"];
     let c = Chaos::start_with("watch after compaction", &flags, &compaction).await;
     let cp = c.fleet.env.control_plane();
-    let identity = format!("{STATEFULSET}-2");
+    let identity = c.fleet.replicas[&2].link.clone();
     let lists_before = lists_by(&c, &identity);
     cp.partition(&identity).unwrap();
     let cut = Instant::now();
@@ -773,7 +765,7 @@ async fn priority_and_fairness_throttles_the_controller_during_a_scale_change() 
         .control_plane()
         .writes()
         .iter()
-        .filter(|w| w.code == 429 && w.identity.starts_with(STATEFULSET))
+        .filter(|w| w.code == 429 && c.fleet.is_replica_link(&w.identity))
         .count();
     eprintln!(
         "[{}] {rejected} requests rejected by priority and fairness, {refused_writes} of them writes",

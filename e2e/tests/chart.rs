@@ -22,9 +22,10 @@ use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{Environment, FaultScope, pod_link, pod_ready, wait_for};
 use support::chart::{
-    NAMESPACE, RELEASE, Sample, Sampler, VALUES, add_apps, add_fleet, environment, helm, install,
-    kubectl, longest_handoff,
+    NAMESPACE, RELEASE, Sample, Sampler, VALUES, add_fleet, environment, helm, install, kubectl,
+    longest_handoff,
 };
+use support::pods;
 use support::prometheus::Prometheus;
 use support::{DESTINATION_IDENTITY, repo_file};
 
@@ -34,14 +35,10 @@ const CLUSTERS: u32 = 4;
 /// shorter than the chart's renew deadline (10 s), which a handoff waiting for an expired lease
 /// would take at least.
 const HANDOFF_BOUND: Duration = Duration::from_secs(5);
-/// The suite's tests one at a time: each runs a node and a control plane of its own, which
-/// two cores cannot run side by side in good time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// No two replica processes ever reconciled one cluster at once, in the merged audit of every
 /// replica pod that ran; `deaths` says when killed processes died.
 fn no_overlaps(env: &Environment, deaths: &std::collections::BTreeMap<u32, u64>) {
-    let audits = audit_files(env);
+    let audits = pods::audit_files(env, NAMESPACE, RELEASE);
     let intervals = shardwise_runtime::audit::read(&audits, "cluster").unwrap();
     assert!(
         intervals.len() >= 40,
@@ -74,7 +71,6 @@ fn no_overlaps(env: &Environment, deaths: &std::collections::BTreeMap<u32, u64>)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
-    let _serial = SERIAL.lock().await;
     let env = environment();
     let admin = env.control_plane().client("admin").await.unwrap();
     let chart = repo_file("charts/shardwise");
@@ -108,7 +104,8 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
     // A container killed outright (as by the OOM killer) is restarted by its node.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), NAMESPACE);
     let victim = format!("{RELEASE}-1");
-    let pid = controller_pid(&victim).unwrap_or_else(|| panic!("no process of {victim}"));
+    let pid = pods::container_pid(&victim, None, "shardwise-controller")
+        .unwrap_or_else(|| panic!("no process of {victim}"));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
         nix::sys::signal::Signal::SIGKILL,
@@ -343,12 +340,12 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         .collect();
     assert!(!status_writes.is_empty());
     assert!(
-        status_writes.iter().all(|r| r.identity == account),
+        status_writes.iter().all(|r| r.user == account),
         "{status_writes:?}"
     );
     let forbidden: Vec<_> = requests
         .iter()
-        .filter(|r| r.identity == account && r.code == 403)
+        .filter(|r| r.user == account && r.code == 403)
         .collect();
     assert!(forbidden.is_empty(), "{forbidden:?}");
     for log in replica_logs(&env) {
@@ -483,73 +480,12 @@ async fn replaced(pods: &Api<Pod>, name: &str, uid: &str) {
     .unwrap();
 }
 
-/// The process of pod `pod`'s controller container, found by its environment among this test
-/// process's descendants (the node agent runs in it; other tests on the machine may run
-/// replicas of the same name).
-fn controller_pid(pod: &str) -> Option<u32> {
-    let wanted = format!("POD_NAME={pod}");
-    let parent = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-        stat.rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    let ours = |pid: u32| {
-        std::iter::successors(parent(pid), |&p| parent(p))
-            .take_while(|&p| p > 1)
-            .any(|p| p == std::process::id())
-    };
-    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
-        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
-        let controller = environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes())
-            && cmdline.contains("shardwise-controller");
-        (controller && ours(pid)).then_some(pid)
-    })
-}
-
-/// Every replica pod's audit file, of pods running or gone.
-fn audit_files(env: &Environment) -> Vec<PathBuf> {
-    replica_dirs(env)
-        .into_iter()
-        .map(|pod| pod.join("volumes/audit/audit.jsonl"))
-        .filter(|file| file.is_file())
-        .collect()
-}
-
-/// The directories of every replica pod the node ran, running or gone.
-fn replica_dirs(env: &Environment) -> Vec<PathBuf> {
-    let pods = env.dir().join("nodes").join("node-0");
-    let prefix = format!("{NAMESPACE}_{RELEASE}-");
-    std::fs::read_dir(pods)
-        .unwrap()
-        .map(|pod| pod.unwrap().path())
-        .filter(|pod| {
-            pod.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
-        })
-        .collect()
-}
-
 /// The logs of every run of every replica's controller container.
 fn replica_logs(env: &Environment) -> Vec<PathBuf> {
-    let mut logs = Vec::new();
-    for pod in replica_dirs(env) {
-        for file in std::fs::read_dir(pod.join("controller"))
-            .into_iter()
-            .flatten()
-        {
-            let file = file.unwrap().path();
-            if file.extension().is_some_and(|e| e == "log") {
-                logs.push(file);
-            }
-        }
-    }
+    let logs: Vec<PathBuf> = pods::pod_dirs(env, NAMESPACE, &format!("{RELEASE}-"))
+        .iter()
+        .flat_map(|pod| pods::container_logs(pod, "controller"))
+        .collect();
     assert!(!logs.is_empty(), "no replica logs");
     logs
 }
@@ -724,40 +660,4 @@ fn rolled_one_at_a_time_from_the_top(samples: &[Sample], revision: &str, replica
             sample.pods
         );
     }
-}
-
-/// `sizing.autoscale`: the elected planner sets the StatefulSet's replicas from the fleet's apps
-/// (10 per replica here), and the real StatefulSet controller creates and deletes the pods: up
-/// at once when apps arrive, down once the need stayed low for the window.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_planner_sizes_the_statefulset_and_the_real_controller_follows() {
-    let _serial = SERIAL.lock().await;
-    let env = environment();
-    install(
-        &env,
-        &[
-            "--set",
-            "sizing.autoscale=true",
-            "--set",
-            "sizing.appsPerReplica=10",
-            "--set",
-            "sizing.maxReplicas=4",
-            "--set",
-            "sizing.scaleDownWindow=20s",
-        ],
-    )
-    .await;
-    add_fleet(&env, CLUSTERS, 0..10).await;
-    settled(&env, 1, 10).await;
-    add_apps(&env, CLUSTERS, 10..30).await;
-    settled(&env, 3, 30).await;
-    let admin = env.control_plane().client("admin").await.unwrap();
-    let apps: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);
-    for i in 10..30 {
-        apps.delete(&format!("app-{i}"), &Default::default())
-            .await
-            .unwrap();
-    }
-    settled(&env, 1, 10).await;
-    no_overlaps(&env, &std::collections::BTreeMap::new());
 }

@@ -1,6 +1,6 @@
-//! End-to-end tests of the sharded controller: real `shardwise-controller` processes, one per
-//! replica, against a test control plane (with the repository's RBAC enforced) and two
-//! destination clusters.
+//! End-to-end tests of the sharded controller: charts/shardwise installed with Helm on a real
+//! control plane (its RBAC enforced) that runs pods, the real StatefulSet controller creating
+//! one pod per replica, and two destination clusters.
 
 // Test code: a step that fails fails the test, helpers included.
 #![allow(clippy::unwrap_used)]
@@ -354,8 +354,8 @@ async fn scaling_moves_work_to_the_shards_that_exist() {
     }
 
     fleet.scale(4).await.unwrap();
-    fleet.spawn_replica(2).unwrap();
-    fleet.spawn_replica(3).unwrap();
+    fleet.spawn_replica(2).await.unwrap();
+    fleet.spawn_replica(3).await.unwrap();
     let clusters = fleet.clusters_api();
     wait_for("the new shards to own clusters", SETTLE, || async {
         let list = clusters
@@ -565,7 +565,7 @@ async fn bad_input_gets_a_clear_status_and_disturbs_nothing_else() {
     }
     for replica in fleet.replicas.values() {
         assert!(
-            !replica.process.stderr().contains(&token),
+            !replica.logs().contains(&token),
             "a log line leaks the token"
         );
     }
@@ -624,7 +624,7 @@ async fn pins_to_a_missing_shard_wait_for_it_and_move_back() {
     .unwrap();
 
     fleet.scale(3).await.unwrap();
-    fleet.spawn_replica(2).unwrap();
+    fleet.spawn_replica(2).await.unwrap();
     wait_for(
         "the pinned cluster to move to its shard",
         SETTLE,

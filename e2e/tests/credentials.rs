@@ -1,5 +1,5 @@
-//! End-to-end test of cluster credentials in the kubeconfig and Argo CD layouts: a real
-//! `shardwise-controller` process reconciles apps through them (a client certificate alone
+//! End-to-end test of cluster credentials in the kubeconfig and Argo CD layouts: a replica pod
+//! of the chart reconciles apps through them (a client certificate alone
 //! authenticating one), reports a certificate the destination does not trust as Unauthorized,
 //! refuses an exec plugin without running it, and never writes a credential to its logs,
 //! Events or statuses.
@@ -130,6 +130,8 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
         apps: 0,
         destinations: 2,
         args: vec!["--log=debug".to_string()],
+        // Only for the emptyDir it mounts, where an exec plugin could write.
+        audit: true,
         destination_identities: vec![
             Identity::admin("kubeconfig-user").with_token(KUBECONFIG_TOKEN),
             Identity::admin("argocd-user").with_token(ARGOCD_TOKEN),
@@ -149,7 +151,11 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
     let key_pem = client_key(&kubeconfig);
     let (foreign, foreign_key_pem) = kubeconfig_with_foreign_certificate(&fleet);
     let ca1 = destinations[1].ca_pem();
-    let exec_ran = fleet.env.dir().join("exec-ran");
+    // Where the plugin would leave its mark: the one place the replica's container may write
+    // (the emptyDir of its audit file; its root filesystem is read-only), seen from the node.
+    let exec_mark = std::path::Path::new(support::pods::AUDIT_FILE).with_file_name("exec-ran");
+    let pod = fleet.replicas[&0].pod().unwrap();
+    let exec_ran = pod.dir.join("volumes/audit/exec-ran");
     let exec = json!({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": {"server": url0}}],
@@ -157,7 +163,7 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
         "users": [{"name": "u", "user": {"exec": {
             "apiVersion": "client.authentication.k8s.io/v1",
             "command": "/bin/sh",
-            "args": ["-c", format!("touch {}", exec_ran.display())],
+            "args": ["-c", format!("touch {}", exec_mark.display())],
             "env": [{"name": "SECRET", "value": EXEC_SECRET}],
         }}}],
     });
@@ -201,6 +207,7 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
     create_cluster_and_app(&fleet, "misbound", &url1, 3).await;
     create_cluster_and_app(&fleet, "foreign-cert", &url0, 4).await;
 
+    let misbound = format!("holds credentials for \"{url0}\", not for spec.server \"{url1}\"");
     let expected = [
         ("kube-cert", ClusterPhase::Connected, ""),
         ("argo-token", ClusterPhase::Connected, ""),
@@ -209,11 +216,7 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
             ClusterPhase::Invalid,
             "exec credential plugins are not supported: key \"value\" of Secret \"exec\" sets users[\"u\"].exec",
         ),
-        (
-            "misbound",
-            ClusterPhase::Invalid,
-            "holds credentials for \"https://127.0.0.1:",
-        ),
+        ("misbound", ClusterPhase::Invalid, misbound.as_str()),
         (
             "foreign-cert",
             ClusterPhase::Unauthorized,
@@ -274,8 +277,7 @@ async fn kubeconfig_and_argo_cd_secrets_reconcile_and_no_credential_leaks() {
 
     // What the controller wrote anywhere: its logs, Events (the planner's, of either API), and
     // the statuses of clusters and apps.
-    let replica = &fleet.replicas[&0].process;
-    let mut written = replica.stdout() + &replica.stderr();
+    let mut written = fleet.replicas[&0].logs();
     assert!(
         written.contains("probed"),
         "the controller's debug logs, probes included, are among what was checked"

@@ -218,7 +218,7 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
 
     // Scale up: the new shard takes clusters through drains (handoffs).
     fleet.scale(4).await.unwrap();
-    fleet.spawn_replica(3).unwrap();
+    fleet.spawn_replica(3).await.unwrap();
     prometheus.scrape_replicas(&fleet).unwrap();
     let clusters = fleet.clusters_api();
     wait_for("shard 3 to own clusters", SETTLE, || async {
@@ -250,7 +250,7 @@ async fn every_panel_of_the_dashboard_shows_real_data() {
 
     // Partition replica 1 from the control plane until it fences itself, then heal it.
     let cp = fleet.env.control_plane();
-    let identity = format!("{STATEFULSET}-1");
+    let identity = fleet.replicas[&1].link.clone();
     cp.partition(&identity).unwrap();
     wait_for("replica 1 to fence itself", SETTLE, || async {
         let m = fleet.scrape(1).await.map_err(|e| e.to_string())?;

@@ -1,5 +1,5 @@
-//! One bad or hostile object must never break the fleet: end-to-end tests with real controller
-//! processes on the test API servers. Each test reproduces a way a careless or hostile user hurt
+//! One bad or hostile object must never break the fleet: end-to-end tests with the chart's
+//! replica pods on a real control plane. Each test reproduces a way a careless or hostile user hurt
 //! the fleet, and checks that the damage stays with the object at fault.
 
 // Test code: a step that fails fails the test, helpers included.
@@ -173,7 +173,7 @@ async fn objects_the_controller_cannot_read_stop_nothing() {
     // A new planner lists everything from scratch.
     let planner = fleet.planner(SETTLE).await.unwrap();
     fleet.stop_replica(planner).await.unwrap();
-    fleet.spawn_replica(planner).unwrap();
+    fleet.spawn_replica(planner).await.unwrap();
 
     // Each object that cannot be read says why, naming the field.
     wait_status::<FleetCluster>(
@@ -218,7 +218,7 @@ async fn objects_the_controller_cannot_read_stop_nothing() {
         wait_status::<FleetApp>(&fleet, &format!("late-{i}"), ("syncPhase", "Synced"), "").await;
     }
     fleet.scale(4).await.unwrap();
-    fleet.spawn_replica(3).unwrap();
+    fleet.spawn_replica(3).await.unwrap();
     // Listed leniently: the typed list would fail on "oversized", as the controller's did.
     let clusters: Api<Lenient<FleetCluster>> =
         Api::namespaced_with(fleet.admin.clone(), NAMESPACE, &());
@@ -270,7 +270,7 @@ async fn one_outsized_cluster_never_freezes_rebalancing() {
         .unwrap();
     fleet.wait_settled(&[0, 1, 2], SETTLE).await.unwrap();
     fleet.scale(4).await.unwrap();
-    fleet.spawn_replica(3).unwrap();
+    fleet.spawn_replica(3).await.unwrap();
     // The shards other than the outsized cluster's are balanced among themselves.
     let started = std::time::Instant::now();
     wait_for("the other shards to be balanced", SETTLE, || async {
@@ -406,7 +406,7 @@ async fn mistakes_are_reported_plainly_and_stay_with_their_object() {
     wait_status::<FleetApp>(&fleet, "first", ("syncPhase", "Synced"), "").await;
 
     // Tokens: one that cannot travel in a header, one the destination refuses.
-    let server = fleet.env.destinations()[0].url();
+    let server = fleet.destination_url(0);
     let ca = fleet.env.destinations()[0].ca_pem();
     let cp = fleet.env.control_plane();
     for (secret, token) in [("accented", "jeton-à-accent"), ("stale", "not-the-token")] {
@@ -493,15 +493,19 @@ async fn mistakes_are_reported_plainly_and_stay_with_their_object() {
     }
 }
 
-/// A server that records every connection it gets and answers nothing: where an attacker
-/// would like credentials to be sent.
-async fn listening_attacker() -> (
+/// A server on `address` that records every connection it gets and answers nothing: where an
+/// attacker would like credentials to be sent.
+async fn listening_attacker(
+    address: &str,
+) -> (
     u16,
     std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     tokio::task::JoinHandle<()>,
 ) {
     use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(format!("{address}:0"))
+        .await
+        .unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let record = seen.clone();
@@ -537,7 +541,9 @@ async fn credentials_go_only_where_their_secret_says() {
     .await
     .unwrap();
     fleet.wait_settled(&[0, 1], SETTLE).await.unwrap();
-    let (port, seen, attacker) = listening_attacker().await;
+    // Where the replicas could reach it.
+    let host = fleet.test_address();
+    let (port, seen, attacker) = listening_attacker(&host).await;
     let cp = fleet.env.control_plane();
     // Another team's Secret: not cluster credentials, so the controller must use none of it.
     cp.apply_yaml(
@@ -545,7 +551,7 @@ async fn credentials_go_only_where_their_secret_says() {
         &json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "team-b-database", "namespace": NAMESPACE},
-            "stringData": {"password": "hunter2", "server": format!("https://127.0.0.1:{port}")},
+            "stringData": {"password": "hunter2", "server": format!("https://{host}:{port}")},
         })
         .to_string(),
     )
@@ -558,7 +564,7 @@ async fn credentials_go_only_where_their_secret_says() {
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "plain", "namespace": NAMESPACE,
                          "labels": {"shardwise.io/secret-type": "cluster"}},
-            "stringData": {"token": "plain-token", "server": format!("http://127.0.0.1:{port}")},
+            "stringData": {"token": "plain-token", "server": format!("http://{host}:{port}")},
         })
         .to_string(),
     )
@@ -568,26 +574,26 @@ async fn credentials_go_only_where_their_secret_says() {
     let probes = [
         (
             "probe-http",
-            json!({"server": format!("http://127.0.0.1:{port}"), "credentials": {"secretRef": other_team}}),
+            json!({"server": format!("http://{host}:{port}"), "credentials": {"secretRef": other_team}}),
             "is plain http: credentials are only sent over https".to_string(),
         ),
         (
             "probe-https",
-            json!({"server": format!("https://127.0.0.1:{port}"), "credentials": {"secretRef": other_team}}),
+            json!({"server": format!("https://{host}:{port}"), "credentials": {"secretRef": other_team}}),
             "Secret \"team-b-database\" is not cluster credentials".to_string(),
         ),
         (
             "probe-stolen",
-            json!({"server": format!("https://127.0.0.1:{port}"),
+            json!({"server": format!("https://{host}:{port}"),
                    "credentials": {"secretRef": {"name": "dest-0-credentials"}}}),
             format!(
-                "Secret \"dest-0-credentials\" holds credentials for {:?}, not for spec.server \"https://127.0.0.1:{port}\"",
+                "Secret \"dest-0-credentials\" holds credentials for {:?}, not for spec.server \"https://{host}:{port}\"",
                 fleet.destination_url(0)
             ),
         ),
         (
             "probe-plain",
-            json!({"server": format!("http://127.0.0.1:{port}"),
+            json!({"server": format!("http://{host}:{port}"),
                    "credentials": {"secretRef": {"name": "plain"}}}),
             "is plain http".to_string(),
         ),

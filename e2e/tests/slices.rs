@@ -1,6 +1,6 @@
 //! End-to-end tests of slices: a cluster too hot for one replica is cut into slices of its
 //! apps, spread over the replicas, and handed off slice by slice through scale-downs and
-//! scale-ups, with real `shardwise-controller` processes on a test control plane.
+//! scale-ups, with the chart's replica pods on a real control plane.
 
 // Test code: a step that fails fails the test, helpers included.
 #![allow(clippy::unwrap_used)]
@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use shardwise_e2e::wait_with;
 use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL};
 use shardwise_runtime::slice::UnitSlice;
-use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits, shard_label};
+use support::{Fleet, FleetOptions, NAMESPACE, raised_client_limits, shard_label};
 
 const SETTLE: Duration = Duration::from_secs(240);
 
@@ -183,8 +183,8 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
     );
 
     fleet.scale(5).await.unwrap();
-    fleet.spawn_replica(3).unwrap();
-    fleet.spawn_replica(4).unwrap();
+    fleet.spawn_replica(3).await.unwrap();
+    fleet.spawn_replica(4).await.unwrap();
     let started = std::time::Instant::now();
     wait_balanced_and_settled(&fleet, &[0, 1, 2, 3, 4]).await;
     eprintln!(
@@ -264,7 +264,7 @@ async fn slice_owners_have_the_server_select_their_apps_where_it_can() {
     for (range, shard, _) in hot {
         // Each owner of a slice of the hot cluster asked for (at least) that slice's range.
         let sent = selected
-            .get(&format!("{STATEFULSET}-{shard}"))
+            .get(&fleet.replicas[shard].link)
             .unwrap_or_else(|| panic!("shard {shard} owns {range} but listed no apps by selector"));
         assert!(
             sent.iter().any(|s| covers(s, *range)),

@@ -93,6 +93,7 @@ async fn answer(
         shared.writes.push(WriteRecord {
             at,
             identity: identity.name.clone(),
+            user: identity.user.clone(),
             user_agent,
             method,
             path,

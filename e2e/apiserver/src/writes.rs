@@ -43,6 +43,7 @@ mod tests {
         WriteRecord {
             at: SystemTime::UNIX_EPOCH,
             identity: "a".into(),
+            user: "a".into(),
             user_agent: None,
             method: "PATCH".into(),
             path: format!("/api/v1/namespaces/x/configmaps/{n}"),

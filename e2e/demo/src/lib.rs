@@ -1,11 +1,13 @@
 //! `make demo`: shardwise running for real on a laptop with no Kubernetes installed.
 //!
-//! The in-memory test API server plays the control plane and two destination clusters (with
-//! `--real`, kube-apiserver and etcd run as local processes by the end-to-end harness); the
-//! CRDs, RBAC
-//! and a StatefulSet come from `deploy/`; a fleet of FleetClusters and FleetApps (one cluster
-//! hot enough to be cut into slices, a few apps broken on purpose) is created; real
-//! `shardwise-controller` processes run as the replicas. The demo then scales the StatefulSet
+//! The in-memory test API server plays the control plane and two destination clusters, with the
+//! CRDs, RBAC and a StatefulSet from `deploy/`, and the demo starts the replicas itself as
+//! `shardwise-controller` processes. With `--real`, the end-to-end harness runs a real cluster
+//! as local processes instead (kube-apiserver, etcd, kube-controller-manager, kube-scheduler
+//! and a node agent that runs pods as processes), the chart is installed with Helm, and the real
+//! StatefulSet controller creates the replicas' pods. Either way a fleet of FleetClusters and
+//! FleetApps (one cluster hot enough to be cut into slices, a few apps broken on purpose) is
+//! created. The demo then scales the StatefulSet
 //! 3 -> 4 -> 2 and kills a replica, shows every shard live while it does, and ends with a
 //! summary that checks what the project promises: every healthy app Synced, the broken ones
 //! failed with their reason, no cluster or slice reconciled by two replicas at once (the
@@ -97,7 +99,8 @@ pub struct Options {
     pub prometheus: Option<PathBuf>,
     /// Where to draw the dashboard picture from those series (needs python3 with matplotlib).
     pub picture: Option<PathBuf>,
-    /// Run on kube-apiserver and etcd instead of the in-memory test API server.
+    /// Run on a real cluster of local processes, with the chart installed by Helm, instead of
+    /// the in-memory test API server.
     pub real: bool,
 }
 
@@ -367,6 +370,7 @@ impl Demo {
         self.expected = 4;
         self.fleet
             .spawn_replica(3)
+            .await
             .map_err(step("start replica 3"))?;
         self.retarget()?;
         self.settle(2, "scale 3 -> 4", &[0, 1, 2, 3], out).await?;
@@ -387,7 +391,7 @@ impl Demo {
             .fleet
             .replicas
             .get(&1)
-            .map(|r| r.process.pid())
+            .map(|r| r.pid())
             .unwrap_or_default();
         self.fleet.kill_replica(1).map_err(step("kill replica 1"))?;
         self.deaths.insert(pid, audit::now_nanos());
@@ -395,6 +399,7 @@ impl Demo {
         tokio::time::sleep(Duration::from_secs(2)).await;
         self.fleet
             .spawn_replica(1)
+            .await
             .map_err(step("restart replica 1"))?;
         self.retarget()?;
         self.settle(4, "kill replica 1 (SIGKILL); it restarts", &[0, 1], out)
@@ -498,6 +503,8 @@ impl Demo {
 
     /// Stops every replica gracefully; the API servers stop when the demo is dropped.
     pub async fn shutdown(mut self) -> Result<(), DemoError> {
+        // To 0 first, or the StatefulSet controller would replace each pod stopped.
+        self.fleet.scale(0).await.map_err(step("scale to 0"))?;
         let ordinals: Vec<u32> = self.fleet.replicas.keys().rev().copied().collect();
         for ordinal in ordinals {
             self.fleet
@@ -570,11 +577,7 @@ impl Demo {
 
     /// The process ids of the running replicas.
     pub fn pids(&self) -> Vec<u32> {
-        self.fleet
-            .replicas
-            .values()
-            .map(|r| r.process.pid())
-            .collect()
+        self.fleet.replicas.values().map(|r| r.pid()).collect()
     }
 
     /// Every live shard's replica holds its lease (a restarted replica has taken its shard
@@ -717,7 +720,7 @@ impl Demo {
                 ),
                 at: Instant::now(),
             };
-            let pid = replica.process.pid();
+            let pid = replica.pid();
             if let Some(before) = self.counters.get(&pid) {
                 let seconds = now.at.duration_since(before.at).as_secs_f64();
                 if seconds > 0.0 {
@@ -784,7 +787,7 @@ impl Demo {
             .collect();
         // The replicas still run: an interval open now lasts until they stop, so any later
         // start by another process on the same cluster counts as an overlap.
-        let files = self.fleet.audits.clone();
+        let files = self.fleet.audit_files();
         let intervals = audit::read(&files, "cluster").map_err(step("read the audit"))?;
         let overlaps = audit::overlaps(&intervals, &self.deaths)
             .iter()

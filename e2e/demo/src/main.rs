@@ -16,8 +16,10 @@ struct Args {
     /// Leave the fleet running after the summary, with a kubeconfig to explore it; Ctrl-C ends it.
     #[arg(long)]
     keep: bool,
-    /// Run on kube-apiserver and etcd (built by `make control-plane`) instead of the embedded
-    /// test server, which starts in a second.
+    /// Run on a real cluster of local processes (kube-apiserver, etcd, kube-controller-manager,
+    /// kube-scheduler, built by `make control-plane`, and a node agent that runs pods as
+    /// processes), with the chart installed by Helm, instead of the embedded test server, which
+    /// starts in a second.
     #[arg(long)]
     real: bool,
     /// FleetClusters in the fleet.
@@ -98,7 +100,7 @@ async fn run(args: Args) -> Result<bool, DemoError> {
     eprintln!(
         "starting {}, 2 destination clusters, {} clusters, {} apps and 3 replicas...",
         if options.real {
-            "kube-apiserver and etcd as the control plane"
+            "a cluster of local processes with the chart installed by Helm"
         } else {
             "an embedded control plane"
         },

@@ -116,16 +116,26 @@ impl Cluster {
             })
     }
 
-    /// Cuts `identity` off this cluster: its open connections and watches drop and new ones
-    /// are dropped unanswered, as if the network were down, until [`Cluster::heal`].
+    /// An identity's link, or a pod's ([`crate::pod_link`]): pods authenticate themselves,
+    /// and their links open on their first connection.
+    fn known_link(&self, link: &str) -> Result<(), HarnessError> {
+        if !link.starts_with(&crate::pod_link("")) {
+            self.known(link)?;
+        }
+        Ok(())
+    }
+
+    /// Cuts `identity` (or a pod, by its link) off this cluster: its open connections and
+    /// watches drop and new ones are dropped unanswered, as if the network were down, until
+    /// [`Cluster::heal`].
     pub fn partition(&self, identity: &str) -> Result<(), HarnessError> {
-        self.known(identity)?;
+        self.known_link(identity)?;
         self.server.set_partitioned(identity, true)
     }
 
     /// Ends [`Cluster::partition`] of `identity`.
     pub fn heal(&self, identity: &str) -> Result<(), HarnessError> {
-        self.known(identity)?;
+        self.known_link(identity)?;
         self.server.set_partitioned(identity, false)
     }
 

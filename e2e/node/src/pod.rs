@@ -204,7 +204,7 @@ pub(crate) async fn run_pod(
                 let deleting = pod.metadata.deletion_timestamp.is_some();
                 worker.pod = *pod;
                 if deleting {
-                    worker.terminate_gracefully().await;
+                    worker.terminate_gracefully(&mut events).await;
                     return;
                 }
             }
@@ -810,8 +810,10 @@ impl Worker {
     }
 
     /// SIGTERM, the grace period, SIGKILL; the final status; the sandbox and files removed;
-    /// then the object deleted for good.
-    async fn terminate_gracefully(&mut self) {
+    /// then the object deleted for good, retried with back-off as the kubelet retries it (an
+    /// API server or etcd restarting refuses it for a while), until it is done, the pod is
+    /// gone or replaced, or the agent stops.
+    async fn terminate_gracefully(&mut self, events: &mut UnboundedReceiver<PodEvent>) {
         let grace = self.grace();
         self.stop_all(grace).await;
         self.report().await;
@@ -825,8 +827,23 @@ impl Worker {
             }),
             ..DeleteParams::default()
         };
-        if let Err(e) = pods.delete(&self.name, &params).await {
-            tracing::debug!(pod = %self.name, error = %e, "final delete failed");
+        let mut backoff = self.rt.initial_backoff;
+        loop {
+            match pods.delete(&self.name, &params).await {
+                // 404: gone; 409: the name now belongs to another pod.
+                Ok(_) => return,
+                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => return,
+                Err(e) => tracing::debug!(pod = %self.name, error = %e, "final delete failed"),
+            }
+            tokio::select! {
+                event = events.recv() => {
+                    if matches!(event, None | Some(PodEvent::Shutdown | PodEvent::Gone)) {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.rt.max_backoff);
         }
     }
 

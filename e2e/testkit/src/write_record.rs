@@ -6,9 +6,11 @@ use std::time::SystemTime;
 pub struct WriteRecord {
     /// When it arrived, on this machine's wall clock.
     pub at: SystemTime,
-    /// The identity that sent it: its name on the test server; on kube-apiserver its token's
-    /// UID, else its user.
+    /// The identity that sent it: its name on the test server; on kube-apiserver the link of
+    /// the pod its token is bound to, else its token's UID, else its user.
     pub identity: String,
+    /// The user the server authenticated it as.
+    pub user: String,
     /// The `User-Agent` header, when the request had one.
     pub user_agent: Option<String>,
     /// The HTTP method, or `LIST`.

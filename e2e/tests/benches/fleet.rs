@@ -77,7 +77,7 @@ use shardwise_api::SyncPhase;
 use shardwise_e2e::{Poll, scrape, wait_for, wait_with};
 use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
 use shardwise_runtime::audit;
-use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, STATEFULSET, shard_label};
+use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, Runner, STATEFULSET, shard_label};
 
 const LONG: Duration = Duration::from_secs(1200);
 
@@ -156,6 +156,7 @@ async fn throughput(replicas: u32) -> f64 {
 /// Default workers and limits, 10 ms on every destination request (sections may lower a limit).
 fn throughput_options() -> FleetOptions {
     FleetOptions {
+        runner: Runner::Played,
         fast: false,
         destination_latency: Some(Duration::from_millis(10)),
         ..FleetOptions::default()
@@ -202,6 +203,7 @@ fn peak_rss(pid: u32) -> u64 {
 async fn memory(replicas: u32) -> Memory {
     const APPS: u32 = 20_000;
     let fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas,
         clusters: 40,
         apps: APPS,
@@ -229,7 +231,7 @@ async fn memory(replicas: u32) -> Memory {
             break;
         }
     }
-    let peak = peak_rss(fleet.replicas[&chosen].process.pid());
+    let peak = peak_rss(fleet.replicas[&chosen].pid());
     let metrics = scrape(&fleet.replicas[&chosen].metrics_url).await.unwrap();
     let owned = metrics.sum("shardwise_owned_apps", &[]);
     let cache = Cached {
@@ -362,6 +364,7 @@ async fn measure(
 
 async fn handoff() -> (Vec<Handoff>, usize) {
     let mut fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas: 4,
         clusters: 40,
         apps: 2000,
@@ -392,23 +395,23 @@ async fn handoff() -> (Vec<Handoff>, usize) {
         .await,
     );
     fleet.scale(4).await.unwrap();
-    fleet.spawn_replica(3).unwrap();
+    fleet.spawn_replica(3).await.unwrap();
     fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
 
     // SIGKILL.
     let before = labels(&fleet).await;
-    let pid = fleet.replicas[&1].process.pid();
+    let pid = fleet.replicas[&1].pid();
     let (t0, since) = (Instant::now(), jiff::Timestamp::now());
     fleet.kill_replica(1).unwrap();
     deaths.insert(pid, audit::now_nanos());
     let mut row = measure(&fleet, "SIGKILL", &[0, 2, 3], before, t0, since).await;
-    row.in_flight = audit::read(&fleet.audits, "cluster")
+    row.in_flight = audit::read(&fleet.audit_files(), "cluster")
         .unwrap()
         .iter()
         .filter(|i| i.pid == pid && i.end.is_none())
         .count();
     rows.push(row);
-    fleet.spawn_replica(1).unwrap();
+    fleet.spawn_replica(1).await.unwrap();
     fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
 
     // Partition of replica 2 from the control plane.
@@ -423,7 +426,11 @@ async fn handoff() -> (Vec<Handoff>, usize) {
     fleet.env.control_plane().heal(&identity).unwrap();
     fleet.wait_settled(&[0, 1, 2, 3], LONG).await.unwrap();
 
-    let overlaps = audit::overlaps(&audit::read(&fleet.audits, "cluster").unwrap(), &deaths).len();
+    let overlaps = audit::overlaps(
+        &audit::read(&fleet.audit_files(), "cluster").unwrap(),
+        &deaths,
+    )
+    .len();
     (rows, overlaps)
 }
 
@@ -587,6 +594,7 @@ async fn answers_ready(ready_url: &str) -> Result<(), String> {
 /// run: processes started and stopped by the bench.
 async fn chart_played() -> Rollout {
     let mut fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas: 3,
         clusters: CHART_CLUSTERS,
         apps: CHART_APPS,
@@ -609,7 +617,7 @@ async fn chart_played() -> Rollout {
     .unwrap();
     let scale_down = t0.elapsed().as_secs_f64();
     fleet.scale(3).await.unwrap();
-    fleet.spawn_replica(2).unwrap();
+    fleet.spawn_replica(2).await.unwrap();
     fleet.wait_settled(&[0, 1, 2], LONG).await.unwrap();
 
     let sampler =
@@ -619,7 +627,7 @@ async fn chart_played() -> Rollout {
     // As the StatefulSet controller rolls: highest ordinal first, the next once it is Ready.
     for ordinal in [2, 1, 0] {
         fleet.stop_replica(ordinal).await.unwrap();
-        fleet.spawn_replica(ordinal).unwrap();
+        fleet.spawn_replica(ordinal).await.unwrap();
         let ready = fleet.replicas[&ordinal].ready_url.clone();
         wait_for(&format!("replica {ordinal} Ready"), LONG, || {
             answers_ready(&ready)
@@ -700,15 +708,20 @@ async fn restart_with(fleet: &mut Fleet, args: &[&str]) {
     // All at once: replicas stopped one by one would hand their clusters to the others first.
     let mut stopping: Vec<_> = std::mem::take(&mut fleet.replicas).into_values().collect();
     for replica in &mut stopping {
-        replica.process.terminate().unwrap();
+        replica.process_mut().unwrap().terminate().unwrap();
     }
     for replica in &mut stopping {
-        replica.process.wait(Duration::from_secs(60)).await.unwrap();
+        replica
+            .process_mut()
+            .unwrap()
+            .wait(Duration::from_secs(60))
+            .await
+            .unwrap();
     }
     fleet.options.args = args.iter().map(|a| a.to_string()).collect();
     let live: Vec<u32> = (0..u32::try_from(stopping.len()).unwrap()).collect();
     for &ordinal in &live {
-        fleet.spawn_replica(ordinal).unwrap();
+        fleet.spawn_replica(ordinal).await.unwrap();
     }
     fleet.wait_settled(&live, LONG).await.unwrap();
 }
@@ -743,6 +756,7 @@ async fn measured() -> (Vec<MeasuredRow>, usize) {
         ]
     };
     let mut fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas: 4,
         clusters: 40,
         apps: 1000,
@@ -843,7 +857,7 @@ async fn measured() -> (Vec<MeasuredRow>, usize) {
         seconds,
     });
     let overlaps = audit::overlaps(
-        &audit::read(&fleet.audits, "cluster").unwrap(),
+        &audit::read(&fleet.audit_files(), "cluster").unwrap(),
         &BTreeMap::new(),
     )
     .len();
@@ -897,6 +911,7 @@ async fn at_rest() -> AtRest {
     const APPS: u32 = 5000;
     const WINDOW: Duration = Duration::from_secs(120);
     let mut fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas: 3,
         clusters: 40,
         apps: APPS,
@@ -976,6 +991,7 @@ async fn cached_handoff(per_cluster: u32) -> (f64, f64) {
     let mut args = support::raised_client_limits();
     args.push("--slicing=off".into());
     let mut fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas: 2,
         clusters: 2,
         apps: 2 * per_cluster,
@@ -1076,6 +1092,7 @@ async fn cluster_move() -> Move {
     let mut args = support::raised_client_limits();
     args.push("--slicing=off".into());
     let mut fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas: 2,
         clusters: 2,
         apps,
@@ -1225,6 +1242,7 @@ async fn scale(replicas: u32, real: bool) -> ScaleRun {
     // main refuses the section when the test server is not built in and `--real` was not given.
     debug_assert!(real || cfg!(feature = "test-server"));
     let fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         #[cfg(feature = "test-server")]
         test_server: !real,
         replicas,
@@ -1249,12 +1267,8 @@ async fn scale(replicas: u32, real: bool) -> ScaleRun {
     let planner = fleet.planner(LONG).await.unwrap();
     let metrics = scrape(&fleet.replicas[&planner].metrics_url).await.unwrap();
     let planner_pass = metrics.sum("shardwise_planner_pass_seconds", &[]);
-    let planner_rss = peak_rss(fleet.replicas[&planner].process.pid());
-    let cpu: f64 = fleet
-        .replicas
-        .values()
-        .map(|r| cpu_seconds(r.process.pid()))
-        .sum();
+    let planner_rss = peak_rss(fleet.replicas[&planner].pid());
+    let cpu: f64 = fleet.replicas.values().map(|r| cpu_seconds(r.pid())).sum();
     fleet.audited_without_overlap();
     eprintln!(
         "scale: {replicas} replicas, {SCALE_APPS} apps Synced in {seconds:.1} s; planner pass {planner_pass:.3} s"
@@ -1286,6 +1300,7 @@ async fn resident_with(clusters: u32) -> u64 {
     let mut args = support::raised_client_limits();
     args.push("--slicing=off".into());
     let fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
         replicas: 1,
         clusters,
         apps: APPS,
@@ -1299,7 +1314,7 @@ async fn resident_with(clusters: u32) -> u64 {
     wait_synced(&fleet, APPS as usize).await;
     fleet.wait_settled(&[0], LONG).await.unwrap();
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let bytes = rss(fleet.replicas[&0].process.pid());
+    let bytes = rss(fleet.replicas[&0].pid());
     eprintln!(
         "copies: 1 replica, {APPS} apps on {clusters} clusters: {:.1} MiB resident",
         bytes as f64 / 1048576.0

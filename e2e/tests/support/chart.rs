@@ -265,7 +265,7 @@ pub async fn add_fleet(env: &Environment, clusters: u32, apps: std::ops::Range<u
 
 /// Apps `apps` in [`NAMESPACE`], app `i` on `cluster-{i % clusters}` in namespace
 /// `team-{i % 5}`.
-pub async fn add_apps(env: &Environment, clusters: u32, apps: std::ops::Range<u32>) {
+async fn add_apps(env: &Environment, clusters: u32, apps: std::ops::Range<u32>) {
     let admin = env.control_plane().client("admin").await.unwrap();
     let api: Api<FleetApp> = Api::namespaced(admin, NAMESPACE);
     for i in apps {

@@ -210,6 +210,7 @@ mod tests {
         WriteRecord {
             at: at(seconds),
             identity: "shardwise-destination".into(),
+            user: "shardwise-destination".into(),
             user_agent: Some(format!(
                 "shardwise-controller/0.1.0 (shard 1; term {:016x})",
                 Incarnation::of_identity(holder).0

@@ -1,21 +1,23 @@
-//! A shardwise fleet on kube-apiserver and etcd: a control plane with the CRDs, RBAC and
-//! StatefulSet of the repository, destination clusters, FleetClusters and FleetApps, and real
-//! `shardwise-controller` processes, one per replica.
+//! A shardwise fleet on kube-apiserver and etcd: destination clusters, FleetClusters and
+//! FleetApps, and real `shardwise-controller` processes, one per replica: pods of the chart
+//! installed by Helm, which the real StatefulSet controller creates and a node agent runs, or
+//! processes the harness starts itself (the test server's way, and some benchmarks').
 
 #![allow(dead_code)]
 
 pub mod chart;
 pub mod fencing;
+pub mod pods;
 pub mod prometheus;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use shard_assign::{KeyRange, app_key};
@@ -49,14 +51,32 @@ pub fn repo_file(path: &str) -> PathBuf {
         .join(path)
 }
 
+/// Who runs the replicas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Runner {
+    /// charts/shardwise installed by Helm: the real StatefulSet controller creates and deletes
+    /// the pods, and a node agent runs each as a process of this workspace's binary.
+    #[default]
+    Pods,
+    /// The harness starts and stops one process per ordinal itself, as the StatefulSet
+    /// controller would: the test server's only way (it runs no pods), and that of the
+    /// benchmarks whose figures go back to before pods ran here.
+    Played,
+}
+
 /// How to build a fleet.
 #[derive(Clone, Debug)]
 pub struct FleetOptions {
+    /// Who runs the replicas (always [`Runner::Played`] on the test server).
+    pub runner: Runner,
+    /// More chart values (`helm --set` pairs) for replicas that run as pods, e.g.
+    /// `sizing.autoscale=true`.
+    pub values: Vec<String>,
     pub replicas: u32,
     pub clusters: u32,
     pub apps: u32,
     pub destinations: usize,
-    /// Extra flags for every replica.
+    /// Extra flags for every replica (pods: the chart's `extraArgs`).
     pub args: Vec<String>,
     /// Record every reconcile interval to a per-replica audit file.
     pub audit: bool,
@@ -74,9 +94,10 @@ pub struct FleetOptions {
     /// The percentage of the apps that target `cluster-0`; the others are spread evenly over
     /// the other clusters. `None`: every cluster gets the same share.
     pub hot_percent: Option<u32>,
-    /// The `shardwise-controller` binary every replica runs; `None`: the workspace's, built
-    /// from the current source when the fleet starts ([`shardwise_e2e::controller_binary`]). The
-    /// demo names its own.
+    /// The `shardwise-controller` binary every played replica runs; `None`: the workspace's,
+    /// built from the current source when the fleet starts
+    /// ([`shardwise_e2e::controller_binary`]). The demo names its own. Pods run the image's,
+    /// which the node builds from the current source.
     pub controller: Option<PathBuf>,
     /// More identities on every destination cluster, known from the start (a real server reads
     /// its static tokens only then).
@@ -96,6 +117,8 @@ pub struct FleetOptions {
 impl Default for FleetOptions {
     fn default() -> Self {
         Self {
+            runner: Runner::default(),
+            values: Vec::new(),
             replicas: 3,
             clusters: 20,
             apps: 500,
@@ -117,13 +140,89 @@ impl Default for FleetOptions {
     }
 }
 
-/// One replica process.
+/// One replica.
 pub struct Replica {
-    pub process: Process,
     pub metrics_url: String,
     pub ready_url: String,
-    pub audit: Option<PathBuf>,
+    /// The name of its link to the control plane: faults scoped to it
+    /// (`FaultScope::identity`, `Cluster::partition`) reach this replica alone.
+    pub link: String,
+    run: Run,
 }
+
+enum Run {
+    Process(Process),
+    Pod(pods::PodRun),
+}
+
+impl Replica {
+    /// Its process.
+    pub fn pid(&self) -> u32 {
+        match &self.run {
+            Run::Process(process) => process.pid(),
+            Run::Pod(pod) => pod.pid,
+        }
+    }
+
+    /// What it wrote to stdout and stderr (a pod: every run of its container).
+    pub fn logs(&self) -> String {
+        match &self.run {
+            Run::Process(process) => process.stdout() + &process.stderr(),
+            Run::Pod(pod) => pod.logs(CONTAINER),
+        }
+    }
+
+    /// Its logs for a failure message.
+    pub fn report(&self) -> String {
+        match &self.run {
+            Run::Process(process) => process.report(),
+            Run::Pod(pod) => format!(
+                "--- pod {} ({}):\n{}",
+                pod.name,
+                pod.uid,
+                pod.logs(CONTAINER)
+            ),
+        }
+    }
+
+    /// Freezes its process (SIGSTOP), as a long GC pause or a VM live migration would.
+    pub fn pause(&self) -> Result<()> {
+        self.signal(nix::sys::signal::Signal::SIGSTOP)
+    }
+
+    /// Thaws it (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        self.signal(nix::sys::signal::Signal::SIGCONT)
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) -> Result<()> {
+        send_signal(self.pid(), signal)
+    }
+
+    /// Its process, when the harness started it.
+    pub fn process_mut(&mut self) -> Option<&mut Process> {
+        match &mut self.run {
+            Run::Process(process) => Some(process),
+            Run::Pod(_) => None,
+        }
+    }
+
+    /// The pod it runs in, when it does.
+    pub fn pod(&self) -> Option<&pods::PodRun> {
+        match &self.run {
+            Run::Process(_) => None,
+            Run::Pod(pod) => Some(pod),
+        }
+    }
+}
+
+fn send_signal(pid: u32, signal: nix::sys::signal::Signal) -> Result<()> {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid)?), signal)?;
+    Ok(())
+}
+
+/// The chart's container of the controller.
+const CONTAINER: &str = "controller";
 
 pub struct Fleet {
     /// Every state of the shard leases since before the first replica started, so that every
@@ -134,14 +233,20 @@ pub struct Fleet {
     pub options: FleetOptions,
     pub admin: Client,
     pub replicas: BTreeMap<u32, Replica>,
-    /// Audit files of every replica incarnation, for the overlap check.
-    pub audits: Vec<PathBuf>,
+    /// Who runs the replicas.
+    pub runner: Runner,
+    /// Audit files of every played replica incarnation, for the overlap check.
+    audits: Vec<PathBuf>,
+    /// Pods of replicas that are gone or lost, by UID: a replica started again runs in another.
+    retired: BTreeSet<String>,
+    /// Pods [`Self::kill_replica`] left behind, by ordinal, as a dead node leaves them.
+    lost: BTreeMap<u32, String>,
     /// When the first replica was started.
     pub started: std::time::Instant,
     /// With secure metrics: how to scrape them.
     pub metrics_access: Option<MetricsAccess>,
-    /// The `shardwise-controller` binary every replica runs.
-    pub controller: PathBuf,
+    /// The `shardwise-controller` binary every played replica runs.
+    controller: Option<PathBuf>,
 }
 
 /// What an authorized scraper of secure metrics has.
@@ -158,16 +263,81 @@ pub struct MetricsAccess {
 /// The identity on the control plane that may read every replica's metrics.
 pub const SCRAPER_IDENTITY: &str = "scraper";
 
-/// A CA and a serving certificate for 127.0.0.1 signed by it, written as `tls.crt`, `tls.key`
+/// The Secret of the pods' serving certificate for secure metrics.
+const METRICS_SECRET: &str = "shardwise-metrics-tls";
+
+/// The chart's ports of /metrics and of the probes.
+const METRICS_PORT: u16 = 8080;
+const HEALTH_PORT: u16 = 8081;
+
+/// How long a pod may take to be created and start its container, and to go.
+const POD_START: Duration = Duration::from_secs(120);
+const POD_STOP: Duration = Duration::from_secs(90);
+
+/// `helm install` of charts/shardwise as release [`STATEFULSET`] in [`NAMESPACE`], with the
+/// fleet's options as chart values: its replicas, the fast intervals, the audit file, metrics,
+/// `args` as `extraArgs`, then `values`.
+fn install_chart(env: &Environment, options: &FleetOptions) -> Result<()> {
+    let chart = repo_file("charts/shardwise");
+    let mut args: Vec<String> = [
+        "install",
+        STATEFULSET,
+        chart.to_str().ok_or("the chart's path is not UTF-8")?,
+        "--namespace",
+        NAMESPACE,
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut set = |value: String| args.extend(["--set".to_string(), value]);
+    set(format!("replicas={}", options.replicas));
+    if options.fast {
+        for value in [
+            "controller.resyncInterval=5s",
+            "controller.probeInterval=5s",
+            "controller.planInterval=3s",
+            r"controller.log=info\,kube=warn",
+        ] {
+            set(value.to_string());
+        }
+    }
+    if options.audit {
+        set(format!("controller.auditFile={}", pods::AUDIT_FILE));
+    }
+    if options.secure_metrics {
+        set(format!("metrics.certSecret={METRICS_SECRET}"));
+    } else {
+        set("metrics.secure=false".to_string());
+    }
+    for value in &options.values {
+        set(value.clone());
+    }
+    if options.secure_metrics {
+        args.extend([
+            "--set-json".to_string(),
+            r#"metrics.readers=[{"kind":"ServiceAccount","name":"prometheus","namespace":"monitoring"}]"#.to_string(),
+        ]);
+    }
+    if !options.args.is_empty() {
+        args.extend([
+            "--set-json".to_string(),
+            format!("extraArgs={}", serde_json::to_string(&options.args)?),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    chart::helm(env, &args);
+    Ok(())
+}
+
+/// A CA and a serving certificate for `hosts` signed by it, written as `tls.crt`, `tls.key`
 /// and `ca.crt` into `dir`; returns the CA as DER.
-pub fn write_serving_certificate(dir: &std::path::Path) -> Result<Vec<u8>> {
+pub fn write_serving_certificate(dir: &std::path::Path, hosts: Vec<String>) -> Result<Vec<u8>> {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     std::fs::create_dir_all(dir)?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
     let key = KeyPair::generate()?;
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &ca)?;
+    let cert = CertificateParams::new(hosts)?.signed_by(&key, &ca)?;
     std::fs::write(dir.join("tls.crt"), cert.pem())?;
     std::fs::write(dir.join("tls.key"), key.serialize_pem())?;
     std::fs::write(dir.join("ca.crt"), ca.pem())?;
@@ -258,10 +428,19 @@ pub fn realistic_manifests(index: u32) -> String {
 
 impl Fleet {
     pub async fn start(options: FleetOptions) -> Result<Self> {
+        #[cfg(feature = "test-server")]
+        let runner = if options.test_server {
+            Runner::Played
+        } else {
+            options.runner
+        };
+        #[cfg(not(feature = "test-server"))]
+        let runner = options.runner;
         // Built first, and blocking: nothing of the fleet runs or is timed yet.
-        let controller = match &options.controller {
-            Some(path) => path.clone(),
-            None => shardwise_e2e::controller_binary()?,
+        let controller = match (&options.controller, runner) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Runner::Played) => Some(shardwise_e2e::controller_binary()?),
+            (None, Runner::Pods) => None,
         };
         let mut builder = Environment::builder()
             .destinations(options.destinations)
@@ -274,14 +453,19 @@ impl Fleet {
         for identity in &options.destination_identities {
             builder = builder.destination_identity(identity.clone());
         }
-        // Two spare identities for restarts and scale-ups, and enough for an autoscaled fleet
-        // of 6.
-        for ordinal in 0..(options.replicas + 2).max(6) {
-            builder = builder.identity(Identity::service_account(
-                format!("{STATEFULSET}-{ordinal}"),
-                NAMESPACE,
-                "shardwise",
-            ));
+        match runner {
+            Runner::Pods => builder = builder.nodes(1),
+            // Two spare identities for restarts and scale-ups, and enough for an autoscaled
+            // fleet of 6.
+            Runner::Played => {
+                for ordinal in 0..(options.replicas + 2).max(6) {
+                    builder = builder.identity(Identity::service_account(
+                        format!("{STATEFULSET}-{ordinal}"),
+                        NAMESPACE,
+                        "shardwise",
+                    ));
+                }
+            }
         }
         let env = builder.start()?;
         let cp = env.control_plane();
@@ -291,49 +475,38 @@ impl Fleet {
             &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
         )
         .await?;
-        cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
-            .await?;
-        cp.apply_file("admin", &repo_file("deploy/rbac.yaml"))
-            .await?;
-        cp.apply_yaml("admin", &statefulset_yaml(options.replicas))
-            .await?;
         let metrics_access = if options.secure_metrics {
-            let certificates = env.dir().join("metrics-tls");
-            let ca = write_serving_certificate(&certificates)?;
-            cp.add_identity(Identity::service_account(
-                SCRAPER_IDENTITY,
-                "monitoring",
-                "prometheus",
-            ))?;
-            // deploy/rbac.yaml's reader role, bound to Prometheus as an operator would.
-            cp.apply_yaml(
-                "admin",
-                &json!({
-                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": "prometheus-reads-shardwise"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                "name": "shardwise-shardwise-metrics-reader"},
-                    "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
-                })
-                .to_string(),
-            )
-            .await?;
-            let token = cp.token(SCRAPER_IDENTITY)?;
-            Some(MetricsAccess {
-                certificates,
-                ca,
-                token,
-            })
+            Some(Self::metrics_access(&env, runner).await?)
         } else {
             None
         };
+        match runner {
+            Runner::Played => {
+                cp.apply_file("admin", &repo_file("deploy/crds.yaml"))
+                    .await?;
+                cp.apply_file("admin", &repo_file("deploy/rbac.yaml"))
+                    .await?;
+                cp.apply_yaml("admin", &statefulset_yaml(options.replicas))
+                    .await?;
+            }
+            // The chart's CRDs first, for the fleet to exist before the replicas start (helm
+            // install leaves CRDs that exist alone).
+            Runner::Pods => {
+                for crd in std::fs::read_dir(repo_file("charts/shardwise/crds"))? {
+                    cp.apply_file("admin", &crd?.path()).await?;
+                }
+            }
+        }
         let mut fleet = Self {
             leases: fencing::LeaseHistory::record(admin.clone(), NAMESPACE),
             env,
             options: options.clone(),
             admin: admin.clone(),
             replicas: BTreeMap::new(),
+            runner,
             audits: Vec::new(),
+            retired: BTreeSet::new(),
+            lost: BTreeMap::new(),
             started: std::time::Instant::now(),
             metrics_access,
             controller,
@@ -345,10 +518,72 @@ impl Fleet {
             fleet.set_destination_latency(latency)?;
         }
         fleet.started = std::time::Instant::now();
+        if runner == Runner::Pods {
+            install_chart(&fleet.env, &options)?;
+        }
         for ordinal in 0..options.replicas {
-            fleet.spawn_replica(ordinal)?;
+            fleet.spawn_replica(ordinal).await?;
         }
         Ok(fleet)
+    }
+
+    /// Secure metrics as an operator sets them up: a serving certificate signed by a CA of the
+    /// fleet's (for a pod, every address of the node network: a Secret the chart's
+    /// `metrics.certSecret` names), and a `scraper` identity, Prometheus' ServiceAccount, bound
+    /// to the metrics-reader role (deploy/rbac.yaml's, or for pods the chart's, through
+    /// `metrics.readers`).
+    async fn metrics_access(env: &Environment, runner: Runner) -> Result<MetricsAccess> {
+        let cp = env.control_plane();
+        let certificates = env.dir().join("metrics-tls");
+        let hosts = match (runner, env.node_address()) {
+            (Runner::Pods, Some(node)) => {
+                let [a, b, c, _] = node.octets();
+                (2..255).map(|d| format!("{a}.{b}.{c}.{d}")).collect()
+            }
+            _ => vec!["127.0.0.1".to_string()],
+        };
+        let ca = write_serving_certificate(&certificates, hosts)?;
+        cp.add_identity(Identity::service_account(
+            SCRAPER_IDENTITY,
+            "monitoring",
+            "prometheus",
+        ))?;
+        match runner {
+            Runner::Played => {
+                cp.apply_yaml(
+                    "admin",
+                    &json!({
+                        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                        "metadata": {"name": "prometheus-reads-shardwise"},
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                    "name": "shardwise-shardwise-metrics-reader"},
+                        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+                    })
+                    .to_string(),
+                )
+                .await?;
+            }
+            Runner::Pods => {
+                let file = |name: &str| std::fs::read_to_string(certificates.join(name));
+                cp.apply_yaml(
+                    "admin",
+                    &json!({
+                        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                        "metadata": {"name": METRICS_SECRET, "namespace": NAMESPACE},
+                        "stringData": {"tls.crt": file("tls.crt")?, "tls.key": file("tls.key")?,
+                                       "ca.crt": file("ca.crt")?},
+                    })
+                    .to_string(),
+                )
+                .await?;
+            }
+        }
+        let token = cp.token(SCRAPER_IDENTITY)?;
+        Ok(MetricsAccess {
+            certificates,
+            ca,
+            token,
+        })
     }
 
     /// Delays every request of the controller's identity to every destination by `latency`,
@@ -358,6 +593,15 @@ impl Fleet {
             destination.set_latency(DESTINATION_IDENTITY, latency)?;
         }
         Ok(())
+    }
+
+    /// The address at which the replicas reach a server the test runs: the node network's (the
+    /// host's side of every pod's network), or loopback for played replicas.
+    pub fn test_address(&self) -> String {
+        match (self.runner, self.env.node_address()) {
+            (Runner::Pods, Some(address)) => address.to_string(),
+            _ => "127.0.0.1".to_string(),
+        }
     }
 
     /// The server of destination `index` as its credentials Secret names it: where the
@@ -515,9 +759,23 @@ impl Fleet {
         results.into_iter().collect()
     }
 
-    /// Starts replica `ordinal` (again, after a stop).
-    pub fn spawn_replica(&mut self, ordinal: u32) -> Result<()> {
+    /// Starts replica `ordinal` (again, after a stop). Pods: waits until the StatefulSet
+    /// controller's pod of that ordinal runs its container, in a new pod after a stop or a
+    /// kill (the pod a kill left behind is force-deleted first, as an operator does for a dead
+    /// node's).
+    pub async fn spawn_replica(&mut self, ordinal: u32) -> Result<()> {
+        match self.runner {
+            Runner::Played => self.spawn_process(ordinal),
+            Runner::Pods => self.wait_for_pod(ordinal).await,
+        }
+    }
+
+    fn spawn_process(&mut self, ordinal: u32) -> Result<()> {
         let name = format!("{STATEFULSET}-{ordinal}");
+        let controller = self
+            .controller
+            .clone()
+            .ok_or("a played replica needs a controller binary")?;
         let port = free_port()?;
         let health_port = if self.metrics_access.is_some() {
             free_port()?
@@ -530,7 +788,7 @@ impl Fleet {
                 .dir()
                 .join(format!("audit-{ordinal}-{}.jsonl", self.audits.len()))
         });
-        let mut spec = ProcessSpec::new(name.clone(), &self.controller)
+        let mut spec = ProcessSpec::new(name.clone(), &controller)
             .env("POD_NAME", &name)
             .env("POD_NAMESPACE", NAMESPACE)
             .env("KUBECONFIG", &kubeconfig)
@@ -557,39 +815,167 @@ impl Fleet {
         self.replicas.insert(
             ordinal,
             Replica {
-                process,
                 metrics_url: match self.metrics_access {
                     Some(_) => format!("https://127.0.0.1:{port}/metrics"),
                     None => format!("http://127.0.0.1:{port}/metrics"),
                 },
                 ready_url: format!("http://127.0.0.1:{health_port}/readyz"),
-                audit,
+                link: name,
+                run: Run::Process(process),
             },
         );
         Ok(())
     }
 
-    /// Stops replica `ordinal` with SIGTERM (graceful) and waits for it to exit.
+    fn pods_api(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), NAMESPACE)
+    }
+
+    async fn wait_for_pod(&mut self, ordinal: u32) -> Result<()> {
+        let name = format!("{STATEFULSET}-{ordinal}");
+        if let Some(uid) = self.lost.remove(&ordinal) {
+            let forced = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match self.pods_api().delete(&name, &forced).await {
+                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => {}
+            }
+        }
+        let run = pods::wait_running(
+            &self.env,
+            &self.admin,
+            (NAMESPACE, &name),
+            (CONTAINER, "shardwise-controller"),
+            &self.retired,
+            POD_START,
+        )
+        .await?;
+        let scheme = if self.metrics_access.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        self.replicas.insert(
+            ordinal,
+            Replica {
+                metrics_url: format!("{scheme}://{}:{METRICS_PORT}/metrics", run.ip),
+                ready_url: format!("http://{}:{HEALTH_PORT}/readyz", run.ip),
+                link: shardwise_e2e::pod_link(&run.uid),
+                run: Run::Pod(run),
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops replica `ordinal` gracefully and waits until it is gone: SIGTERM to a played
+    /// process (which must then exit successfully); a pod is deleted, unless the StatefulSet's
+    /// replicas went below it and its controller deletes it itself (the node agent sends
+    /// SIGTERM, then SIGKILL after the grace period).
     pub async fn stop_replica(&mut self, ordinal: u32) -> Result<()> {
-        if let Some(mut replica) = self.replicas.remove(&ordinal) {
-            let status = replica.process.stop(Duration::from_secs(30)).await?;
-            if !status.success() {
-                return Err(format!(
-                    "replica {ordinal} exited with {status}:\n{}",
-                    replica.process.report()
-                )
-                .into());
+        let Some(replica) = self.replicas.remove(&ordinal) else {
+            return Ok(());
+        };
+        match replica.run {
+            Run::Process(mut process) => {
+                let status = process.stop(Duration::from_secs(30)).await?;
+                if !status.success() {
+                    return Err(format!(
+                        "replica {ordinal} exited with {status}:\n{}",
+                        process.report()
+                    )
+                    .into());
+                }
+            }
+            Run::Pod(pod) => {
+                self.retired.insert(pod.uid.clone());
+                self.delete_pod_unless_scaled_away(ordinal, &pod).await?;
+                pods::wait_gone(&self.pods_api(), &pod.name, &pod.uid, POD_STOP).await?;
             }
         }
         Ok(())
     }
 
-    /// Kills replica `ordinal` with SIGKILL.
-    pub fn kill_replica(&mut self, ordinal: u32) -> Result<()> {
-        if let Some(mut replica) = self.replicas.remove(&ordinal) {
-            replica.process.kill()?;
+    /// Deletes the pod of `ordinal` (gracefully), unless the StatefulSet's replicas went below
+    /// it: its controller deletes that one itself.
+    async fn delete_pod_unless_scaled_away(&self, ordinal: u32, pod: &pods::PodRun) -> Result<()> {
+        if ordinal < self.statefulset_replicas().await? {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(pod.uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match self.pods_api().delete(&pod.name, &params).await {
+                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => {}
+            }
         }
         Ok(())
+    }
+
+    /// Starts stopping replica `ordinal` gracefully without waiting for it: SIGTERM to a played
+    /// process; a pod is deleted, unless the StatefulSet's replicas went below it (its
+    /// controller deletes it). [`Self::stop_replica`] then waits for the end.
+    pub async fn terminate_replica(&mut self, ordinal: u32) -> Result<()> {
+        let Some(replica) = self.replicas.get_mut(&ordinal) else {
+            return Ok(());
+        };
+        match &mut replica.run {
+            Run::Process(process) => process.terminate()?,
+            Run::Pod(pod) => {
+                let pod = pod.clone();
+                self.delete_pod_unless_scaled_away(ordinal, &pod).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills replica `ordinal` with SIGKILL, and nothing starts it again until
+    /// [`Self::spawn_replica`]: a pod's node stops managing it first, as when a node dies with
+    /// its pod (the Pod object stays, and the StatefulSet controller does not replace it).
+    pub fn kill_replica(&mut self, ordinal: u32) -> Result<()> {
+        let Some(replica) = self.replicas.remove(&ordinal) else {
+            return Ok(());
+        };
+        match replica.run {
+            Run::Process(mut process) => process.kill()?,
+            Run::Pod(pod) => {
+                let node = self.env.node(0).ok_or("no node")?;
+                if !node.detach(&pod.name) {
+                    return Err(format!("node-0 does not run pod {}", pod.name).into());
+                }
+                send_signal(pod.pid, nix::sys::signal::Signal::SIGKILL)?;
+                self.retired.insert(pod.uid.clone());
+                self.lost.insert(ordinal, pod.uid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `link` is one through which a replica (of any incarnation) reached the control
+    /// plane: the played ones' identities, or any pod's (only the fleet's run on the node).
+    pub fn is_replica_link(&self, link: &str) -> bool {
+        match self.runner {
+            Runner::Played => link.starts_with(&format!("{STATEFULSET}-")),
+            Runner::Pods => link.starts_with(&shardwise_e2e::pod_link("")),
+        }
+    }
+
+    /// The audit files of every replica incarnation.
+    pub fn audit_files(&self) -> Vec<PathBuf> {
+        match self.runner {
+            Runner::Played => self.audits.clone(),
+            Runner::Pods => pods::audit_files(&self.env, NAMESPACE, STATEFULSET),
+        }
     }
 
     pub async fn scale(&self, replicas: u32) -> Result<()> {
@@ -607,7 +993,7 @@ impl Fleet {
     /// two processes ever worked on one cluster (or on slices that nest) at once.
     pub fn audited_without_overlap(&self) -> Vec<shardwise_runtime::audit::Interval> {
         use shardwise_runtime::audit;
-        let intervals = audit::read(&self.audits, "cluster").expect("the audits read");
+        let intervals = audit::read(&self.audit_files(), "cluster").expect("the audits read");
         let overlaps = audit::overlaps(&intervals, &BTreeMap::new());
         let shown: Vec<String> = overlaps.iter().take(5).map(ToString::to_string).collect();
         assert!(
@@ -627,14 +1013,15 @@ impl Fleet {
         Ok(u32::try_from(replicas)?)
     }
 
-    /// Does what the StatefulSet controller does when `spec.replicas` changes: starts the
-    /// missing ordinals below it, stops (gracefully, highest first) those at or above it.
-    /// Returns the replicas it followed.
+    /// Follows `spec.replicas`: played, does what the StatefulSet controller does when it
+    /// changes (starts the missing ordinals below it, stops those at or above it gracefully,
+    /// highest first); with pods, waits for its controller to have done so. Returns the
+    /// replicas it followed.
     pub async fn follow_statefulset(&mut self) -> Result<u32> {
         let replicas = self.statefulset_replicas().await?;
         for ordinal in 0..replicas {
             if !self.replicas.contains_key(&ordinal) {
-                self.spawn_replica(ordinal)?;
+                self.spawn_replica(ordinal).await?;
             }
         }
         let extra: Vec<u32> = self
@@ -864,7 +1251,7 @@ impl Fleet {
     pub fn report(&self) -> String {
         self.replicas
             .values()
-            .map(|r| r.process.report())
+            .map(Replica::report)
             .collect::<Vec<_>>()
             .join("\n")
     }

@@ -22,7 +22,9 @@ rules:
 
 /// The requests recorded in the audit log at `path`, oldest first: writes by their HTTP method
 /// (`POST`, `PUT`, `PATCH`, `DELETE`), LISTs as `LIST`. `identity_of(user, uid)` names the
-/// identity that sent each one.
+/// identity that sent each one, but for a pod's: a token bound to a pod names it (the server
+/// records its UID among the user's extras), and its requests are its link's
+/// ([`crate::pod_link`]), since every replica pod authenticates as the same ServiceAccount.
 pub(crate) fn read_requests(
     path: &Path,
     identity_of: impl Fn(&str, &str) -> String,
@@ -50,12 +52,15 @@ fn write_record(event: &Value, identity_of: &impl Fn(&str, &str) -> String) -> O
     let at: jiff::Timestamp = text("/requestReceivedTimestamp")?.parse().ok()?;
     let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(at.as_nanosecond()).ok()?);
     let uri = text("/requestURI")?;
+    let pod = text("/user/extra/authentication.kubernetes.io~1pod-uid/0");
+    let user = text("/user/username").unwrap_or_default();
     Some(WriteRecord {
         at,
-        identity: identity_of(
-            text("/user/username").unwrap_or_default(),
-            text("/user/uid").unwrap_or_default(),
-        ),
+        user: user.to_string(),
+        identity: match pod {
+            Some(uid) => crate::pod_link(uid),
+            None => identity_of(user, text("/user/uid").unwrap_or_default()),
+        },
         user_agent: text("/userAgent").map(str::to_string),
         method: method.to_string(),
         path: uri
@@ -115,5 +120,44 @@ mod tests {
         assert_eq!(r.user_agent.as_deref(), Some("shardwise/0.1 (term 1f)"));
         let seconds = r.at.duration_since(SystemTime::UNIX_EPOCH).unwrap();
         assert_eq!(seconds, Duration::from_millis(1_795_608_001_250));
+    }
+
+    #[test]
+    fn a_pods_requests_are_its_links_whatever_its_service_account() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        let event = |extra: serde_json::Value| {
+            serde_json::json!({
+                "kind": "Event", "level": "Metadata", "stage": "ResponseComplete", "verb": "list",
+                "requestURI": "/apis/shardwise.io/v1alpha1/namespaces/shardwise/fleetapps",
+                "user": {"username": "system:serviceaccount:shardwise:shardwise", "uid": "0b1c",
+                         "extra": extra},
+                "responseStatus": {"code": 200},
+                "requestReceivedTimestamp": "2026-11-25T12:00:01Z",
+            })
+            .to_string()
+        };
+        let lines = [
+            event(serde_json::json!({
+                "authentication.kubernetes.io/pod-name": ["shardwise-1"],
+                "authentication.kubernetes.io/pod-uid": ["7f3e"],
+            })),
+            event(serde_json::json!({})),
+        ];
+        std::fs::write(&log, lines.join("\n")).unwrap();
+        let records = read_requests(&log, |user, _| user.to_string());
+        assert!(
+            records
+                .iter()
+                .all(|r| r.user == "system:serviceaccount:shardwise:shardwise")
+        );
+        let identities: Vec<&str> = records.iter().map(|r| r.identity.as_str()).collect();
+        assert_eq!(
+            identities,
+            [
+                crate::pod_link("7f3e").as_str(),
+                "system:serviceaccount:shardwise:shardwise"
+            ]
+        );
     }
 }
