@@ -834,19 +834,7 @@ impl Fleet {
     async fn wait_for_pod(&mut self, ordinal: u32) -> Result<()> {
         let name = format!("{STATEFULSET}-{ordinal}");
         if let Some(uid) = self.lost.remove(&ordinal) {
-            let forced = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match self.pods_api().delete(&name, &forced).await {
-                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
-                Err(e) => return Err(e.into()),
-                Ok(_) => {}
-            }
+            self.delete_pod(&name, &uid, Some(0)).await?;
         }
         let run = pods::wait_running(
             &self.env,
@@ -906,20 +894,27 @@ impl Fleet {
     /// it: its controller deletes that one itself.
     async fn delete_pod_unless_scaled_away(&self, ordinal: u32, pod: &pods::PodRun) -> Result<()> {
         if ordinal < self.statefulset_replicas().await? {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(pod.uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match self.pods_api().delete(&pod.name, &params).await {
-                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
-                Err(e) => return Err(e.into()),
-                Ok(_) => {}
-            }
+            self.delete_pod(&pod.name, &pod.uid, None).await?;
         }
         Ok(())
+    }
+
+    /// Deletes pod `name` if it is still the one of UID `uid`, with `grace` seconds (`None`:
+    /// its own grace period); a pod already gone or replaced is no error.
+    async fn delete_pod(&self, name: &str, uid: &str, grace: Option<u32>) -> Result<()> {
+        let params = DeleteParams {
+            grace_period_seconds: grace,
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.pods_api().delete(name, &params).await {
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(()),
+            Err(e) => Err(e.into()),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// Starts stopping replica `ordinal` gracefully without waiting for it: SIGTERM to a played
