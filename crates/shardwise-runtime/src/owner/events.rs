@@ -246,8 +246,14 @@ pub(super) async fn follow_items<C: Sharded>(
         }
         watcher::Event::Delete(item) => {
             let key = key_of(&item);
-            term.items.forget(&key);
-            term.item_queue.forget(&key);
+            // Gone from this watch only when another cache still keeps it: an item of a
+            // missing unit loses its shard label once the unit exists, and leaves the orphans'
+            // watch for its unit's, which may have seen it first. Forgetting it then would drop
+            // its queued reconcile, and its unit's watch has nothing new to queue it again.
+            if term.item(&key).is_none() {
+                term.items.forget(&key);
+                term.item_queue.forget(&key);
+            }
             owner.recount(C::unit_of(&item));
             ControlFlow::Continue(())
         }

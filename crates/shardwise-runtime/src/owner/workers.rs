@@ -238,12 +238,14 @@ mod tests {
     use tokio::sync::watch;
     use tokio::task::JoinSet;
     use tokio_util::sync::CancellationToken;
+    use tokio_util::task::AbortOnDropHandle;
 
     use super::*;
     use crate::audit::Audit;
     use crate::lease::{Annotations, Fence, Holding};
     use crate::metrics::Metrics;
     use crate::nouns::Nouns;
+    use crate::owner::events;
     use crate::owner::gate::{Gate, Misses};
     use crate::owner::items::ItemStores;
     use crate::owner::meter::{Meter, MeterSettings};
@@ -362,6 +364,8 @@ mod tests {
         owner: Arc<Owner<Counting>>,
         controller: Arc<Counting>,
         audit: tempfile::NamedTempFile,
+        /// The cache of items labelled with this shard, as its watch's reflector writes it.
+        orphans: reflector::store::Writer<ConfigMap>,
         /// The lease task's side, kept so that the fence stays as it was set.
         _holding: watch::Sender<Holding>,
     }
@@ -384,10 +388,15 @@ mod tests {
                 gate.observe(&key("a"), KeyRange::WHOLE, Some(&stamped))
                     .active
             );
-            let items = [
+            let (orphan_store, mut orphans) = reflector::store();
+            orphans.apply_watcher_event(&Event::Init);
+            for item in [
                 config_map("app-a", Some("a")),
                 config_map("app-lost", Some("gone")),
-            ];
+            ] {
+                orphans.apply_watcher_event(&Event::InitApply(item));
+            }
+            orphans.apply_watcher_event(&Event::InitDone);
             let context = Arc::new(ContextOf::<Counting> {
                 me: ME,
                 fence: Fence::new(holding_rx, ME.incarnation),
@@ -397,7 +406,7 @@ mod tests {
                 audit: Audit::open(ME.shard, "unit", Some(audit.path())).unwrap(),
                 units: filled(&[config_map("a", None)]),
                 cut_units: filled(&[]),
-                items: ItemStores::new(filled(&items), Counting::unit_of),
+                items: ItemStores::new(orphan_store, Counting::unit_of),
                 slices: SliceHome {
                     namespace: "fleet".into(),
                     statefulset: "shardwise".into(),
@@ -436,6 +445,7 @@ mod tests {
                 owner,
                 controller,
                 audit,
+                orphans,
                 _holding: holding,
             }
         }
@@ -461,6 +471,15 @@ mod tests {
                 .filter(|l| l["event"] == "start")
                 .map(|l| l["key"].as_str().unwrap().to_string())
                 .collect()
+        }
+
+        /// `item` leaves the watch of items labelled with this shard: as its reflector does,
+        /// out of the cache first, then the event.
+        async fn leaves_orphans(&mut self, item: ConfigMap) {
+            self.orphans
+                .apply_watcher_event(&Event::Delete(item.clone()));
+            let events = futures::stream::iter([Ok(Event::Delete(item))]);
+            events::follow_items(self.owner.clone(), events, None).await;
         }
 
         fn depths(&self) -> [usize; 2] {
@@ -524,5 +543,36 @@ mod tests {
         term.owner.term.unit_queue.close();
         term.owner.term.item_queue.close();
         all_stopped(workers).await;
+    }
+
+    /// An item of a unit that did not exist was labelled with this shard; the unit now exists
+    /// and is this term's, and the planner removed the label: the item leaves the watch of
+    /// items labelled with this shard (a deletion there) while its unit's watch keeps it. Its
+    /// queued reconcile stays. An item that leaves every cache is forgotten.
+    #[tokio::test]
+    async fn an_item_that_leaves_the_orphans_watch_for_its_units_stays_queued() {
+        let now = Instant::now();
+        let mut term = Frozen::new(now + Duration::from_secs(60), now, false);
+        let mut app = config_map("app-a", Some("a"));
+        app.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(UNIT_LABEL.to_string(), unit_token("fleet", "a"));
+        let items = &term.owner.term.items;
+        items.want(&key("a"), vec![KeyRange::WHOLE]);
+        let batch = items.take_batch().expect("a watch of a");
+        let idle = AbortOnDropHandle::new(tokio::spawn(async {}));
+        items.insert(batch, filled(std::slice::from_ref(&app)), idle);
+        assert_eq!(term.depths(), [1, 2]);
+        term.leaves_orphans(app).await;
+        assert_eq!(term.depths(), [1, 2], "app-a stays queued");
+        assert!(term.owner.term.item(&key("app-a")).is_some());
+        term.leaves_orphans(config_map("app-lost", Some("gone")))
+            .await;
+        assert_eq!(
+            term.depths(),
+            [1, 1],
+            "app-lost, in no cache now, is forgotten"
+        );
     }
 }
