@@ -94,7 +94,7 @@ impl Chaos {
         let fleet = &self.fleet;
         let settled = wait_with(
             "every app Synced on a live shard, cluster-0 cut over shards",
-            support::settle_poll(SETTLE),
+            fleet.settle_poll(SETTLE),
             || async {
                 fleet.check_settled(live).await?;
                 let placement = fleet.placement().await.map_err(|e| e.to_string())?;

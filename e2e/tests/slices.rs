@@ -17,7 +17,8 @@ use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL};
 use shardwise_runtime::slice::UnitSlice;
 use support::{Fleet, FleetOptions, NAMESPACE, raised_client_limits, shard_label};
 
-const SETTLE: Duration = Duration::from_secs(240);
+/// A bound, not a wait.
+const SETTLE: Duration = Duration::from_secs(300);
 
 /// Max over mean of the apps each of `shards` holds: those of its clusters and slices.
 async fn apps_balance(fleet: &Fleet, shards: &[u32]) -> Result<f64, String> {
@@ -52,7 +53,7 @@ async fn wait_balanced_and_settled(fleet: &Fleet, live: &[u32]) {
     }
     wait_with(
         "owned apps per replica within 1.10 of the mean",
-        support::settle_poll(SETTLE),
+        fleet.settle_poll(SETTLE),
         || async {
             fleet.check_settled(live).await?;
             let placement = fleet.placement().await.map_err(|e| e.to_string())?;
@@ -85,6 +86,10 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
         apps: 4000,
         hot_percent: Some(60),
         audit: true,
+        // A running fleet, as after the planner's first pass: each of 4,000 apps labelled
+        // with its cluster's token first took most of the first settle (170 s on 2 cores).
+        // The next test starts from apps without tokens, labelled while the cut is made.
+        tokened_apps: true,
         // Placement by app count, since app counts are what the test checks: under the
         // default measured model the planner balances busy time instead, and leaves app counts
         // alone while the measured balance is inside its band.

@@ -6,6 +6,7 @@
 pub mod decide;
 pub mod figures;
 pub mod index;
+mod item_writes;
 pub mod measured;
 mod report;
 pub(crate) mod scaling;
@@ -38,8 +39,9 @@ use crate::objects::{api_over, key_of, merge_patch, metadata_api_over, unpaged};
 use crate::settings::{LoadModel, PlannerSettings, Replica, ScaleSettings, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
-use decide::{ControlPlaneWrite, Decision, PassMemory, PlacementRules, decide};
+use decide::{ControlPlaneWrite, Decision, ItemWrite, PassMemory, PlacementRules, decide};
 use index::{Index, ItemMeta, SliceEntry, UnitEntry, unlabelled_unit};
+use item_writes::ItemWrites;
 use measured::{AVERAGE_WEIGHT, LoadFigures, MeasuredModel, PassLoads, copy_cost};
 use report::Reporter;
 use scaling::{Demand, Progress, Scaler, Unsettled};
@@ -72,6 +74,7 @@ struct Planner<C: Sharded> {
     parts: PlannerParts,
     index: Mutex<Index>,
     trigger: Notify,
+    item_writes: ItemWrites,
     reporter: Reporter<C>,
 }
 
@@ -100,6 +103,7 @@ pub(crate) async fn run<C: Sharded>(
         parts,
         index: Mutex::new(Index::default()),
         trigger: Notify::new(),
+        item_writes: ItemWrites::default(),
     });
     metrics
         .planner_leader
@@ -113,6 +117,7 @@ pub(crate) async fn run<C: Sharded>(
     tasks.spawn(follow_slices(planner.clone()));
     tasks.spawn(follow_statefulset(planner.clone()));
     tasks.spawn(plan_loop(planner.clone()));
+    tasks.spawn(write_items(planner.clone()));
     {
         let planner = planner.clone();
         tasks.spawn(async move { planner.reporter.report_unreadable().await });
@@ -223,7 +228,11 @@ async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
             }
             Ok(watcher::Event::InitDone) => planner.update(Index::relisted_items),
             Ok(watcher::Event::Apply(item)) => {
-                planner.update(|index| index.apply_item(ItemMeta::of(&item.metadata)));
+                let meta = ItemMeta::of(&item.metadata);
+                let echo = planner
+                    .item_writes
+                    .echoes(&meta.key, meta.token.as_deref(), meta.shard);
+                planner.update(|index| index.apply_item(meta) && !echo);
             }
             Ok(watcher::Event::Delete(item)) => {
                 planner.update(|index| index.delete_item(&key_of_meta(&item.metadata)));
@@ -237,6 +246,7 @@ async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
 /// written their token (new items, and those an owner found with a stale one).
 async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
     let config = unpaged(watcher::Config::default().labels(&format!("!{UNIT_LABEL}")));
+    let writes = planner.clone();
     follow::<C, C::Item>(
         planner,
         ObjectKind::Item,
@@ -252,9 +262,16 @@ async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
             }
             Change::Relisted => index.relisted_unlabelled_done(),
             Change::Applied(item) => {
-                index.apply_unlabelled(key_of(&item), unlabelled_unit::<C>(&item))
+                let key = key_of(&item);
+                // Seen without a token: no echo of a write (each gives one).
+                writes.item_writes.echoes(&key, None, None);
+                index.apply_unlabelled(key, unlabelled_unit::<C>(&item))
             }
-            Change::Deleted(key) => index.apply_unlabelled(key, None),
+            // Gone from this watch because a written token landed: an echo.
+            Change::Deleted(key) => {
+                let echo = writes.item_writes.echoes_token(&key);
+                index.apply_unlabelled(key, None) && !echo
+            }
         },
     )
     .await;
@@ -482,7 +499,7 @@ async fn pass<C: Sharded>(
         }
     };
     let written = write_records(planner, &decision).await;
-    write_items(planner, &decision).await;
+    planner.item_writes.replace(&decision.item_writes);
     let assignment = &decision.plan.assignment;
     let load = match &loads {
         Some(loads) => LoadFigures::of_measured(assignment, loads, &live),
@@ -506,7 +523,7 @@ async fn pass<C: Sharded>(
     let progress = Progress {
         expected: membership.expected,
         live: live.len() as u32,
-        writes: decision.record_writes.len() + decision.item_writes.len(),
+        writes: decision.record_writes.len() + planner.item_writes.outstanding(),
         draining,
     };
     let demand = demand(&parts.settings.scale, &decision, &reports);
@@ -782,29 +799,34 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
     written
 }
 
-/// Item labels, concurrently: no move writes one, so none waits for a record.
-async fn write_items<C: Sharded>(planner: &Planner<C>, decision: &Decision) {
-    let client = planner.parts.client.clone();
-    let landed = futures::stream::iter(decision.item_writes.clone())
-        .map(|write| {
-            let client = client.clone();
-            async move {
-                match merge_patch::<C::Item>(&client, &write.key, &write.patch).await {
-                    Ok(_) => 1u64,
-                    Err(kube::Error::Api(s)) if s.code == 404 => 0,
-                    Err(e) => {
-                        warn!(item = %write.key, error = %e, "could not label item");
-                        0
-                    }
-                }
+/// Writes the item labels the passes decide, [`ITEM_WRITE_CONCURRENCY`] at a time, beside the
+/// passes ([`item_writes`]). No move writes one, so none waits for a record.
+async fn write_items<C: Sharded>(planner: Arc<Planner<C>>) {
+    let mut running = futures::stream::FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            Some(()) = running.next(), if !running.is_empty() => {}
+            write = planner.item_writes.next(), if running.len() < ITEM_WRITE_CONCURRENCY => {
+                running.push(write_item(&planner, write));
             }
-        })
-        .buffer_unordered(ITEM_WRITE_CONCURRENCY)
-        .fold(0u64, |landed, one| async move { landed + one })
-        .await;
-    if landed < decision.item_writes.len() as u64 {
-        planner.trigger.notify_one();
+        }
     }
+}
+
+/// One item's labels. A failure makes the next pass decide them again.
+async fn write_item<C: Sharded>(planner: &Planner<C>, write: ItemWrite) {
+    let landed =
+        match merge_patch::<C::Item>(&planner.parts.client, &write.key, &write.patch()).await {
+            Ok(_) => true,
+            // Gone: the next pass will not decide it again.
+            Err(kube::Error::Api(s)) if s.code == 404 => false,
+            Err(e) => {
+                warn!(item = %write.key, error = %e, "could not label item");
+                planner.trigger.notify_one();
+                false
+            }
+        };
+    planner.item_writes.finished(&write.key, landed);
 }
 
 /// The pass's counters and the plan's gauges.

@@ -32,13 +32,6 @@ use shardwise_runtime::slice::UnitSlice;
 
 pub const NAMESPACE: &str = "shardwise";
 pub const STATEFULSET: &str = "shardwise";
-/// How often a check of the whole fleet (every app read) runs while waiting: each reads
-/// every app from kube-apiserver, which on 2 cores competes with the fleet it waits for
-/// (checked back to back in one 2,000-app chaos scenario, kube-apiserver used 53 s of CPU
-/// and the test process 20 s; every 500 ms, 46 s and 17 s).
-pub fn settle_poll(timeout: Duration) -> shardwise_e2e::Poll {
-    shardwise_e2e::Poll::timeout(timeout).every(Duration::from_millis(500))
-}
 
 /// The identity of the controller on destination clusters (cluster admin there).
 pub const DESTINATION_IDENTITY: &str = "shardwise-destination";
@@ -1099,9 +1092,12 @@ impl Fleet {
             if status.sync_phase != Some(SyncPhase::Synced)
                 || status.observed_generation != a.metadata.generation
             {
+                // Its owner and key, to find its reconciles in that replica's log.
                 not_synced.push(format!(
-                    "{}: {:?} {:?}",
+                    "{} (shard {:?}, key {:016x}): {:?} {:?}",
                     a.name_any(),
+                    placement.owner_of(a),
+                    app_key(&a.uid().unwrap_or_default()),
                     status.sync_phase,
                     status.message
                 ));
@@ -1168,10 +1164,21 @@ impl Fleet {
         Ok(placement)
     }
 
+    /// How often a check of the whole fleet (every app read) runs while waiting: each reads
+    /// every app from kube-apiserver, which on 2 cores competes with the fleet it waits for
+    /// (checked back to back in one 2,000-app chaos scenario, kube-apiserver used 53 s of CPU
+    /// and the test process 20 s; every 500 ms, 46 s and 17 s; a 4,000-app fleet checked every
+    /// 2 s, the test process still used a third of a core). So the bigger the fleet, the longer
+    /// the pause: a millisecond per app, 500 ms at least.
+    pub fn settle_poll(&self, timeout: Duration) -> shardwise_e2e::Poll {
+        let pause = Duration::from_millis(u64::from(self.options.apps));
+        shardwise_e2e::Poll::timeout(timeout).every(pause.max(Duration::from_millis(500)))
+    }
+
     pub async fn wait_settled(&self, live: &[u32], timeout: Duration) -> Result<()> {
         wait_with(
             "every app Synced and owned by a live shard",
-            settle_poll(timeout),
+            self.settle_poll(timeout),
             || self.check_settled(live),
         )
         .await?;

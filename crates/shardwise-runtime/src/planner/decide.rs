@@ -108,7 +108,15 @@ impl RecordWrite {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ItemWrite {
     pub key: ObjectKey,
-    pub patch: Value,
+    pub token: String,
+    pub shard: Option<ShardId>,
+}
+
+impl ItemWrite {
+    /// The merge patch that writes them.
+    pub fn patch(&self) -> Value {
+        item_patch(self.shard, &self.token)
+    }
 }
 
 /// The figures of a plan, for the metrics.
@@ -407,7 +415,8 @@ pub(crate) fn decide(
         .iter()
         .map(|label| ItemWrite {
             key: label.item.clone(),
-            patch: item_patch(label.shard, &label.unit_token),
+            token: label.unit_token.clone(),
+            shard: label.shard,
         })
         .collect();
     let figures = figures(rules.strategy, &plan);
@@ -545,8 +554,9 @@ mod tests {
         for write in &decision.item_writes {
             let unit = &write.key.name[..1];
             let token = unit_token("fleet", unit);
-            assert_eq!(write.patch, item_patch(None, &token));
-            let labels = &write.patch["metadata"]["labels"];
+            let patch = write.patch();
+            assert_eq!(patch, item_patch(None, &token));
+            let labels = &patch["metadata"]["labels"];
             assert_eq!(labels[UNIT_LABEL], token);
             // No shard: the unit's owner finds it by its token.
             assert_eq!(labels[SHARD_LABEL], Value::Null);
