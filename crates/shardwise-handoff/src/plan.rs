@@ -191,6 +191,9 @@ pub struct Plan {
 pub struct ItemLabel {
     /// The item.
     pub item: ObjectKey,
+    /// Its object's UID: the write is made to that object only, not to one made again under
+    /// the same name since.
+    pub uid: String,
     /// Its unit label: [`unit_token`] of its unit; kept as it is on an item of a unit that
     /// does not exist.
     pub unit_token: String,
@@ -399,6 +402,7 @@ fn item_labels(
         if item.shard != shard || item.unit_token.as_ref() != Some(token) {
             item_labels.push(ItemLabel {
                 item: item.key.clone(),
+                uid: item.uid.clone(),
                 unit_token: token.clone(),
                 shard,
             });
@@ -630,16 +634,19 @@ mod tests {
             vec![
                 ItemLabel {
                     item: ObjectKey::new("fleet", "fresh"),
+                    uid: "uid-fresh".into(),
                     unit_token: token("a"),
                     shard: None,
                 },
                 ItemLabel {
                     item: ObjectKey::new("fleet", "labelled"),
+                    uid: "uid-labelled".into(),
                     unit_token: token("b"),
                     shard: None,
                 },
                 ItemLabel {
                     item: ObjectKey::new("fleet", "stale"),
+                    uid: "uid-stale".into(),
                     unit_token: token("b"),
                     shard: None,
                 },

@@ -44,9 +44,16 @@ pub fn key_of<K: kube::Resource>(object: &K) -> ObjectKey {
 }
 
 /// What marks a change of spec: the generation, or for kinds that keep none (ConfigMaps,
-/// Namespaces) the resource version, so that every write counts.
+/// Namespaces) the resource version, so that every write counts; and the object's UID, so that
+/// one deleted and made again under the same name is a change too, whatever its generation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Revision {
+pub(crate) struct Revision {
+    uid: Option<String>,
+    spec: SpecMark,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum SpecMark {
     Generation(i64),
     Version(Option<String>),
 }
@@ -54,9 +61,13 @@ pub(crate) enum Revision {
 impl Revision {
     pub(crate) fn of(object: &impl Resource) -> Self {
         let meta = object.meta();
-        match meta.generation {
-            Some(generation) => Self::Generation(generation),
-            None => Self::Version(meta.resource_version.clone()),
+        let spec = match meta.generation {
+            Some(generation) => SpecMark::Generation(generation),
+            None => SpecMark::Version(meta.resource_version.clone()),
+        };
+        Self {
+            uid: meta.uid.clone(),
+            spec,
         }
     }
 }

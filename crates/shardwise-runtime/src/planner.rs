@@ -229,9 +229,12 @@ async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
             Ok(watcher::Event::InitDone) => planner.update(Index::relisted_items),
             Ok(watcher::Event::Apply(item)) => {
                 let meta = ItemMeta::of(&item.metadata);
-                let echo = planner
-                    .item_writes
-                    .echoes(&meta.key, meta.token.as_deref(), meta.shard);
+                let echo = planner.item_writes.echoes(
+                    &meta.key,
+                    &meta.uid,
+                    meta.token.as_deref(),
+                    meta.shard,
+                );
                 planner.update(|index| index.apply_item(meta) && !echo);
             }
             Ok(watcher::Event::Delete(item)) => {
@@ -263,8 +266,7 @@ async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
             Change::Relisted => index.relisted_unlabelled_done(),
             Change::Applied(item) => {
                 let key = key_of(&item);
-                // Seen without a token: no echo of a write (each gives one).
-                writes.item_writes.echoes(&key, None, None);
+                writes.item_writes.moved_on(&key);
                 index.apply_unlabelled(key, unlabelled_unit::<C>(&item))
             }
             // Gone from this watch because a written token landed: an echo.
@@ -483,6 +485,8 @@ async fn pass<C: Sharded>(
     let strategy = parts.settings.strategy.kind.name().to_string();
     parts.leases.confirm_expiries().await?;
     let Some(membership) = membership(planner, statefulset_missing) else {
+        // No decision: none of an earlier one's item writes still counts.
+        planner.item_writes.replace(&[]);
         return Ok(None);
     };
     let live = membership.live();
@@ -495,11 +499,13 @@ async fn pass<C: Sharded>(
         Ok(decision) => decision,
         Err(e) => {
             count_failure(&parts.metrics, strategy, &e, &membership);
+            planner.item_writes.replace(&[]);
             return Ok(None);
         }
     };
-    let written = write_records(planner, &decision).await;
+    // Item labels wait for no record (no move writes one).
     planner.item_writes.replace(&decision.item_writes);
+    let written = write_records(planner, &decision).await;
     let assignment = &decision.plan.assignment;
     let load = match &loads {
         Some(loads) => LoadFigures::of_measured(assignment, loads, &live),
@@ -800,33 +806,49 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
 }
 
 /// Writes the item labels the passes decide, [`ITEM_WRITE_CONCURRENCY`] at a time, beside the
-/// passes ([`item_writes`]). No move writes one, so none waits for a record.
+/// passes ([`item_writes`]). Failed writes start one pass a second at most: the next pass
+/// decides them again (one that fails for good, refused by a webhook say, must not make the
+/// planner spin).
 async fn write_items<C: Sharded>(planner: Arc<Planner<C>>) {
     let mut running = futures::stream::FuturesUnordered::new();
+    let mut failed = false;
+    let mut retries = tokio::time::interval(Duration::from_secs(1));
+    retries.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            Some(()) = running.next(), if !running.is_empty() => {}
+            settled = running.next(), if !running.is_empty() => failed |= settled == Some(false),
             write = planner.item_writes.next(), if running.len() < ITEM_WRITE_CONCURRENCY => {
                 running.push(write_item(&planner, write));
+            }
+            _ = retries.tick() => {
+                if std::mem::take(&mut failed) {
+                    planner.trigger.notify_one();
+                }
             }
         }
     }
 }
 
-/// One item's labels. A failure makes the next pass decide them again.
-async fn write_item<C: Sharded>(planner: &Planner<C>, write: ItemWrite) {
-    let landed =
-        match merge_patch::<C::Item>(&planner.parts.client, &write.key, &write.patch()).await {
-            Ok(_) => true,
-            // Gone: the next pass will not decide it again.
-            Err(kube::Error::Api(s)) if s.code == 404 => false,
-            Err(e) => {
-                warn!(item = %write.key, error = %e, "could not label item");
-                planner.trigger.notify_one();
-                false
-            }
-        };
+/// One item's labels; false if they did not land and are still wanted.
+async fn write_item<C: Sharded>(planner: &Planner<C>, write: ItemWrite) -> bool {
+    let result = merge_patch::<C::Item>(&planner.parts.client, &write.key, &write.patch()).await;
+    let landed = result.is_ok();
     planner.item_writes.finished(&write.key, landed);
+    match result {
+        Ok(()) => true,
+        // Gone: the next pass will not decide it again.
+        Err(kube::Error::Api(s)) if s.code == 404 => true,
+        // Another object of that name (the UID in the patch is a precondition, as the
+        // kubelet's status patches use it): its creation is a change the next pass decides on.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            debug!(item = %write.key, "item made again since the pass: not labelled");
+            true
+        }
+        Err(e) => {
+            warn!(item = %write.key, error = %e, "could not label item");
+            false
+        }
+    }
 }
 
 /// The pass's counters and the plan's gauges.

@@ -331,6 +331,9 @@ mod tests {
         let before = Revision::of(&deployment);
         deployment.metadata.resource_version = Some("2".into());
         assert_eq!(Revision::of(&deployment), before);
+        // Deleted and made again under its name: a change, at the same generation.
+        deployment.metadata.uid = Some("another".into());
+        assert_ne!(Revision::of(&deployment), before);
     }
 
     #[tokio::test]

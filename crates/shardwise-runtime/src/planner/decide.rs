@@ -108,14 +108,20 @@ impl RecordWrite {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ItemWrite {
     pub key: ObjectKey,
+    /// The object it is for: the server refuses the patch if the item was made again since.
+    pub uid: String,
     pub token: String,
     pub shard: Option<ShardId>,
 }
 
 impl ItemWrite {
-    /// The merge patch that writes them.
+    /// The merge patch that writes them, on that object only.
     pub fn patch(&self) -> Value {
-        item_patch(self.shard, &self.token)
+        let mut patch = item_patch(self.shard, &self.token);
+        if !self.uid.is_empty() {
+            patch["metadata"]["uid"] = Value::String(self.uid.clone());
+        }
+        patch
     }
 }
 
@@ -415,6 +421,7 @@ pub(crate) fn decide(
         .iter()
         .map(|label| ItemWrite {
             key: label.item.clone(),
+            uid: label.uid.clone(),
             token: label.unit_token.clone(),
             shard: label.shard,
         })
@@ -555,8 +562,9 @@ mod tests {
             let unit = &write.key.name[..1];
             let token = unit_token("fleet", unit);
             let patch = write.patch();
-            assert_eq!(patch, item_patch(None, &token));
             let labels = &patch["metadata"]["labels"];
+            assert_eq!(labels, &item_patch(None, &token)["metadata"]["labels"]);
+            assert_eq!(patch["metadata"]["uid"], format!("uid-{}", write.key.name));
             assert_eq!(labels[UNIT_LABEL], token);
             // No shard: the unit's owner finds it by its token.
             assert_eq!(labels[SHARD_LABEL], Value::Null);

@@ -18,9 +18,10 @@ use tokio::sync::Notify;
 
 use super::decide::ItemWrite;
 
-/// The labels a write gives an item.
+/// The labels a write gives an item, and the object (by UID) it gives them to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Labels {
+    uid: String,
     token: String,
     shard: Option<ShardId>,
 }
@@ -28,6 +29,7 @@ struct Labels {
 impl Labels {
     fn of(write: &ItemWrite) -> Self {
         Self {
+            uid: write.uid.clone(),
             token: write.token.clone(),
             shard: write.shard,
         }
@@ -36,7 +38,8 @@ impl Labels {
 
 #[derive(Debug, Default)]
 struct Writes {
-    /// Decided by the latest pass and not started, in key order.
+    /// Decided by the latest pass and not started, in key order. One whose item has a write
+    /// under way waits for it to finish: two at once could land in either order.
     pending: BTreeMap<ObjectKey, Labels>,
     /// Started and not finished.
     in_flight: BTreeMap<ObjectKey, Labels>,
@@ -81,13 +84,21 @@ impl ItemWrites {
         }
     }
 
-    /// The next write to make, now under way; `None` when none is pending.
+    /// The next write to make, now under way; `None` when none is pending (or each pending one
+    /// waits for a write to its item under way).
     pub(crate) fn start_next(&self) -> Option<ItemWrite> {
         let mut writes = self.lock();
-        let (key, labels) = writes.pending.pop_first()?;
+        let writes = &mut *writes;
+        let key = writes
+            .pending
+            .keys()
+            .find(|k| !writes.in_flight.contains_key(*k))?
+            .clone();
+        let labels = writes.pending.remove(&key)?;
         writes.in_flight.insert(key.clone(), labels.clone());
         Some(ItemWrite {
             key,
+            uid: labels.uid,
             token: labels.token,
             shard: labels.shard,
         })
@@ -100,6 +111,12 @@ impl ItemWrites {
             && landed
         {
             writes.landed.insert(key.clone(), labels);
+        }
+        // A write to the same item that waited for this one may start.
+        let waiting = writes.pending.contains_key(key);
+        drop(writes);
+        if waiting {
+            self.added.notify_one();
         }
     }
 
@@ -114,25 +131,34 @@ impl ItemWrites {
         }
     }
 
-    /// Whether item `key` seen with `token` and `shard` is the echo of a write: one that
-    /// landed, or one under way (the watch may bring it back before its response arrives).
-    /// Seen with other labels, it has moved on (or the event predates the write): its next
-    /// events count again.
+    /// Whether item `key` seen as object `uid` with `token` and `shard` is the echo of a
+    /// write: one that landed, or one under way (the watch may bring it back before its
+    /// response arrives). Seen otherwise, it has moved on (or the event predates the write):
+    /// its next events count again.
     pub(crate) fn echoes(
         &self,
         key: &ObjectKey,
+        uid: &str,
         token: Option<&str>,
         shard: Option<ShardId>,
     ) -> bool {
         let mut writes = self.lock();
         let gives = |labels: Option<&Labels>| {
-            labels.is_some_and(|l| Some(l.token.as_str()) == token && l.shard == shard)
+            labels.is_some_and(|l| {
+                l.uid == uid && Some(l.token.as_str()) == token && l.shard == shard
+            })
         };
         let echo = gives(writes.landed.get(key)) || gives(writes.in_flight.get(key));
         if !echo {
             writes.landed.remove(key);
         }
         echo
+    }
+
+    /// Item `key` was seen without a token: no write's echo (each gives one), and its next
+    /// events count.
+    pub(crate) fn moved_on(&self, key: &ObjectKey) {
+        self.lock().landed.remove(key);
     }
 
     /// Whether item `key` leaving the watch of items without a token is the echo of a write
@@ -158,6 +184,7 @@ mod tests {
     fn write(name: &str, token: &str) -> ItemWrite {
         ItemWrite {
             key: ObjectKey::new("fleet", name),
+            uid: format!("uid-{name}"),
             token: token.into(),
             shard: None,
         }
@@ -192,11 +219,14 @@ mod tests {
     }
 
     #[test]
-    fn a_write_under_way_with_other_labels_is_made_again() {
+    fn a_write_under_way_with_other_labels_is_made_again_once_it_ends() {
         let writes = ItemWrites::default();
-        writes.replace(&[write("a", "x")]);
-        writes.start_next().unwrap();
-        writes.replace(&[write("a", "y")]);
+        writes.replace(&[write("a", "x"), write("b", "x")]);
+        assert_eq!(writes.start_next().unwrap().key.name, "a");
+        writes.replace(&[write("a", "y"), write("b", "x")]);
+        // Not two writes to a at once: b goes first.
+        assert_eq!(names(&writes), ["b"]);
+        writes.finished(&key("a"), true);
         let again = writes.start_next().expect("the newer labels");
         assert_eq!(again.token, "y");
         // It failed: decided again, it is written again.
@@ -217,11 +247,11 @@ mod tests {
         assert!(names(&writes).is_empty());
         // a comes back as written, twice (its metadata, and it leaves the watch of items
         // without a token): echoes.
-        assert!(writes.echoes(&key("a"), Some("x"), None));
+        assert!(writes.echoes(&key("a"), "uid-a", Some("x"), None));
         assert!(writes.echoes_token(&key("a")));
         // b is seen without its token (removed since, or an event from before the write):
         // not an echo, and from then on nothing of it is.
-        assert!(!writes.echoes(&key("b"), None, None));
+        assert!(!writes.echoes(&key("b"), "uid-b", None, None));
         assert!(!writes.echoes_token(&key("b")));
         // So the next pass that decides it writes it again.
         writes.replace(&[write("b", "x")]);
@@ -229,7 +259,7 @@ mod tests {
         // a's write is no longer decided (the index has it): its memory goes, and a later
         // change of a is not taken for an echo.
         assert!(!writes.echoes_token(&key("a")));
-        assert!(!writes.echoes(&key("a"), Some("x"), Some(2)));
+        assert!(!writes.echoes(&key("a"), "uid-a", Some("x"), Some(2)));
     }
 
     #[test]
@@ -238,13 +268,13 @@ mod tests {
         writes.replace(&[write("a", "x")]);
         writes.start_next().unwrap();
         assert!(writes.echoes_token(&key("a")));
-        assert!(writes.echoes(&key("a"), Some("x"), None));
+        assert!(writes.echoes(&key("a"), "uid-a", Some("x"), None));
         assert!(
-            !writes.echoes(&key("a"), Some("x"), Some(1)),
+            !writes.echoes(&key("a"), "uid-a", Some("x"), Some(1)),
             "other labels"
         );
         writes.finished(&key("a"), true);
-        assert!(writes.echoes(&key("a"), Some("x"), None));
+        assert!(writes.echoes(&key("a"), "uid-a", Some("x"), None));
     }
 
     #[tokio::test]
