@@ -183,6 +183,28 @@ pub(crate) struct ItemStores<I: Object> {
     wanted: Notify,
 }
 
+/// The pending units of one kind: whole ones, or slices of cut ones; the others stay pending
+/// for the next batch. One watch has one shard selector, ANDed with its label selector: with a
+/// whole unit in it, it could ask the server for no range at all, and the slices' owner would
+/// receive every item of their units (the server selects by range where it can).
+fn take_alike(
+    pending: &mut BTreeMap<ObjectKey, Vec<KeyRange>>,
+    wanted: &Notify,
+) -> BTreeMap<ObjectKey, Vec<KeyRange>> {
+    let whole = |ranges: &Vec<KeyRange>| ranges.contains(&KeyRange::WHOLE);
+    let Some(first_whole) = pending.values().next().map(whole) else {
+        return BTreeMap::new();
+    };
+    let (alike, others): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(pending)
+        .into_iter()
+        .partition(|(_, ranges)| whole(ranges) == first_whole);
+    if !others.is_empty() {
+        *pending = others;
+        wanted.notify_one();
+    }
+    alike
+}
+
 /// Whether a cache of `held` ranges has every key of `wanted`.
 pub(crate) fn covers(held: &[KeyRange], wanted: &[KeyRange]) -> bool {
     wanted.iter().all(|w| held.iter().any(|&h| w.within(h)))
@@ -257,9 +279,13 @@ impl<I: Object> ItemStores<I> {
         if state.pending.is_empty() && !state.merge_now {
             return None;
         }
-        let pending = std::mem::take(&mut state.pending);
         let merge_now = std::mem::take(&mut state.merge_now);
         let merges = merge_now || state.watches.len() >= MAX_WATCHES;
+        let pending = if merges {
+            std::mem::take(&mut state.pending)
+        } else {
+            take_alike(&mut state.pending, &self.wanted)
+        };
         let units = if merges {
             let mut all = BTreeMap::new();
             for watch in &state.watches {
@@ -628,6 +654,23 @@ mod tests {
         stores.clear();
         assert_eq!(stores.len(), 0);
         assert!(stores.get(&key("lost")).is_some());
+    }
+
+    #[test]
+    fn whole_units_and_slices_of_cut_ones_are_watched_apart() {
+        let stores = ItemStores::<ConfigMap>::new(filled(&[]), unit_of);
+        let (low, _) = halves();
+        stores.want(&key("a"), vec![KeyRange::WHOLE]);
+        stores.want(&key("hot"), vec![low]);
+        stores.want(&key("b"), vec![KeyRange::WHOLE]);
+        let first = stores.take_batch().unwrap();
+        assert_eq!(first.units(), [key("a"), key("b")]);
+        let second = stores
+            .take_batch()
+            .expect("the slice, in a watch of its own");
+        assert_eq!(second.units(), [key("hot")]);
+        assert_eq!(second.held.key_ranges(), [low], "a range to select by");
+        assert!(stores.take_batch().is_none());
     }
 
     #[tokio::test]
