@@ -18,34 +18,16 @@ use tokio::sync::Notify;
 
 use super::decide::ItemWrite;
 
-/// The labels a write gives an item, and the object (by UID) it gives them to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Labels {
-    uid: String,
-    token: String,
-    shard: Option<ShardId>,
-}
-
-impl Labels {
-    fn of(write: &ItemWrite) -> Self {
-        Self {
-            uid: write.uid.clone(),
-            token: write.token.clone(),
-            shard: write.shard,
-        }
-    }
-}
-
 #[derive(Debug, Default)]
 struct Writes {
     /// Decided by the latest pass and not started, in key order. One whose item has a write
     /// under way waits for it to finish: two at once could land in either order.
-    pending: BTreeMap<ObjectKey, Labels>,
+    pending: BTreeMap<ObjectKey, ItemWrite>,
     /// Started and not finished.
-    in_flight: BTreeMap<ObjectKey, Labels>,
+    in_flight: BTreeMap<ObjectKey, ItemWrite>,
     /// Landed, until a pass no longer decides them (its index has them) or the item is seen
     /// with other labels.
-    landed: BTreeMap<ObjectKey, Labels>,
+    landed: BTreeMap<ObjectKey, ItemWrite>,
 }
 
 /// The writes of item labels the latest pass decided, for the writer to take one by one.
@@ -69,11 +51,10 @@ impl ItemWrites {
         let mut pending = BTreeMap::new();
         let mut still_decided = BTreeMap::new();
         for write in decided {
-            let labels = Labels::of(write);
-            if writes.landed.get(&write.key) == Some(&labels) {
-                still_decided.insert(write.key.clone(), labels);
-            } else if writes.in_flight.get(&write.key) != Some(&labels) {
-                pending.insert(write.key.clone(), labels);
+            if writes.landed.get(&write.key) == Some(write) {
+                still_decided.insert(write.key.clone(), write.clone());
+            } else if writes.in_flight.get(&write.key) != Some(write) {
+                pending.insert(write.key.clone(), write.clone());
             }
         }
         writes.pending = pending;
@@ -94,23 +75,18 @@ impl ItemWrites {
             .keys()
             .find(|k| !writes.in_flight.contains_key(*k))?
             .clone();
-        let labels = writes.pending.remove(&key)?;
-        writes.in_flight.insert(key.clone(), labels.clone());
-        Some(ItemWrite {
-            key,
-            uid: labels.uid,
-            token: labels.token,
-            shard: labels.shard,
-        })
+        let write = writes.pending.remove(&key)?;
+        writes.in_flight.insert(key, write.clone());
+        Some(write)
     }
 
     /// The write to `key` ended: it landed, or failed (the next pass decides it again).
     pub(crate) fn finished(&self, key: &ObjectKey, landed: bool) {
         let mut writes = self.lock();
-        if let Some(labels) = writes.in_flight.remove(key)
+        if let Some(write) = writes.in_flight.remove(key)
             && landed
         {
-            writes.landed.insert(key.clone(), labels);
+            writes.landed.insert(key.clone(), write);
         }
         // A write to the same item that waited for this one may start.
         let waiting = writes.pending.contains_key(key);
@@ -143,9 +119,9 @@ impl ItemWrites {
         shard: Option<ShardId>,
     ) -> bool {
         let mut writes = self.lock();
-        let gives = |labels: Option<&Labels>| {
-            labels.is_some_and(|l| {
-                l.uid == uid && Some(l.token.as_str()) == token && l.shard == shard
+        let gives = |write: Option<&ItemWrite>| {
+            write.is_some_and(|w| {
+                w.uid == uid && Some(w.token.as_str()) == token && w.shard == shard
             })
         };
         let echo = gives(writes.landed.get(key)) || gives(writes.in_flight.get(key));
