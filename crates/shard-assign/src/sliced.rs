@@ -323,10 +323,7 @@ impl Pass<'_> {
             placed = refine(self, placed, copy_cost)?;
         }
         let (placed, cuts_rejected) = self.unless_cuts_pay(placed, copy_cost)?;
-        // Halves on one shard merge back only into a slice that fits what the cuts are sized
-        // for: a shard away for a moment does not fold them.
-        let sizing = slice_config.sizing_shards(self.shards.len());
-        let target = per_shard_target(self.clusters, sizing);
+        let target = per_shard_target(self.clusters, self.shards.len());
         Ok((placed.finish(target, self.keys), cuts_rejected))
     }
 
@@ -808,55 +805,6 @@ mod tests {
         let dear = place(headroom);
         assert_eq!(dear.slicing, Slicing::default());
         assert_eq!(busiest(&dear), 60);
-    }
-
-    /// Two of three shards away for a moment (their leases lapsed together): cuts sized for
-    /// the shards present fold the hot cluster, and once they are back a cut that costs more
-    /// than it gains is not made again. Cuts sized for the three the fleet runs on hold, and
-    /// spread again when the shards return.
-    #[test]
-    fn cuts_sized_for_the_expected_shards_hold_while_shards_are_away() {
-        let mut keys = AppKeys::new();
-        let mut clusters = vec![cluster("hot", 400, &mut keys)];
-        for i in 0..30 {
-            clusters.push(cluster(&format!("c{i}"), 20, &mut keys));
-        }
-        let three = ShardSet::contiguous(3);
-        let one = ShardSet::contiguous(1);
-        // Placed with free copies (as before any replica reports its cache), the hot cluster
-        // is cut; from then on a copy costs more than a fresh cut of it would gain.
-        let start = fresh(&sticky(), &clusters, &keys, &three);
-        assert!(start.slicing.slices_of("hot").len() > 1);
-        let dear = SliceConfig::enabled().with_copy_cost(100);
-        let pass = |config: &SliceConfig, shards: &ShardSet, before: &SlicedAssignment| {
-            assign_sliced(
-                &sticky(),
-                config,
-                &clusters,
-                &keys,
-                shards,
-                Some(&before.assignment.to_previous()),
-                &before.slicing,
-            )
-            .unwrap()
-        };
-        let folded = pass(&dear, &one, &start);
-        assert_eq!(folded.slicing.slices_of("hot"), [KeyRange::WHOLE]);
-        let back = pass(&dear, &three, &folded);
-        assert_eq!(back.slicing.slices_of("hot"), [KeyRange::WHOLE]);
-
-        let sized = dear.sized_for(3);
-        let held = pass(&sized, &one, &start);
-        assert_eq!(
-            held.slicing.slices_of("hot"),
-            start.slicing.slices_of("hot")
-        );
-        assert_eq!(held.shards_of("hot"), BTreeSet::from([0]));
-        let back = pass(&sized, &three, &held);
-        assert!(back.slicing.slices_of("hot").len() > 1);
-        assert!(back.shards_of("hot").len() > 1, "{:?}", back.units["hot"]);
-        let apps: u64 = back.assignment.placements().values().map(|p| p.apps).sum();
-        assert_eq!(apps, 1000);
     }
 
     #[test]

@@ -180,13 +180,6 @@ pub struct SliceConfig {
     /// new cut or a further halving stands only if it lowers the busiest shard's load by more
     /// than the copies it adds cost.
     pub copy_cost: u64,
-    /// The shard count cuts are sized for, when it is not the number of shards placed on: the
-    /// shards the fleet is meant to run on (a StatefulSet's replicas), of which some may be
-    /// away for a moment (a lapsed lease, a pod being replaced). Cuts sized for the shards
-    /// present would fold while one is away, and the fold would have to pay for its copies
-    /// again when it returns. `None`: the shards placed on.
-    #[serde(default)]
-    pub sized_for: Option<usize>,
 }
 
 impl SliceConfig {
@@ -206,7 +199,6 @@ impl SliceConfig {
             enabled: true,
             merge_below: Self::DEFAULT_MERGE_BELOW,
             copy_cost: 0,
-            sized_for: None,
         }
     }
 
@@ -216,7 +208,6 @@ impl SliceConfig {
             enabled: false,
             merge_below: Self::DEFAULT_MERGE_BELOW,
             copy_cost: 0,
-            sized_for: None,
         }
     }
 
@@ -224,17 +215,6 @@ impl SliceConfig {
     pub const fn with_copy_cost(mut self, copy_cost: u64) -> Self {
         self.copy_cost = copy_cost;
         self
-    }
-
-    /// This configuration with cuts sized for `shards` shards, however many are placed on.
-    pub const fn sized_for(mut self, shards: usize) -> Self {
-        self.sized_for = Some(shards);
-        self
-    }
-
-    /// The shard count cuts are sized for when `present` shards are placed on.
-    pub(crate) fn sizing_shards(&self, present: usize) -> usize {
-        self.sized_for.unwrap_or(present)
     }
 }
 
@@ -405,8 +385,7 @@ pub fn count_in(keys: &[u64], range: KeyRange) -> u64 {
 
 /// How every cluster is cut for `shards` live shards, given how it was cut before.
 ///
-/// The per-shard target is the fleet's load over the shards (over `config.sized_for` when
-/// set). A slice heavier than the target
+/// The per-shard target is the fleet's load over the shards. A slice heavier than the target
 /// is halved (the heaviest first) until none is. A cut cluster folds back into one slice once
 /// its whole load is at most `merge_below` of the target; between that and the target its cut
 /// stays as it is (hysteresis), so loads that hover near the target do not make slices come and
@@ -423,7 +402,7 @@ pub fn slice_fleet(
     if !config.enabled || shards == 0 {
         return slicing;
     }
-    let target = per_shard_target(clusters, config.sizing_shards(shards));
+    let target = per_shard_target(clusters, shards);
     for cluster in clusters {
         let Some(cluster_keys) = keys.get(&cluster.id) else {
             continue;

@@ -268,8 +268,7 @@ fn recorded_cut(records: &[SliceRecord]) -> Vec<(KeyRange, UnitRecord)> {
 
 /// One planning pass. Units are identified by UID for placement, slices by
 /// [`shard_assign::slice_id`]; item counts and keys come from the items that target each
-/// unit. `slicing` says whether units too big for one shard are cut; cuts are sized for the
-/// membership's expected shards, not only the live ones.
+/// unit. `slicing` says whether units too big for one shard are cut.
 pub fn plan(
     strategy: &StrategyConfig,
     slicing: &SliceConfig,
@@ -315,12 +314,9 @@ pub fn plan(
     if let Some(memory) = memory {
         previous = previous.with_live_shards(memory.shards.clone());
     }
-    // Cuts are sized for the shards the StatefulSet asks for: shards away for a moment (their
-    // leases lapsed together in a control-plane outage) do not fold them.
-    let slicing = slicing.sized_for(membership.expected as usize);
     let assignment = assign_sliced(
         strategy,
-        &slicing,
+        slicing,
         &inputs,
         &fleet.keys,
         &live,
@@ -912,32 +908,6 @@ mod slicing_tests {
         let p = plan(&config, &slicing, &units, &items, &members, Some(&takeover)).unwrap();
         assert!(p.unit_actions.is_empty(), "{:?}", p.unit_actions);
         assert!(p.item_labels.is_empty());
-    }
-
-    /// Every shard lease but one lapsed at once (the control plane stalled), with the
-    /// StatefulSet still asking for four: the pass gives the lone shard the hot unit's slices
-    /// without folding them whole (cuts are sized for four: slices on one shard merge only up to
-    /// a quarter of the fleet), so the shards' return spreads them again without a new cut.
-    #[test]
-    fn a_pass_with_most_shards_away_keeps_the_cuts_sized_for_the_statefulset() {
-        let config = StrategyConfig::new(StrategyKind::StickyBalanced);
-        let slicing = SliceConfig::enabled();
-        let (mut units, mut items) = skewed();
-        let all = members(4, &[0, 1, 2, 3]);
-        for _ in 0..20 {
-            let p = plan(&config, &slicing, &units, &items, &all, None).unwrap();
-            if p.unit_actions.is_empty() && p.item_labels.is_empty() {
-                break;
-            }
-            apply(&mut units, &mut items, &p);
-        }
-        assert!(units[0].slices.len() >= 3, "{:#?}", units[0]);
-        let lone = members(4, &[0]);
-        let p = plan(&config, &slicing, &units, &items, &lone, None).unwrap();
-        apply(&mut units, &mut items, &p);
-        let hot = &units[0];
-        assert!(hot.cut, "{hot:#?}");
-        assert!(hot.slices.iter().all(|s| s.range.depth() >= 2), "{hot:#?}");
     }
 
     /// The first pass of sticky-balanced over the skewed fleet on four shards.
