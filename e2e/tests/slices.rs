@@ -241,58 +241,38 @@ async fn slice_owners_have_the_server_select_their_apps_where_it_can() {
     .unwrap();
     wait_balanced_and_settled(&fleet, &[0, 1, 2, 3]).await;
     assert_eq!(server_selection(&fleet).await, [1.0; 4]);
-    // The lists of apps each replica sent with a selector, read from the server's audit log.
-    let requests = fleet.env.control_plane().server().requests();
-    let mut selected: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Who listed the hot cluster's apps among those of several clusters, with no range to
-    // select by: a watch of every cluster a replica holds, which it starts when it has too many
-    // (after many moves, which a loaded machine's first settle can make).
+    // The planner may still refine the cut after the fleet settled (a cut must pay for its
+    // copies, and the balance is chased to 1.03): wait until the cut tiles the cluster again
+    // and each owner of a slice has listed (at least) that slice's range, or watches every
+    // cluster it holds in one watch.
     let hot_token = unit_token(NAMESPACE, "cluster-0");
-    let mut merged: BTreeSet<String> = BTreeSet::new();
-    let mut replayed = 0;
-    for r in &requests {
-        if r.method != "LIST" || !r.path.ends_with("/fleetapps") || r.code != 200 {
-            continue;
-        }
-        let param = |key: &str| {
-            form_urlencoded::parse(r.query.as_bytes())
-                .find(|(name, _)| name == key)
-                .map(|(_, value)| value.into_owned())
-        };
-        let selector = param("shardSelector");
-        let labels = param("labelSelector").unwrap_or_default();
-        if selector.is_none() && labels.contains(&hot_token) && labels.contains(',') {
-            merged.insert(r.identity.clone());
-        }
-        if let Some(selector) = selector {
-            if replayed < 4 {
-                replay_selects_by_key(&fleet, &r.path, &r.query, &selector).await;
-                replayed += 1;
+    let lists = wait_with(
+        "each owner of a slice of cluster-0 to have listed its apps by the slice's range",
+        fleet.settle_poll(SETTLE),
+        || async {
+            let lists = AppLists::read(&fleet, &hot_token);
+            let placement = fleet.placement().await.map_err(|e| e.to_string())?;
+            for (range, shard, _) in &placement.clusters["cluster-0"] {
+                let link = &fleet.replicas[shard].link;
+                if lists.merged.contains(link) {
+                    continue;
+                }
+                let sent = lists.selected.get(link).cloned().unwrap_or_default();
+                if !sent.iter().any(|s| covers(s, *range)) {
+                    return Err(format!("shard {shard} owns {range}; it sent {sent:?}"));
+                }
             }
-            selected
-                .entry(r.identity.clone())
-                .or_default()
-                .push(selector);
-        }
-    }
+            Ok(lists)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.report()));
+    let selected = lists.selected;
     eprintln!("lists of apps with a shard selector: {selected:#?}");
-    let placement = fleet.placement().await.unwrap();
-    let hot = &placement.clusters["cluster-0"];
-    assert!(replayed > 0, "no replica listed apps by selector");
-    for (range, shard, _) in hot {
-        // Each owner of a slice of the hot cluster asked for (at least) that slice's range, or
-        // watches every cluster it holds in one watch.
-        let link = &fleet.replicas[shard].link;
-        if merged.contains(link) {
-            continue;
-        }
-        let sent = selected
-            .get(link)
-            .unwrap_or_else(|| panic!("shard {shard} owns {range} but listed no apps by selector"));
-        assert!(
-            sent.iter().any(|s| covers(s, *range)),
-            "shard {shard} owns {range}; it sent {sent:?}"
-        );
+    assert!(!selected.is_empty(), "no replica listed apps by selector");
+    // The server's answer to a few of them, sent again, is exactly the apps of their ranges.
+    for (path, query, selector) in lists.replayable.iter().take(4) {
+        replay_selects_by_key(&fleet, path, query, selector).await;
     }
     for sent in selected.values().flatten() {
         assert!(
@@ -303,6 +283,56 @@ async fn slice_owners_have_the_server_select_their_apps_where_it_can() {
     }
     let intervals = fleet.audited_without_overlap();
     eprintln!("{} reconciles audited, no overlap", intervals.len());
+}
+
+/// The lists of apps the replicas sent, read from the server's audit log.
+struct AppLists {
+    /// Each identity's shard selectors.
+    selected: BTreeMap<String, Vec<String>>,
+    /// Identities that listed the hot cluster's apps among those of several clusters, with no
+    /// range to select by: a watch of every cluster a replica holds, which it starts when it
+    /// has too many (after many moves, which a loaded machine's first settle can make).
+    merged: BTreeSet<String>,
+    /// (path, query, selector) of each list with a selector, in the order sent.
+    replayable: Vec<(String, String, String)>,
+}
+
+impl AppLists {
+    fn read(fleet: &Fleet, hot_token: &str) -> Self {
+        let mut lists = Self {
+            selected: BTreeMap::new(),
+            merged: BTreeSet::new(),
+            replayable: Vec::new(),
+        };
+        for r in fleet.env.control_plane().server().requests() {
+            if r.method != "LIST" || !r.path.ends_with("/fleetapps") || r.code != 200 {
+                continue;
+            }
+            let param = |key: &str| {
+                form_urlencoded::parse(r.query.as_bytes())
+                    .find(|(name, _)| name == key)
+                    .map(|(_, value)| value.into_owned())
+            };
+            let labels = param("labelSelector").unwrap_or_default();
+            match param("shardSelector") {
+                None if labels.contains(hot_token) && labels.contains(',') => {
+                    lists.merged.insert(r.identity.clone());
+                }
+                None => {}
+                Some(selector) => {
+                    lists
+                        .replayable
+                        .push((r.path.clone(), r.query.clone(), selector.clone()));
+                    lists
+                        .selected
+                        .entry(r.identity.clone())
+                        .or_default()
+                        .push(selector);
+                }
+            }
+        }
+        lists
+    }
 }
 
 /// Sends the list a replica sent (`path?query`, `selector` its shard selector) again, with and
