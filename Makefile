@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
+.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
 
 all: build
 
@@ -45,6 +45,12 @@ prerequisites:
 control-plane:
 	scripts/control-plane.sh
 
+## Argo CD's application controller and repo server, the ground truth of the Argo CD suite
+## (e2e_argocd), from the module pinned in e2e/argocd, into target/argocd/ with the release's
+## CRDs and the controller's ClusterRole; nothing to do when it is up to date.
+argocd:
+	scripts/argocd.sh
+
 fmt:
 	$(CARGO) fmt --all
 
@@ -64,8 +70,8 @@ cycles:
 	$(PYTHON) scripts/module_cycles.py
 
 ## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each
-## suite prints the kube-apiserver version it ran on).
-unit: control-plane
+## suite prints the kube-apiserver version it ran on), Argo CD's among them.
+unit: control-plane argocd
 	$(CARGO) test --workspace --locked --no-fail-fast
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.

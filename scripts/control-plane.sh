@@ -13,7 +13,7 @@ helm_module=e2e/helm
 out=${SHARDWISE_CONTROL_PLANE_BIN:-target/control-plane}
 stamp="$out/.stamp"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd helm)
-inputs=$(cat "$module/go.mod" "$module/go.sum" "$module"/etcd/*.go "$helm_module/go.mod" "$helm_module/go.sum" "$0" | sha256sum | cut -d' ' -f1)
+inputs=$(cat "$module/go.mod" "$module/go.sum" "$module"/etcd/*.go "$helm_module/go.mod" "$helm_module/go.sum" "$0" scripts/lib/go-build.sh | sha256sum | cut -d' ' -f1)
 up_to_date() {
     local binary
     for binary in "${binaries[@]}"; do
@@ -25,14 +25,9 @@ if up_to_date; then
     exit 0
 fi
 
-command -v go >/dev/null 2>&1 || { echo "control-plane.sh: the go command is needed (Go 1.26 or newer)" >&2; exit 1; }
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-# The binaries are what is kept; Go's build cache of this build (about 3 GB) would only fill
-# the disk of a CI machine, so it lives in a directory removed afterwards.
-GOCACHE=$(mktemp -d)
-export GOCACHE
-trap 'chmod -R u+w "$GOCACHE" && rm -rf "$GOCACHE"' EXIT
+# shellcheck source=scripts/lib/go-build.sh
+source scripts/lib/go-build.sh
+go_build_setup control-plane.sh "$out"
 start=$(date +%s)
 
 cd "$module"

@@ -4,9 +4,11 @@
 # for the chart's alerts), busybox (the chart's `helm test` script runs on its sh and wget, as in
 # the test pod), iproute2 and Debian's CNI plugins (the node agent's pod networks), the pinned
 # Python packages of the chart checks, Node.js with the locked npm packages of the dashboard's
-# schema check (scripts/dashboard-schema), and the real control plane (kube-apiserver,
+# schema check (scripts/dashboard-schema), the real control plane (kube-apiserver,
 # kube-controller-manager, kube-scheduler, etcd and helm, built with Go from e2e/control-plane
-# and e2e/helm by scripts/control-plane.sh). Idempotent and quick when everything is there.
+# and e2e/helm by scripts/control-plane.sh), and Argo CD's application controller and repo
+# server (built from e2e/argocd by scripts/argocd.sh) with Debian's Redis and git beside them.
+# Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,9 @@ command -v setpriv >/dev/null 2>&1 || packages+=(util-linux)
 # The node agent gives each pod a network of its own: a bridge (ip) and Debian's CNI plugins.
 command -v ip >/dev/null 2>&1 || packages+=(iproute2)
 [[ -x /usr/lib/cni/bridge ]] || packages+=(containernetworking-plugins)
+# Argo CD's suite: its cache (Redis) and the Git source its repo server fetches (git daemon).
+command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
+command -v git >/dev/null 2>&1 || packages+=(git)
 if ((${#packages[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
@@ -42,3 +47,4 @@ if ! npm ls --prefix "$schema" --silent >/dev/null 2>&1; then
 fi
 
 scripts/control-plane.sh
+scripts/argocd.sh

@@ -1,5 +1,11 @@
-//! Argo CD's objects as the tests of `plan --apply` and of the balancer create them, and what
-//! they read back.
+//! Argo CD for the tests: its objects as the tests of `plan --apply` and of the balancer create
+//! them and what they read back, and the real Argo CD ([`ArgoCd`]) built from its Go module.
+
+mod git;
+mod install;
+
+pub use git::GitServer;
+pub use install::{ArgoCd, ArgoCdOptions, CONTROLLER, NAMESPACE, Owners, argocd_binary, owners_of};
 
 use std::collections::BTreeMap;
 use std::path::Path;

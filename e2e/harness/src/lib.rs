@@ -85,6 +85,14 @@ pub enum HarnessError {
         /// What went wrong.
         reason: String,
     },
+    /// Argo CD has not been built.
+    #[error(
+        "{program} is missing: build Argo CD with scripts/argocd.sh (make argocd), or set SHARDWISE_ARGOCD_BIN"
+    )]
+    ArgoCdMissing {
+        /// Where the binary was expected.
+        program: std::path::PathBuf,
+    },
     /// A binary of the control plane has not been built.
     #[error(
         "{program} is missing: build the control plane with scripts/control-plane.sh (or set SHARDWISE_CONTROL_PLANE_BIN)"
