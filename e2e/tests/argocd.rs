@@ -9,12 +9,15 @@
 
 mod argocd_support;
 
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
 use argocd_support::{
-    ArgoFleet, Auth, ClusterSpec, OWNERS_SETTLE, current_shards, environment, install, plan,
-    planned_owners, shardwise_cli,
+    ArgoFleet, Auth, ClusterSpec, OWNERS_SETTLE, Observer, apps_per_controller, current_shards,
+    environment, install, max_over_mean, plan, planned_owners, shardwise_cli, start_balancer,
 };
 use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, Owners};
-use shardwise_e2e::wait_for;
+use shardwise_e2e::{Environment, wait_for};
 
 /// Twelve clusters: Argo CD's own (`in-cluster`, no Secret), one without apps, pins in range
 /// (1, 2), out of range (7) and negative (-1), credentials by token and by client certificate,
@@ -178,4 +181,339 @@ async fn apply_moves_the_real_owners_as_planned_and_unpin_moves_them_back() {
         "--unpin: owners back after {:.2} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The balancer's target in the suite: apps per controller's max over mean.
+const TARGET: f64 = 1.10;
+
+/// One step of the balancer's run, as measured.
+struct Step {
+    name: &'static str,
+    settled_in: Duration,
+    key_writes: u64,
+    moved: usize,
+    balance: f64,
+}
+
+/// The controller that owns each cluster's apps (clusters with apps owned by exactly one).
+fn cluster_owners(owners: &Owners, fleet: &ArgoFleet) -> BTreeMap<String, u32> {
+    fleet
+        .app_cluster
+        .iter()
+        .filter_map(|(app, cluster)| match owners.get(app).map(Vec::as_slice) {
+            Some([one]) => Some((cluster.clone(), *one)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Each controller's reconciles of each destination server (`argocd_app_reconcile_count`).
+async fn reconciles(argocd: &ArgoCd) -> BTreeMap<(u32, String), f64> {
+    let mut counts = BTreeMap::new();
+    for (ordinal, m) in argocd.scrape().await.unwrap() {
+        for sample in m.matching("argocd_app_reconcile_count", &[]) {
+            if let Some(server) = sample.labels.get("dest_server") {
+                *counts.entry((ordinal, server.clone())).or_default() += sample.value;
+            }
+        }
+    }
+    counts
+}
+
+/// Samples until the keys have not changed for 3 s, Argo CD's owners are what `plan` reads
+/// from the keys, the real apps per controller are within the target, and every cluster that
+/// changed controller has been reconciled by its new one since.
+async fn settle(
+    observer: &mut Observer,
+    env: &Environment,
+    argocd: &ArgoCd,
+    fleet: &ArgoFleet,
+    name: &'static str,
+) -> Step {
+    let started = Instant::now();
+    let replicas = argocd.options().replicas;
+    let servers: BTreeMap<String, String> = fleet
+        .clusters
+        .values()
+        .map(|c| {
+            let server = if c.name == "in-cluster" {
+                argocd_support::IN_CLUSTER.to_string()
+            } else {
+                argocd_support::server_of(env, c)
+            };
+            (c.name.clone(), server)
+        })
+        .collect();
+    let owners_before = cluster_owners(&observer.sample(env, argocd, fleet).await, fleet);
+    let reconciles_before = reconciles(argocd).await;
+    let mut last = String::new();
+    while started.elapsed() < Duration::from_secs(180) {
+        let owners = observer.sample(env, argocd, fleet).await;
+        let apps = apps_per_controller(&owners, replicas);
+        let balance = max_over_mean(&apps);
+        if observer.keys_stable_for() >= Duration::from_secs(3) {
+            let expected = planned_owners(&plan(env, &[]), fleet, replicas);
+            let moved: Vec<(String, u32)> = cluster_owners(&owners, fleet)
+                .into_iter()
+                .filter(|(c, to)| owners_before.get(c).is_some_and(|from| from != to))
+                .collect();
+            let counts = reconciles(argocd).await;
+            let unreconciled: Vec<&(String, u32)> = moved
+                .iter()
+                .filter(|(c, to)| {
+                    let key = (*to, servers[c].clone());
+                    counts.get(&key).copied().unwrap_or(0.0)
+                        <= reconciles_before.get(&key).copied().unwrap_or(0.0)
+                })
+                .collect();
+            if owners == expected && balance <= TARGET && unreconciled.is_empty() {
+                let step = Step {
+                    name,
+                    settled_in: started.elapsed(),
+                    key_writes: observer.key_writes,
+                    moved: moved.len(),
+                    balance,
+                };
+                eprintln!(
+                    "{name}: settled in {:.1} s, {} keys written, {} clusters changed controller (each reconciled there since), apps per controller {apps:?} (max/mean {balance:.3})",
+                    step.settled_in.as_secs_f64(),
+                    step.key_writes,
+                    step.moved
+                );
+                observer.step();
+                return step;
+            }
+            last = format!(
+                "apps per controller {apps:?} (max/mean {balance:.3}); owners as plan reads the keys: {}; moved clusters not yet reconciled by their new controller: {unreconciled:?}",
+                owners == expected
+            );
+        } else {
+            last = format!(
+                "keys changed {:?} ago; apps per controller {apps:?}",
+                observer.keys_stable_for()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("{name}: not settled in 180 s: {last}\n{}", argocd.report());
+}
+
+/// Ordinary clusters for the balancer: uneven, so that Argo CD's algorithm alone is off target.
+fn balancer_clusters() -> Vec<ClusterSpec> {
+    let apps = [9, 1, 7, 2, 6, 3, 8, 2, 5, 4, 1, 6, 3, 2, 4];
+    let mut clusters = vec![ClusterSpec::new("in-cluster", 0, Auth::Token, 2)];
+    clusters.extend(apps.into_iter().enumerate().map(|(i, apps)| {
+        let auth = if i % 2 == 0 {
+            Auth::Token
+        } else {
+            Auth::Certificate
+        };
+        ClusterSpec::new(&format!("b{:02}", i + 1), i % 2, auth, apps)
+    }));
+    clusters
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_scale_change() {
+    let mut clusters = balancer_clusters();
+    let joining: Vec<ClusterSpec> = (0..3)
+        .map(|i| ClusterSpec::new(&format!("j{i}"), i % 2, Auth::Token, [7, 3, 5][i]))
+        .collect();
+    // The environment knows every identity from the start: joining clusters' too.
+    clusters.extend(joining.iter().cloned());
+    let env = environment(2, &clusters);
+    clusters.truncate(clusters.len() - joining.len());
+    let mut argocd = install(&env, ArgoCdOptions::default()).await;
+    let mut fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    let mut observer = Observer::default();
+    let before = settle_owners(&mut observer, &env, &argocd, &fleet).await;
+    eprintln!(
+        "Argo CD's legacy algorithm alone: apps per controller {before:?} (max/mean {:.3})",
+        max_over_mean(&before)
+    );
+
+    let (mut balancer, _) = start_balancer(&env, &["--target-balance", &TARGET.to_string()]).await;
+    let mut steps = vec![settle(&mut observer, &env, &argocd, &fleet, "adoption").await];
+
+    for c in &joining {
+        observer.changed(&c.name);
+    }
+    fleet
+        .add(&env, &argocd, joining, Vec::new(), Vec::new())
+        .await;
+    steps.push(settle(&mut observer, &env, &argocd, &fleet, "3 clusters join").await);
+
+    for name in ["b01", "b07"] {
+        observer.changed(name);
+        fleet.remove(&env, name).await;
+    }
+    steps.push(settle(&mut observer, &env, &argocd, &fleet, "2 clusters leave").await);
+
+    observer.changed("b09");
+    fleet.grow(&env, &argocd, "b09", 12).await;
+    steps.push(settle(&mut observer, &env, &argocd, &fleet, "12 apps onto b09").await);
+
+    for (replicas, name) in [(4, "3 -> 4 replicas"), (3, "4 -> 3 replicas")] {
+        let rollout = Instant::now();
+        argocd.reconfigure(&env, replicas, "legacy").await.unwrap();
+        // While the StatefulSet replaces its pods, a replaced pod's apps have no owner and pods
+        // of both replica counts run side by side: Argo CD's own rollout, not a key write.
+        observer.excuse_since(rollout);
+        steps.push(settle(&mut observer, &env, &argocd, &fleet, name).await);
+    }
+
+    let violations = observer.violations();
+    assert!(
+        violations.is_empty(),
+        "{} samples of apps owned by no controller or two, away from any key write (of {} samples), e.g. {:?}",
+        violations.len(),
+        observer.samples,
+        &violations[..violations.len().min(8)]
+    );
+    for step in &steps {
+        assert!(step.balance <= TARGET, "{}: {}", step.name, step.balance);
+    }
+    eprintln!(
+        "{} samples; {} app samples owned by no controller or two, each within {:?} of a change of its cluster",
+        observer.samples,
+        observer.odd_samples(),
+        argocd_support::CHANGE_GRACE
+    );
+    balancer.kill().unwrap();
+}
+
+/// Samples until Argo CD's owners are what `plan` computes; the apps per controller.
+async fn settle_owners(
+    observer: &mut Observer,
+    env: &Environment,
+    argocd: &ArgoCd,
+    fleet: &ArgoFleet,
+) -> Vec<u64> {
+    let replicas = argocd.options().replicas;
+    let expected = planned_owners(&plan(env, &[]), fleet, replicas);
+    for _ in 0..400 {
+        let owners = observer.sample(env, argocd, fleet).await;
+        if owners == expected {
+            return apps_per_controller(&owners, replicas);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("Argo CD's owners never matched plan's\n{}", argocd.report());
+}
+
+/// How a move reached its new owner: when it exported the cluster's apps, and when it first
+/// reconciled them (its `argocd_app_reconcile` count for the cluster's server went up).
+struct MoveSeen {
+    owned_after: Duration,
+    reconciled_after: Duration,
+}
+
+/// Writes `shard` as `cluster`'s key (and with `refresh`, then asks Argo CD to refresh its apps,
+/// as the balancer does); measures how the move reaches controller `shard`.
+async fn move_and_watch(
+    env: &Environment,
+    argocd: &ArgoCd,
+    fleet: &ArgoFleet,
+    cluster: &str,
+    shard: u32,
+    refresh: bool,
+) -> MoveSeen {
+    let spec = &fleet.clusters[cluster];
+    let server = argocd_support::server_of(env, spec);
+    let url = argocd.metrics_url(shard).unwrap();
+    let reconciles = |m: &shardwise_e2e::Metrics| {
+        m.sum(
+            "argocd_app_reconcile_count",
+            &[("dest_server", server.as_str())],
+        )
+    };
+    let before = reconciles(&shardwise_e2e::scrape(&url).await.unwrap());
+    let apps: Vec<String> = spec.app_names().map(|a| format!("argocd/{a}")).collect();
+    let started = Instant::now();
+    argocd_support::write_key(env, cluster, shard).await;
+    if refresh {
+        argocd_support::refresh_apps(env, spec).await;
+    }
+    let (mut owned_after, mut reconciled_after) = (None, None);
+    while started.elapsed() < Duration::from_secs(120) {
+        let m = shardwise_e2e::scrape(&url).await.unwrap();
+        let owned = apps.iter().all(|app| {
+            let (_, name) = app.split_once('/').unwrap();
+            m.get("argocd_app_info", &[("name", name)]).is_some()
+        });
+        if owned && owned_after.is_none() {
+            owned_after = Some(started.elapsed());
+        }
+        if reconciles(&m) > before && reconciled_after.is_none() {
+            reconciled_after = Some(started.elapsed());
+        }
+        if let (Some(owned_after), Some(reconciled_after)) = (owned_after, reconciled_after) {
+            return MoveSeen {
+                owned_after,
+                reconciled_after,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{cluster} moved to controller {shard}: owned after {owned_after:?}, reconciled after {reconciled_after:?} (within 120 s)\n{}",
+        argocd.report()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_moved_cluster_is_reconciled_by_its_new_owner_at_its_resync_or_at_once_when_refreshed() {
+    const RESYNC: Duration = Duration::from_secs(30);
+    let clusters: Vec<ClusterSpec> = (0..4)
+        .map(|i| ClusterSpec::new(&format!("m{i}"), i % 2, Auth::Token, 3))
+        .collect();
+    let env = environment(2, &clusters);
+    let argocd = install(
+        &env,
+        ArgoCdOptions {
+            replicas: 2,
+            app_resync: RESYNC,
+            app_resync_jitter: Duration::ZERO,
+            ..ArgoCdOptions::default()
+        },
+    )
+    .await;
+    let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    let mut observer = Observer::default();
+    settle_owners(&mut observer, &env, &argocd, &fleet).await;
+    let shards = current_shards(&plan(&env, &[]));
+    let mut seen = Vec::new();
+    for (cluster, refresh) in [("m0", false), ("m1", true), ("m2", false), ("m3", true)] {
+        let to = 1 - u32::try_from(shards[cluster].unwrap()).unwrap();
+        let m = move_and_watch(&env, &argocd, &fleet, cluster, to, refresh).await;
+        eprintln!(
+            "{cluster} -> controller {to} ({}): owned after {:.2} s, first reconciled after {:.2} s",
+            if refresh {
+                "apps refreshed"
+            } else {
+                "no refresh"
+            },
+            m.owned_after.as_secs_f64(),
+            m.reconciled_after.as_secs_f64()
+        );
+        seen.push((refresh, m));
+    }
+    for (refresh, m) in &seen {
+        assert!(
+            m.owned_after < Duration::from_secs(5),
+            "the new owner takes the apps at once"
+        );
+        // Unrefreshed, the new owner reconciles at a resync that finds the app's last
+        // reconcile (by the old owner) older than the resync period: within two periods.
+        let bound = if *refresh {
+            Duration::from_secs(10)
+        } else {
+            2 * RESYNC + Duration::from_secs(15)
+        };
+        assert!(
+            m.reconciled_after < bound,
+            "first reconcile after {:?}",
+            m.reconciled_after
+        );
+    }
 }

@@ -96,6 +96,7 @@ EVERYTHING = {
         "maxExtraMoves": 7,
         "targetBalance": 1.1,
         "dryRun": True,
+        "refreshMovedApps": False,
         "replicas": 2,
         "log": "info,shardwise_cli=debug",
     },

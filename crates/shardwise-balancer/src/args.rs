@@ -69,6 +69,11 @@ pub struct BalanceArgs {
     /// Decide and log each pass's writes, but write nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// After moving a cluster, ask Argo CD to refresh its Applications (the
+    /// argocd.argoproj.io/refresh annotation), so that the new controller reconciles them at
+    /// once rather than at its next resync (up to twice --app-resync, minutes by default)
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub refresh_moved_apps: bool,
     /// Log filter (tracing-subscriber syntax)
     #[arg(long, env = "SHARDWISE_LOG", default_value = "info")]
     pub log: String,

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::pass::{self, Inputs, Pass};
+use shardwise_plan::LiveFleet;
 use shardwise_plan::api::{Connection, write_pins};
 use shardwise_plan::planning::Current;
 use shardwise_plan::read::{ArgoCdQuery, Read, read_argocd};
@@ -197,6 +198,10 @@ struct Balancer<'a> {
     reported: BTreeSet<String>,
 }
 
+/// How long the balancer lets Argo CD's controllers see new keys before it refreshes the moved
+/// clusters' Applications.
+const KEYS_BEFORE_REFRESH: Duration = Duration::from_secs(1);
+
 impl Balancer<'_> {
     /// A pass every `--interval`, until cancelled from outside.
     async fn passes(&mut self, fence: &Fence) {
@@ -267,7 +272,46 @@ impl Balancer<'_> {
         self.report(messages);
         self.write(&pass, fence).await?;
         self.record(&pass);
+        if self.args.refresh_moved_apps && !self.args.dry_run {
+            self.refresh(&pass, &fleet, fence).await;
+        }
         Ok(())
+    }
+
+    /// Asks Argo CD to refresh the Applications of the clusters the pass moved, behind the
+    /// fence. The controller that takes a cluster over reconciles its apps only at its next
+    /// resync otherwise (measured on Argo CD v3.2.11: about 1.5 times --app-resync, against
+    /// under a second refreshed). A refresh that fails is logged and not retried: the resync
+    /// still comes.
+    async fn refresh(&self, pass: &Pass, fleet: &LiveFleet, fence: &Fence) {
+        if pass.moved.is_empty() {
+            return;
+        }
+        // Each controller sees the keys and the Applications through informers of their own:
+        // a refresh seen before the key would be taken (and cleared) by the old owner. The
+        // informers deliver within milliseconds; a second is a wide margin.
+        tokio::time::sleep(KEYS_BEFORE_REFRESH).await;
+        let mut refreshed = 0;
+        for id in &pass.moved {
+            for (namespace, name) in fleet.cluster_apps.get(id).into_iter().flatten() {
+                if fence.check().is_err() {
+                    return;
+                }
+                match self.connection.refresh_application(namespace, name).await {
+                    Ok(()) => refreshed += 1,
+                    Err(e) => {
+                        warn!(application = %format!("{namespace}/{name}"), error = %e, "could not ask Argo CD to refresh a moved application")
+                    }
+                }
+            }
+        }
+        if refreshed > 0 {
+            info!(
+                applications = refreshed,
+                clusters = pass.moved.len(),
+                "asked Argo CD to refresh the moved clusters' applications"
+            );
+        }
     }
 
     /// Writes the pass's keys, one at a time, each behind the fence: a balancer that lost its

@@ -47,6 +47,8 @@ pub struct Pass {
     pub writes: Vec<(PinTarget, Option<ShardId>)>,
     /// Clusters whose Argo CD shard changes once the writes land.
     pub moved_clusters: u64,
+    /// Their ids, in id order.
+    pub moved: Vec<String>,
     /// Their apps.
     pub moved_apps: u64,
     /// Busiest shard over the mean after the pass.
@@ -127,13 +129,14 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
             (t.key.as_deref() != Some(shard.to_string().as_str())).then_some((t, Some(shard)))
         })
         .collect();
-    let (mut moved_clusters, mut moved_apps) = (0, 0);
+    let (mut moved, mut moved_apps) = (Vec::new(), 0);
     for c in &clusters {
         if planned.shard_of(&c.id) != now.shard_of(&c.id) {
-            moved_clusters += 1;
+            moved.push(c.id.clone());
             moved_apps += c.apps;
         }
     }
+    moved.sort();
     let shards = planned
         .shard_loads()
         .iter()
@@ -149,7 +152,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         .collect();
     Ok(Pass {
         writes,
-        moved_clusters,
+        moved_clusters: moved.len() as u64,
+        moved,
         moved_apps,
         balance: planned.balance().max_over_mean,
         shards,
@@ -340,6 +344,52 @@ mod tests {
         assert_eq!(after, planned);
         assert!(max_over_mean(&after) < max_over_mean(&before));
         assert!((max_over_mean(&after) - pass.balance).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_pass_names_the_clusters_it_moves_and_the_fleet_their_applications() {
+        let mut argocd = ArgoCd::new(&[40, 35, 30, 25, 20, 18, 15, 12, 10, 8, 6, 5], 3);
+        let fleet = argocd.fleet();
+        let shard_now = |argocd: &ArgoCd, id: &str| {
+            planning::argocd_placement_with(
+                &argocd.fleet(),
+                &argocd.algorithm,
+                argocd.replicas,
+                &BTreeMap::new(),
+            )
+            .unwrap()
+            .shard_of(id)
+        };
+        let before: BTreeMap<String, Option<ShardId>> = fleet
+            .clusters
+            .iter()
+            .map(|c| (c.id.clone(), shard_now(&argocd, &c.id)))
+            .collect();
+        let pass = argocd.pass();
+        argocd.write(&pass);
+        let changed: Vec<String> = before
+            .iter()
+            .filter(|(id, shard)| shard_now(&argocd, id) != **shard)
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert!(!changed.is_empty(), "the unbalanced fleet moves: {pass:?}");
+        assert_eq!(pass.moved, changed);
+        assert_eq!(pass.moved_clusters, changed.len() as u64);
+        // What the balancer refreshes for each: exactly the Applications of that cluster.
+        for id in &pass.moved {
+            let cluster = fleet.clusters.iter().find(|c| &c.id == id).unwrap();
+            let apps = &fleet.cluster_apps[id];
+            assert_eq!(apps.len() as u64, cluster.apps);
+            for (namespace, name) in apps {
+                let app = argocd
+                    .apps
+                    .iter()
+                    .find(|a| a.metadata.name.as_deref() == Some(name.as_str()))
+                    .unwrap();
+                assert_eq!(app.metadata.namespace.as_deref(), Some(namespace.as_str()));
+                assert_eq!(app.data["spec"]["destination"]["name"], cluster.name);
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! `shardwise-balancer` end to end: two real balancer processes against the test Kubernetes API
-//! server of `e2e/`, with Argo CD's Application CRD and cluster Secret layout, RBAC enforced
+//! `shardwise-balancer` end to end: two real balancer processes against a real kube-apiserver,
+//! with Argo CD's Application CRD and cluster Secret layout, RBAC enforced
 //! with the Role docs/argocd.md gives. Clusters come and go and apps pile onto one cluster; the
-//! keys must converge each time, and nothing but `data.shard` of cluster Secrets is written.
+//! keys must converge each time, and nothing is written but `data.shard` of cluster Secrets and
+//! the refresh annotation of moved clusters' Applications.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -354,11 +355,28 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
         })
         .count();
     assert!(secret_patches >= 15, "{secret_patches} Secret patches");
+    // The refreshes of moved clusters' Applications: patches of the fleet's own apps.
+    let applications = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/";
+    let app_patches = writes
+        .iter()
+        .filter(|w| w.path.starts_with(applications))
+        .inspect(|w| {
+            assert_eq!(w.method, "PATCH", "{w:?}");
+            let app = w.path.rsplit('/').next().unwrap_or_default();
+            let cluster = app.rsplit_once('-').map(|(c, _)| c).unwrap_or_default();
+            assert!(
+                apps_of.contains_key(cluster) || gone.iter().any(|g| g == cluster),
+                "a write of Application {app}, of no cluster: {w:?}"
+            );
+        })
+        .count();
+    assert!(app_patches > 0, "moved clusters' apps are refreshed");
     for w in &writes {
         let lease = w
             .path
             .starts_with("/apis/coordination.k8s.io/v1/namespaces/argocd/leases");
         let secret = w.path.starts_with("/api/v1/namespaces/argocd/secrets/");
-        assert!(lease || secret, "an unexpected write: {w:?}");
+        let application = w.path.starts_with(applications);
+        assert!(lease || secret || application, "an unexpected write: {w:?}");
     }
 }

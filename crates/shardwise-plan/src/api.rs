@@ -43,6 +43,8 @@ const FIELD_MANAGER: &str = "shardwise";
 
 /// Argo CD's settings ConfigMap, which holds `cluster.inClusterEnabled`.
 const ARGOCD_CM: &str = "argocd-cm";
+/// Argo CD's annotation that asks its controller to refresh an Application now.
+const REFRESH_ANNOTATION: &str = "argocd.argoproj.io/refresh";
 const IN_CLUSTER_ENABLED_KEY: &str = "cluster.inClusterEnabled";
 
 /// A request to the API server that failed, said so that the user knows what to change.
@@ -299,6 +301,31 @@ impl Connection {
             Err(e) => Err(self
                 .error(e, "patch", SECRETS, format!("Secret {namespace}/{name}"))
                 .into()),
+        }
+    }
+
+    /// Asks Argo CD to refresh Application `namespace/name` now (the
+    /// `argocd.argoproj.io/refresh: normal` annotation, which its controller removes once it has
+    /// refreshed the app). A controller that has just taken the app's cluster over reconciles it
+    /// at once instead of at its next resync.
+    pub async fn refresh_application(&self, namespace: &str, name: &str) -> Result<(), FetchError> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &application_resource());
+        let patch = serde_json::json!({
+            "metadata": {"annotations": {REFRESH_ANNOTATION: "normal"}},
+        });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        match api.patch(name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.error(
+                e,
+                "patch",
+                APPLICATIONS,
+                format!("Application {namespace}/{name}"),
+            )),
         }
     }
 

@@ -307,6 +307,10 @@ fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load
                 if load == ArgoCdLoad::Apps {
                     fleet.add_app_key(&id, app.metadata.uid.as_deref());
                 }
+                fleet.cluster_apps.entry(id).or_default().push((
+                    app.metadata.namespace.clone().unwrap_or_default(),
+                    app.metadata.name.clone().unwrap_or_default(),
+                ));
             }
             Destination::Ambiguous(name) => {
                 *ambiguous.entry(name).or_default() += 1;

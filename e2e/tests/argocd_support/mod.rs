@@ -3,14 +3,19 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::config::Kubeconfig;
+use kube::{Api, ResourceExt};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
-use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, NAMESPACE, Owners};
-use shardwise_e2e::{Environment, Identity, workspace_binary};
+use shardwise_e2e::argocd::{
+    ArgoCd, ArgoCdOptions, NAMESPACE, Owners, documented_role, secrets, shard_key,
+};
+use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, workspace_binary};
 
 /// The server of Argo CD's own cluster, as Applications name it.
 pub const IN_CLUSTER: &str = "https://kubernetes.default.svc";
@@ -149,6 +154,7 @@ pub fn app_manifest(name: &str, revision: u32) -> (String, String) {
 /// The fleet on Argo CD: its clusters, each app's cluster (by `argocd/<app>`), and apps whose
 /// destination resolves to no cluster.
 pub struct ArgoFleet {
+    pub clusters: BTreeMap<String, ClusterSpec>,
     pub app_cluster: BTreeMap<String, String>,
     pub unresolved: Vec<String>,
 }
@@ -163,43 +169,112 @@ impl ArgoFleet {
         clusters: Vec<ClusterSpec>,
         unresolved: u32,
     ) -> Self {
-        let mut app_cluster = BTreeMap::new();
+        let mut fleet = Self {
+            clusters: BTreeMap::new(),
+            app_cluster: BTreeMap::new(),
+            unresolved: Vec::new(),
+        };
+        let repo = argocd.git().url();
         let mut files = Vec::new();
         let mut yaml = Vec::new();
+        for app in (0..unresolved).map(|i| format!("nowhere-{i}")) {
+            files.push(app_manifest(&app, 0));
+            yaml.push(
+                application(&app, &repo, "https://nowhere.invalid:6443", "nowhere").to_string(),
+            );
+            fleet.unresolved.push(format!("{NAMESPACE}/{app}"));
+        }
+        fleet.add(env, argocd, clusters, files, yaml).await;
+        fleet
+    }
+
+    /// Adds clusters (their Secrets, apps and sources), with `files` and `yaml` besides.
+    pub async fn add(
+        &mut self,
+        env: &Environment,
+        argocd: &ArgoCd,
+        clusters: Vec<ClusterSpec>,
+        mut files: Vec<(String, String)>,
+        mut yaml: Vec<String>,
+    ) {
         let repo = argocd.git().url();
-        for c in &clusters {
+        for c in clusters {
             let server = if c.name == "in-cluster" {
                 IN_CLUSTER.to_string()
             } else {
-                yaml.push(cluster_secret(env, c).to_string());
-                server_of(env, c)
+                yaml.push(cluster_secret(env, &c).to_string());
+                server_of(env, &c)
             };
             for app in c.app_names() {
                 files.push(app_manifest(&app, 0));
                 yaml.push(application(&app, &repo, &server, &c.name).to_string());
-                app_cluster.insert(format!("{NAMESPACE}/{app}"), c.name.clone());
+                self.app_cluster
+                    .insert(format!("{NAMESPACE}/{app}"), c.name.clone());
             }
+            self.clusters.insert(c.name.clone(), c);
         }
-        let unresolved: Vec<String> = (0..unresolved).map(|i| format!("nowhere-{i}")).collect();
-        for app in &unresolved {
-            files.push(app_manifest(app, 0));
-            yaml.push(
-                application(app, &repo, "https://nowhere.invalid:6443", "nowhere").to_string(),
-            );
-        }
-        argocd.git().commit(&files, "the fleet").unwrap();
+        argocd.git().commit(&files, "clusters added").unwrap();
         env.control_plane()
             .apply_yaml("admin", &yaml.join("\n---\n"))
             .await
             .unwrap();
-        Self {
-            app_cluster,
-            unresolved: unresolved
-                .iter()
-                .map(|a| format!("{NAMESPACE}/{a}"))
-                .collect(),
+    }
+
+    /// Adds `apps` Applications to `cluster`.
+    pub async fn grow(&mut self, env: &Environment, argocd: &ArgoCd, cluster: &str, apps: u32) {
+        let c = self
+            .clusters
+            .get_mut(cluster)
+            .expect("a cluster of the fleet");
+        let first = c.apps;
+        c.apps += apps;
+        let c = c.clone();
+        let server = server_of(env, &c);
+        let repo = argocd.git().url();
+        let names: Vec<String> = c.app_names().skip(first as usize).collect();
+        let files: Vec<_> = names.iter().map(|a| app_manifest(a, 0)).collect();
+        argocd.git().commit(&files, "apps added").unwrap();
+        let yaml: Vec<String> = names
+            .iter()
+            .map(|a| application(a, &repo, &server, &c.name).to_string())
+            .collect();
+        env.control_plane()
+            .apply_yaml("admin", &yaml.join("\n---\n"))
+            .await
+            .unwrap();
+        for app in names {
+            self.app_cluster
+                .insert(format!("{NAMESPACE}/{app}"), c.name.clone());
         }
     }
+
+    /// Removes a cluster as its owner would: its Applications, then its Secret.
+    pub async fn remove(&mut self, env: &Environment, cluster: &str) {
+        let c = self
+            .clusters
+            .remove(cluster)
+            .expect("a cluster of the fleet");
+        let client = env.control_plane().client("admin").await.unwrap();
+        let apps: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), NAMESPACE, &application_resource());
+        for app in c.app_names() {
+            apps.delete(&app, &DeleteParams::default()).await.unwrap();
+            self.app_cluster.remove(&format!("{NAMESPACE}/{app}"));
+        }
+        let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
+        secrets
+            .delete(&format!("cluster-{cluster}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+fn application_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ))
 }
 
 /// `shardwise` with `args` against the control plane (as its admin); its standard output.
@@ -277,4 +352,226 @@ pub const OWNERS_SETTLE: Duration = Duration::from_secs(90);
 /// Starts Argo CD with `options` in `env`.
 pub async fn install(env: &Environment, options: ArgoCdOptions) -> ArgoCd {
     ArgoCd::install(env, options).await.expect("Argo CD starts")
+}
+
+/// The balancer's ServiceAccount, bound to the Role docs/argocd.md gives.
+pub const BALANCER: &str = "shardwise-argocd-balancer";
+
+/// Starts `shardwise-balancer` against Argo CD's namespace as its ServiceAccount (the documented
+/// Role), a pass every second, with `args` added.
+pub async fn start_balancer(env: &Environment, args: &[&str]) -> (Process, u16) {
+    let cp = env.control_plane();
+    let binding = format!(
+        "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {BALANCER}, namespace: {NAMESPACE}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {BALANCER}}}\nsubjects: [{{kind: ServiceAccount, name: {BALANCER}, namespace: {NAMESPACE}}}]\n"
+    );
+    cp.apply_yaml("admin", &format!("{}{binding}", documented_role(BALANCER)))
+        .await
+        .unwrap();
+    let kubeconfig = cp
+        .add_identity(Identity::service_account(BALANCER, NAMESPACE, BALANCER))
+        .unwrap();
+    let (metrics, health) = (free_port().unwrap(), free_port().unwrap());
+    let binary = workspace_binary("shardwise-balancer", "shardwise-balancer").unwrap();
+    let spec = ProcessSpec::new("shardwise-balancer", binary)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--interval", "1"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args(["--health-addr", &format!("127.0.0.1:{health}")])
+        .args(args)
+        .env("POD_NAMESPACE", NAMESPACE)
+        .env("POD_NAME", "balancer")
+        .env("SHARDWISE_LOG", "info");
+    (env.spawn(&spec).unwrap(), metrics)
+}
+
+/// The `shard` key of each cluster Secret, by cluster name (`name` of its data).
+pub async fn keys(env: &Environment) -> BTreeMap<String, Option<String>> {
+    let api: Api<Secret> = Api::namespaced(
+        env.control_plane().client("admin").await.unwrap(),
+        NAMESPACE,
+    );
+    secrets(&api)
+        .await
+        .values()
+        .filter(|s| {
+            s.labels()
+                .get("argocd.argoproj.io/secret-type")
+                .map(String::as_str)
+                == Some("cluster")
+        })
+        .filter_map(|s| {
+            let data = s.data.as_ref()?;
+            let name = String::from_utf8(data.get("name")?.0.clone()).ok()?;
+            Some((name, shard_key(s)))
+        })
+        .collect()
+}
+
+/// Apps owned per controller `0..replicas`, counting apps with exactly one owner.
+pub fn apps_per_controller(owners: &Owners, replicas: u32) -> Vec<u64> {
+    let mut apps = vec![0; replicas as usize];
+    for owned_by in owners.values() {
+        if let [one] = owned_by.as_slice()
+            && let Some(n) = apps.get_mut(*one as usize)
+        {
+            *n += 1;
+        }
+    }
+    apps
+}
+
+/// Max over mean of `loads`.
+pub fn max_over_mean(loads: &[u64]) -> f64 {
+    let total: u64 = loads.iter().sum();
+    if total == 0 {
+        return 1.0;
+    }
+    *loads.iter().max().unwrap_or(&0) as f64 * loads.len() as f64 / total as f64
+}
+
+/// How long after a change of its cluster (a key written, a Secret or app created) an app may
+/// be owned by no controller or by two: each controller's informers see the change on their
+/// own, within this.
+pub const CHANGE_GRACE: Duration = Duration::from_secs(2);
+
+/// What the test saw of a live Argo CD, poll by poll: when each cluster changed, and every
+/// sample of an app owned by no controller or by several.
+#[derive(Default)]
+pub struct Observer {
+    /// When a cluster's key or Secret was seen to change, or the test changed its apps.
+    changes: Vec<(Instant, String)>,
+    keys: BTreeMap<String, Option<String>>,
+    keys_since: Option<Instant>,
+    /// (when, and on the wall clock, app, its cluster, its owners) for apps with other than one
+    /// owner.
+    odd: Vec<(Instant, jiff::Timestamp, String, String, Vec<u32>)>,
+    /// Key changes seen since the last [`Observer::step`].
+    pub key_writes: u64,
+    pub samples: u64,
+}
+
+impl Observer {
+    /// Records that the test changed `cluster` (its Secret or apps) now.
+    pub fn changed(&mut self, cluster: &str) {
+        self.changes.push((Instant::now(), cluster.to_string()));
+    }
+
+    /// Starts counting a new step's key writes.
+    pub fn step(&mut self) {
+        self.key_writes = 0;
+    }
+
+    /// Reads the keys and the owners once; returns the owners.
+    pub async fn sample(
+        &mut self,
+        env: &Environment,
+        argocd: &ArgoCd,
+        fleet: &ArgoFleet,
+    ) -> Owners {
+        let keys = keys(env).await;
+        let now = Instant::now();
+        let clusters: std::collections::BTreeSet<String> =
+            keys.keys().chain(self.keys.keys()).cloned().collect();
+        for cluster in &clusters {
+            if keys.get(cluster) != self.keys.get(cluster) {
+                self.changes.push((now, cluster.to_string()));
+                if keys.get(cluster).is_some_and(Option::is_some) {
+                    self.key_writes += 1;
+                }
+            }
+        }
+        if keys != self.keys || self.keys_since.is_none() {
+            self.keys_since = Some(now);
+        }
+        self.keys = keys;
+        let owners = argocd
+            .owners()
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
+        let (at, wall) = (Instant::now(), jiff::Timestamp::now());
+        self.samples += 1;
+        for (app, cluster) in &fleet.app_cluster {
+            let owned_by = owners.get(app).cloned().unwrap_or_default();
+            if owned_by.len() != 1 {
+                self.odd
+                    .push((at, wall, app.clone(), cluster.clone(), owned_by));
+            }
+        }
+        owners
+    }
+
+    /// How long the keys have been as they are.
+    pub fn keys_stable_for(&self) -> Duration {
+        self.keys_since.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    /// Forgets the samples taken since `since`: a window in which apps may lack an owner for
+    /// another reason (a controller replaced by a rollout).
+    pub fn excuse_since(&mut self, since: Instant) {
+        self.odd.retain(|(at, ..)| *at < since);
+    }
+
+    /// Samples of an app owned by no controller or by two, with no change of its cluster seen
+    /// within [`CHANGE_GRACE`] around it.
+    pub fn violations(&self) -> Vec<String> {
+        self.odd
+            .iter()
+            .filter(|(at, _, _, cluster, _)| {
+                !self.changes.iter().any(|(t, c)| {
+                    c == cluster && *t <= *at + CHANGE_GRACE && *at <= *t + CHANGE_GRACE
+                })
+            })
+            .map(|(at, wall, app, cluster, owners)| {
+                let since = self
+                    .changes
+                    .iter()
+                    .filter(|(t, c)| c == cluster && t <= at)
+                    .map(|(t, _)| format!("{:.1} s", at.duration_since(*t).as_secs_f64()))
+                    .next_back()
+                    .unwrap_or_else(|| "never".into());
+                format!("{app} (cluster {cluster}) owned by {owners:?} at {wall}; its cluster last changed {since} before")
+            })
+            .collect()
+    }
+
+    /// Samples of an app owned by no controller or by two (excused or not).
+    pub fn odd_samples(&self) -> usize {
+        self.odd.len()
+    }
+}
+
+/// Writes `shard` as the `shard` key of `cluster`'s Secret (a merge patch, as `--apply` does).
+pub async fn write_key(env: &Environment, cluster: &str, shard: u32) {
+    let api: Api<Secret> = Api::namespaced(
+        env.control_plane().client("admin").await.unwrap(),
+        NAMESPACE,
+    );
+    api.patch(
+        &format!("cluster-{cluster}"),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"stringData": {"shard": shard.to_string()}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Asks Argo CD to refresh every app of `cluster` (the `argocd.argoproj.io/refresh` annotation).
+pub async fn refresh_apps(env: &Environment, cluster: &ClusterSpec) {
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        env.control_plane().client("admin").await.unwrap(),
+        NAMESPACE,
+        &application_resource(),
+    );
+    for app in cluster.app_names() {
+        apps.patch(
+            &app,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"argocd.argoproj.io/refresh": "normal"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
 }

@@ -55,6 +55,8 @@ pub struct ArgoCdOptions {
     /// The controllers' `--app-resync`: how often each reconciles every app it owns (Argo CD's
     /// default is 120 s, plus up to `--app-resync-jitter`, 60 s by default).
     pub app_resync: Duration,
+    /// The controllers' `--app-resync-jitter`: the most a resync is delayed at random.
+    pub app_resync_jitter: Duration,
     /// `argocd-cm` `cluster.inClusterEnabled`.
     pub in_cluster_enabled: bool,
 }
@@ -65,6 +67,7 @@ impl Default for ArgoCdOptions {
             replicas: 3,
             algorithm: "legacy".into(),
             app_resync: Duration::from_secs(120),
+            app_resync_jitter: Duration::from_secs(60),
             in_cluster_enabled: true,
         }
     }
