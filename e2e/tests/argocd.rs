@@ -463,7 +463,7 @@ async fn move_and_watch(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_moved_cluster_is_reconciled_by_its_new_owner_at_its_resync_or_at_once_when_refreshed() {
-    const RESYNC: Duration = Duration::from_secs(30);
+    const RESYNC: Duration = Duration::from_secs(15);
     let clusters: Vec<ClusterSpec> = (0..4)
         .map(|i| ClusterSpec::new(&format!("m{i}"), i % 2, Auth::Token, 3))
         .collect();
