@@ -12,6 +12,11 @@ cd "$(dirname "$0")/.."
 module=e2e/argocd
 out=${SHARDWISE_ARGOCD_BIN:-target/argocd}
 stamp="$out/.stamp"
+# One build at a time: a second run (`make argocd` while the one scripts/prerequisites.sh
+# started in the background is under way) waits for the first, then finds it up to date.
+mkdir -p "$out"
+exec 9>"$out/.lock"
+flock 9
 inputs=$(cat "$module/go.mod" "$module/go.sum" "$module"/*.go "$0" scripts/lib/go-build.sh | sha256sum | cut -d' ' -f1)
 if [[ -x "$out/argocd" && -f "$stamp" && "$(cat "$stamp")" == "$inputs" ]]; then
     exit 0

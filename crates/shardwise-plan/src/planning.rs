@@ -596,7 +596,9 @@ pub struct ApplyPlacement {
     pub planned: Assignment,
 }
 
-/// The placements `plan --apply` writes from: see [`ApplyPlacement`].
+/// The placements `plan --apply` writes from: see [`ApplyPlacement`]. The in-cluster cluster
+/// without a Secret cannot be pinned, so it stays where Argo CD's algorithm puts it (pins of the
+/// others do not move it) and the strategy balances the other clusters around it.
 pub fn apply_placement(
     fleet: &LiveFleet,
     request: &PlanRequest,
@@ -609,7 +611,14 @@ pub fn apply_placement(
         .map(|(id, p)| (id.clone(), p.shard))
         .collect();
     let to = ShardSet::contiguous(request.to);
-    let (clusters, _) = argocd_pin_rule(config.kind, &fleet.clusters, &to);
+    let (mut clusters, _) = argocd_pin_rule(config.kind, &fleet.clusters, &to);
+    let unpinnable = crate::argocd::implicit_in_cluster(fleet)
+        .and_then(|c| Some((c.id.clone(), now.shard_of(&c.id)?)));
+    if let Some((id, shard)) = unpinnable {
+        for cluster in clusters.iter_mut().filter(|c| c.id == id) {
+            cluster.pin = Some(shard);
+        }
+    }
     let planned = assign(config, &clusters, &to, Some(&previous))?;
     Ok(ApplyPlacement { now, planned })
 }
@@ -1002,6 +1011,35 @@ mod tests {
             slicing: SliceSwitch::Auto,
             argocd: None,
         }
+    }
+
+    #[test]
+    fn apply_keeps_the_unpinnable_in_cluster_cluster_home_and_balances_around_it() {
+        // Argo CD's legacy algorithm: the in-cluster cluster (empty id) and c0 on shard 0, c3 on
+        // shard 1, shard 2 empty. Moving in-cluster (fewer apps) would balance as well, but
+        // without a Secret it cannot be pinned: c0 moves instead.
+        let mut fleet = LiveFleet::default();
+        fleet.clusters.push(Cluster {
+            name: "in-cluster".into(),
+            ..Cluster::new("", 10)
+        });
+        fleet.clusters.push(cluster("c0", 20));
+        fleet.clusters.push(cluster("c3", 15));
+        let legacy = StrategyConfig::new(StrategyKind::LegacyModulo);
+        let request = request(
+            3,
+            3,
+            Current::Computed(legacy),
+            &[StrategyKind::StickyBalanced],
+        );
+        let sticky = StrategyConfig::new(StrategyKind::StickyBalanced);
+        let placement = apply_placement(&fleet, &request, &sticky).unwrap();
+        for (id, shard) in [("", 0), ("c0", 0), ("c3", 1)] {
+            assert_eq!(placement.now.shard_of(id), Some(shard), "{id}");
+        }
+        assert_eq!(placement.planned.shard_of(""), Some(0));
+        assert_eq!(placement.planned.shard_of("c0"), Some(2));
+        assert_eq!(placement.planned.shard_of("c3"), Some(1));
     }
 
     #[test]

@@ -54,6 +54,7 @@ mod faults;
 mod metrics;
 mod nodes;
 mod process;
+pub mod procfs;
 mod real;
 mod server;
 mod tls;

@@ -66,27 +66,20 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::ListParams;
-use kube_runtime::{WatchStreamExt, watcher};
 use shardwise_api::SyncPhase;
 use shardwise_e2e::{Poll, scrape, wait_for, wait_with};
 use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
 use shardwise_runtime::audit;
-use support::{DESTINATION_IDENTITY, Fleet, FleetOptions, Runner, STATEFULSET, shard_label};
+use support::{
+    DESTINATION_IDENTITY, Fleet, FleetOptions, Runner, STATEFULSET, is_synced, shard_label,
+};
 
 const LONG: Duration = Duration::from_secs(1200);
-
-/// Whether an app is Synced at its current generation.
-fn is_synced(app: &shardwise_api::FleetApp) -> bool {
-    app.status.as_ref().is_some_and(|s| {
-        s.sync_phase == Some(SyncPhase::Synced) && s.observed_generation == app.metadata.generation
-    })
-}
 
 /// Apps Synced at their current generation.
 async fn synced(fleet: &Fleet) -> usize {
@@ -96,33 +89,9 @@ async fn synced(fleet: &Fleet) -> usize {
     list.items.iter().filter(|a| is_synced(a)).count()
 }
 
-/// Waits until `total` apps are Synced, following them with one watch. Listing every app every
-/// 50 ms instead cost kube-apiserver 1.5 cores (229 s of CPU while one replica synced 5,000
-/// apps in 122 s): the measurement took the CPU the fleet it measured needed.
+/// [`support::wait_synced`] within [`LONG`].
 async fn wait_synced(fleet: &Fleet, total: usize) {
-    let events = watcher(fleet.apps_api(), watcher::Config::default())
-        .default_backoff()
-        .applied_objects();
-    let mut events = std::pin::pin!(events);
-    let mut synced_apps = BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + LONG;
-    while synced_apps.len() < total {
-        let event = tokio::time::timeout_at(deadline, events.next())
-            .await
-            .unwrap_or_else(|_| {
-                panic!("{total} apps Synced: {} after {LONG:?}", synced_apps.len())
-            });
-        match event {
-            Some(Ok(app)) if is_synced(&app) => {
-                synced_apps.insert(app.name_any());
-            }
-            Some(Ok(app)) => {
-                synced_apps.remove(&app.name_any());
-            }
-            Some(Err(_)) => {}
-            None => panic!("the watch of the apps ended"),
-        }
-    }
+    support::wait_synced(fleet, total, LONG).await;
 }
 
 /// [`wait_synced`], listing every app once per `interval`.
@@ -194,10 +163,7 @@ async fn skewed(replicas: u32, slicing: &str) -> f64 {
 
 /// Peak resident set (VmHWM) of a process, in bytes.
 fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
+    shardwise_e2e::procfs::peak_resident_bytes(pid).unwrap()
 }
 
 async fn memory(replicas: u32) -> Memory {
@@ -1214,25 +1180,9 @@ struct ScaleRun {
 
 /// The total CPU seconds of `pids`.
 fn cpu_seconds_of(pids: &[u32]) -> f64 {
-    pids.iter().map(|pid| cpu_seconds(*pid)).sum()
-}
-
-/// CPU seconds (user and system) a process has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which may hold spaces, in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / 100.0
+    pids.iter()
+        .map(|pid| shardwise_e2e::procfs::cpu_seconds(*pid))
+        .sum()
 }
 
 /// 50,000 apps on 500 clusters, `replicas` replicas, the throughput section's settings (10 ms
@@ -1268,7 +1218,11 @@ async fn scale(replicas: u32, real: bool) -> ScaleRun {
     let metrics = scrape(&fleet.replicas[&planner].metrics_url).await.unwrap();
     let planner_pass = metrics.sum("shardwise_planner_pass_seconds", &[]);
     let planner_rss = peak_rss(fleet.replicas[&planner].pid());
-    let cpu: f64 = fleet.replicas.values().map(|r| cpu_seconds(r.pid())).sum();
+    let cpu: f64 = fleet
+        .replicas
+        .values()
+        .map(|r| shardwise_e2e::procfs::cpu_seconds(r.pid()))
+        .sum();
     fleet.audited_without_overlap();
     eprintln!(
         "scale: {replicas} replicas, {SCALE_APPS} apps Synced in {seconds:.1} s; planner pass {planner_pass:.3} s"
@@ -1287,10 +1241,7 @@ async fn scale(replicas: u32, real: bool) -> ScaleRun {
 
 /// Resident memory (VmRSS) of a process now, in bytes.
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
+    shardwise_e2e::procfs::resident_bytes(pid).unwrap()
 }
 
 /// One replica holding 2,000 realistic apps (3 kinds) on `clusters` clusters: its resident

@@ -139,7 +139,7 @@ async fn apply(args: &PlanArgs, gathered: Gathered) -> Result<()> {
             "Pin Argo CD's clusters in {} at {} where {} puts them at {} replicas (whole clusters: Argo CD cannot cut one)",
             request.namespace, request.server, config.kind, request.to
         );
-        let note = in_cluster_note(&fleet, &placement.planned, &after, &request);
+        let note = in_cluster_note(&fleet, &after, &request);
         (rows, header, note, placement.now, after)
     };
     writeln!(out, "{header}")?;
@@ -238,24 +238,17 @@ fn refuse_other_replicas(
     )))
 }
 
-/// The in-cluster cluster without a Secret cannot be pinned: where Argo CD will put it.
-fn in_cluster_note(
-    fleet: &LiveFleet,
-    planned: &Assignment,
-    after: &Assignment,
-    request: &PlanRequest,
-) -> Option<String> {
+/// The in-cluster cluster without a Secret cannot be pinned: the plan keeps it where Argo CD
+/// puts it, and says so.
+fn in_cluster_note(fleet: &LiveFleet, after: &Assignment, request: &PlanRequest) -> Option<String> {
     let cluster = argocd::implicit_in_cluster(fleet)?;
-    let shard = |a: &Assignment| {
-        a.shard_of(&cluster.id)
-            .map_or("none".to_string(), |s| s.to_string())
-    };
+    let shard = after
+        .shard_of(&cluster.id)
+        .map_or("none".to_string(), |s| s.to_string());
     Some(format!(
-        "cluster {:?} has no Secret, so it cannot be pinned (shardwise creates no Secret): Argo CD's {} algorithm puts it on shard {} (the plan: shard {})",
+        "cluster {:?} has no Secret, so it cannot be pinned (shardwise creates no Secret): it stays on shard {shard}, where Argo CD's {} algorithm puts it, and the plan balances the other clusters around it",
         cluster.name,
         algorithm_name(request),
-        shard(after),
-        shard(planned)
     ))
 }
 

@@ -208,6 +208,11 @@ impl ArgoCd {
         self.controllers.get(&ordinal).map(|c| &c.process)
     }
 
+    /// The repo server's and Redis's processes (their pids, for `/proc`).
+    pub fn shared_processes(&self) -> [&Process; 2] {
+        [&self.repo_server, &self.redis]
+    }
+
     /// Every controller's metrics, by ordinal.
     pub async fn scrape(&self) -> Result<BTreeMap<u32, Metrics>, HarnessError> {
         let mut all = BTreeMap::new();

@@ -1,0 +1,525 @@
+//! Argo CD measured on its own controllers (v3.2.11, built by scripts/argocd.sh, run by the
+//! harness as in e2e_argocd), on kube-apiserver and etcd.
+//!
+//! - `algorithms`: one fleet (24 clusters on 2 destination kube-apiservers, 234 Applications of
+//!   one ConfigMap each, skewed: the biggest cluster has 40, the smallest 1) on 4 controllers,
+//!   under Argo CD's `legacy`, `round-robin` and `consistent-hashing`, then under
+//!   `shardwise-balancer` (from `legacy`), side by side in one run. Each approach is measured
+//!   over the same window (every app resynced twice: `--app-resync 60`, no jitter), per
+//!   controller: apps owned (`argocd_app_info`), reconcile time (busy seconds per second, from
+//!   `argocd_app_reconcile_sum`), CPU (cores, from `/proc`) and resident memory. Reported: each
+//!   figure's max/mean over the controllers, and the balancer's against the best algorithm's.
+//!   For every cluster the balancer moved: when its new controller's cache of the cluster was
+//!   synced (`argocd_cluster_cache_age_seconds`) and when it first reconciled the cluster's apps
+//!   (`argocd_app_reconcile_count`), counted from the balancer's key write.
+//!
+//! - `versus`: shardwise's controller against Argo CD's on the same work: 300 apps of one
+//!   ConfigMap each on 6 clusters of 2 destination kube-apiservers, with 1 and then 3 replicas
+//!   (shardwise replicas played by the harness; Argo CD controllers as above, with their repo
+//!   server and Redis), one after the other in one run: seconds from creating the apps until
+//!   every one is Synced, CPU seconds per app (every process of each system, from `/proc`), and
+//!   resident memory per replica. Both at their defaults otherwise.
+//!
+//! `cargo bench -p shardwise-e2e-argocd --bench argocd [-- algorithms|versus]` (both by default;
+//! `make bench-argocd`). Prints Markdown for docs/benchmarks.md; exits 1 when a target is
+//! missed: the balancer's max/mean of apps per controller at most the best algorithm's, and at
+//! most 1.10.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../tests/argocd_support/mod.rs"]
+mod argocd_support;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use argocd_support::{
+    ArgoFleet, Auth, ClusterSpec, IN_CLUSTER, environment, install, server_of, start_balancer,
+};
+use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions};
+use shardwise_e2e::procfs::{cpu_seconds, resident_bytes};
+use shardwise_e2e::{Environment, Metrics};
+
+const CONTROLLERS: u32 = 4;
+const RESYNC: Duration = Duration::from_secs(60);
+/// How long each approach is measured: two resyncs of every app.
+const WINDOW: Duration = Duration::from_secs(120);
+/// The balancer's target.
+const TARGET: f64 = 1.10;
+/// Apps of each cluster, biggest first.
+const APPS: [u32; 24] = [
+    40, 30, 24, 20, 16, 14, 12, 10, 9, 8, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 2, 1, 1,
+];
+
+/// One controller over a window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Controller {
+    apps: f64,
+    /// Reconcile seconds per second.
+    busy: f64,
+    /// Cores.
+    cpu: f64,
+    /// Resident memory at the end, MiB.
+    rss: f64,
+}
+
+/// Every controller's figures over one window.
+struct Window {
+    controllers: BTreeMap<u32, Controller>,
+}
+
+impl Window {
+    fn max_over_mean(&self, figure: impl Fn(&Controller) -> f64) -> f64 {
+        let values: Vec<f64> = self.controllers.values().map(&figure).collect();
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let max = values.iter().copied().fold(0.0, f64::max);
+        if mean > 0.0 { max / mean } else { 1.0 }
+    }
+
+    fn total(&self, figure: impl Fn(&Controller) -> f64) -> f64 {
+        self.controllers.values().map(figure).sum()
+    }
+}
+
+fn reconcile_seconds(m: &Metrics) -> f64 {
+    m.sum("argocd_app_reconcile_sum", &[])
+}
+
+/// Measures every controller over [`WINDOW`].
+async fn window(argocd: &ArgoCd) -> Window {
+    let pids: BTreeMap<u32, u32> = argocd
+        .ordinals()
+        .into_iter()
+        .map(|o| (o, argocd.controller(o).unwrap().pid()))
+        .collect();
+    let before = argocd.scrape().await.unwrap();
+    let cpu_before: BTreeMap<u32, f64> = pids.iter().map(|(o, p)| (*o, cpu_seconds(*p))).collect();
+    let started = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let after = argocd.scrape().await.unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    let controllers = pids
+        .iter()
+        .map(|(o, pid)| {
+            let figures = Controller {
+                apps: after[o].matching("argocd_app_info", &[]).count() as f64,
+                busy: (reconcile_seconds(&after[o]) - reconcile_seconds(&before[o])) / seconds,
+                cpu: (cpu_seconds(*pid) - cpu_before[o]) / seconds,
+                rss: resident_bytes(*pid).unwrap_or(0) as f64 / 1_048_576.0,
+            };
+            (*o, figures)
+        })
+        .collect();
+    Window { controllers }
+}
+
+/// Waits until every app of the fleet is owned by one controller and reported Synced by it.
+async fn all_synced(argocd: &ArgoCd, fleet: &ArgoFleet) {
+    let total = fleet.app_cluster.len();
+    let started = Instant::now();
+    loop {
+        let metrics = argocd.scrape().await.unwrap();
+        let synced = metrics
+            .values()
+            .flat_map(|m| m.matching("argocd_app_info", &[("sync_status", "Synced")]))
+            .count();
+        if synced == total {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "{synced} of {total} apps Synced after 600 s\n{}",
+            argocd.report()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What one move cost its new controller, from the key write: until its cache of the cluster
+/// was synced, and until it first reconciled the cluster's apps.
+struct MoveCost {
+    cluster: String,
+    cache_synced: f64,
+    first_reconcile: f64,
+}
+
+/// Follows the moves the balancer makes until its keys stay put for 10 s.
+async fn follow_moves(env: &Environment, argocd: &ArgoCd, fleet: &ArgoFleet) -> Vec<MoveCost> {
+    let servers: BTreeMap<String, String> = fleet
+        .clusters
+        .values()
+        .map(|c| {
+            let server = if c.name == "in-cluster" {
+                IN_CLUSTER.to_string()
+            } else {
+                server_of(env, c)
+            };
+            (c.name.clone(), server)
+        })
+        .collect();
+    let owner_of = |owners: &shardwise_e2e::argocd::Owners, cluster: &str| {
+        fleet
+            .app_cluster
+            .iter()
+            .find(|(_, c)| c.as_str() == cluster)
+            .and_then(|(app, _)| match owners.get(app).map(Vec::as_slice) {
+                Some([one]) => Some(*one),
+                _ => None,
+            })
+    };
+    let mut keys = argocd_support::keys(env).await;
+    let mut owners = argocd.owners().await.unwrap();
+    // Moves under way: cluster -> (key seen written at, new controller, its reconciles then).
+    let mut pending: BTreeMap<String, (Instant, u32, f64)> = BTreeMap::new();
+    let mut costs = Vec::new();
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_secs(10) || !pending.is_empty() {
+        let now_keys = argocd_support::keys(env).await;
+        let now_owners = argocd.owners().await.unwrap();
+        let metrics = argocd.scrape().await.unwrap();
+        let seen = Instant::now();
+        if now_keys != keys {
+            quiet_since = seen;
+        }
+        for cluster in servers.keys() {
+            let (Some(from), Some(to)) =
+                (owner_of(&owners, cluster), owner_of(&now_owners, cluster))
+            else {
+                continue;
+            };
+            if from != to {
+                let reconciles = metrics[&to].sum(
+                    "argocd_app_reconcile_count",
+                    &[("dest_server", &servers[cluster])],
+                );
+                pending.insert(cluster.clone(), (seen, to, reconciles));
+            }
+        }
+        let mut done = Vec::new();
+        for (cluster, (moved_at, to, reconciles)) in &pending {
+            let m = &metrics[to];
+            let server = servers[cluster].as_str();
+            let synced_at = m
+                .get("argocd_cluster_cache_age_seconds", &[("server", server)])
+                .map(|age| seen.duration_since(*moved_at).as_secs_f64() - age);
+            let reconciled =
+                m.sum("argocd_app_reconcile_count", &[("dest_server", server)]) > *reconciles;
+            if let (Some(synced_at), true) = (synced_at, reconciled) {
+                costs.push(MoveCost {
+                    cluster: cluster.clone(),
+                    cache_synced: synced_at.max(0.0),
+                    first_reconcile: seen.duration_since(*moved_at).as_secs_f64(),
+                });
+                done.push(cluster.clone());
+            }
+            assert!(
+                moved_at.elapsed() < Duration::from_secs(300),
+                "{cluster}: its new controller {to} neither synced its cache nor reconciled its apps in 300 s"
+            );
+        }
+        for cluster in done {
+            pending.remove(&cluster);
+        }
+        keys = now_keys;
+        owners = now_owners;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    costs
+}
+
+fn clusters() -> Vec<ClusterSpec> {
+    let mut clusters = vec![ClusterSpec::new("in-cluster", 0, Auth::Token, 0)];
+    clusters.extend(APPS.iter().enumerate().map(|(i, &apps)| {
+        let auth = if i % 2 == 0 {
+            Auth::Token
+        } else {
+            Auth::Certificate
+        };
+        ClusterSpec::new(&format!("c{i:02}"), i % 2, auth, apps)
+    }));
+    clusters
+}
+
+fn row(name: &str, w: &Window) -> String {
+    let cell = |figure: &dyn Fn(&Controller) -> f64, total: f64, unit: &str| {
+        let per: Vec<String> = w
+            .controllers
+            .values()
+            .map(|c| format!("{:.0}", figure(c) * if unit == "%" { 100.0 } else { 1.0 }))
+            .collect();
+        format!(
+            "{} ({:.2})",
+            per.join(" / "),
+            if total > 0.0 {
+                w.max_over_mean(figure)
+            } else {
+                1.0
+            }
+        )
+    };
+    format!(
+        "| {name} | {} | {} | {} | {} |",
+        cell(&|c| c.apps, w.total(|c| c.apps), ""),
+        cell(&|c| c.busy, w.total(|c| c.busy), "%"),
+        cell(&|c| c.cpu, w.total(|c| c.cpu), "%"),
+        cell(&|c| c.rss, w.total(|c| c.rss), ""),
+    )
+}
+
+async fn algorithms(failures: &mut Vec<String>) {
+    let clusters = clusters();
+    let env = environment(2, &clusters);
+    let mut argocd = install(
+        &env,
+        ArgoCdOptions {
+            replicas: CONTROLLERS,
+            algorithm: "legacy".into(),
+            app_resync: RESYNC,
+            app_resync_jitter: Duration::ZERO,
+            ..ArgoCdOptions::default()
+        },
+    )
+    .await;
+    let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    let mut windows = Vec::new();
+    for algorithm in ["legacy", "round-robin", "consistent-hashing"] {
+        argocd
+            .reconfigure(&env, CONTROLLERS, algorithm)
+            .await
+            .unwrap();
+        all_synced(&argocd, &fleet).await;
+        let w = window(&argocd).await;
+        eprintln!("{}", row(algorithm, &w));
+        windows.push((algorithm.to_string(), w));
+    }
+    argocd
+        .reconfigure(&env, CONTROLLERS, "legacy")
+        .await
+        .unwrap();
+    all_synced(&argocd, &fleet).await;
+    let (mut balancer, _) = start_balancer(&env, &["--target-balance", &TARGET.to_string()]).await;
+    let moves = follow_moves(&env, &argocd, &fleet).await;
+    all_synced(&argocd, &fleet).await;
+    let w = window(&argocd).await;
+    eprintln!("{}", row("shardwise-balancer", &w));
+    balancer.kill().unwrap();
+
+    println!(
+        "\n### Argo CD's controllers under its algorithms and under the balancer ({CONTROLLERS} controllers, 24 clusters, {} apps, `--app-resync 60`, {} s windows)\n",
+        fleet.app_cluster.len(),
+        WINDOW.as_secs()
+    );
+    println!("Per controller, and (max/mean):\n");
+    println!(
+        "| placement | apps owned | reconcile busy, % of a second | CPU, % of a core | resident MiB |"
+    );
+    println!("|---|---|---|---|---|");
+    for (name, w) in &windows {
+        println!("{}", row(name, w));
+    }
+    println!("{}", row("shardwise-balancer (from legacy)", &w));
+    let best = windows
+        .iter()
+        .map(|(name, w)| (name.clone(), w.max_over_mean(|c| c.apps)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap();
+    let balancer_apps = w.max_over_mean(|c| c.apps);
+    let best_busy = windows
+        .iter()
+        .map(|(_, w)| w.max_over_mean(|c| c.busy))
+        .fold(f64::INFINITY, f64::min);
+    let best_cpu = windows
+        .iter()
+        .map(|(_, w)| w.max_over_mean(|c| c.cpu))
+        .fold(f64::INFINITY, f64::min);
+    println!(
+        "\nBalancer against the best algorithm ({}): apps max/mean {balancer_apps:.2} against {:.2} (**{:.2}x**); reconcile busy max/mean {:.2} against the best {best_busy:.2}; CPU max/mean {:.2} against the best {best_cpu:.2}.",
+        best.0,
+        best.1,
+        balancer_apps / best.1,
+        w.max_over_mean(|c| c.busy),
+        w.max_over_mean(|c| c.cpu),
+    );
+    println!(
+        "\nMoves the balancer made, each timed from when the suite saw the cluster change controller:\n"
+    );
+    println!("| cluster | new controller's cache synced | its first reconcile of the apps |");
+    println!("|---|---:|---:|");
+    for m in &moves {
+        println!(
+            "| {} | {:.2} s | {:.2} s |",
+            m.cluster, m.cache_synced, m.first_reconcile
+        );
+    }
+    if balancer_apps > best.1 + 1e-9 {
+        failures.push(format!(
+            "the balancer's apps max/mean {balancer_apps:.3} is above {}'s {:.3}",
+            best.0, best.1
+        ));
+    }
+    if balancer_apps > TARGET {
+        failures.push(format!(
+            "the balancer's apps max/mean {balancer_apps:.3} > {TARGET}"
+        ));
+    }
+}
+
+/// One system's run of the `versus` work.
+struct Versus {
+    system: &'static str,
+    replicas: u32,
+    seconds: f64,
+    cpu_per_app: f64,
+    rss_mib: Vec<f64>,
+}
+
+const VERSUS_APPS: u32 = 300;
+const VERSUS_CLUSTERS: u32 = 6;
+
+/// shardwise: the fleet's replicas played by the harness, from the fleet's creation until every
+/// app is Synced.
+async fn shardwise_run(replicas: u32) -> Versus {
+    let fleet = support::Fleet::start(support::FleetOptions {
+        runner: support::Runner::Played,
+        fast: false,
+        replicas,
+        clusters: VERSUS_CLUSTERS,
+        apps: VERSUS_APPS,
+        ..support::FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    support::wait_synced(&fleet, VERSUS_APPS as usize, Duration::from_secs(600)).await;
+    let seconds = fleet.started.elapsed().as_secs_f64();
+    let pids: Vec<u32> = fleet.replicas.values().map(|r| r.pid()).collect();
+    Versus {
+        system: "shardwise",
+        replicas,
+        seconds,
+        cpu_per_app: pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() / f64::from(VERSUS_APPS),
+        rss_mib: pids
+            .iter()
+            .map(|p| resident_bytes(*p).unwrap_or(0) as f64 / 1_048_576.0)
+            .collect(),
+    }
+}
+
+/// Argo CD: its controllers, repo server and Redis started first; from the Applications'
+/// creation until every one is Synced, their CPU since.
+async fn argocd_run(replicas: u32) -> Versus {
+    let clusters: Vec<ClusterSpec> = (0..VERSUS_CLUSTERS)
+        .map(|i| {
+            ClusterSpec::new(
+                &format!("v{i}"),
+                (i % 2) as usize,
+                Auth::Token,
+                VERSUS_APPS / VERSUS_CLUSTERS,
+            )
+        })
+        .collect();
+    let env = environment(2, &clusters);
+    let argocd = install(
+        &env,
+        ArgoCdOptions {
+            replicas,
+            ..ArgoCdOptions::default()
+        },
+    )
+    .await;
+    let mut pids: Vec<u32> = argocd
+        .ordinals()
+        .into_iter()
+        .map(|o| argocd.controller(o).unwrap().pid())
+        .collect();
+    let controllers = pids.clone();
+    pids.extend(argocd.shared_processes().iter().map(|p| p.pid()));
+    let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+    let started = Instant::now();
+    let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    all_synced(&argocd, &fleet).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - cpu_before;
+    Versus {
+        system: "Argo CD",
+        replicas,
+        seconds,
+        cpu_per_app: cpu / f64::from(VERSUS_APPS),
+        rss_mib: controllers
+            .iter()
+            .map(|p| resident_bytes(*p).unwrap_or(0) as f64 / 1_048_576.0)
+            .collect(),
+    }
+}
+
+async fn versus() {
+    let mut runs = Vec::new();
+    for replicas in [1, 3] {
+        for run in [shardwise_run(replicas).await, argocd_run(replicas).await] {
+            eprintln!(
+                "{} x {}: {:.1} s, {:.3} CPU s per app",
+                run.system, run.replicas, run.seconds, run.cpu_per_app
+            );
+            runs.push(run);
+        }
+    }
+    println!(
+        "\n### shardwise's controller against Argo CD's ({VERSUS_APPS} apps of one ConfigMap, {VERSUS_CLUSTERS} clusters)\n"
+    );
+    println!(
+        "| system | replicas | until all Synced | apps/s | CPU per app | resident memory per replica |"
+    );
+    println!("|---|---:|---:|---:|---:|---|");
+    for r in &runs {
+        let rss: Vec<String> = r.rss_mib.iter().map(|m| format!("{m:.0} MiB")).collect();
+        println!(
+            "| {} | {} | {:.1} s | {:.1} | {:.1} ms | {} |",
+            r.system,
+            r.replicas,
+            r.seconds,
+            f64::from(VERSUS_APPS) / r.seconds,
+            r.cpu_per_app * 1000.0,
+            rss.join(", ")
+        );
+    }
+    for replicas in [1, 3] {
+        let of = |system: &str| {
+            runs.iter()
+                .find(|r| r.system == system && r.replicas == replicas)
+                .unwrap()
+        };
+        let (s, a) = (of("shardwise"), of("Argo CD"));
+        println!(
+            "\nAt {replicas} replica(s): Argo CD takes {:.2}x shardwise's time and {:.2}x its CPU per app.",
+            a.seconds / s.seconds,
+            a.cpu_per_app / s.cpu_per_app
+        );
+    }
+}
+
+fn main() {
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut failures = Vec::new();
+    runtime.block_on(async {
+        if run("algorithms") {
+            algorithms(&mut failures).await;
+        }
+        if run("versus") {
+            versus().await;
+        }
+    });
+    if !failures.is_empty() {
+        eprintln!("targets missed: {failures:?}");
+        std::process::exit(1);
+    }
+}
