@@ -53,5 +53,5 @@ scripts/control-plane.sh
 # which `make unit` runs before Argo CD's suite, waits for it (scripts/argocd.sh takes a lock)
 # and reports a failure. Its output: target/argocd/build.log.
 mkdir -p target/argocd
-nohup nice -n 19 scripts/argocd.sh > target/argocd/build.log 2>&1 &
+nohup nice -n 19 scripts/argocd.sh >> target/argocd/build.log 2>&1 &
 echo "prerequisites.sh: building Argo CD in the background (log: target/argocd/build.log)" >&2

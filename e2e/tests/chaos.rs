@@ -497,8 +497,19 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
     )
     .await
     .unwrap();
-    let frozen_at = audit::now_nanos();
     c.fleet.replicas[&frozen].pause().unwrap();
+    // Frozen once every thread is: one busy with a reconcile may run on for tens of
+    // milliseconds after the signal was sent (44 ms in CI, starting a reconcile meanwhile).
+    wait_for("the frozen replica's threads to stop", SETTLE, || async {
+        if shardwise_e2e::procfs::stopped(pid) {
+            Ok(())
+        } else {
+            Err("a thread still runs".to_string())
+        }
+    })
+    .await
+    .unwrap();
+    let frozen_at = audit::now_nanos();
     // The frozen replica's requests already on their way keep their delay; the live ones
     // go back to the usual speed.
     c.fleet

@@ -130,10 +130,6 @@ async fn apply_moves_the_real_owners_as_planned_and_unpin_moves_them_back() {
     let env = environment(2, &clusters);
     let argocd = install(&env, ArgoCdOptions::default()).await;
     let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
-    let before_plan = plan(&env, &[]);
-    let before = planned_owners(&before_plan, &fleet, 3);
-    wait_for_owners(&argocd, &before, "Argo CD's owners before --apply").await;
-
     let apply = [
         "plan",
         "--source",
@@ -142,7 +138,24 @@ async fn apply_moves_the_real_owners_as_planned_and_unpin_moves_them_back() {
         "--strategy",
         "sticky-balanced",
     ];
-    let dry = shardwise_cli(&env, &apply);
+    // Argo CD places unpinned clusters by their Secrets' UIDs, which the server draws: a draw
+    // may leave nothing the strategy can improve. Then the Secrets are made again, new UIDs.
+    let mut draws = 1;
+    let (before_plan, before, dry) = loop {
+        let before_plan = plan(&env, &[]);
+        let before = planned_owners(&before_plan, &fleet, 3);
+        wait_for_owners(&argocd, &before, "Argo CD's owners before --apply").await;
+        let dry = shardwise_cli(&env, &apply);
+        if !dry.contains("; 0 cluster(s) move") {
+            break (before_plan, before, dry);
+        }
+        assert!(
+            draws < 5,
+            "5 draws of UIDs, none that the strategy moves:\n{dry}"
+        );
+        draws += 1;
+        fleet.recreate_secrets(&env).await;
+    };
     // Where the apply's plan puts each cluster (its table: SECRET CLUSTER KEY -> KEY, then
     // Argo CD's shard now -> after); the in-cluster cluster has no Secret and stays.
     let current = current_shards(&before_plan);

@@ -251,6 +251,30 @@ impl ArgoFleet {
         }
     }
 
+    /// Deletes and creates again the Secret of every cluster without a pin: the server gives
+    /// each a new UID, which Argo CD's algorithms place them by.
+    pub async fn recreate_secrets(&self, env: &Environment) {
+        let api: Api<Secret> = Api::namespaced(
+            env.control_plane().client("admin").await.unwrap(),
+            NAMESPACE,
+        );
+        let mut yaml = Vec::new();
+        for c in self
+            .clusters
+            .values()
+            .filter(|c| c.pin.is_none() && c.name != "in-cluster")
+        {
+            let name = format!("cluster-{}", c.name);
+            api.delete(&name, &DeleteParams::default()).await.unwrap();
+            yaml.push(cluster_secret(env, c).to_string());
+        }
+        // Deleted for good before they are made again (a Secret has no finalizer: at once).
+        env.control_plane()
+            .apply_yaml("admin", &yaml.join("\n---\n"))
+            .await
+            .unwrap();
+    }
+
     /// Removes a cluster as its owner would: its Applications, then its Secret.
     pub async fn remove(&mut self, env: &Environment, cluster: &str) {
         let c = self
