@@ -87,8 +87,12 @@ fn reconcile_seconds(m: &Metrics) -> f64 {
     m.sum("argocd_app_reconcile_sum", &[])
 }
 
-/// Measures every controller over [`WINDOW`].
+/// Measures every controller over [`WINDOW`], after one resync period at rest: a controller just
+/// started (every approach begins with a rollout) reconciles all its apps at once and syncs its
+/// cluster caches, which is not the steady state being compared (one run counted 130% busy
+/// right after a restart, 1% a minute later).
 async fn window(argocd: &ArgoCd) -> Window {
+    tokio::time::sleep(RESYNC).await;
     let pids: BTreeMap<u32, u32> = argocd
         .ordinals()
         .into_iter()
@@ -247,7 +251,10 @@ fn row(name: &str, w: &Window) -> String {
         let per: Vec<String> = w
             .controllers
             .values()
-            .map(|c| format!("{:.0}", figure(c) * if unit == "%" { 100.0 } else { 1.0 }))
+            .map(|c| match unit {
+                "%" => format!("{:.1}", figure(c) * 100.0),
+                _ => format!("{:.0}", figure(c)),
+            })
             .collect();
         format!(
             "{} ({:.2})",
