@@ -35,9 +35,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use argocd_support::{
-    ArgoFleet, Auth, ClusterSpec, IN_CLUSTER, environment, install, server_of, start_balancer,
-};
+use argocd_support::{ArgoFleet, Auth, ClusterSpec, environment, install, start_balancer};
 use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions};
 use shardwise_e2e::procfs::{cpu_seconds, resident_bytes};
 use shardwise_e2e::{Environment, Metrics};
@@ -151,18 +149,7 @@ struct MoveCost {
 
 /// Follows the moves the balancer makes until its keys stay put for 10 s.
 async fn follow_moves(env: &Environment, argocd: &ArgoCd, fleet: &ArgoFleet) -> Vec<MoveCost> {
-    let servers: BTreeMap<String, String> = fleet
-        .clusters
-        .values()
-        .map(|c| {
-            let server = if c.name == "in-cluster" {
-                IN_CLUSTER.to_string()
-            } else {
-                server_of(env, c)
-            };
-            (c.name.clone(), server)
-        })
-        .collect();
+    let servers = fleet.servers(env);
     let owner_of = |owners: &shardwise_e2e::argocd::Owners, cluster: &str| {
         fleet
             .app_cluster

@@ -258,18 +258,7 @@ async fn settle(
 ) -> Step {
     let started = Instant::now();
     let replicas = argocd.options().replicas;
-    let servers: BTreeMap<String, String> = fleet
-        .clusters
-        .values()
-        .map(|c| {
-            let server = if c.name == "in-cluster" {
-                argocd_support::IN_CLUSTER.to_string()
-            } else {
-                argocd_support::server_of(env, c)
-            };
-            (c.name.clone(), server)
-        })
-        .collect();
+    let servers = fleet.servers(env);
     let owners_before = cluster_owners(&observer.sample(env, argocd, fleet).await, fleet);
     let reconciles_before = reconciles(argocd).await;
     let mut last = String::new();

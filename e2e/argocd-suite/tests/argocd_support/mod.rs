@@ -85,6 +85,15 @@ fn b64(data: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(data)
 }
 
+/// The server URL Applications give for `cluster`: the in-cluster address for Argo CD's own.
+pub fn app_server(env: &Environment, cluster: &ClusterSpec) -> String {
+    if cluster.name == "in-cluster" {
+        IN_CLUSTER.to_string()
+    } else {
+        server_of(env, cluster)
+    }
+}
+
 /// The server URL of `cluster`.
 pub fn server_of(env: &Environment, cluster: &ClusterSpec) -> String {
     env.destinations()[cluster.destination]
@@ -202,12 +211,10 @@ impl ArgoFleet {
     ) {
         let repo = argocd.git().url();
         for c in clusters {
-            let server = if c.name == "in-cluster" {
-                IN_CLUSTER.to_string()
-            } else {
+            if c.name != "in-cluster" {
                 yaml.push(cluster_secret(env, &c).to_string());
-                server_of(env, &c)
-            };
+            }
+            let server = app_server(env, &c);
             for app in c.app_names() {
                 files.push(app_manifest(&app, 0));
                 yaml.push(application(&app, &repo, &server, &c.name).to_string());
@@ -249,6 +256,14 @@ impl ArgoFleet {
             self.app_cluster
                 .insert(format!("{NAMESPACE}/{app}"), c.name.clone());
         }
+    }
+
+    /// Each cluster's server as its Applications give it, by cluster name.
+    pub fn servers(&self, env: &Environment) -> BTreeMap<String, String> {
+        self.clusters
+            .values()
+            .map(|c| (c.name.clone(), app_server(env, c)))
+            .collect()
     }
 
     /// Deletes and creates again the Secret of every cluster without a pin: the server gives
