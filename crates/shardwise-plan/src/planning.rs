@@ -374,8 +374,11 @@ pub fn build(fleet: &LiveFleet, request: PlanRequest) -> Result<PlanReport, Assi
         }
         // Where a strategy reproduces Argo CD, a pin Argo CD's replicas lack goes where Argo
         // CD sends it.
-        let (clusters_from, _) = argocd_pin_rule(config.kind, &fleet.clusters, &from_shards);
-        let (clusters_to, redirected) = argocd_pin_rule(config.kind, &fleet.clusters, &to_shards);
+        let (mut clusters_from, _) = argocd_pin_rule(config.kind, &fleet.clusters, &from_shards);
+        let (mut clusters_to, redirected) =
+            argocd_pin_rule(config.kind, &fleet.clusters, &to_shards);
+        keep_unpinnable(fleet, &current, &mut clusters_from);
+        keep_unpinnable(fleet, &current, &mut clusters_to);
         let at_from = assign(config, &clusters_from, &from_shards, Some(&previous))?;
         let at_to = assign(config, &clusters_to, &to_shards, Some(&previous))?;
         strategies.push(strategy_plan(
@@ -612,6 +615,14 @@ pub fn apply_placement(
         .collect();
     let to = ShardSet::contiguous(request.to);
     let (mut clusters, _) = argocd_pin_rule(config.kind, &fleet.clusters, &to);
+    keep_unpinnable(fleet, &now, &mut clusters);
+    let planned = assign(config, &clusters, &to, Some(&previous))?;
+    Ok(ApplyPlacement { now, planned })
+}
+
+/// Argo CD's in-cluster cluster without a Secret has no key to pin: a plan keeps it on the
+/// shard Argo CD gives it `now`, so that the plan shown is the one `--apply` can write.
+fn keep_unpinnable(fleet: &LiveFleet, now: &Assignment, clusters: &mut [Cluster]) {
     let unpinnable = crate::argocd::implicit_in_cluster(fleet)
         .and_then(|c| Some((c.id.clone(), now.shard_of(&c.id)?)));
     if let Some((id, shard)) = unpinnable {
@@ -619,8 +630,6 @@ pub fn apply_placement(
             cluster.pin = Some(shard);
         }
     }
-    let planned = assign(config, &clusters, &to, Some(&previous))?;
-    Ok(ApplyPlacement { now, planned })
 }
 
 /// Where Argo CD's controller, running `config` over `replicas` shards, puts each cluster of
@@ -1014,7 +1023,7 @@ mod tests {
     }
 
     #[test]
-    fn apply_keeps_the_unpinnable_in_cluster_cluster_home_and_balances_around_it() {
+    fn plan_and_apply_keep_the_unpinnable_in_cluster_cluster_home_and_balance_around_it() {
         // Argo CD's legacy algorithm: the in-cluster cluster (empty id) and c0 on shard 0, c3 on
         // shard 1, shard 2 empty. Moving in-cluster (fewer apps) would balance as well, but
         // without a Secret it cannot be pinned: c0 moves instead.
@@ -1040,6 +1049,22 @@ mod tests {
         assert_eq!(placement.planned.shard_of(""), Some(0));
         assert_eq!(placement.planned.shard_of("c0"), Some(2));
         assert_eq!(placement.planned.shard_of("c3"), Some(1));
+
+        // The plan shows what --apply writes: the same one move, of c0.
+        let report = build(
+            &fleet,
+            PlanRequest {
+                slicing: SliceSwitch::Off,
+                ..request
+            },
+        )
+        .unwrap();
+        let moved: Vec<(&str, ShardId, ShardId)> = report.strategies[0]
+            .moved
+            .iter()
+            .map(|m| (m.id.as_str(), m.from, m.to))
+            .collect();
+        assert_eq!(moved, [("c0", 0, 2)]);
     }
 
     #[test]
