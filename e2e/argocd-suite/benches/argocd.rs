@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use argocd_support::{ArgoFleet, Auth, ClusterSpec, environment, install, start_balancer};
-use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions};
+use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, owners_of};
 use shardwise_e2e::procfs::{cpu_seconds, resident_bytes};
 use shardwise_e2e::{Environment, Metrics};
 
@@ -184,8 +184,9 @@ async fn follow_moves(env: &Environment, argocd: &ArgoCd, fleet: &ArgoFleet) -> 
     let mut last_seen = Instant::now();
     while quiet_since.elapsed() < Duration::from_secs(10) || !pending.is_empty() {
         let now_keys = argocd_support::keys(env).await;
-        let now_owners = argocd.owners().await.unwrap();
+        // One scrape for both: owners and reconcile counts of the same moment.
         let metrics = argocd.scrape().await.unwrap();
+        let now_owners = owners_of(&metrics);
         let seen = Instant::now();
         if now_keys != keys {
             quiet_since = seen;
