@@ -315,7 +315,7 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         .flat_map(|d| d.writes())
         .filter(|w| w.identity == DESTINATION_IDENTITY)
         .collect();
-    let report = support::fencing::late_writes(&writes, &leases.renewals());
+    let report = support::fencing::late_writes(&writes, &leases.renewals(), RELEASE);
     assert!(
         report.checked >= 40,
         "{} destination writes checked",

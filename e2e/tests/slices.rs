@@ -108,71 +108,17 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
     );
 
     // kubectl's view: the cut cluster shows its slices and their shards; its UnitSlices name
-    // their ranges.
-    let hot = fleet.clusters_api().get("cluster-0").await.unwrap();
-    let slices: usize = hot.labels()[SLICES_LABEL].parse().unwrap();
-    assert!(slices >= 2, "{:?}", hot.labels());
-    assert!(
-        shard_label(&hot).is_none(),
-        "a cut cluster has no shard of its own"
-    );
-    let shown = &hot.annotations()[SLICE_SHARDS_ANNOTATION];
-    let records: Api<UnitSlice> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
-    let records = records.list(&ListParams::default()).await.unwrap();
-    assert_eq!(records.items.len(), slices, "one UnitSlice per slice");
-    let mut shards: Vec<String> = records
-        .items
-        .iter()
-        .map(|s| shard_label(s).unwrap().to_string())
-        .collect();
-    shards.sort();
-    shards.dedup();
-    assert_eq!(shown, &shards.join(","));
-    // The same through kubectl's printer columns.
+    // their ranges. The planner may still refine the cut after the fleet settled, so each look
+    // reads the records between two reads of their versions, and is taken again until it
+    // describes one moment of the fleet.
     let kubeconfig = fleet.env.control_plane().kubeconfig_path("admin").unwrap();
-    let kubectl = |args: &[&str]| {
-        let output = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["-n", NAMESPACE])
-            .args(args)
-            .output()
-            .expect("kubectl runs");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
-    };
-    let table = kubectl(&["get", "fleetclusters", "cluster-0", "cluster-1"]);
-    eprintln!("{table}");
-    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(
-        &header[..4],
-        ["NAME", "SHARD", "SLICES", "SHARDS"],
-        "{table}"
-    );
-    let hot_row = table.lines().find(|l| l.starts_with("cluster-0 ")).unwrap();
-    assert!(
-        hot_row.contains(&format!(" {slices} ")) && hot_row.contains(shown.as_str()),
-        "{table}"
-    );
-    let slices_table = kubectl(&["get", "unitslices"]);
-    eprintln!("{slices_table}");
-    assert_eq!(slices_table.lines().count(), slices + 1, "{slices_table}");
-    assert!(
-        slices_table
-            .lines()
-            .skip(1)
-            .all(|l| l.contains("cluster-0"))
-    );
-    // Exactly one owner reports on the cut cluster: its status names the shard of the slice
-    // holding key 0, and no app count (each owner sees its own slices only).
-    let status = hot.status.clone().unwrap_or_default();
-    let placement = fleet.placement().await.unwrap();
-    let first = placement.clusters["cluster-0"][0];
-    assert_eq!((status.shard, status.app_count), (Some(first.1), None));
+    wait_with(
+        "kubectl, the cut cluster and its UnitSlices to agree, read at one moment",
+        fleet.settle_poll(SETTLE),
+        || look_at_the_cut(&fleet, &kubeconfig),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.report()));
 
     // Neither this test server nor kube-apiserver with its default gates selects by key
     // range, and every replica found that out: each keeps its slices' apps itself.
@@ -207,6 +153,151 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
         intervals.len()
     );
     assert!(sliced > 0);
+}
+
+/// The resourceVersions of cluster-0 and of every UnitSlice: equal twice, nothing of the cut
+/// changed in between.
+async fn cut_versions(fleet: &Fleet) -> Result<Vec<String>, String> {
+    let hot = fleet
+        .clusters_api()
+        .get("cluster-0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let records: Api<UnitSlice> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    let records = records
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut versions: Vec<String> = records
+        .items
+        .iter()
+        .map(|s| {
+            format!(
+                "{}@{}",
+                s.name_any(),
+                s.resource_version().unwrap_or_default()
+            )
+        })
+        .collect();
+    versions.sort();
+    versions.push(format!(
+        "cluster-0@{}",
+        hot.resource_version().unwrap_or_default()
+    ));
+    Ok(versions)
+}
+
+/// `kubectl -n shardwise <args>` as the admin.
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let output = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["-n", NAMESPACE])
+        .args(args)
+        .output()
+        .map_err(|e| format!("kubectl: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    String::from_utf8(output.stdout).map_err(|e| e.to_string())
+}
+
+/// One look at the cut cluster, by its records and through kubectl, all of one moment (the
+/// versions of the cut read before and after are the same): its labels give the slices, its
+/// annotation their shards, one UnitSlice per slice, kubectl's printer columns say the same,
+/// and its status is written by the owner of the slice holding key 0 alone.
+async fn look_at_the_cut(fleet: &Fleet, kubeconfig: &std::path::Path) -> Result<(), String> {
+    let before = cut_versions(fleet).await?;
+    let hot = fleet
+        .clusters_api()
+        .get("cluster-0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let records: Api<UnitSlice> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
+    let records = records
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let table = kubectl(
+        kubeconfig,
+        &["get", "fleetclusters", "cluster-0", "cluster-1"],
+    )?;
+    let slices_table = kubectl(kubeconfig, &["get", "unitslices"])?;
+    let placement = fleet.placement().await.map_err(|e| e.to_string())?;
+    if cut_versions(fleet).await? != before {
+        return Err("the cut changed while it was read".to_string());
+    }
+    let slices: usize = hot
+        .labels()
+        .get(SLICES_LABEL)
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("cluster-0 is not cut: {:?}", hot.labels()))?;
+    if slices < 2 {
+        return Err(format!("cut in {slices}: {:?}", hot.labels()));
+    }
+    if let Some(shard) = shard_label(&hot) {
+        return Err(format!("the cut cluster has a shard of its own, {shard}"));
+    }
+    if records.items.len() != slices {
+        return Err(format!(
+            "{slices} slices but {} UnitSlices",
+            records.items.len()
+        ));
+    }
+    let mut shards = Vec::new();
+    for record in &records.items {
+        let shard = shard_label(record)
+            .ok_or_else(|| format!("UnitSlice {} has no shard", record.name_any()))?;
+        shards.push(shard.to_string());
+    }
+    shards.sort();
+    shards.dedup();
+    let shown = hot
+        .annotations()
+        .get(SLICE_SHARDS_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    if shown != shards.join(",") {
+        return Err(format!(
+            "cluster-0 shows shards {shown:?}, its UnitSlices are on {shards:?}"
+        ));
+    }
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    if header.get(..4) != Some(&["NAME", "SHARD", "SLICES", "SHARDS"][..]) {
+        return Err(format!("printer columns:\n{table}"));
+    }
+    let hot_row = table
+        .lines()
+        .find(|l| l.starts_with("cluster-0 "))
+        .unwrap_or_default();
+    if !(hot_row.contains(&format!(" {slices} ")) && hot_row.contains(shown.as_str())) {
+        return Err(format!("kubectl shows another cut:\n{table}"));
+    }
+    if slices_table.lines().count() != slices + 1
+        || !slices_table
+            .lines()
+            .skip(1)
+            .all(|l| l.contains("cluster-0"))
+    {
+        return Err(format!("kubectl's UnitSlices:\n{slices_table}"));
+    }
+    // Exactly one owner reports on the cut cluster: its status names the shard of the slice
+    // holding key 0, and no app count (each owner sees its own slices only).
+    let status = hot.status.clone().unwrap_or_default();
+    let first = placement.clusters["cluster-0"][0];
+    if (status.shard, status.app_count) != (Some(first.1), None) {
+        return Err(format!(
+            "cluster-0's status says shard {:?} with {:?} apps; the slice holding key 0 is on {}",
+            status.shard, status.app_count, first.1
+        ));
+    }
+    eprintln!("{table}\n{slices_table}");
+    Ok(())
 }
 
 /// What each replica says of the API server: 1 if it selects items by key range.

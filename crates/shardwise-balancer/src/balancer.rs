@@ -284,7 +284,11 @@ impl Balancer<'_> {
     /// under a second refreshed). A refresh that fails is logged and not retried: the resync
     /// still comes.
     async fn refresh(&self, pass: &Pass, fleet: &LiveFleet, fence: &Fence) {
-        if pass.moved.is_empty() {
+        if pass.moved.is_empty()
+            || shardwise_runtime::failpoints::seeded(
+                shardwise_runtime::failpoints::SKIP_BALANCER_REFRESH,
+            )
+        {
             return;
         }
         // Each controller sees the keys and the Applications through informers of their own:

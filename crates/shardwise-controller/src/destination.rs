@@ -478,6 +478,11 @@ impl Destination {
             target, body, kind, ..
         } in plan.writes
         {
+            if shardwise_runtime::failpoints::seeded(
+                shardwise_runtime::failpoints::DROP_DESTINATION_WRITE,
+            ) {
+                continue;
+            }
             let manifest = target.manifest;
             if let Some(ns) = &target.namespace {
                 self.ensure_namespace(ns).await?;

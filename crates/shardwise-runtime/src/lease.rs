@@ -241,8 +241,10 @@ pub async fn hold_annotated(
     };
     // Past the fence without a renewal, the term is over for every purpose, even if a renewal
     // lands later: the work of this term has stopped and the lease may look expired to others.
-    let past_fence =
-        |h: Holding| matches!(h, Holding::Held { fence_at, .. } if Instant::now() >= fence_at);
+    let past_fence = |h: Holding| {
+        matches!(h, Holding::Held { fence_at, .. } if Instant::now() >= fence_at)
+            && !crate::failpoints::seeded(crate::failpoints::RENEW_AFTER_EXPIRY)
+    };
     loop {
         // (Copy the state out first: a borrow held across `send_replace` would deadlock the
         // channel.)

@@ -127,6 +127,7 @@ pub mod audit;
 pub mod clients;
 pub mod decode;
 pub mod estimate;
+pub mod failpoints;
 pub mod http;
 pub mod lease;
 pub mod lenient;

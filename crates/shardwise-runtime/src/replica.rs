@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::audit::Audit;
-use crate::clients::{RateLimitLayer, build_client, build_fenced_client};
+use crate::clients::{
+    RateLimitLayer, TermRole, build_client, build_fenced_client, term_user_agent,
+};
 use crate::http::auth::{CacheTimes, Gate, KubeReviewer};
 use crate::http::tls::CertSource;
 use crate::http::{self, MetricsAccess};
@@ -338,7 +340,7 @@ async fn plan_while_elected<C: Sharded>(
         // cannot relabel anything once it runs again.
         let fence = Fence::new(holding.clone(), incarnation);
         let client = match build_fenced_client(
-            kube_config.clone(),
+            term_config(&kube_config, &settings, TermRole::Planner, incarnation),
             fence,
             "control-plane",
             &limit,
@@ -378,6 +380,22 @@ async fn plan_while_elected<C: Sharded>(
     }
 }
 
+/// The control plane's client configuration for a term: every request names the term in its
+/// User-Agent.
+fn term_config(
+    kube_config: &kube::Config,
+    settings: &Settings,
+    role: TermRole,
+    incarnation: shardwise_handoff::drain::Incarnation,
+) -> kube::Config {
+    let mut config = kube_config.clone();
+    config.headers.push((
+        ::http::header::USER_AGENT,
+        term_user_agent(&settings.controller_name, role, incarnation),
+    ));
+    config
+}
+
 /// What every owner term of a replica is built from.
 struct Owners<C> {
     controller: Arc<C>,
@@ -414,7 +432,12 @@ async fn own_while_held<C: Sharded>(
         metrics.lease_held.get_or_create(&labels).set(1);
         let fence = Fence::new(holding.clone(), incarnation);
         let client = match build_fenced_client(
-            owners.kube_config.clone(),
+            term_config(
+                &owners.kube_config,
+                settings,
+                TermRole::Owner(settings.replica.shard),
+                incarnation,
+            ),
             fence.clone(),
             "control-plane",
             &owners.control_limit,

@@ -15,6 +15,11 @@ use parking_lot::Mutex;
 /// Cargo).
 pub const CONTROLLER_BIN_VAR: &str = "SHARDWISE_CONTROLLER_BIN";
 
+/// Cargo features the shardwise binaries [`workspace_binary`] builds are built with (not the
+/// harness's own), as `--features` takes them: `shardwise-runtime/failpoints` for the defect
+/// matrix; unset or empty, none.
+pub const BUILD_FEATURES_VAR: &str = "SHARDWISE_BUILD_FEATURES";
+
 /// Why a binary of the workspace could not be had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
@@ -105,6 +110,12 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
     // benchmark measures an optimized build.
     if !cfg!(debug_assertions) {
         args.push("--release");
+    }
+    // Features for shardwise's binaries (scripts/defects.sh builds them with seeded defects),
+    // not for the harness's own (the node's container init), which has none of them.
+    let features = std::env::var(BUILD_FEATURES_VAR).unwrap_or_default();
+    if !features.is_empty() && !package.starts_with("shardwise-e2e") {
+        args.extend(["--features", features.as_str()]);
     }
     let command = format!("{} {}", cargo.to_string_lossy(), args.join(" "));
     // The harness is e2e/harness of the workspace; Cargo reads the workspace's configuration

@@ -60,7 +60,9 @@ mod server;
 mod tls;
 mod wait;
 
-pub use binary::{BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_binary};
+pub use binary::{
+    BUILD_FEATURES_VAR, BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_binary,
+};
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
 pub use faults::{ErrorFault, FaultCounters, FaultError, Faults};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};

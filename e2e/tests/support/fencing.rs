@@ -1,6 +1,6 @@
-//! The fencing check, from the destinations' side: every write a destination received names
-//! the term that sent it (in its User-Agent), and no term may write after its shard lease
-//! could have expired for everyone else.
+//! The fencing check, from the servers' side: every write a destination or the control plane
+//! received from a term names that term and its lease (in its User-Agent), and no term may
+//! write after its lease (a shard's, or the planner's) could have expired for everyone else.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -23,7 +23,8 @@ pub struct Renewal {
     pub duration: Duration,
 }
 
-/// Every state of the shard leases of a namespace, recorded by a watch while it runs.
+/// Every state of the shard and planner leases of a namespace, recorded by a watch while it
+/// runs.
 pub struct LeaseHistory {
     renewals: std::sync::Arc<std::sync::Mutex<Vec<Renewal>>>,
     task: tokio::task::JoinHandle<()>,
@@ -47,7 +48,7 @@ impl LeaseHistory {
                 let name = lease.metadata.name.unwrap_or_default();
                 let spec = lease.spec.unwrap_or_default();
                 if let (true, Some(holder), Some(renewed), Some(seconds)) = (
-                    name.contains("-shard-"),
+                    name.contains("-shard-") || name.ends_with("-planner"),
                     spec.holder_identity,
                     spec.renew_time,
                     spec.lease_duration_seconds,
@@ -95,22 +96,31 @@ pub struct FenceReport {
     pub unattributed: Vec<WriteRecord>,
 }
 
-/// The term a shardwise User-Agent names: `... (shard N; term <16 hex digits>)`.
-fn term_of(user_agent: &str) -> Option<u64> {
-    let hex = user_agent.split("term ").nth(1)?.trim_end_matches(')');
-    u64::from_str_radix(hex, 16).ok()
+/// The lease and term a shardwise User-Agent names: `... (shard N; term <16 hex digits>)` is
+/// a term of `<statefulset>-shard-N`, `... (planner; term <hex>)` one of
+/// `<statefulset>-planner`.
+fn term_of(user_agent: &str, statefulset: &str) -> Option<(String, u64)> {
+    let (_, tail) = user_agent.rsplit_once(" (")?;
+    let (role, term) = tail.trim_end_matches(')').split_once("; term ")?;
+    let lease = match role.strip_prefix("shard ") {
+        Some(shard) => format!("{statefulset}-shard-{}", shard.parse::<u32>().ok()?),
+        None if role == "planner" => format!("{statefulset}-planner"),
+        None => return None,
+    };
+    Some((lease, u64::from_str_radix(term, 16).ok()?))
 }
 
-/// Each write is matched to its term's holder identity; it is late if it arrived after the
-/// term's last renewal plus the lease duration: the earliest instant at which another replica
-/// could have been given the term's work.
-pub fn late_writes(writes: &[WriteRecord], renewals: &[Renewal]) -> FenceReport {
-    let mut expiry: BTreeMap<u64, (String, SystemTime)> = BTreeMap::new();
+/// Each write is matched to its lease and term (the holder identity whose hash the term is);
+/// it is late if it arrived after the term's last renewal plus the lease duration: the
+/// earliest instant at which another replica could have been given the term's work. Writes
+/// that name no term, or a term no renewal was seen of, are unattributed.
+pub fn late_writes(writes: &[WriteRecord], renewals: &[Renewal], statefulset: &str) -> FenceReport {
+    let mut expiry: BTreeMap<(String, u64), (String, SystemTime)> = BTreeMap::new();
     for r in renewals {
         let token = Incarnation::of_identity(&r.holder).0;
         let ends = r.renewed + r.duration;
         let entry = expiry
-            .entry(token)
+            .entry((r.lease.clone(), token))
             .or_insert_with(|| (r.holder.clone(), ends));
         entry.1 = entry.1.max(ends);
     }
@@ -119,8 +129,8 @@ pub fn late_writes(writes: &[WriteRecord], renewals: &[Renewal]) -> FenceReport 
         let Some((holder, ends)) = write
             .user_agent
             .as_deref()
-            .and_then(term_of)
-            .and_then(|t| expiry.get(&t))
+            .and_then(|agent| term_of(agent, statefulset))
+            .and_then(|term| expiry.get(&term))
         else {
             report.unattributed.push(write.clone());
             continue;
@@ -206,13 +216,13 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
     }
 
-    fn write(seconds: u64, holder: &str) -> WriteRecord {
+    fn write(seconds: u64, role: &str, holder: &str) -> WriteRecord {
         WriteRecord {
             at: at(seconds),
             identity: "shardwise-destination".into(),
             user: "shardwise-destination".into(),
             user_agent: Some(format!(
-                "shardwise-controller/0.1.0 (shard 1; term {:016x})",
+                "shardwise-controller/0.1.0 ({role}; term {:016x})",
                 Incarnation::of_identity(holder).0
             )),
             method: "PATCH".into(),
@@ -222,43 +232,50 @@ mod tests {
         }
     }
 
+    fn renewal(lease: &str, holder: &str, seconds: u64) -> Renewal {
+        Renewal {
+            lease: lease.into(),
+            holder: holder.into(),
+            renewed: at(seconds),
+            duration: Duration::from_secs(6),
+        }
+    }
+
     #[test]
-    fn a_write_after_the_last_renewal_plus_the_duration_is_late_and_only_that() {
+    fn a_write_after_its_own_leases_last_renewal_plus_the_duration_is_late_and_only_that() {
         let renewals = [
-            Renewal {
-                lease: "shardwise-shard-1".into(),
-                holder: "a".into(),
-                renewed: at(100),
-                duration: Duration::from_secs(6),
-            },
-            Renewal {
-                lease: "shardwise-shard-1".into(),
-                holder: "a".into(),
-                renewed: at(102),
-                duration: Duration::from_secs(6),
-            },
-            Renewal {
-                lease: "shardwise-shard-1".into(),
-                holder: "b".into(),
-                renewed: at(120),
-                duration: Duration::from_secs(6),
-            },
+            renewal("shardwise-shard-1", "a", 100),
+            renewal("shardwise-shard-1", "a", 102),
+            renewal("shardwise-shard-1", "b", 120),
+            // The same identity holds the planner lease, renewed later: it does not extend
+            // the shard term's writes, nor the other way round.
+            renewal("shardwise-planner", "a", 110),
         ];
-        let mut unknown = write(101, "a");
+        let mut unknown = write(101, "shard 1", "a");
         unknown.user_agent = Some("kubectl/v1.33".into());
         let writes = [
-            write(107, "a"),
-            write(109, "a"),
-            write(125, "b"),
-            write(130, "c"),
+            write(107, "shard 1", "a"),
+            write(109, "shard 1", "a"),
+            write(125, "shard 1", "b"),
+            write(130, "shard 1", "c"),
+            // A term of shard 1's holder named as shard 2's: no renewal of that lease.
+            write(103, "shard 2", "a"),
+            write(115, "planner", "a"),
+            write(117, "planner", "a"),
             unknown,
         ];
-        let report = late_writes(&writes, &renewals);
-        assert_eq!(report.checked, 3);
-        assert_eq!(report.late.len(), 1);
-        assert_eq!(report.late[0].holder, "a");
-        assert_eq!(report.late[0].late_by, Duration::from_secs(1));
-        assert_eq!(report.unattributed.len(), 2);
+        let report = late_writes(&writes, &renewals, "shardwise");
+        assert_eq!(report.checked, 5);
+        let late: Vec<(&str, Duration)> = report
+            .late
+            .iter()
+            .map(|l| (l.holder.as_str(), l.late_by))
+            .collect();
+        assert_eq!(
+            late,
+            [("a", Duration::from_secs(1)), ("a", Duration::from_secs(1))]
+        );
+        assert_eq!(report.unattributed.len(), 3);
     }
 
     fn started(pid: u32, seconds: u64) -> Interval {

@@ -71,7 +71,8 @@ pub struct FleetOptions {
     pub destinations: usize,
     /// Extra flags for every replica (pods: the chart's `extraArgs`).
     pub args: Vec<String>,
-    /// Record every reconcile interval to a per-replica audit file.
+    /// Record every reconcile interval to a per-replica audit file, and check the fleet's
+    /// safety when it ends ([`Fleet::assert_safe`]): on by default, so that no suite forgets.
     pub audit: bool,
     /// Short resync, probe and plan intervals (tests); off, the controller's defaults (benchmarks).
     pub fast: bool,
@@ -117,7 +118,7 @@ impl Default for FleetOptions {
             apps: 500,
             destinations: 2,
             args: Vec::new(),
-            audit: false,
+            audit: true,
             fast: true,
             destination_latency: None,
             realistic_apps: false,
@@ -240,6 +241,52 @@ pub struct Fleet {
     pub metrics_access: Option<MetricsAccess>,
     /// The `shardwise-controller` binary every played replica runs.
     controller: Option<PathBuf>,
+    /// pid -> when [`Self::kill_replica`] killed it: its open reconcile ended then.
+    deaths: BTreeMap<u32, u64>,
+    /// Processes [`Self::freeze`] froze, and when they ran again.
+    freezes: Vec<Freeze>,
+    /// [`Self::assert_safe`] ran: the end of the fleet need not run it again.
+    safety_checked: std::sync::atomic::AtomicBool,
+}
+
+/// A replica process frozen (SIGSTOP) and thawed (SIGCONT), on the audit's clock.
+#[derive(Clone, Copy, Debug)]
+pub struct Freeze {
+    pub pid: u32,
+    /// Once every thread of it had stopped.
+    pub frozen_at: u64,
+    /// Just before it was sent SIGCONT; `None` while it is still frozen.
+    pub resumed_at: Option<u64>,
+}
+
+/// How long after its term's fence a replica's reconciles in flight may still run, or after a
+/// process frozen past its fence runs again: they end at their next `await` once the lease
+/// task or the term's timer sees the fence (docs/guarantees.md). The bound leaves room for a
+/// loaded machine's scheduling; docs/benchmarks.md has what the suite measured.
+pub const FENCE_REACTION: Duration = Duration::from_millis(250);
+
+/// The API groups a replica writes to outside its terms: its leases, and the reviews of its
+/// metrics server.
+const OUTSIDE_TERMS: [&str; 3] = [
+    "/apis/coordination.k8s.io/",
+    "/apis/authentication.k8s.io/",
+    "/apis/authorization.k8s.io/",
+];
+
+/// What [`Fleet::assert_safe`] checked.
+#[derive(Debug)]
+pub struct Safety {
+    /// Every reconcile interval of every replica incarnation's audit.
+    pub intervals: Vec<shardwise_runtime::audit::Interval>,
+    /// Reconciles frozen in flight that overlapped a successor's and ended at the fence
+    /// within [`FENCE_REACTION`] of the resume.
+    pub cut_after_resume: usize,
+    /// The latest such end after its resume.
+    pub slowest_cut: Duration,
+    /// Destination writes matched to their term and checked against its lease.
+    pub destination_writes: usize,
+    /// Control-plane writes of the replicas' terms, checked alike.
+    pub control_plane_writes: usize,
 }
 
 /// What an authorized scraper of secure metrics has.
@@ -314,6 +361,17 @@ fn install_chart(env: &Environment, options: &FleetOptions) -> Result<()> {
         args.extend([
             "--set-json".to_string(),
             format!("extraArgs={}", serde_json::to_string(&options.args)?),
+        ]);
+    }
+    // A defect seeded for the matrix (scripts/defects.sh) reaches the pods too: a played
+    // replica inherits the variable, a container only gets what its pod spec gives it.
+    if let Ok(points) = std::env::var("FAILPOINTS") {
+        args.extend([
+            "--set-json".to_string(),
+            format!(
+                "extraEnv={}",
+                json!([{"name": "FAILPOINTS", "value": points}])
+            ),
         ]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -503,6 +561,9 @@ impl Fleet {
             started: std::time::Instant::now(),
             metrics_access,
             controller,
+            deaths: BTreeMap::new(),
+            freezes: Vec::new(),
+            safety_checked: std::sync::atomic::AtomicBool::new(false),
         };
         fleet.create_destination_secrets().await?;
         fleet.create_clusters(0..options.clusters).await?;
@@ -934,6 +995,8 @@ impl Fleet {
         let Some(replica) = self.replicas.remove(&ordinal) else {
             return Ok(());
         };
+        self.deaths
+            .insert(replica.pid(), shardwise_runtime::audit::now_nanos());
         match replica.run {
             Run::Process(mut process) => process.kill()?,
             Run::Pod(pod) => {
@@ -977,20 +1040,177 @@ impl Fleet {
         Ok(())
     }
 
-    /// The reconcile intervals of every replica incarnation's audit, after checking that no
-    /// two processes ever worked on one cluster (or on slices that nest) at once.
+    /// The reconcile intervals of every replica incarnation's audit, after checking the fleet's
+    /// safety ([`Self::assert_safe`]).
     pub fn audited_without_overlap(&self) -> Vec<shardwise_runtime::audit::Interval> {
+        self.assert_safe(0).intervals
+    }
+
+    /// Freezes replica `ordinal` (SIGSTOP), as a long GC pause or a VM live migration would,
+    /// and waits until every thread of it has stopped (one busy with a reconcile may run on for
+    /// tens of milliseconds after the signal); returns when, on the audit's clock.
+    pub async fn freeze(&mut self, ordinal: u32, timeout: Duration) -> Result<u64> {
+        let replica = self
+            .replicas
+            .get(&ordinal)
+            .ok_or_else(|| format!("no replica {ordinal}"))?;
+        let pid = replica.pid();
+        replica.pause()?;
+        wait_for("the frozen replica's threads to stop", timeout, || async {
+            if shardwise_e2e::procfs::stopped(pid) {
+                Ok(())
+            } else {
+                Err("a thread still runs".to_string())
+            }
+        })
+        .await?;
+        let frozen_at = shardwise_runtime::audit::now_nanos();
+        self.freezes.push(Freeze {
+            pid,
+            frozen_at,
+            resumed_at: None,
+        });
+        Ok(frozen_at)
+    }
+
+    /// Thaws replica `ordinal` (SIGCONT); returns when, on the audit's clock (just before the
+    /// signal).
+    pub fn thaw(&mut self, ordinal: u32) -> Result<u64> {
+        let replica = self
+            .replicas
+            .get(&ordinal)
+            .ok_or_else(|| format!("no replica {ordinal}"))?;
+        let pid = replica.pid();
+        let resumed_at = shardwise_runtime::audit::now_nanos();
+        replica.resume()?;
+        for freeze in self.freezes.iter_mut().filter(|f| f.pid == pid) {
+            freeze.resumed_at.get_or_insert(resumed_at);
+        }
+        Ok(resumed_at)
+    }
+
+    /// The safety check of everything the fleet did so far; panics, naming the broken promise,
+    /// unless all of it holds:
+    /// - **one owner at a time**: no two processes reconciled one cluster (or slices of it that
+    ///   nest) at once, in the merged audit of every replica incarnation. A killed process's
+    ///   open reconcile ended at its death; a frozen one's reconciles in flight may overlap a
+    ///   successor's only if they started before the freeze and ended within
+    ///   [`FENCE_REACTION`] of the resume;
+    /// - **no write after the lease**: every write a destination received from the controller,
+    ///   and every control-plane write of a replica but its lease renewals, names its term and
+    ///   lease, and none arrived after that term's last renewal plus the lease duration;
+    /// - at least `destination_writes` destination writes were checked.
+    ///
+    /// Runs when the fleet ends, if the test did not run it.
+    pub fn assert_safe(&self, destination_writes: usize) -> Safety {
         use shardwise_runtime::audit;
+        self.safety_checked
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let intervals = audit::read(&self.audit_files(), "cluster").expect("the audits read");
-        let overlaps = audit::overlaps(&intervals, &BTreeMap::new());
-        let shown: Vec<String> = overlaps.iter().take(5).map(ToString::to_string).collect();
         assert!(
-            overlaps.is_empty(),
-            "{} overlaps, e.g.\n{}",
-            overlaps.len(),
-            shown.join("\n")
+            !intervals.is_empty(),
+            "the audit recorded no reconcile: nothing to check"
         );
-        intervals
+        let (cut_after_resume, slowest_cut) = self.assert_no_overlap(&intervals);
+        let destination = self.assert_no_late_writes(
+            "destination",
+            self.env
+                .destinations()
+                .iter()
+                .flat_map(|d| d.writes())
+                .filter(|w| w.identity == DESTINATION_IDENTITY)
+                .collect(),
+        );
+        assert!(
+            destination >= destination_writes,
+            "only {destination} destination writes checked, {destination_writes} expected"
+        );
+        // Not a term's: a replica's lease renewals (its lease task writes them) and the token
+        // and access reviews of its metrics server, which store nothing.
+        let control_plane = self.assert_no_late_writes(
+            "control-plane",
+            self.env
+                .control_plane()
+                .writes()
+                .into_iter()
+                .filter(|w| self.is_replica_link(&w.identity))
+                .filter(|w| !OUTSIDE_TERMS.iter().any(|api| w.path.starts_with(api)))
+                .collect(),
+        );
+        eprintln!(
+            "safety: {} reconciles audited, no overlap ({cut_after_resume} frozen in flight cut within {slowest_cut:?} of the resume); {destination} destination and {control_plane} control-plane writes checked, none late",
+            intervals.len()
+        );
+        Safety {
+            intervals,
+            cut_after_resume,
+            slowest_cut,
+            destination_writes: destination,
+            control_plane_writes: control_plane,
+        }
+    }
+
+    /// Panics at any overlap but those of reconciles frozen in flight and cut within
+    /// [`FENCE_REACTION`] of their resume; returns how many of those, and the slowest cut.
+    fn assert_no_overlap(
+        &self,
+        intervals: &[shardwise_runtime::audit::Interval],
+    ) -> (usize, Duration) {
+        use shardwise_runtime::audit;
+        let overlaps = audit::overlaps(intervals, &self.deaths);
+        let frozen_in_flight = |i: &audit::Interval| {
+            self.freezes.iter().find_map(|f| {
+                let resumed = f.resumed_at?;
+                let end = i.end?;
+                (i.pid == f.pid && i.start < f.frozen_at && end >= resumed)
+                    .then(|| Duration::from_nanos(end - resumed))
+            })
+        };
+        let mut cut = BTreeMap::new();
+        let mut shown = Vec::new();
+        for o in &overlaps {
+            match (frozen_in_flight(&o.first), frozen_in_flight(&o.second)) {
+                (Some(after), None) | (None, Some(after)) if after <= FENCE_REACTION => {
+                    let frozen = if frozen_in_flight(&o.first).is_some() { &o.first } else { &o.second };
+                    cut.insert((frozen.pid, frozen.key.clone(), frozen.start), after);
+                }
+                (Some(after), _) | (_, Some(after)) => shown.push(format!(
+                    "{o}: a reconcile frozen in flight ran {after:?} after its process resumed, past the fence (at most {FENCE_REACTION:?})"
+                )),
+                (None, None) => shown.push(o.to_string()),
+            }
+        }
+        assert!(
+            shown.is_empty(),
+            "{} overlaps: two replicas reconciled one cluster at once, e.g.\n{}",
+            shown.len(),
+            shown[..shown.len().min(5)].join("\n")
+        );
+        let slowest = cut.values().copied().max().unwrap_or_default();
+        (cut.len(), slowest)
+    }
+
+    /// Panics if a write of `writes` names no term, or arrived after its term's lease could
+    /// have expired; returns how many were checked.
+    fn assert_no_late_writes(
+        &self,
+        server: &str,
+        writes: Vec<shardwise_e2e::WriteRecord>,
+    ) -> usize {
+        let report = fencing::late_writes(&writes, &self.leases.renewals(), STATEFULSET);
+        assert!(
+            report.unattributed.is_empty(),
+            "{} {server} writes name no term of a lease seen, e.g. {:?}",
+            report.unattributed.len(),
+            &report.unattributed[..report.unattributed.len().min(3)]
+        );
+        assert!(
+            report.late.is_empty(),
+            "{} {server} writes arrived after their term's lease expired (a write after the fence), e.g. {:?}",
+            report.late.len(),
+            &report.late[..report.late.len().min(3)]
+        );
+        report.checked
     }
 
     /// The StatefulSet's `spec.replicas`.
@@ -1116,7 +1336,80 @@ impl Fleet {
                     .join("; ")
             ));
         }
-        Ok(())
+        self.check_destinations(&apps.items, broken).await
+    }
+
+    /// Every app of [`app_manifests`]'s shape (those [`Self::create_apps`] made), Synced at its
+    /// generation in this same read of the apps, has its ConfigMap in its destination with the
+    /// content that generation of its manifests declares: a status that says Synced over a
+    /// write that never landed is caught here.
+    async fn check_destinations(
+        &self,
+        apps: &[FleetApp],
+        broken: &[&str],
+    ) -> std::result::Result<(), String> {
+        let mut live: BTreeMap<(usize, String, String), Option<String>> = BTreeMap::new();
+        for (d, destination) in self.env.destinations().iter().enumerate() {
+            let client = destination
+                .client("admin")
+                .await
+                .map_err(|e| e.to_string())?;
+            let maps: Api<ConfigMap> = Api::all(client);
+            for map in maps
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+            {
+                let generation = map
+                    .data
+                    .as_ref()
+                    .and_then(|data| data.get("generation"))
+                    .cloned();
+                live.insert(
+                    (d, map.namespace().unwrap_or_default(), map.name_any()),
+                    generation,
+                );
+            }
+        }
+        let mut wrong = Vec::new();
+        let mut checked = 0usize;
+        for app in apps {
+            if broken.contains(&app.name_any().as_str()) || !is_synced(app) {
+                continue;
+            }
+            let Some((index, generation)) = declared(app) else {
+                continue;
+            };
+            let Some(cluster) = app
+                .spec
+                .destination
+                .cluster
+                .strip_prefix("cluster-")
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            let d = cluster % self.env.destinations().len();
+            let namespace = app.spec.destination.namespace.clone();
+            let found = live.get(&(d, namespace.clone(), format!("app-{index}")));
+            checked += 1;
+            if found != Some(&Some(generation.to_string())) {
+                wrong.push(format!(
+                    "{} (Synced at generation {generation}): ConfigMap {namespace}/app-{index} holds {found:?}",
+                    app.name_any()
+                ));
+            }
+        }
+        if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {checked} apps Synced without their content in the destination (a write dropped, its status written), e.g. {}",
+                wrong.len(),
+                wrong[..wrong.len().min(3)].join("; ")
+            ))
+        }
     }
 
     /// Where every cluster is, as its records say: its own labels, or the UnitSlices of a
@@ -1259,6 +1552,21 @@ impl Fleet {
     }
 }
 
+/// The safety check runs when a fleet with an audit ends, unless the test ran it: a suite
+/// cannot forget it. Not while a test is already failing (its own message comes first).
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if self.options.audit
+            && !std::thread::panicking()
+            && !self
+                .safety_checked
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.assert_safe(0);
+        }
+    }
+}
+
 /// Every cluster's slices (one whole one when it is not cut): range, shard, draining.
 #[derive(Clone, Debug, Default)]
 pub struct Placement {
@@ -1295,6 +1603,21 @@ pub fn shard_label<K: kube::Resource>(object: &K) -> Option<u32> {
         .get(SHARD_LABEL)?
         .parse()
         .ok()
+}
+
+/// The index and manifest generation of an app whose manifests are exactly
+/// [`app_manifests`]`(index, generation)`.
+fn declared(app: &FleetApp) -> Option<(u32, u32)> {
+    let manifests = app.spec.source.manifests.as_deref()?;
+    let index = app.name_any().strip_prefix("app-")?.parse().ok()?;
+    let generation = manifests
+        .split("generation: \"")
+        .nth(1)?
+        .split('"')
+        .next()?
+        .parse()
+        .ok()?;
+    (manifests == app_manifests(index, generation)).then_some((index, generation))
 }
 
 /// Whether an app is Synced at its current generation.

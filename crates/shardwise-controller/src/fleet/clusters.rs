@@ -10,7 +10,7 @@ use kube::{Api, ResourceExt};
 use shardwise_api::{ClusterPhase, FleetCluster, FleetClusterStatus};
 use shardwise_handoff::drain::OwnerId;
 use shardwise_handoff::keys::SLICES_LABEL;
-use shardwise_runtime::clients::{RateLimitLayer, build_fenced_client};
+use shardwise_runtime::clients::{RateLimitLayer, TermRole, build_fenced_client, term_user_agent};
 use shardwise_runtime::{ObjectKey, TermOf, key_of};
 use thiserror::Error;
 use tracing::debug;
@@ -132,15 +132,11 @@ pub(super) async fn destination_for(
 
 /// `shardwise-controller/<version> (shard <n>; term <incarnation>)`.
 pub fn user_agent(me: &OwnerId) -> http::HeaderValue {
-    let text = format!(
-        "shardwise-controller/{} (shard {}; term {:016x})",
-        env!("CARGO_PKG_VERSION"),
-        me.shard,
-        me.incarnation.0
-    );
-    // Only ASCII digits, letters and punctuation: always a valid header value.
-    http::HeaderValue::from_str(&text)
-        .unwrap_or(http::HeaderValue::from_static("shardwise-controller"))
+    term_user_agent(
+        concat!("shardwise-controller/", env!("CARGO_PKG_VERSION")),
+        TermRole::Owner(me.shard),
+        me.incarnation,
+    )
 }
 
 /// Probes the cluster's `/version` through its destination client.

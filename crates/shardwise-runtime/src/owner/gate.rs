@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use shard_assign::KeyRange;
-use shardwise_handoff::drain::{OwnerEffect, OwnerId, OwnerMachine, UnitRecord};
+use shardwise_handoff::drain::{OwnerEffect, OwnerId, OwnerMachine, OwnerState, UnitRecord};
 use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use shardwise_handoff::slices::deepest;
 
@@ -95,10 +95,12 @@ impl Gate {
         let mut machines = self.machines();
         let ranges = machines.get_mut(unit)?;
         let range = deepest(ranges.keys().copied(), key)?;
-        ranges
-            .get_mut(&range)
-            .is_some_and(OwnerMachine::begin)
-            .then_some(range)
+        let machine = ranges.get_mut(&range)?;
+        let handed_over = matches!(machine.state(), Some(OwnerState::Released { .. }));
+        (machine.begin()
+            || handed_over
+                && crate::failpoints::seeded(crate::failpoints::KEEP_WORKING_AFTER_HANDOVER))
+        .then_some(range)
     }
 
     /// Ends a reconcile that [`begin`](Self::begin) admitted under `range`.
@@ -295,7 +297,11 @@ mod tests {
             Some(OwnerEffect::WriteAck { epoch: 3 })
         );
         gate.ack_written(&key("a"), W, 3);
-        assert_eq!(gate.begin(&key("a"), 1), None);
+        assert_eq!(
+            gate.begin(&key("a"), 1),
+            None,
+            "a record handed over (its drain acknowledged) admitted work"
+        );
         // Deleted: gone from the gate.
         assert!(gate.observe(&key("a"), W, None).unit_removed);
         assert!(gate.units().is_empty());
