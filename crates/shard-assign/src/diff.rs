@@ -86,3 +86,64 @@ impl AssignmentDiff {
         self.forced_apps + self.voluntary_apps
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Cluster, ShardSet};
+    use crate::strategy::StrategyKind;
+
+    /// Every cluster pinned: `(id, apps, shard)` placed exactly there on `shards` live shards.
+    fn placed(clusters: &[(&str, u64, ShardId)], shards: u32) -> Assignment {
+        let clusters: Vec<Cluster> = clusters
+            .iter()
+            .map(|&(id, apps, shard)| Cluster {
+                pin: Some(shard),
+                ..Cluster::new(id, apps)
+            })
+            .collect();
+        crate::assign(
+            &StrategyKind::LegacyModulo.into(),
+            &clusters,
+            &ShardSet::contiguous(shards),
+            None,
+        )
+        .expect("pinned clusters place")
+    }
+
+    #[test]
+    fn moves_are_forced_when_their_shard_left_and_counted_with_their_new_apps() {
+        let before = placed(&[("a", 3, 0), ("b", 5, 1), ("c", 7, 2), ("d", 11, 2)], 3);
+        // Shard 2 leaves: c must move (and grew to 13 apps), a moves by choice, b stays, d is
+        // gone and e arrives.
+        let after = placed(&[("a", 3, 1), ("b", 5, 1), ("c", 13, 0), ("e", 2, 0)], 2);
+        let diff = AssignmentDiff::between(&before, &after);
+        assert_eq!(
+            diff.moves,
+            [
+                Move {
+                    cluster: "a".into(),
+                    from: 0,
+                    to: 1,
+                    apps: 3,
+                    forced: false,
+                },
+                Move {
+                    cluster: "c".into(),
+                    from: 2,
+                    to: 0,
+                    apps: 13,
+                    forced: true,
+                },
+            ]
+        );
+        assert_eq!((diff.forced_clusters, diff.forced_apps), (1, 13));
+        assert_eq!((diff.voluntary_clusters, diff.voluntary_apps), (1, 3));
+        assert_eq!((diff.added_clusters, diff.removed_clusters), (1, 1));
+        assert_eq!((diff.clusters_moved(), diff.apps_moved()), (2, 16));
+        assert_eq!(
+            AssignmentDiff::between(&after, &after),
+            AssignmentDiff::default()
+        );
+    }
+}

@@ -459,6 +459,13 @@ impl Destination {
                 Some(None) => Change::Missing,
                 None => Change::Unknown,
             };
+            // Seeded, the write is dropped where it is planned: nothing is written, no drift
+            // is seen, and the app is reported Synced all the same.
+            if shardwise_runtime::failpoints::seeded(
+                shardwise_runtime::failpoints::DROP_DESTINATION_WRITE,
+            ) {
+                continue;
+            }
             writes.push(PendingWrite {
                 target,
                 body,
@@ -478,11 +485,6 @@ impl Destination {
             target, body, kind, ..
         } in plan.writes
         {
-            if shardwise_runtime::failpoints::seeded(
-                shardwise_runtime::failpoints::DROP_DESTINATION_WRITE,
-            ) {
-                continue;
-            }
             let manifest = target.manifest;
             if let Some(ns) = &target.namespace {
                 self.ensure_namespace(ns).await?;

@@ -14,5 +14,7 @@ pub mod drain;
 pub mod identity;
 pub mod keys;
 pub mod lease;
+#[cfg(test)]
+mod model;
 pub mod plan;
 pub mod slices;

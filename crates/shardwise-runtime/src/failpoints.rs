@@ -10,7 +10,8 @@
 pub const SKIP_FENCE_CHECK: &str = "skip-fence-check";
 /// The fenced client lets a request (or a connection's write) through after the fence.
 pub const WRITE_AFTER_FENCE: &str = "write-after-fence";
-/// The controller reports an app Synced without writing its objects to the destination.
+/// The controller plans no write of an app's objects (so it sees no drift either) and reports
+/// the app Synced.
 pub const DROP_DESTINATION_WRITE: &str = "drop-destination-write";
 /// The gate admits work on a record its owner has acknowledged handing over.
 pub const KEEP_WORKING_AFTER_HANDOVER: &str = "keep-working-after-handover";

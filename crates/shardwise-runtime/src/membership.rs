@@ -234,10 +234,11 @@ impl ShardLeases {
         self.observer().next_expiry(now)
     }
 
-    /// Reads the leases again when one looks expired: only a lease unchanged in a fresh read is
-    /// really expired (the watch may just be late).
-    pub async fn confirm_expiries(&self) -> Result<(), kube::Error> {
-        if self.observer().expired_holders(Instant::now()).is_empty() {
+    /// Reads the leases again when one looks expired at `at`: only a lease unchanged in a fresh
+    /// read is really expired (the watch may just be late). The membership must then be taken
+    /// at the same `at`: at a later instant a lease may look expired that no read confirmed.
+    pub async fn confirm_expiries(&self, at: Instant) -> Result<(), kube::Error> {
+        if self.observer().expired_holders(at).is_empty() {
             return Ok(());
         }
         let leases = self

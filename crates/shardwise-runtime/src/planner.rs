@@ -483,8 +483,11 @@ async fn pass<C: Sharded>(
 ) -> Result<Option<Passed>, kube::Error> {
     let parts = &planner.parts;
     let strategy = parts.settings.strategy.kind.name().to_string();
-    parts.leases.confirm_expiries().await?;
-    let Some(membership) = membership(planner, statefulset_missing) else {
+    // One instant for both: a lease that looks expired only later than the check was not
+    // read again (the handoff model's `a_pass_decides_on_the_leases_as_it_checked_them`).
+    let checked_at = Instant::now();
+    parts.leases.confirm_expiries(checked_at).await?;
+    let Some(membership) = membership(planner, statefulset_missing, checked_at) else {
         // No decision: none of an earlier one's item writes still counts.
         planner.item_writes.replace(&[]);
         return Ok(None);
@@ -697,9 +700,13 @@ async fn set_replicas<C: Sharded>(planner: &Planner<C>, from: u32, to: u32, dema
     }
 }
 
-/// The membership to plan with: the StatefulSet's shard count and the live leases; `None`
-/// (reported once) while the StatefulSet does not exist.
-fn membership<C: Sharded>(planner: &Planner<C>, missing: &mut bool) -> Option<Membership> {
+/// The membership to plan with: the StatefulSet's shard count and the leases live at `at`;
+/// `None` (reported once) while the StatefulSet does not exist.
+fn membership<C: Sharded>(
+    planner: &Planner<C>,
+    missing: &mut bool,
+    at: Instant,
+) -> Option<Membership> {
     let parts = &planner.parts;
     let expected = planner.index().expected();
     let Some(expected) = expected else {
@@ -709,7 +716,7 @@ fn membership<C: Sharded>(planner: &Planner<C>, missing: &mut bool) -> Option<Me
         return None;
     };
     *missing = false;
-    let membership = parts.leases.membership(expected, Instant::now());
+    let membership = parts.leases.membership(expected, at);
     let metrics = &parts.metrics;
     metrics
         .members
