@@ -22,7 +22,7 @@ ROWS=(
     "write-after-fence|-p shardwise-runtime --lib|clients::tests::nothing_passes_the_fence_of_a_term_that_is_over|a request passed the fence of a term that is over"
     "write-after-fence|-p shardwise-runtime --lib|clients::tests::a_connection_writes_nothing_once_the_fence_has_closed|a connection wrote after the fence"
     "keep-working-after-handover|-p shardwise-runtime --lib|owner::gate::tests::a_drain_is_acknowledged_once_work_has_stopped|a record handed over (its drain acknowledged) admitted work"
-    "renew-after-expiry|-p shardwise-runtime --test lease|a_lost_lease_is_taken_again_under_a_new_incarnation_after_it_expired|renewed after its term's fence"
+    "renew-after-expiry|-p shardwise-runtime --test lease|a_lost_lease_is_taken_again_under_a_new_incarnation_after_it_expired|the same incarnation came back"
     "drop-destination-write|-p shardwise-e2e-suites --test e2e_controller|three_replicas_reconcile_the_whole_fleet_each_its_own_share|Synced without their content in the destination"
     "skip-balancer-refresh|-p shardwise-balancer --test balance|the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys|moved clusters' apps are refreshed"
 )
