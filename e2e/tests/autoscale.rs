@@ -8,12 +8,19 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use support::{Fleet, FleetOptions, raised_client_limits};
+use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, raised_client_limits};
 
 const SETTLE: Duration = Duration::from_secs(240);
 const DOWN_WINDOW: Duration = Duration::from_secs(20);
+/// The planner's periodic pass (it also plans on every change).
+const PLAN_INTERVAL: Duration = Duration::from_secs(3);
+/// "Up at once": no window holds a rise back. Once the apps are in and the planner has written
+/// their labels, the next pass finds nothing left to write and sets the count; passes come on
+/// every change and at least every plan interval, so a few intervals leave room for a loaded
+/// machine, far below any window.
+const UP_WITHIN: Duration = Duration::from_secs(4 * PLAN_INTERVAL.as_secs());
 
 /// Each change of `spec.replicas` the test followed, with when it saw it.
 #[derive(Default)]
@@ -65,9 +72,10 @@ async fn planner_metric(fleet: &Fleet, name: &str, labels: &[(&str, &str)]) -> f
     fleet.scrape(planner).await.unwrap().sum(name, labels)
 }
 
-/// 500 apps on 1 replica; 3,500 more arrive and the planner asks for 4 replicas; they leave
-/// again and it goes back to 1, only after its window. Every app ends Synced at each step and
-/// no two processes ever work on one cluster at once.
+/// 500 apps on 1 replica; 3,500 more arrive and the planner asks for more replicas within
+/// [`UP_WITHIN`] of their arrival (or of its labelling them, which a change of the count waits
+/// for), then 4; they leave again and it goes back to 1, only after its window. Every app ends
+/// Synced at each step and no two processes ever work on one cluster at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replica_count_follows_the_apps_up_at_once_and_down_after_the_window() {
     let mut fleet = Fleet::start(FleetOptions {
@@ -80,6 +88,8 @@ async fn the_replica_count_follows_the_apps_up_at_once_and_down_after_the_window
             "sizing.appsPerReplica=1000".to_string(),
             "sizing.maxReplicas=4".to_string(),
             format!("sizing.scaleDownWindow={}s", DOWN_WINDOW.as_secs()),
+            // The fleet's fast setting, restated: the bound on a rise derives from it.
+            format!("controller.planInterval={}s", PLAN_INTERVAL.as_secs()),
             // App counts decide here, and placement by app count keeps the check simple.
             "controller.loadModel=apps".to_string(),
         ],
@@ -95,13 +105,66 @@ async fn the_replica_count_follows_the_apps_up_at_once_and_down_after_the_window
         1.0
     );
 
-    let grown = Instant::now();
+    let (grown, growing) = (Instant::now(), SystemTime::now());
     fleet.create_apps(500..4000).await.unwrap();
+    let arrived = SystemTime::now();
     follow_until_settled(&mut fleet, &mut counts, 4).await;
     let up = counts.since(grown);
+    // From the server's audit log, as it received them: when the count first rose (the
+    // planner's first write of the StatefulSet's scale since the apps began to arrive; the
+    // test follows the count only between waits for pods, seconds late), and the planner's
+    // writes of the fleet's objects before that (its requests name it in their User-Agent).
+    // The count changes only on a settled fleet (planner/scaling.rs): once the apps are in
+    // and the planner has written their labels, nothing but a window could hold it back.
+    let writes = fleet.env.control_plane().writes();
+    let scale = format!("/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets/{STATEFULSET}/scale");
+    let raised = writes
+        .iter()
+        .find(|w| w.path == scale && w.code < 300 && w.at >= growing)
+        .unwrap_or_else(|| panic!("no write of {scale} since the apps came"))
+        .at;
+    let mut planner_writes = std::collections::BTreeMap::<String, (usize, SystemTime)>::new();
+    for w in writes.iter().filter(|w| {
+        (growing..raised).contains(&w.at)
+            && w.path.starts_with("/apis/shardwise.io/")
+            && w.user_agent
+                .as_deref()
+                .is_some_and(|a| a.contains("(planner;"))
+    }) {
+        // By resource (and subresource): `fleetapps`, `fleetclusters/status`, ...
+        let parts: Vec<&str> = w.path.split('/').collect();
+        let resource = match parts.as_slice() {
+            [.., "namespaces", _, resource, _, sub] => format!("{resource}/{sub}"),
+            [.., "namespaces", _, resource, _] => resource.to_string(),
+            _ => w.path.clone(),
+        };
+        let entry = planner_writes.entry(resource).or_insert((0, w.at));
+        *entry = (entry.0 + 1, entry.1.max(w.at));
+    }
+    let settled = planner_writes
+        .values()
+        .map(|&(_, last)| last)
+        .fold(arrived, SystemTime::max);
+    let seconds = |from: SystemTime, to: SystemTime| match to.duration_since(from) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    };
     eprintln!(
-        "1 -> 4 replicas and 4,000 apps Synced in {:.1} s",
+        "the apps arrived in {:.1} s; the planner's writes before the rise, by resource (count, last after the apps were in): {:?}; replicas first raised {:.1} s after the apps were in, {:.1} s after the planner's last write; 1 -> 4 replicas and 4,000 apps Synced in {:.1} s",
+        seconds(growing, arrived),
+        planner_writes
+            .iter()
+            .map(|(r, &(n, last))| (r, n, format!("{:.1} s", seconds(arrived, last))))
+            .collect::<Vec<_>>(),
+        seconds(arrived, raised),
+        seconds(settled, raised),
         grown.elapsed().as_secs_f64()
+    );
+    assert!(
+        seconds(settled, raised) <= UP_WITHIN.as_secs_f64(),
+        "replicas first raised {:.1} s after the apps were in and the planner had written them, not within {UP_WITHIN:?} ({} plan intervals)",
+        seconds(settled, raised),
+        UP_WITHIN.as_secs() / PLAN_INTERVAL.as_secs()
     );
     assert!(
         up.windows(2).all(|w| w[0].1 < w[1].1),

@@ -673,22 +673,23 @@ async fn health_follows_the_objects_and_sync_status_shows_repairs() {
     let apps = fleet.apps_api();
     let dest = fleet.env.destinations()[0].client("admin").await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(dest, "team-0");
-    let health_is = |expected: Health, says: &'static str| {
+    // The whole message, not a part of it: a Healthy app has none (only an object that is not
+    // Healthy says why), and the others name the object and the reason.
+    let health_is = |expected: Health, says: Option<&'static str>| {
         let apps = apps.clone();
         async move {
-            wait_for(&format!("health {expected:?}"), SETTLE, || async {
-                let app = apps.get("app-0").await.map_err(|e| e.to_string())?;
-                let health = app.status.unwrap_or_default().health;
-                match &health {
-                    Some(h)
-                        if h.status == expected
-                            && h.message.as_deref().unwrap_or_default().contains(says) =>
-                    {
-                        Ok(())
+            wait_for(
+                &format!("health {expected:?}, {says:?}"),
+                SETTLE,
+                || async {
+                    let app = apps.get("app-0").await.map_err(|e| e.to_string())?;
+                    let health = app.status.unwrap_or_default().health;
+                    match &health {
+                        Some(h) if h.status == expected && h.message.as_deref() == says => Ok(()),
+                        other => Err(format!("{other:?}")),
                     }
-                    other => Err(format!("{other:?}")),
-                }
-            })
+                },
+            )
             .await
             .unwrap();
         }
@@ -696,7 +697,7 @@ async fn health_follows_the_objects_and_sync_status_shows_repairs() {
     // No controller has looked at the Deployment yet.
     health_is(
         Health::Progressing,
-        "Deployment team-0/app-0: replicas: 0/2",
+        Some("Deployment team-0/app-0: replicas: 0/2"),
     )
     .await;
 
@@ -724,17 +725,25 @@ async fn health_follows_the_objects_and_sync_status_shows_repairs() {
         ],
     });
     set_status(rolled_out.clone()).await;
-    health_is(Health::Healthy, "").await;
+    health_is(Health::Healthy, None).await;
     let mut rolling = rolled_out.clone();
     rolling["updatedReplicas"] = json!(1);
     set_status(rolling).await;
-    health_is(Health::Progressing, "Deployment team-0/app-0: updated: 1/2").await;
+    health_is(
+        Health::Progressing,
+        Some("Deployment team-0/app-0: updated: 1/2"),
+    )
+    .await;
     let mut stuck = rolled_out.clone();
     stuck["updatedReplicas"] = json!(1);
     stuck["conditions"][1] = json!({"type": "Progressing", "status": "False",
                                     "reason": "ProgressDeadlineExceeded"});
     set_status(stuck).await;
-    health_is(Health::Degraded, "progress deadline exceeded").await;
+    health_is(
+        Health::Degraded,
+        Some("Deployment team-0/app-0: progress deadline exceeded"),
+    )
+    .await;
 
     // Drift: the replica count changed by hand. Every status the app goes through is recorded.
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

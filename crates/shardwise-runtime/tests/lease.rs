@@ -2,7 +2,7 @@
 //! fencing when the holder cannot reach the API server.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use shardwise_e2e::{Environment, FaultScope, Identity, wait_for};
 use shardwise_handoff::lease::LeaseTiming;
@@ -11,6 +11,10 @@ use shardwise_runtime::lease::{
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+/// The path of the holders' leases, as the server's audit log names it (a create is sent to
+/// the collection, a renewal to the lease).
+const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
 
 const TIMING: LeaseTiming = LeaseTiming {
     duration: Duration::from_secs(3),
@@ -117,19 +121,70 @@ async fn a_partitioned_holder_fences_before_anyone_else_can_take_over() {
         .partition(FaultScope::identity("a"));
     let partitioned = Instant::now();
     lost.await.unwrap();
+    // On the wall clock, which the server's audit log keeps too: a had fenced by then.
+    let fenced = SystemTime::now();
     let fenced_after = partitioned.elapsed();
     assert!(
         fenced_after <= TIMING.renew_deadline + Duration::from_millis(200),
         "fenced after {fenced_after:?}"
     );
     assert!(!held(&a));
-    // b only takes over once the lease has not changed for a whole duration.
     wait_held(&b, "b", Duration::from_secs(10)).await;
-    let taken_after = partitioned.elapsed();
-    assert!(taken_after > fenced_after, "b held before a fenced");
+    // When the takeover was committed, from the server's side: b's first accepted write of the
+    // lease (it writes none while it waits), and a's last accepted renewal before it.
+    let (a_renewed, b_took) = wait_for(
+        "b's takeover in the audit log",
+        Duration::from_secs(5),
+        || async {
+            let writes: Vec<_> = env
+                .control_plane()
+                .writes()
+                .into_iter()
+                .filter(|w| w.path.starts_with(LEASES_PATH) && w.code < 300)
+                .collect();
+            let b_took = writes
+                .iter()
+                .find(|w| w.identity == "b")
+                .ok_or(format!(
+                    "no write of b's among {} of the lease",
+                    writes.len()
+                ))?
+                .at;
+            let a_renewed = writes
+                .iter()
+                .filter(|w| w.identity == "a" && w.at < b_took)
+                .map(|w| w.at)
+                .next_back()
+                .ok_or("no write of a's before b's")?;
+            Ok::<_, String>((a_renewed, b_took))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Seconds from `from` to `to`, negative when `to` came first.
+    let seconds = |from: SystemTime, to: SystemTime| match to.duration_since(from) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    };
+    eprintln!(
+        "a fenced {:.3} s after its partition; b's takeover arrived {:.3} s after that, {:.3} s after a's last renewal",
+        fenced_after.as_secs_f64(),
+        seconds(fenced, b_took),
+        seconds(a_renewed, b_took)
+    );
+    // b's takeover arrived after a had stopped, and only once the server had kept a's last
+    // renewal unchanged for a lease duration: b counts it from the start of the read that
+    // first showed it, which may have been sent just before the renewal arrived (a retry
+    // period covers that read).
     assert!(
-        taken_after >= TIMING.duration - TIMING.retry_period,
-        "b took over after {taken_after:?}"
+        seconds(fenced, b_took) > 0.0,
+        "b took the lease {:.3} s after a fenced",
+        seconds(fenced, b_took)
+    );
+    assert!(
+        seconds(a_renewed, b_took) >= (TIMING.duration - TIMING.retry_period).as_secs_f64(),
+        "b took the lease {:.3} s after a's last renewal, before it expired",
+        seconds(a_renewed, b_took)
     );
 
     // a comes back: it must not take the lease from b.

@@ -10,13 +10,14 @@
 mod argocd_support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use argocd_support::{
-    ArgoFleet, Auth, ClusterSpec, OWNERS_SETTLE, Observer, apps_per_controller, current_shards,
-    environment, install, max_over_mean, plan, planned_owners, shardwise_cli, start_balancer,
+    ArgoFleet, Auth, BALANCER, BALANCER_LEASE, ClusterSpec, OWNERS_SETTLE, Observer,
+    apps_per_controller, balancer_user, current_shards, environment, install, max_over_mean, plan,
+    planned_owners, shardwise_cli, start_balancer_as,
 };
-use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, Owners};
+use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, NAMESPACE, Owners};
 use shardwise_e2e::{Environment, wait_for};
 
 /// The tests that time what Argo CD does take turns: on two cores, four Argo CDs at once made a
@@ -246,14 +247,30 @@ async fn reconciles(argocd: &ArgoCd) -> BTreeMap<(u32, String), f64> {
     counts
 }
 
-/// Samples until the keys have not changed for 3 s, Argo CD's owners are what `plan` reads
-/// from the keys, the real apps per controller are within the target, and every cluster that
-/// changed controller has been reconciled by its new one since.
+/// Balancing passes the balancers have completed (only the Lease's holder makes them).
+async fn balancer_passes(metrics_ports: &[u16]) -> f64 {
+    let mut passes = 0.0;
+    for port in metrics_ports {
+        let m = shardwise_e2e::scrape(&format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .unwrap_or_else(|e| panic!("the balancer on :{port} answers: {e}"));
+        passes += m.sum("shardwise_planner_runs_total", &[("result", "success")]);
+    }
+    passes
+}
+
+/// Samples until the balancer is at rest and Argo CD has followed it: a balancing pass that
+/// began after the keys took their current values completed and left them so, Argo CD's owners
+/// are what `plan` reads from the keys, and every cluster that changed controller has been
+/// reconciled by its new one since. The step's balance is that of the sample that showed all
+/// of this, whatever it is: a balancer that stops short of the target settles too, and the test
+/// sees its balance.
 async fn settle(
     observer: &mut Observer,
     env: &Environment,
     argocd: &ArgoCd,
     fleet: &ArgoFleet,
+    balancers: &[u16],
     name: &'static str,
 ) -> Step {
     let started = Instant::now();
@@ -261,12 +278,24 @@ async fn settle(
     let servers = fleet.servers(env);
     let owners_before = cluster_owners(&observer.sample(env, argocd, fleet).await, fleet);
     let reconciles_before = reconciles(argocd).await;
+    // The passes completed when first counted after the keys were seen as they are, and when
+    // they were first seen so.
+    let mut mark: Option<(Instant, f64)> = None;
     let mut last = String::new();
     while started.elapsed() < Duration::from_secs(180) {
+        // Counted before the sample: a pass counted here ended before its keys were read.
+        let (passes, counted) = (balancer_passes(balancers).await, Instant::now());
         let owners = observer.sample(env, argocd, fleet).await;
+        let keys_since = observer.keys_since().unwrap_or(counted);
+        if mark.is_none_or(|(since, _)| since != keys_since) {
+            mark = (counted > keys_since).then_some((keys_since, passes));
+        }
+        // Passes are sequential: once two more have completed, the second began after the
+        // mark, with these keys in place, and changed none of them.
+        let at_rest = mark.is_some_and(|(_, marked)| passes >= marked + 2.0);
         let apps = apps_per_controller(&owners, replicas);
         let balance = max_over_mean(&apps);
-        if observer.keys_stable_for() >= Duration::from_secs(3) {
+        if at_rest {
             let expected = planned_owners(&plan(env, &[]), fleet, replicas);
             let moved: Vec<(String, u32)> = cluster_owners(&owners, fleet)
                 .into_iter()
@@ -281,7 +310,7 @@ async fn settle(
                         <= reconciles_before.get(&key).copied().unwrap_or(0.0)
                 })
                 .collect();
-            if owners == expected && balance <= TARGET && unreconciled.is_empty() {
+            if owners == expected && unreconciled.is_empty() {
                 let step = Step {
                     name,
                     settled_in: started.elapsed(),
@@ -299,18 +328,77 @@ async fn settle(
                 return step;
             }
             last = format!(
-                "apps per controller {apps:?} (max/mean {balance:.3}); owners as plan reads the keys: {}; moved clusters not yet reconciled by their new controller: {unreconciled:?}",
+                "the balancer at rest; apps per controller {apps:?} (max/mean {balance:.3}); owners as plan reads the keys: {}; moved clusters not yet reconciled by their new controller: {unreconciled:?}",
                 owners == expected
             );
         } else {
             last = format!(
-                "keys changed {:?} ago; apps per controller {apps:?}",
+                "keys changed {:?} ago, {passes} balancing passes, {mark:?} when first counted since; apps per controller {apps:?}",
                 observer.keys_stable_for()
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     panic!("{name}: not settled in 180 s: {last}\n{}", argocd.report());
+}
+
+/// What the server's audit log shows of the balancers' writes of Argo CD's objects (keys,
+/// refreshes): those each user sent while it held the Lease, and the others, described.
+#[derive(Default)]
+struct BalancerWrites {
+    by_holder: BTreeMap<String, usize>,
+    stray: Vec<String>,
+}
+
+/// The balancers' writes, from the server's audit log, against the Lease's history there: its
+/// holder at any moment is the sender of its last accepted write before (a create, a take or a
+/// renewal; a release, a PATCH, leaves none), whose hold lasts the Lease's duration after it.
+/// A create names the collection, not the Lease: the balancers have no other Lease there.
+fn balancer_writes(
+    env: &Environment,
+    users: &[String],
+    lease_duration: Duration,
+) -> BalancerWrites {
+    let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+    let lease = format!("{leases}/{BALANCER_LEASE}");
+    let mut writes: Vec<_> = env
+        .control_plane()
+        .writes()
+        .into_iter()
+        .filter(|w| users.contains(&w.user))
+        .collect();
+    // As the server received them: who held the Lease when each write arrived.
+    writes.sort_by_key(|w| w.at);
+    let mut holder: Option<(String, SystemTime)> = None;
+    let mut found = BalancerWrites::default();
+    for w in writes {
+        if w.path == lease || w.path == leases {
+            if w.code < 300 {
+                holder = (w.method != "PATCH").then(|| (w.user.clone(), w.at));
+            }
+            continue;
+        }
+        let held = holder.as_ref().is_some_and(|(user, renewed)| {
+            *user == w.user
+                && !matches!(w.at.duration_since(*renewed), Ok(d) if d >= lease_duration)
+        });
+        if held {
+            *found.by_holder.entry(w.user).or_default() += 1;
+        } else {
+            found.stray.push(format!(
+                "{} {} {} ({}) at {}, the Lease's holder {:?}",
+                w.user,
+                w.method,
+                w.path,
+                w.code,
+                jiff::Timestamp::try_from(w.at).map_or_else(|e| e.to_string(), |t| t.to_string()),
+                holder
+                    .as_ref()
+                    .map(|(user, renewed)| (user, jiff::Timestamp::try_from(*renewed).ok()))
+            ));
+        }
+    }
+    found
 }
 
 /// Ordinary clusters for the balancer: uneven, so that Argo CD's algorithm alone is off target.
@@ -348,8 +436,18 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
         max_over_mean(&before)
     );
 
-    let (mut balancer, _) = start_balancer(&env, &["--target-balance", &TARGET.to_string()]).await;
-    let mut steps = vec![settle(&mut observer, &env, &argocd, &fleet, "adoption").await];
+    // Two balancers, as two replicas of its Deployment, each its own ServiceAccount: the
+    // server's audit log tells which one sent a write.
+    let accounts = [BALANCER.to_string(), format!("{BALANCER}-2")];
+    let mut balancers = Vec::new();
+    let mut ports = Vec::new();
+    for account in &accounts {
+        let (process, port) =
+            start_balancer_as(&env, account, &["--target-balance", &TARGET.to_string()]).await;
+        balancers.push(process);
+        ports.push(port);
+    }
+    let mut steps = vec![settle(&mut observer, &env, &argocd, &fleet, &ports, "adoption").await];
 
     for c in &joining {
         observer.changed(&c.name);
@@ -357,17 +455,47 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     fleet
         .add(&env, &argocd, joining, Vec::new(), Vec::new())
         .await;
-    steps.push(settle(&mut observer, &env, &argocd, &fleet, "3 clusters join").await);
+    steps.push(
+        settle(
+            &mut observer,
+            &env,
+            &argocd,
+            &fleet,
+            &ports,
+            "3 clusters join",
+        )
+        .await,
+    );
 
     for name in ["b01", "b07"] {
         observer.changed(name);
         fleet.remove(&env, name).await;
     }
-    steps.push(settle(&mut observer, &env, &argocd, &fleet, "2 clusters leave").await);
+    steps.push(
+        settle(
+            &mut observer,
+            &env,
+            &argocd,
+            &fleet,
+            &ports,
+            "2 clusters leave",
+        )
+        .await,
+    );
 
     observer.changed("b09");
     fleet.grow(&env, &argocd, "b09", 12).await;
-    steps.push(settle(&mut observer, &env, &argocd, &fleet, "12 apps onto b09").await);
+    steps.push(
+        settle(
+            &mut observer,
+            &env,
+            &argocd,
+            &fleet,
+            &ports,
+            "12 apps onto b09",
+        )
+        .await,
+    );
 
     for (replicas, name) in [(4, "3 -> 4 replicas"), (3, "4 -> 3 replicas")] {
         let rollout = Instant::now();
@@ -375,7 +503,7 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
         // While the StatefulSet replaces its pods, a replaced pod's apps have no owner and pods
         // of both replica counts run side by side: Argo CD's own rollout, not a key write.
         observer.excuse_since(rollout);
-        steps.push(settle(&mut observer, &env, &argocd, &fleet, name).await);
+        steps.push(settle(&mut observer, &env, &argocd, &fleet, &ports, name).await);
     }
 
     let violations = observer.violations();
@@ -386,8 +514,14 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
         observer.samples,
         &violations[..violations.len().min(8)]
     );
+    // Each step's balance, as Argo CD's controllers reported it when the step settled.
     for step in &steps {
-        assert!(step.balance <= TARGET, "{}: {}", step.name, step.balance);
+        assert!(
+            step.balance <= TARGET,
+            "{}: settled at max/mean {:.3}, over the target {TARGET}",
+            step.name,
+            step.balance
+        );
     }
     eprintln!(
         "{} samples; {} app samples owned by no controller or two, each within {:?} of a change of its cluster",
@@ -395,7 +529,45 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
         observer.odd_samples(),
         argocd_support::CHANGE_GRACE
     );
-    balancer.kill().unwrap();
+
+    // One balancer at a time: every write of either to Argo CD's objects came from the Lease's
+    // holder, within its lease; the other, running all along, wrote nothing.
+    for (account, process) in accounts.iter().zip(&mut balancers) {
+        assert!(process.is_running(), "balancer {account} ran throughout");
+    }
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(
+        env.control_plane().client("admin").await.unwrap(),
+        NAMESPACE,
+    );
+    let lease_duration = leases
+        .get(BALANCER_LEASE)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map(Duration::from_secs)
+        .expect("the balancer's Lease has a duration");
+    let users: Vec<String> = accounts.iter().map(|a| balancer_user(a)).collect();
+    let writes = balancer_writes(&env, &users, lease_duration);
+    eprintln!(
+        "writes of Argo CD's objects by the balancers, by user, all while it held the Lease: {:?}",
+        writes.by_holder
+    );
+    assert!(
+        writes.stray.is_empty(),
+        "{} writes by a balancer that did not hold the Lease, e.g. {:?}",
+        writes.stray.len(),
+        &writes.stray[..writes.stray.len().min(8)]
+    );
+    assert!(
+        steps.iter().map(|s| s.key_writes).sum::<u64>() > 0
+            && writes.by_holder.values().sum::<usize>() > 0,
+        "the balancers wrote keys"
+    );
+    for process in &mut balancers {
+        process.kill().unwrap();
+    }
 }
 
 /// Samples until Argo CD's owners are what `plan` computes; the apps per controller.

@@ -32,12 +32,23 @@ pub fn condition(
 }
 
 /// A status as a JSON merge patch: fields the status leaves out are set to null so that the
-/// patch clears them instead of keeping stale values.
+/// patch clears them instead of keeping stale values. A field may be nested (`health.message`):
+/// a merge patch merges objects, so a field left out of one the status has would keep its old
+/// value; it is nulled when its parent is there (an absent parent is nulled whole).
 pub fn status_patch<T: serde::Serialize>(status: &T, fields: &[&str]) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or_default();
     if let Some(object) = value.as_object_mut() {
         for field in fields {
-            object.entry(*field).or_insert(Value::Null);
+            match field.split_once('.') {
+                None => {
+                    object.entry(*field).or_insert(Value::Null);
+                }
+                Some((parent, child)) => {
+                    if let Some(parent) = object.get_mut(parent).and_then(Value::as_object_mut) {
+                        parent.entry(child).or_insert(Value::Null);
+                    }
+                }
+            }
         }
     }
     value

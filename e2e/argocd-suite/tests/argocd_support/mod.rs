@@ -399,22 +399,32 @@ pub async fn install(env: &Environment, options: ArgoCdOptions) -> ArgoCd {
 /// The balancer's ServiceAccount, bound to the Role docs/argocd.md gives.
 pub const BALANCER: &str = "shardwise-argocd-balancer";
 
+/// The balancer's Lease (its default `--lease-name`), in Argo CD's namespace.
+pub const BALANCER_LEASE: &str = "shardwise-argocd-balancer";
+
 /// Starts `shardwise-balancer` against Argo CD's namespace as its ServiceAccount (the documented
 /// Role), a pass every second, with `args` added.
 pub async fn start_balancer(env: &Environment, args: &[&str]) -> (Process, u16) {
+    start_balancer_as(env, BALANCER, args).await
+}
+
+/// [`start_balancer`] as ServiceAccount `account` of Argo CD's namespace, bound to the same
+/// Role, and named `account` in the Lease: each instance its own user on the server, so that
+/// the server's audit log tells which one sent a write.
+pub async fn start_balancer_as(env: &Environment, account: &str, args: &[&str]) -> (Process, u16) {
     let cp = env.control_plane();
     let binding = format!(
-        "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {BALANCER}, namespace: {NAMESPACE}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {BALANCER}}}\nsubjects: [{{kind: ServiceAccount, name: {BALANCER}, namespace: {NAMESPACE}}}]\n"
+        "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {account}, namespace: {NAMESPACE}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {BALANCER}}}\nsubjects: [{{kind: ServiceAccount, name: {account}, namespace: {NAMESPACE}}}]\n"
     );
     cp.apply_yaml("admin", &format!("{}{binding}", documented_role(BALANCER)))
         .await
         .unwrap();
     let kubeconfig = cp
-        .add_identity(Identity::service_account(BALANCER, NAMESPACE, BALANCER))
+        .add_identity(Identity::service_account(account, NAMESPACE, account))
         .unwrap();
     let (metrics, health) = (free_port().unwrap(), free_port().unwrap());
     let binary = workspace_binary("shardwise-balancer", "shardwise-balancer").unwrap();
-    let spec = ProcessSpec::new("shardwise-balancer", binary)
+    let spec = ProcessSpec::new(account, binary)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--interval", "1"])
@@ -422,9 +432,14 @@ pub async fn start_balancer(env: &Environment, args: &[&str]) -> (Process, u16) 
         .args(["--health-addr", &format!("127.0.0.1:{health}")])
         .args(args)
         .env("POD_NAMESPACE", NAMESPACE)
-        .env("POD_NAME", "balancer")
+        .env("POD_NAME", account)
         .env("SHARDWISE_LOG", "info");
     (env.spawn(&spec).unwrap(), metrics)
+}
+
+/// The user the server authenticates a balancer started as `account` as.
+pub fn balancer_user(account: &str) -> String {
+    format!("system:serviceaccount:{NAMESPACE}:{account}")
 }
 
 /// The `shard` key of each cluster Secret, by cluster name (`name` of its data).
@@ -541,6 +556,11 @@ impl Observer {
             }
         }
         owners
+    }
+
+    /// When the keys were first seen as they are (`None` before the first sample).
+    pub fn keys_since(&self) -> Option<Instant> {
+        self.keys_since
     }
 
     /// How long the keys have been as they are.
