@@ -75,13 +75,13 @@ mod tests {
         let set = parse(&[
             "--virtual-nodes=7",
             "--load-factor=1.5",
-            "--max-extra-moves=0",
+            "--max-extra-moves=3",
             "--target-balance=1.1",
         ])
         .unwrap();
         assert_eq!(set.virtual_nodes, 7);
         assert_eq!(set.load_factor, "1.5".parse().unwrap());
-        assert_eq!(set.max_extra_moves, 0);
+        assert_eq!(set.max_extra_moves, 3);
         assert_eq!(set.target_balance, "1.1".parse().unwrap());
     }
 
