@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use shardwise_api::FleetCluster;
 use shardwise_e2e::wait_with;
 use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL, unit_token};
 use shardwise_runtime::slice::UnitSlice;
@@ -155,9 +156,8 @@ async fn a_hot_cluster_is_cut_spread_and_handed_over_slice_by_slice() {
     assert!(sliced > 0);
 }
 
-/// The resourceVersions of cluster-0 and of every UnitSlice: equal twice, nothing of the cut
-/// changed in between.
-async fn cut_versions(fleet: &Fleet) -> Result<Vec<String>, String> {
+/// cluster-0 and every UnitSlice, as the server has them now.
+async fn read_cut(fleet: &Fleet) -> Result<(FleetCluster, Vec<UnitSlice>), String> {
     let hot = fleet
         .clusters_api()
         .get("cluster-0")
@@ -168,8 +168,13 @@ async fn cut_versions(fleet: &Fleet) -> Result<Vec<String>, String> {
         .list(&ListParams::default())
         .await
         .map_err(|e| e.to_string())?;
+    Ok((hot, records.items))
+}
+
+/// The resourceVersions of a read of the cut: equal in two reads, nothing of the cut changed
+/// in between.
+fn versions(hot: &FleetCluster, records: &[UnitSlice]) -> Vec<String> {
     let mut versions: Vec<String> = records
-        .items
         .iter()
         .map(|s| {
             format!(
@@ -184,7 +189,7 @@ async fn cut_versions(fleet: &Fleet) -> Result<Vec<String>, String> {
         "cluster-0@{}",
         hot.resource_version().unwrap_or_default()
     ));
-    Ok(versions)
+    versions
 }
 
 /// `kubectl -n shardwise <args>` as the admin.
@@ -207,24 +212,15 @@ fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Result<String, String
 /// annotation their shards, one UnitSlice per slice, kubectl's printer columns say the same,
 /// and its status is written by the owner of the slice holding key 0 alone.
 async fn look_at_the_cut(fleet: &Fleet, kubeconfig: &std::path::Path) -> Result<(), String> {
-    let before = cut_versions(fleet).await?;
-    let hot = fleet
-        .clusters_api()
-        .get("cluster-0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let records: Api<UnitSlice> = Api::namespaced(fleet.admin.clone(), NAMESPACE);
-    let records = records
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (hot, records) = read_cut(fleet).await?;
     let table = kubectl(
         kubeconfig,
         &["get", "fleetclusters", "cluster-0", "cluster-1"],
     )?;
     let slices_table = kubectl(kubeconfig, &["get", "unitslices"])?;
     let placement = fleet.placement().await.map_err(|e| e.to_string())?;
-    if cut_versions(fleet).await? != before {
+    let (hot_after, records_after) = read_cut(fleet).await?;
+    if versions(&hot_after, &records_after) != versions(&hot, &records) {
         return Err("the cut changed while it was read".to_string());
     }
     let slices: usize = hot
@@ -238,14 +234,11 @@ async fn look_at_the_cut(fleet: &Fleet, kubeconfig: &std::path::Path) -> Result<
     if let Some(shard) = shard_label(&hot) {
         return Err(format!("the cut cluster has a shard of its own, {shard}"));
     }
-    if records.items.len() != slices {
-        return Err(format!(
-            "{slices} slices but {} UnitSlices",
-            records.items.len()
-        ));
+    if records.len() != slices {
+        return Err(format!("{slices} slices but {} UnitSlices", records.len()));
     }
     let mut shards = Vec::new();
-    for record in &records.items {
+    for record in &records {
         let shard = shard_label(record)
             .ok_or_else(|| format!("UnitSlice {} has no shard", record.name_any()))?;
         shards.push(shard.to_string());
