@@ -91,6 +91,8 @@ mod tests {
         assert!(too_many.contains("1..=10000"), "{too_many}");
         let none = parse(&["--virtual-nodes=0"]).unwrap_err();
         assert!(none.contains("1..=10000"), "{none}");
+        // 0 is the smallest count taken: no move for balance at all.
+        assert_eq!(parse(&["--max-extra-moves=0"]).unwrap().max_extra_moves, 0);
         let negative = parse(&["--max-extra-moves=-5"]).unwrap_err();
         assert!(negative.contains("must be 0 or more, got -5"), "{negative}");
         let word = parse(&["--max-extra-moves=many"]).unwrap_err();
