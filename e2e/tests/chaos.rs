@@ -281,23 +281,11 @@ async fn partitioned_replica_fences_itself_and_rejoins() {
     // before the time the renewal carries).
     let lease = format!("{STATEFULSET}-shard-2");
     let renewals = c.fleet.leases.renewals();
-    let holder = renewals
-        .iter()
-        .filter(|r| r.lease == lease && r.renewed <= partitioned_at)
-        .max_by_key(|r| r.renewed)
-        .expect("a renewal of shard 2's lease before the cut")
-        .holder
-        .clone();
-    let last_renewal = renewals
-        .iter()
-        .filter(|r| r.lease == lease && r.holder == holder)
-        .map(|r| r.renewed)
-        .max()
-        .unwrap();
+    let (_, term) = fencing::term_at(&renewals, &lease, partitioned_at)
+        .expect("a renewal of shard 2's lease before the cut");
+    let last_renewal = term.iter().map(|r| r.renewed).max().unwrap();
     let fence = last_renewal + RENEW_DEADLINE + support::FENCE_REACTION;
-    let nanos = |t: SystemTime| {
-        u64::try_from(t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos()).unwrap()
-    };
+    let nanos = fencing::nanos;
     let (cut, healed, fence) = (nanos(partitioned_at), nanos(healed_at), nanos(fence));
     let mut cut_off = 0;
     for interval in c

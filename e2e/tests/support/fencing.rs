@@ -164,9 +164,30 @@ pub struct ExpiredStarts {
     pub starts: Vec<Interval>,
 }
 
-fn nanos(t: SystemTime) -> u64 {
+/// `t` on the audit's clock: nanoseconds since the epoch.
+pub fn nanos(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The term that held `lease` at `at` (the holder of its latest renewal seen by then), with
+/// every renewal of that term seen, before `at` or after; `None` if none was seen by `at`.
+pub fn term_at<'a>(
+    renewals: &'a [Renewal],
+    lease: &str,
+    at: SystemTime,
+) -> Option<(String, Vec<&'a Renewal>)> {
+    let holder = renewals
+        .iter()
+        .filter(|r| r.lease == lease && r.renewed <= at)
+        .max_by_key(|r| r.renewed)?
+        .holder
+        .clone();
+    let term = renewals
+        .iter()
+        .filter(|r| r.lease == lease && r.holder == holder)
+        .collect();
+    Some((holder, term))
 }
 
 /// The reconciles that process `pid`, frozen at `frozen_at` while it held `lease`, started
@@ -179,19 +200,12 @@ pub fn starts_after_expiry(
     renewals: &[Renewal],
     frozen_at: SystemTime,
 ) -> Option<ExpiredStarts> {
-    let of_lease: Vec<&Renewal> = renewals.iter().filter(|r| r.lease == lease).collect();
-    let holder = of_lease
-        .iter()
-        .filter(|r| r.renewed <= frozen_at)
-        .max_by_key(|r| r.renewed)?
-        .holder
-        .clone();
-    let term: Vec<&&Renewal> = of_lease.iter().filter(|r| r.holder == holder).collect();
+    let (holder, term) = term_at(renewals, lease, frozen_at)?;
     let expiry = term.iter().map(|r| r.renewed + r.duration).max()?;
     let last_renewal = term.iter().map(|r| r.renewed).max()?;
-    let next_term = of_lease
+    let next_term = renewals
         .iter()
-        .filter(|r| r.holder != holder && r.renewed > last_renewal)
+        .filter(|r| r.lease == lease && r.holder != holder && r.renewed > last_renewal)
         .map(|r| r.renewed)
         .min();
     let (from, to) = (nanos(expiry), next_term.map_or(u64::MAX, nanos));
