@@ -1176,12 +1176,12 @@ impl Fleet {
         let mut cut = BTreeMap::new();
         let mut shown = Vec::new();
         for o in &overlaps {
-            match (frozen_in_flight(&o.first), frozen_in_flight(&o.second)) {
-                (Some(after), None) | (None, Some(after)) if after <= FENCE_REACTION => {
-                    let frozen = if frozen_in_flight(&o.first).is_some() { &o.first } else { &o.second };
-                    cut.insert((frozen.pid, frozen.key.clone(), frozen.start), after);
+            let frozen = |i| frozen_in_flight(i).map(|after| (i, after));
+            match (frozen(&o.first), frozen(&o.second)) {
+                (Some((i, after)), None) | (None, Some((i, after))) if after <= FENCE_REACTION => {
+                    cut.insert((i.pid, i.key.clone(), i.start), after);
                 }
-                (Some(after), _) | (_, Some(after)) => shown.push(format!(
+                (Some((_, after)), _) | (_, Some((_, after))) => shown.push(format!(
                     "{o}: a reconcile frozen in flight ran {after:?} after its process resumed, past the fence (at most {FENCE_REACTION:?})"
                 )),
                 (None, None) => shown.push(o.to_string()),
