@@ -22,7 +22,7 @@ use serde_json::json;
 use shardwise_api::{FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{Environment, FaultScope, pod_link, pod_ready, wait_for};
 use support::chart::{
-    NAMESPACE, RELEASE, Sample, Sampler, VALUES, add_fleet, environment, helm, install, kubectl,
+    NAMESPACE, Pods, RELEASE, Sampler, VALUES, add_fleet, environment, helm, install, kubectl,
     longest_handoff,
 };
 use support::pods;
@@ -267,8 +267,8 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         .status
         .and_then(|s| s.update_revision)
         .unwrap();
-    rolled_one_at_a_time_from_the_top(&samples, &revision, 3);
-    let longest = longest_handoff(&samples);
+    rolled_one_at_a_time_from_the_top(&samples.pods, &revision, 3);
+    let longest = longest_handoff(&samples.clusters);
     eprintln!(
         "rolling update: the longest a cluster was not owned by a live holder: {longest:.1?}"
     );
@@ -625,39 +625,34 @@ async fn scrape_as_the_service_monitor(env: &Environment, chart: &std::path::Pat
 }
 
 /// The pods of `revision` appeared from the highest ordinal down, each only once the one above
-/// it was Ready, and no two ordinals were without a Ready pod at once.
-fn rolled_one_at_a_time_from_the_top(samples: &[Sample], revision: &str, replicas: u32) {
+/// it was Ready, and no two ordinals were without a Ready pod at once. `history` holds every
+/// state the pods went through, so a state between two polls cannot be missed.
+fn rolled_one_at_a_time_from_the_top(history: &[Pods], revision: &str, replicas: u32) {
     let first_of_revision = |ordinal: u32| {
         let name = format!("{RELEASE}-{ordinal}");
-        samples
+        history
             .iter()
-            .position(|s| s.pods.get(&name).is_some_and(|(r, _)| r == revision))
+            .position(|pods| pods.get(&name).is_some_and(|(r, _)| r == revision))
             .unwrap_or_else(|| panic!("{name} never ran revision {revision}"))
     };
     for ordinal in 0..replicas - 1 {
         let this = first_of_revision(ordinal);
         let above = format!("{RELEASE}-{}", ordinal + 1);
         assert!(
-            samples[..this].iter().any(|s| s
-                .pods
+            history[..this].iter().any(|pods| pods
                 .get(&above)
                 .is_some_and(|(r, ready)| r == revision && *ready)),
             "{RELEASE}-{ordinal} was replaced before {above} ran the new revision Ready"
         );
     }
-    for sample in samples {
+    for pods in history {
         let away = (0..replicas)
             .filter(|o| {
-                !sample
-                    .pods
+                !pods
                     .get(&format!("{RELEASE}-{o}"))
                     .is_some_and(|(_, ready)| *ready)
             })
             .count();
-        assert!(
-            away <= 1,
-            "{away} replicas not Ready at once: {:?}",
-            sample.pods
-        );
+        assert!(away <= 1, "{away} replicas not Ready at once: {pods:?}");
     }
 }

@@ -538,7 +538,7 @@ async fn chart_real() -> Rollout {
     .await
     .unwrap();
     let rolling = t0.elapsed().as_secs_f64();
-    let rolling_longest = support::chart::longest_handoff(&sampler.stop().await);
+    let rolling_longest = support::chart::longest_handoff(&sampler.stop().await.clusters);
     Rollout {
         install_to_synced: Some(install_to_synced),
         scale_down,
@@ -607,7 +607,7 @@ async fn chart_played() -> Rollout {
     .await
     .unwrap();
     let rolling = t0.elapsed().as_secs_f64();
-    let rolling_longest = support::chart::longest_handoff(&sampler.stop().await);
+    let rolling_longest = support::chart::longest_handoff(&sampler.stop().await.clusters);
     Rollout {
         install_to_synced: None,
         scale_down,

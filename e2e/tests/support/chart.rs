@@ -105,75 +105,132 @@ pub async fn install(env: &Environment, extra: &[&str]) -> String {
     helm(env, &install)
 }
 
-/// One look at the replicas and the clusters.
+/// One look at the clusters.
 pub struct Sample {
     pub at: Instant,
-    /// Pod name -> (revision, Ready).
-    pub pods: BTreeMap<String, (String, bool)>,
     /// Clusters whose recorded holder holds its shard's Lease and that are not being drained.
     pub owned: BTreeSet<String>,
     pub clusters: BTreeSet<String>,
 }
 
-/// Samples pods, Leases and FleetClusters every 100 ms until stopped.
+/// Pod name -> (revision, Ready) of the pods not being deleted, as of one event of a watch.
+pub type Pods = BTreeMap<String, (String, bool)>;
+
+/// What a [`Sampler`] saw: the clusters every 100 ms, and every state the pods went through.
+pub struct Samples {
+    pub clusters: Vec<Sample>,
+    /// The pods after each event of one watch, in the server's order: a state that lasted a
+    /// millisecond is here too, which polling could miss.
+    pub pods: Vec<Pods>,
+}
+
+/// Samples Leases and FleetClusters every 100 ms, and follows the pods with a watch, until
+/// stopped.
 pub struct Sampler {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Vec<Sample>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    clusters: tokio::task::JoinHandle<Vec<Sample>>,
+    pods: tokio::task::JoinHandle<Vec<Pods>>,
 }
 
 impl Sampler {
     /// Samples StatefulSet `statefulset` of `namespace`: its pods, shard Leases and FleetClusters.
     pub fn start(client: kube::Client, namespace: &str, statefulset: &str) -> Self {
         let (namespace, statefulset) = (namespace.to_string(), statefulset.to_string());
-        let (stop, mut stopped) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let pods = tokio::spawn(pod_history(
+            Api::namespaced(client.clone(), &namespace),
+            stopped.clone(),
+        ));
+        let clusters = tokio::spawn(async move {
             let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
             let clusters: Api<FleetCluster> = Api::namespaced(client, &namespace);
             let mut samples = Vec::new();
-            while stopped.try_recv().is_err() {
-                if let Some(sample) = sample(&pods, &leases, &clusters, &statefulset).await {
+            while !*stopped.borrow() {
+                if let Some(sample) = sample(&leases, &clusters, &statefulset).await {
                     samples.push(sample);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             samples
         });
-        Self { stop, task }
+        Self {
+            stop,
+            clusters,
+            pods,
+        }
     }
 
-    pub async fn stop(self) -> Vec<Sample> {
-        let _ = self.stop.send(());
-        self.task.await.unwrap()
+    pub async fn stop(self) -> Samples {
+        let _ = self.stop.send(true);
+        Samples {
+            clusters: self.clusters.await.unwrap(),
+            pods: self.pods.await.unwrap(),
+        }
     }
 }
 
+/// Every state of the namespace's pods from now until `stopped`, one per watch event. A relist
+/// (after a watch error) adds one state, the list's, when it is complete.
+async fn pod_history(pods: Api<Pod>, mut stopped: tokio::sync::watch::Receiver<bool>) -> Vec<Pods> {
+    use futures::StreamExt;
+    use kube_runtime::watcher::{self, Event};
+    fn entry(pod: &Pod) -> Option<(String, (String, bool))> {
+        let name = pod.metadata.name.clone()?;
+        let revision = pod
+            .metadata
+            .labels
+            .as_ref()?
+            .get("controller-revision-hash")?
+            .clone();
+        let alive = pod.metadata.deletion_timestamp.is_none();
+        alive.then(|| (name, (revision, pod_ready(pod))))
+    }
+    let mut events = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));
+    let mut current = Pods::new();
+    let mut listing = Pods::new();
+    let mut history = Vec::new();
+    loop {
+        let event = tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => break,
+            event = events.next() => event,
+        };
+        match event {
+            Some(Ok(Event::Apply(pod))) => {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                match entry(&pod) {
+                    Some((name, state)) => current.insert(name, state),
+                    None => current.remove(&name),
+                };
+            }
+            Some(Ok(Event::Delete(pod))) => {
+                current.remove(&pod.metadata.name.clone().unwrap_or_default());
+            }
+            Some(Ok(Event::Init)) => {
+                listing.clear();
+                continue;
+            }
+            Some(Ok(Event::InitApply(pod))) => {
+                listing.extend(entry(&pod));
+                continue;
+            }
+            Some(Ok(Event::InitDone)) => current = std::mem::take(&mut listing),
+            Some(Err(_)) => continue,
+            None => break,
+        }
+        history.push(current.clone());
+    }
+    history
+}
+
 async fn sample(
-    pods: &Api<Pod>,
     leases: &Api<Lease>,
     clusters: &Api<FleetCluster>,
     statefulset: &str,
 ) -> Option<Sample> {
     let at = Instant::now();
     let params = ListParams::default();
-    let pod_list = pods.list(&params).await.ok()?;
     let lease_list = leases.list(&params).await.ok()?;
     let cluster_list = clusters.list(&params).await.ok()?;
-    let pods = pod_list
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            let name = p.metadata.name.clone()?;
-            let revision = p
-                .metadata
-                .labels
-                .as_ref()?
-                .get("controller-revision-hash")?
-                .clone();
-            Some((name, (revision, pod_ready(&p))))
-        })
-        .collect();
     let holders: BTreeMap<String, String> = lease_list
         .items
         .into_iter()
@@ -196,7 +253,6 @@ async fn sample(
     }
     Some(Sample {
         at,
-        pods,
         owned,
         clusters: all,
     })
