@@ -48,8 +48,13 @@ pub struct BalanceArgs {
     #[command(flatten)]
     pub strategy: StrategyFlags,
     /// Seconds between passes; each pass may spend the move budget (--max-extra-moves) once
-    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = interval)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = seconds)]
     pub interval: u32,
+    /// Seconds a shard may go without a Ready controller pod before its clusters are moved to
+    /// Ready shards (they come back when it recovers). Longer than a pod's replacement in a
+    /// rollout, so that a rollout rescues nothing
+    #[arg(long, value_name = "SECONDS", default_value_t = 120, value_parser = seconds)]
+    pub down_grace: u32,
     /// Namespace of the balancer's Lease (default: $POD_NAMESPACE, else --namespace)
     #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
@@ -107,8 +112,9 @@ impl From<Load> for ArgoCdLoad {
     }
 }
 
-/// Seconds between passes: 1 to [`MAX_INTERVAL_SECONDS`], with a message that says so.
-fn interval(text: &str) -> Result<u32, String> {
+/// Seconds (between passes, of grace): 1 to [`MAX_INTERVAL_SECONDS`], with a message that says
+/// so.
+fn seconds(text: &str) -> Result<u32, String> {
     match text.trim().parse::<i64>() {
         Ok(n) if (1..=i64::from(MAX_INTERVAL_SECONDS)).contains(&n) => Ok(n as u32),
         Ok(n) if n > 0 => Err(format!("{n} is over the limit of {MAX_INTERVAL_SECONDS}")),

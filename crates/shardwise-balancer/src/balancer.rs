@@ -1,7 +1,7 @@
 //! The balancer's loop: a Lease, passes while it is held, the writes behind its fence.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use shard_assign::{StrategyConfig, StrategyKind};
@@ -17,9 +17,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::controllers::Health;
 use crate::pass::{self, Inputs, Pass};
 use shardwise_plan::LiveFleet;
-use shardwise_plan::api::{Connection, write_pins};
+use shardwise_plan::api::Connection;
 use shardwise_plan::planning::Current;
 use shardwise_plan::read::{ArgoCdQuery, Read, read_argocd};
 use thiserror::Error;
@@ -129,6 +130,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
         connection,
         metrics,
         reported: BTreeSet::new(),
+        health: Health::default(),
     };
     loop {
         let held = tokio::select! {
@@ -196,6 +198,8 @@ struct Balancer<'a> {
     metrics: Metrics,
     /// The messages of the last pass, so that each is logged once while it lasts.
     reported: BTreeSet<String>,
+    /// Since when each shard has had no Ready controller.
+    health: Health,
 }
 
 /// How long the balancer lets Argo CD's controllers see new keys before it refreshes the moved
@@ -240,6 +244,8 @@ impl Balancer<'_> {
             to,
             current,
             secrets,
+            controller_pods,
+            workload,
             ..
         } = read_argocd(&query, &self.connection).await?;
         let mut messages: Vec<(bool, String)> =
@@ -261,14 +267,37 @@ impl Balancer<'_> {
         let Current::Computed(algorithm) = current else {
             return Err(anyhow!("Argo CD's algorithm could not be read"));
         };
+        let pods = controller_pods.ok_or_else(|| {
+            anyhow!(
+                "the pods of Argo CD's application controller ({}) could not be read",
+                workload.as_deref().unwrap_or(&args.statefulset)
+            )
+        })?;
+        let shards = self.health.observe(
+            replicas,
+            &pods,
+            Instant::now(),
+            Duration::from_secs(args.down_grace.into()),
+        );
         let pass = pass::decide(&Inputs {
             fleet: &fleet,
             secrets: &secrets,
             algorithm: &algorithm,
-            replicas,
+            shards: &shards,
             strategy: &self.strategy,
         })?;
         messages.extend(pass.left_out.iter().map(|l| (false, l.clone())));
+        messages.extend(
+            pass.held
+                .iter()
+                .map(|why| (true, format!("nothing written: {why}"))),
+        );
+        for shard in &shards.dead {
+            messages.push((true, format!(
+                "no Ready controller has served shard {shard} for {} s or more (--down-grace): its clusters are moved to Ready shards until it is back",
+                args.down_grace
+            )));
+        }
         self.report(messages);
         self.write(&pass, fence).await?;
         self.record(&pass);
@@ -319,7 +348,7 @@ impl Balancer<'_> {
     }
 
     /// Writes the pass's keys, one at a time, each behind the fence: a balancer that lost its
-    /// Lease sends nothing more.
+    /// Lease sends nothing more. Stops at the first failure; the next pass reads anew.
     async fn write(&self, pass: &Pass, fence: &Fence) -> Result<()> {
         if pass.writes.is_empty() {
             debug!(balance = pass.balance, "balanced: nothing to write");
@@ -328,13 +357,7 @@ impl Balancer<'_> {
         let shown: Vec<String> = pass
             .writes
             .iter()
-            .map(|(t, s)| {
-                format!(
-                    "{}={}",
-                    t.secret,
-                    s.map_or("none".into(), |s| s.to_string())
-                )
-            })
+            .map(|w| format!("{}={}", w.target.secret, w.shard))
             .collect();
         if self.args.dry_run {
             info!(
@@ -345,12 +368,38 @@ impl Balancer<'_> {
             );
             return Ok(());
         }
-        write_pins(&self.connection, &self.args.namespace, &pass.writes, || {
-            fence
-                .check()
-                .map_err(|_| "the balancer's lease is lost".to_string())
-        })
-        .await?;
+        for (i, w) in pass.writes.iter().enumerate() {
+            let written = || shown[..i].join(" ");
+            if fence.check().is_err() {
+                return Err(anyhow!(
+                    "the balancer's lease is lost: stopped after writing [{}]",
+                    written()
+                ));
+            }
+            let annotations = match w.rescued_from {
+                Some(from) => BTreeMap::from([(
+                    pass::RESCUED_FROM_ANNOTATION.to_string(),
+                    from.map(|s| s.to_string()),
+                )]),
+                None => BTreeMap::new(),
+            };
+            self.connection
+                .write_key(
+                    &self.args.namespace,
+                    &w.target.secret,
+                    &w.target.resource_version,
+                    Some(w.shard),
+                    &annotations,
+                )
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot write the shard key of Secret {:?}: stopped after writing [{}]",
+                        w.target.secret,
+                        written()
+                    )
+                })?;
+        }
         info!(
             writes = %shown.join(" "),
             moved_clusters = pass.moved_clusters,

@@ -7,6 +7,7 @@
 
 mod args;
 mod balancer;
+mod controllers;
 mod pass;
 
 use std::io::Write;

@@ -12,18 +12,23 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use shard_assign::{
-    AssignError, Cluster, PreviousPlacement, ShardId, ShardSet, StrategyConfig, assign,
-};
+use shard_assign::{AssignError, Cluster, PreviousPlacement, ShardId, StrategyConfig, assign};
 use shardwise_runtime::metrics::ShardFigures;
 
 use shardwise_plan::LiveFleet;
 use shardwise_plan::argocd::{self, PinTarget};
 use shardwise_plan::planning;
 
+use crate::controllers::Shards;
+
 /// A cluster Secret annotated with this (`"true"`) keeps its `shard` key: the balancer counts
 /// the cluster where Argo CD runs it and never writes the key. The balancer only reads it.
 pub const KEEP_SHARD_ANNOTATION: &str = "shardwise.io/keep-shard";
+
+/// The shard a cluster was rescued from when its controller stayed down past the grace period,
+/// written with the key that moved it away: the cluster goes back there once a Ready pod serves
+/// it again, and the annotation is removed with the key that moves it back.
+pub const RESCUED_FROM_ANNOTATION: &str = "shardwise.io/rescued-from";
 
 /// What one pass reads.
 #[derive(Debug)]
@@ -34,54 +39,87 @@ pub struct Inputs<'a> {
     pub secrets: &'a [Secret],
     /// Argo CD's own algorithm, which places every cluster without a pin it honours.
     pub algorithm: &'a StrategyConfig,
-    /// Argo CD's shard count.
-    pub replicas: u32,
+    /// The shards as the running controller pods allow them.
+    pub shards: &'a Shards,
     /// How the balancer places: `sticky-balanced` and its move budget.
     pub strategy: &'a StrategyConfig,
+}
+
+/// One Secret a pass rewrites.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyWrite {
+    /// The Secret, as read.
+    pub target: PinTarget,
+    /// The `shard` key to write.
+    pub shard: ShardId,
+    /// [`RESCUED_FROM_ANNOTATION`]: set to a shard (`Some(Some(_))`), removed (`Some(None)`)
+    /// or left as it is (`None`).
+    pub rescued_from: Option<Option<ShardId>>,
+    /// The write hands the cluster to another controller (or gives it one at last).
+    pub moves: bool,
 }
 
 /// What one pass decides.
 #[derive(Debug)]
 pub struct Pass {
-    /// The Secrets whose `shard` key changes, with the key to write, in Secret name order.
-    pub writes: Vec<(PinTarget, Option<ShardId>)>,
-    /// Clusters whose Argo CD shard changes once the writes land.
+    /// The Secrets to rewrite, in Secret name order.
+    pub writes: Vec<KeyWrite>,
+    /// Clusters whose Argo CD controller changes once the writes land.
     pub moved_clusters: u64,
     /// Their ids, in id order.
     pub moved: Vec<String>,
     /// Their apps.
     pub moved_apps: u64,
-    /// Busiest shard over the mean after the pass.
+    /// Busiest shard over the mean after the pass, over the shards clusters may move onto.
     pub balance: f64,
     /// Every shard of Argo CD after the pass: its clusters and apps.
     pub shards: BTreeMap<ShardId, ShardFigures>,
     /// Secrets the balancer leaves as they are, and why.
     pub left_out: Vec<String>,
+    /// Why the pass writes nothing at all, if so.
+    pub held: Option<String>,
+}
+
+/// Where a cluster runs now, as far as every running controller pod agrees.
+fn home(cluster: &Cluster, now: Option<ShardId>, shards: &Shards) -> Option<ShardId> {
+    match cluster.pin {
+        Some(key) => (key < shards.agreed).then_some(key),
+        // Argo CD's algorithm places it alike on every pod only if they all read with one count.
+        None => now.filter(|_| shards.uniform),
+    }
 }
 
 /// Decides one pass. Every cluster Argo CD shards gets a key (so that Argo CD's algorithm no
 /// longer decides), except those annotated with [`KEEP_SHARD_ANNOTATION`]; a key that already
-/// names the planned shard (spelled as Argo CD reads it) is not rewritten. A pass fed the
-/// Secrets its own writes produced writes nothing, unless the busiest shard is above the target
-/// and a move can lower it.
+/// names the planned shard (spelled as Argo CD reads it) is not rewritten. Keys name only
+/// shards every running pod reads alike and a Ready pod serves ([`Shards`]): a cluster on a
+/// shard at or above the agreed count, or on a shard down past the grace period, moves at once
+/// whatever the budget; one on a shard down for less waits where it is. A pass fed the Secrets
+/// its own writes produced writes nothing, unless the busiest shard is above the target and a
+/// move can lower it.
 pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
     let Inputs {
         fleet,
         secrets,
         algorithm,
-        replicas,
+        shards,
         strategy,
     } = *inputs;
     let (targets, mut left_out) = argocd::pin_targets(secrets, fleet);
-    let kept: BTreeSet<String> = secrets
-        .iter()
-        .filter(|s| {
-            s.annotations()
-                .get(KEEP_SHARD_ANNOTATION)
-                .and_then(|v| argocd::parse_go_bool(v))
-                == Some(true)
-        })
-        .filter_map(|s| s.uid())
+    let annotated = |key: &str| -> BTreeMap<String, String> {
+        secrets
+            .iter()
+            .filter_map(|s| Some((s.uid()?, s.annotations().get(key)?.clone())))
+            .collect()
+    };
+    let kept: BTreeSet<String> = annotated(KEEP_SHARD_ANNOTATION)
+        .into_iter()
+        .filter(|(_, v)| argocd::parse_go_bool(v) == Some(true))
+        .map(|(id, _)| id)
+        .collect();
+    let rescued: BTreeMap<String, ShardId> = annotated(RESCUED_FROM_ANNOTATION)
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, v.trim().parse().ok()?)))
         .collect();
     let balanced: BTreeSet<String> = targets
         .iter()
@@ -97,47 +135,91 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
 
     // Where Argo CD runs each cluster now: the previous placement. Its pins are the balancer's
     // own state, not constraints, except where the balancer may not write.
-    let now = planning::argocd_placement_with(fleet, algorithm, replicas, &BTreeMap::new())?;
-    let clusters: Vec<Cluster> = fleet
-        .clusters
-        .iter()
-        .filter_map(|c| {
-            let shard = now.shard_of(&c.id)?;
-            Some(Cluster {
-                pin: (!balanced.contains(&c.id)).then_some(shard),
-                weight: None,
-                ..c.clone()
-            })
-        })
-        .collect();
-    let previous: PreviousPlacement = clusters
-        .iter()
-        .filter_map(|c| Some((c.id.clone(), now.shard_of(&c.id)?)))
-        .collect();
-    let planned = assign(
-        strategy,
-        &clusters,
-        &ShardSet::contiguous(replicas),
-        Some(&previous),
-    )?;
-
-    let writes: Vec<(PinTarget, Option<ShardId>)> = targets
-        .into_iter()
-        .filter(|t| balanced.contains(&t.id))
-        .filter_map(|t| {
-            let shard = planned.shard_of(&t.id)?;
-            (t.key.as_deref() != Some(shard.to_string().as_str())).then_some((t, Some(shard)))
-        })
-        .collect();
-    let (mut moved, mut moved_apps) = (Vec::new(), 0);
-    for c in &clusters {
-        if planned.shard_of(&c.id) != now.shard_of(&c.id) {
-            moved.push(c.id.clone());
-            moved_apps += c.apps;
+    let now =
+        planning::argocd_placement_with(fleet, algorithm, shards.agreed.max(1), &BTreeMap::new())?;
+    let mut waiting: BTreeMap<ShardId, (u64, u64)> = BTreeMap::new();
+    let mut clusters = Vec::new();
+    let mut homes: BTreeMap<String, ShardId> = BTreeMap::new();
+    for c in &fleet.clusters {
+        let Some(placed) = now.shard_of(&c.id) else {
+            continue;
+        };
+        let home = home(c, Some(placed), shards);
+        if !balanced.contains(&c.id) {
+            // Never written: it counts where it runs, if clusters may move there.
+            if let Some(home) = home.filter(|h| shards.ready.contains(*h)) {
+                clusters.push(Cluster {
+                    pin: Some(home),
+                    weight: None,
+                    ..c.clone()
+                });
+            }
+            continue;
+        }
+        if let Some(home) = home.filter(|h| shards.down.contains(h)) {
+            // Its controller may be back within the grace period: it stays, and nothing moves.
+            let w = waiting.entry(home).or_default();
+            *w = (w.0 + 1, w.1 + c.apps);
+            continue;
+        }
+        let back = rescued
+            .get(&c.id)
+            .copied()
+            .filter(|h| shards.ready.contains(*h));
+        clusters.push(Cluster {
+            pin: back,
+            weight: None,
+            ..c.clone()
+        });
+        if let Some(home) = home {
+            homes.insert(c.id.clone(), home);
         }
     }
+    let previous: PreviousPlacement = homes.iter().map(|(id, &s)| (id.clone(), s)).collect();
+    let planned = assign(strategy, &clusters, &shards.ready, Some(&previous))?;
+
+    let mut writes = Vec::new();
+    for t in targets.into_iter().filter(|t| balanced.contains(&t.id)) {
+        let Some(shard) = planned.shard_of(&t.id) else {
+            continue;
+        };
+        let home = homes.get(&t.id).copied();
+        let rescued_from = match (rescued.get(&t.id), home) {
+            // Leaving a dead shard: remember it (the first one, if rescued twice).
+            (None, Some(home)) if shards.dead.contains(&home) => Some(Some(home)),
+            // Back home, or home is gone for good.
+            (Some(&from), _) if from == shard || from >= shards.agreed => Some(None),
+            _ => None,
+        };
+        let key_differs = t.key.as_deref() != Some(shard.to_string().as_str());
+        if key_differs || rescued_from.is_some() {
+            writes.push(KeyWrite {
+                target: t,
+                shard,
+                rescued_from,
+                moves: home != Some(shard),
+            });
+        }
+    }
+    if shards.hold.is_some() {
+        writes.clear();
+    }
+    let apps: BTreeMap<&str, u64> = fleet
+        .clusters
+        .iter()
+        .map(|c| (c.id.as_str(), c.apps))
+        .collect();
+    let mut moved: Vec<String> = writes
+        .iter()
+        .filter(|w| w.moves)
+        .map(|w| w.target.id.clone())
+        .collect();
     moved.sort();
-    let shards = planned
+    let moved_apps = moved
+        .iter()
+        .map(|id| apps.get(id.as_str()).copied().unwrap_or(0))
+        .sum();
+    let mut figures: BTreeMap<ShardId, ShardFigures> = planned
         .shard_loads()
         .iter()
         .map(|(&shard, load)| {
@@ -150,14 +232,21 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
             (shard, figures)
         })
         .collect();
+    for (shard, (count, apps)) in waiting {
+        let f = figures.entry(shard).or_default();
+        f.units += count;
+        f.slices += count;
+        f.items += apps;
+    }
     Ok(Pass {
-        writes,
         moved_clusters: moved.len() as u64,
         moved,
         moved_apps,
         balance: planned.balance().max_over_mean,
-        shards,
+        shards: figures,
         left_out,
+        held: shards.hold.clone(),
+        writes,
     })
 }
 
@@ -172,6 +261,8 @@ mod tests {
     use shardwise_plan::shardwise::fixtures::argocd_application;
 
     use super::*;
+    use crate::controllers::{ControllerPod, Health};
+    use std::time::{Duration, Instant};
 
     /// A fleet on Argo CD: cluster Secrets and Applications, changed between passes as Argo CD
     /// and the API server would (a write bumps the resourceVersion).
@@ -180,6 +271,22 @@ mod tests {
         apps: Vec<DynamicObject>,
         algorithm: StrategyConfig,
         replicas: u32,
+        /// The controller pods as the balancer sees them; `None`: `replicas` Ready pods.
+        shards: Option<Shards>,
+    }
+
+    /// `replicas` Ready pods reading keys with `replicas`.
+    fn all_ready(replicas: u32) -> Shards {
+        let pods: Vec<ControllerPod> = (0..replicas)
+            .map(|i| ControllerPod {
+                name: format!("controller-{i}"),
+                shard: Some(i),
+                replicas: Some(replicas),
+                ready: true,
+                terminating: false,
+            })
+            .collect();
+        Health::default().observe(replicas, &pods, Instant::now(), Duration::from_secs(60))
     }
 
     fn secret(name: &str, shard: Option<&str>) -> Secret {
@@ -214,6 +321,7 @@ mod tests {
                 apps: Vec::new(),
                 algorithm: StrategyConfig::new(StrategyKind::LegacyModulo),
                 replicas,
+                shards: None,
             };
             for (i, &n) in apps.iter().enumerate() {
                 fleet.add_cluster(&format!("c{i:02}"), n);
@@ -240,11 +348,15 @@ mod tests {
         fn pass(&self) -> Pass {
             let fleet = self.fleet();
             let strategy = StrategyConfig::new(StrategyKind::StickyBalanced);
+            let shards = self
+                .shards
+                .clone()
+                .unwrap_or_else(|| all_ready(self.replicas));
             decide(&Inputs {
                 fleet: &fleet,
                 secrets: &self.secrets,
                 algorithm: &self.algorithm,
-                replicas: self.replicas,
+                shards: &shards,
                 strategy: &strategy,
             })
             .unwrap()
@@ -252,20 +364,27 @@ mod tests {
 
         /// What the API server does with the writes: the key set, the version bumped.
         fn write(&mut self, pass: &Pass) {
-            for (target, shard) in &pass.writes {
+            for w in &pass.writes {
                 let s = self
                     .secrets
                     .iter_mut()
-                    .find(|s| s.name_any() == target.secret)
+                    .find(|s| s.name_any() == w.target.secret)
                     .unwrap();
+                assert_eq!(
+                    s.metadata.resource_version.as_ref(),
+                    Some(&w.target.resource_version)
+                );
                 let data = s.data.get_or_insert_default();
-                match shard {
-                    Some(shard) => {
-                        data.insert("shard".into(), ByteString(shard.to_string().into_bytes()));
+                data.insert("shard".into(), ByteString(w.shard.to_string().into_bytes()));
+                let annotations = s.metadata.annotations.get_or_insert_default();
+                match w.rescued_from {
+                    Some(Some(from)) => {
+                        annotations.insert(RESCUED_FROM_ANNOTATION.into(), from.to_string());
                     }
-                    None => {
-                        data.remove("shard");
+                    Some(None) => {
+                        annotations.remove(RESCUED_FROM_ANNOTATION);
                     }
+                    None => {}
                 }
                 let version: u64 = s
                     .metadata
@@ -413,8 +532,9 @@ mod tests {
             .insert("shard".into(), ByteString(format!("+{key}").into_bytes()));
         let pass = argocd.pass();
         assert_eq!(pass.writes.len(), 1);
-        assert_eq!(pass.writes[0].0.secret, "c01");
-        assert_eq!(pass.writes[0].1.map(|s| s.to_string()), Some(key));
+        assert_eq!(pass.writes[0].target.secret, "c01");
+        assert_eq!(pass.writes[0].shard.to_string(), key);
+        assert!(!pass.writes[0].moves);
         assert_eq!(pass.moved_clusters, 0);
     }
 
@@ -427,7 +547,11 @@ mod tests {
             argocd.add_cluster(name, 20);
         }
         let pass = argocd.pass();
-        let written: BTreeSet<&str> = pass.writes.iter().map(|(t, _)| t.secret.as_str()).collect();
+        let written: BTreeSet<&str> = pass
+            .writes
+            .iter()
+            .map(|w| w.target.secret.as_str())
+            .collect();
         assert!(written.is_superset(&BTreeSet::from(["n0", "n1", "n2"])));
         assert!(pass.moved_clusters <= u64::from(StrategyConfig::DEFAULT_MAX_EXTRA_MOVES));
         argocd.settle();
@@ -484,26 +608,256 @@ mod tests {
     }
 
     #[test]
-    fn pins_out_of_range_after_a_scale_down_are_spread_over_passes() {
+    fn keys_at_or_above_the_count_move_at_once_whatever_the_budget() {
         let mut argocd = ArgoCd::new(&[10; 12], 4);
         argocd.settle();
         // Argo CD scaled to 2: the keys 2 and 3 now mean shard 0.
         argocd.replicas = 2;
         assert_eq!(argocd_loads(&argocd), vec![90, 30]);
         let first = argocd.pass();
-        assert!(first.moved_clusters <= u64::from(StrategyConfig::DEFAULT_MAX_EXTRA_MOVES));
         argocd.write(&first);
-        let (_, moves) = argocd.settle();
-        assert_eq!(
-            first.moved_clusters + moves,
-            3,
-            "the minimum: 3 clusters to shard 1"
-        );
+        // Every rewrite off a shard that left hands its cluster over: each is a move.
+        assert_eq!(first.moved_clusters, 6);
+        assert!(first.moved_clusters > u64::from(StrategyConfig::DEFAULT_MAX_EXTRA_MOVES));
+        assert!(first.writes.iter().all(|w| w.moves));
         assert_eq!(argocd_loads(&argocd), vec![60, 60]);
         for i in 0..12 {
             let key: u32 = argocd.key(&format!("c{i:02}")).unwrap().parse().unwrap();
             assert!(key < 2);
         }
+        assert!(argocd.pass().writes.is_empty());
+    }
+
+    /// Argo CD's controllers during a rollout: each pod reads keys with the count it started
+    /// with (`ARGOCD_CONTROLLER_REPLICAS` of its own spec).
+    struct Pods(Vec<ControllerPod>);
+
+    impl Pods {
+        fn new(replicas: u32) -> Self {
+            Self((0..replicas).map(|i| controller(i, replicas)).collect())
+        }
+
+        fn get(&mut self, shard: u32) -> &mut ControllerPod {
+            self.0.iter_mut().find(|p| p.shard == Some(shard)).unwrap()
+        }
+
+        /// The StatefulSet controller's steps to `replicas` pods reading with `replicas`:
+        /// pods above the count deleted from the top, new ones created and made Ready, then
+        /// every other pod replaced from the highest ordinal, the next only once the one
+        /// above is Ready. `step` runs after each change.
+        fn roll(&mut self, from: u32, replicas: u32, step: &mut impl FnMut(&[ControllerPod])) {
+            for shard in (replicas..from).rev() {
+                self.get(shard).terminating = true;
+                step(&self.0);
+                self.0.retain(|p| p.shard != Some(shard));
+                step(&self.0);
+            }
+            for shard in from..replicas {
+                let mut new = controller(shard, replicas);
+                new.ready = false;
+                self.0.push(new);
+                step(&self.0);
+                self.get(shard).ready = true;
+                step(&self.0);
+            }
+            for shard in (0..from.min(replicas)).rev() {
+                self.get(shard).terminating = true;
+                self.get(shard).ready = false;
+                step(&self.0);
+                self.0.retain(|p| p.shard != Some(shard));
+                step(&self.0);
+                let mut new = controller(shard, replicas);
+                new.ready = false;
+                self.0.push(new);
+                step(&self.0);
+                self.get(shard).ready = true;
+                step(&self.0);
+            }
+        }
+    }
+
+    fn controller(shard: u32, replicas: u32) -> ControllerPod {
+        ControllerPod {
+            name: format!("controller-{shard}"),
+            shard: Some(shard),
+            replicas: Some(replicas),
+            ready: true,
+            terminating: false,
+        }
+    }
+
+    /// The running pods (terminating ones too: their processes still reconcile) that own a
+    /// cluster keyed `key`, as Argo CD decides: a key at or above a pod's count is shard 0.
+    fn owners(key: u32, pods: &[ControllerPod]) -> Vec<String> {
+        pods.iter()
+            .filter(|p| {
+                let count = p.replicas.unwrap();
+                let read = if key < count { key } else { 0 };
+                p.shard == Some(read)
+            })
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn no_cluster_has_two_owners_at_any_step_of_a_rollout_up_and_down() {
+        let sizes = [40, 35, 30, 25, 20, 18, 15, 12, 10, 8, 6, 5, 30, 20, 10, 5];
+        let mut argocd = ArgoCd::new(&sizes, 3);
+        argocd.settle();
+        let names: Vec<String> = argocd.secrets.iter().map(|s| s.name_any()).collect();
+        let now = Instant::now();
+        let grace = Duration::from_secs(60);
+        let mut health = Health::default();
+        // Per step: whether every pod read with 4, and how many clusters were on shard 3.
+        let seen: std::cell::RefCell<Vec<(bool, usize)>> = Default::default();
+        let mut step = |argocd: &mut ArgoCd, target: u32, pods: &[ControllerPod]| {
+            let mut seen = seen.borrow_mut();
+            argocd.shards = Some(health.observe(target, pods, now, grace));
+            let pass = argocd.pass();
+            argocd.write(&pass);
+            let mut on_new = 0;
+            for name in &names {
+                let key: u32 = argocd.key(name).unwrap().parse().unwrap();
+                let owners = owners(key, pods);
+                assert!(
+                    owners.len() <= 1,
+                    "step {}: {name} (key {key}) has owners {owners:?}: {pods:?}",
+                    seen.len()
+                );
+                on_new += usize::from(key == 3);
+            }
+            seen.push((pods.iter().all(|p| p.replicas == Some(4)), on_new));
+        };
+        // 3 -> 4 and back, the balancer passing after every step of each rollout.
+        let mut pods = Pods::new(3);
+        pods.roll(3, 4, &mut |p| step(&mut argocd, 4, p));
+        let up = seen.borrow().len();
+        pods.roll(4, 3, &mut |p| step(&mut argocd, 3, p));
+        let seen = seen.into_inner();
+        assert!(up >= 10 && seen.len() >= 2 * up - 2, "{seen:?}");
+        // Shard 3 got clusters only once every pod read with 4, and did get some then.
+        assert!(
+            seen[..up].iter().all(|&(all_new, on)| all_new || on == 0),
+            "{seen:?}"
+        );
+        assert!(seen[up - 1].1 > 0, "{seen:?}");
+        // From the first step down (the count asked is 3), no key names shard 3.
+        assert!(seen[up..].iter().all(|&(_, on)| on == 0), "{seen:?}");
+    }
+
+    #[test]
+    fn the_new_shard_gets_clusters_only_once_every_pod_reads_the_new_count() {
+        let mut argocd = ArgoCd::new(&[10; 12], 3);
+        argocd.settle();
+        let now = Instant::now();
+        let grace = Duration::from_secs(60);
+        let mut health = Health::default();
+        let mut pods = Pods::new(3);
+        pods.0.push(controller(3, 4));
+        argocd.shards = Some(health.observe(4, &pods.0, now, grace));
+        argocd.settle();
+        let keys = |argocd: &ArgoCd| -> Vec<String> {
+            argocd
+                .secrets
+                .iter()
+                .map(|s| argocd.key(&s.name_any()).unwrap())
+                .collect()
+        };
+        assert!(
+            !keys(&argocd).contains(&"3".to_string()),
+            "pods 0 to 2 read key 3 as 0"
+        );
+        pods = Pods::new(4);
+        argocd.shards = Some(health.observe(4, &pods.0, now, grace));
+        argocd.settle();
+        assert_eq!(keys(&argocd).iter().filter(|k| *k == "3").count(), 3);
+    }
+
+    #[test]
+    fn a_dead_shards_clusters_wait_the_grace_then_are_rescued_and_go_back_when_it_recovers() {
+        let mut argocd = ArgoCd::new(&[10; 9], 3);
+        argocd.settle();
+        let on = |argocd: &ArgoCd, shard: &str| -> BTreeSet<String> {
+            argocd
+                .secrets
+                .iter()
+                .map(|s| s.name_any())
+                .filter(|n| argocd.key(n).as_deref() == Some(shard))
+                .collect()
+        };
+        let home = on(&argocd, "1");
+        assert_eq!(home.len(), 3);
+        let start = Instant::now();
+        let grace = Duration::from_secs(60);
+        let mut health = Health::default();
+        let mut pods = Pods::new(3);
+        pods.get(1).ready = false;
+        // Down within the grace: its clusters stay, and no cluster moves anywhere.
+        argocd.shards = Some(health.observe(3, &pods.0, start, grace));
+        let waiting = argocd.pass();
+        assert!(waiting.writes.is_empty(), "{waiting:?}");
+        assert_eq!(waiting.shards[&1].units, 3);
+        // Past the grace: all three leave at once, each recording where it came from.
+        argocd.shards = Some(health.observe(3, &pods.0, start + grace, grace));
+        let rescue = argocd.pass();
+        assert_eq!(rescue.moved_clusters, 3);
+        assert!(
+            rescue
+                .writes
+                .iter()
+                .all(|w| w.rescued_from == Some(Some(1)) && w.moves)
+        );
+        argocd.write(&rescue);
+        assert!(on(&argocd, "1").is_empty());
+        assert_eq!(argocd_loads(&argocd)[1], 0);
+        // Rescued and still dead: nothing more to write.
+        assert!(argocd.pass().writes.is_empty());
+        // Back: the same three return, and their annotations go.
+        pods.get(1).ready = true;
+        argocd.shards = Some(health.observe(3, &pods.0, start + 2 * grace, grace));
+        let back = argocd.pass();
+        assert_eq!(back.moved_clusters, 3);
+        assert!(
+            back.writes
+                .iter()
+                .all(|w| w.rescued_from == Some(None) && w.shard == 1)
+        );
+        argocd.write(&back);
+        assert_eq!(on(&argocd, "1"), home);
+        assert!(
+            argocd
+                .secrets
+                .iter()
+                .all(|s| !s.annotations().contains_key(RESCUED_FROM_ANNOTATION))
+        );
+        assert!(argocd.pass().writes.is_empty());
+    }
+
+    #[test]
+    fn nothing_moves_onto_a_shard_that_is_down() {
+        let mut argocd = ArgoCd::new(&[10; 6], 3);
+        argocd.settle();
+        // Shard 0 is down, and a big cluster arrives: it may go to 1 or 2 only.
+        argocd.add_cluster("big", 50);
+        let mut pods = Pods::new(3);
+        pods.get(0).ready = false;
+        argocd.shards =
+            Some(Health::default().observe(3, &pods.0, Instant::now(), Duration::from_secs(60)));
+        let pass = argocd.pass();
+        assert!(!pass.writes.is_empty());
+        assert!(pass.writes.iter().all(|w| w.shard != 0), "{pass:?}");
+    }
+
+    #[test]
+    fn a_held_pass_writes_nothing_and_says_why() {
+        let mut argocd = ArgoCd::new(&[10; 6], 3);
+        let mut pods = Pods::new(3);
+        pods.get(2).replicas = None;
+        argocd.shards =
+            Some(Health::default().observe(3, &pods.0, Instant::now(), Duration::from_secs(60)));
+        let pass = argocd.pass();
+        assert!(pass.writes.is_empty());
+        assert!(pass.held.unwrap().contains("controller-2"));
     }
 
     #[test]
@@ -529,10 +883,14 @@ mod tests {
             argocd.add_cluster(name, 20);
         }
         let pass = argocd.pass();
-        let written: Vec<&str> = pass.writes.iter().map(|(t, _)| t.secret.as_str()).collect();
+        let written: Vec<&str> = pass
+            .writes
+            .iter()
+            .map(|w| w.target.secret.as_str())
+            .collect();
         assert_eq!(written, ["x", "y", "z"]);
         // The kept cluster's 50 apps weigh on shard 1: the three others (60) are best on 0.
-        let to_zero = pass.writes.iter().filter(|(_, s)| *s == Some(0)).count();
+        let to_zero = pass.writes.iter().filter(|w| w.shard == 0).count();
         assert_eq!(to_zero, 3);
         assert_eq!(pass.left_out.len(), 3, "{:?}", pass.left_out);
         assert!(

@@ -1,6 +1,7 @@
 //! Reading a fleet from the Kubernetes API: the only part of `plan` that does I/O. Every
 //! failure becomes a [`FetchError`] that says what was being read and why it failed.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::Path;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -158,6 +159,10 @@ const DEPLOYMENTS: Resource = Resource {
     name: "deployments.apps",
     missing: None,
 };
+const PODS: Resource = Resource {
+    name: "pods",
+    missing: None,
+};
 const CONFIGMAPS: Resource = Resource {
     name: "configmaps",
     missing: None,
@@ -283,10 +288,28 @@ impl Connection {
         resource_version: &str,
         shard: Option<ShardId>,
     ) -> Result<(), WriteError> {
+        self.write_key(namespace, name, resource_version, shard, &BTreeMap::new())
+            .await
+    }
+
+    /// [`Connection::write_shard`], with `annotations` set (`Some`) or removed (`None`) in the
+    /// same patch, so that the key and what the balancer records about it land together.
+    pub async fn write_key(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        shard: Option<ShardId>,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<(), WriteError> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let value = shard.map(|s| ByteString(s.to_string().into_bytes()));
+        let mut metadata = serde_json::json!({"resourceVersion": resource_version});
+        if !annotations.is_empty() {
+            metadata["annotations"] = serde_json::json!(annotations);
+        }
         let patch = serde_json::json!({
-            "metadata": {"resourceVersion": resource_version},
+            "metadata": metadata,
             "data": {"shard": value},
         });
         let params = PatchParams {
@@ -302,6 +325,13 @@ impl Connection {
                 .error(e, "patch", SECRETS, format!("Secret {namespace}/{name}"))
                 .into()),
         }
+    }
+
+    /// The pods of `namespace` that `selector` (a label selector) matches.
+    pub async fn pods(&self, namespace: &str, selector: &str) -> Result<Vec<Pod>, FetchError> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        self.list_all(&api, Some(selector), PODS, Some(namespace))
+            .await
     }
 
     /// Asks Argo CD to refresh Application `namespace/name` now (the

@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, EnvVarSource, PodTemplateSpec};
-use shard_assign::StrategyKind;
+use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, EnvVarSource, Pod, PodSpec, PodTemplateSpec};
+use shard_assign::{ShardId, StrategyKind};
 
 use super::argocd::parse_go_bool;
 
@@ -18,6 +18,7 @@ const REPLICAS_ENV: &str = "ARGOCD_CONTROLLER_REPLICAS";
 const ALGORITHM_ENV: &str = "ARGOCD_CONTROLLER_SHARDING_ALGORITHM";
 const NAMESPACES_ENV: &str = "ARGOCD_APPLICATION_NAMESPACES";
 const DYNAMIC_ENV: &str = "ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION";
+const SHARD_ENV: &str = "ARGOCD_CONTROLLER_SHARD";
 
 /// The application controller's workload: a StatefulSet, or a Deployment under dynamic cluster
 /// distribution.
@@ -56,6 +57,8 @@ pub struct Sharding {
     pub replica_notes: Vec<Message>,
     /// About the rest.
     pub notes: Vec<Message>,
+    /// Dynamic cluster distribution is on: pods claim shards in [`SHARD_CM`].
+    pub dynamic: bool,
 }
 
 /// A sentence about the installation: something to know, or something that hurts the fleet.
@@ -65,6 +68,15 @@ pub enum Message {
     Note(String),
     /// Something that hurts the fleet.
     Warning(String),
+}
+
+/// ConfigMaps the variables of `pod`'s controller container refer to.
+pub fn pod_config_maps(pod: &Pod) -> BTreeSet<String> {
+    container_env(pod.spec.as_ref())
+        .iter()
+        .filter_map(|e| e.value_from.as_ref()?.config_map_key_ref.as_ref())
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 /// ConfigMaps the controller's variables refer to: the ones to fetch. Without a workload, the
@@ -200,6 +212,7 @@ pub fn sharding(
     };
 
     Ok(Sharding {
+        dynamic: dynamic.is_some(),
         replicas,
         unsharded_pods,
         algorithm,
@@ -294,17 +307,159 @@ fn manifest_ref(name: &str, key: &str) -> EnvVar {
 /// The controller container's variables: the one named as in Argo CD's manifests, else the
 /// first.
 fn env<'a>(workload: &Workload<'a>) -> &'a [EnvVar] {
-    let containers = workload
-        .template
-        .spec
-        .as_ref()
-        .map_or(&[][..], |s| &s.containers[..]);
+    container_env(workload.template.spec.as_ref())
+}
+
+fn container_env(spec: Option<&PodSpec>) -> &[EnvVar] {
+    let containers = spec.map_or(&[][..], |s| &s.containers[..]);
     containers
         .iter()
         .find(|c| c.name == CONTAINER)
         .or_else(|| containers.first())
         .and_then(|c| c.env.as_deref())
         .unwrap_or_default()
+}
+
+/// An application controller pod as its process shards: what it read when it started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerPod {
+    /// The pod's name.
+    pub name: String,
+    /// The shard it serves, or `None` when it serves none.
+    pub shard: Option<ShardId>,
+    /// The replica count its process reads `shard` keys with, or `None` when it cannot be told.
+    pub replicas: Option<u32>,
+    /// Its `Ready` condition is true.
+    pub ready: bool,
+    /// It is being deleted: its process runs (and reconciles) until it exits.
+    pub terminating: bool,
+}
+
+impl ControllerPod {
+    fn of(pod: &Pod, shard: Option<ShardId>, replicas: Option<u32>) -> Self {
+        let ready = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        Self {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            shard,
+            replicas,
+            ready,
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// A pod of the controller's StatefulSet, read as its process read itself at start (Argo CD's
+/// `GetClusterSharding`): the replica count from `ARGOCD_CONTROLLER_REPLICAS` of its own spec
+/// (not the template's, which a rollout changes first), its shard from `ARGOCD_CONTROLLER_SHARD`
+/// when that is 0 or more, else from its hostname's last `-` part (0 when that is no number),
+/// and shard 0 when that is above the count. A variable taken from a ConfigMap is read as the
+/// ConfigMap is now.
+pub fn statefulset_pod(pod: &Pod, config_maps: &BTreeMap<String, ConfigMap>) -> ControllerPod {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let vars = container_env(pod.spec.as_ref());
+    let owner = format!("pod {name}");
+    let mut notes = Vec::new();
+    let replicas = go_int(
+        lookup(vars, REPLICAS_ENV, &owner, config_maps, &mut notes).as_ref(),
+        &owner,
+        &mut notes,
+    )
+    .value;
+    let given = lookup(vars, SHARD_ENV, &owner, config_maps, &mut notes)
+        .and_then(|s| s.value.trim().parse::<i64>().ok())
+        .and_then(|n| u32::try_from(n).ok());
+    let hostname = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| name.clone());
+    let shard = given.unwrap_or_else(|| {
+        hostname
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    });
+    let shard = if shard > replicas { 0 } else { shard };
+    ControllerPod::of(pod, Some(shard), Some(replicas))
+}
+/// Argo CD's ConfigMap where, under dynamic cluster distribution, each controller pod claims a
+/// shard by heartbeat.
+pub const SHARD_CM: &str = "argocd-app-controller-shard-cm";
+
+/// The shard each controller claims in [`SHARD_CM`], by hostname (its pod's name).
+pub fn shard_mapping(cm: &ConfigMap) -> BTreeMap<String, ShardId> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Entry {
+        shard_number: i64,
+        controller_name: String,
+    }
+    let entries: Vec<Entry> = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("shardControllerMapping"))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    entries
+        .into_iter()
+        .filter(|e| !e.controller_name.is_empty())
+        .filter_map(|e| Some((e.controller_name, u32::try_from(e.shard_number).ok()?)))
+        .collect()
+}
+
+/// When the last writer of `spec.replicas` wrote it, by its managedFields entry (server time,
+/// in seconds): under dynamic cluster distribution a controller reads the count once, when
+/// its process starts, so only pods created after this read the count there is now.
+pub fn replicas_written_at(
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1.as_ref().is_some_and(|f| {
+                f.0.get("f:spec")
+                    .and_then(|s| s.get("f:replicas"))
+                    .is_some()
+            })
+        })
+        .filter_map(|m| m.time.clone())
+        .max()
+}
+
+/// A pod of the controller's Deployment under dynamic cluster distribution: its shard as
+/// `mapping` ([`shard_mapping`]) gives it, and the Deployment's count `replicas` if the pod
+/// was created after that count was written (`written_at`, [`replicas_written_at`]), in a
+/// later second; otherwise its process may read keys with an earlier count, which cannot be
+/// told.
+pub fn dynamic_pod(
+    pod: &Pod,
+    mapping: &BTreeMap<String, ShardId>,
+    replicas: u32,
+    written_at: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> ControllerPod {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let hostname = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| name.clone());
+    let created = pod.metadata.creation_timestamp.as_ref();
+    let after = match (created, written_at) {
+        (Some(created), Some(written)) => created.0.as_second() > written.0.as_second(),
+        _ => false,
+    };
+    ControllerPod::of(
+        pod,
+        mapping.get(&hostname).copied(),
+        after.then_some(replicas),
+    )
 }
 
 /// A variable's value as the pod sees it (`None`: unset), with where it came from.
@@ -551,5 +706,118 @@ mod tests {
         assert!(unsupported_pattern("team-[ab]"));
         assert!(!unsupported_pattern("team-*"));
         assert!(is_literal("team-a") && !is_literal("team-*"));
+    }
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn controller_pod(name: &str, env: serde_json::Value, ready: bool) -> Pod {
+        pod(serde_json::json!({
+            "metadata": {"name": name, "creationTimestamp": "2026-12-06T10:00:05Z"},
+            "spec": {"containers": [
+                {"name": "sidecar", "env": [{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "9"}]},
+                {"name": "argocd-application-controller", "env": env},
+            ]},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }))
+    }
+
+    #[test]
+    fn a_statefulset_pod_reads_its_own_count_and_its_shard_as_argo_cd_does() {
+        let cms = BTreeMap::from([(
+            "params".to_string(),
+            ConfigMap {
+                data: Some(BTreeMap::from([("replicas".into(), "4".into())])),
+                ..ConfigMap::default()
+            },
+        )]);
+        let literal = serde_json::json!([{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "3"}]);
+        let read = |name: &str, env: &serde_json::Value, ready| {
+            statefulset_pod(&controller_pod(name, env.clone(), ready), &cms)
+        };
+        let p = read("argocd-application-controller-2", &literal, true);
+        assert_eq!(
+            (p.shard, p.replicas, p.ready, p.terminating),
+            (Some(2), Some(3), true, false)
+        );
+        assert_eq!(p.name, "argocd-application-controller-2");
+        // Argo CD keeps an ordinal equal to the count (it then matches no key) and takes one
+        // above it as 0.
+        assert_eq!(read("c-3", &literal, true).shard, Some(3));
+        assert_eq!(read("c-4", &literal, true).shard, Some(0));
+        // A hostname without an ordinal is shard 0; ARGOCD_CONTROLLER_SHARD wins over it.
+        assert_eq!(read("controller", &literal, false).shard, Some(0));
+        let given = serde_json::json!([
+            {"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "3"},
+            {"name": "ARGOCD_CONTROLLER_SHARD", "value": "1"},
+        ]);
+        assert_eq!(read("c-2", &given, true).shard, Some(1));
+        // The count from a ConfigMap; unset or unparsable is 0, as Go's ParseNumFromEnv.
+        let referenced = serde_json::json!([{"name": "ARGOCD_CONTROLLER_REPLICAS",
+            "valueFrom": {"configMapKeyRef": {"name": "params", "key": "replicas"}}}]);
+        assert_eq!(read("c-1", &referenced, true).replicas, Some(4));
+        assert_eq!(read("c-1", &serde_json::json!([]), true).replicas, Some(0));
+        let odd = serde_json::json!([{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "three"}]);
+        assert_eq!(read("c-1", &odd, true).replicas, Some(0));
+        let mut deleting = controller_pod("c-1", literal, true);
+        deleting.metadata.deletion_timestamp = deleting.metadata.creation_timestamp.clone();
+        assert!(statefulset_pod(&deleting, &cms).terminating);
+    }
+
+    #[test]
+    fn a_dynamic_pod_has_its_claimed_shard_and_the_count_only_if_created_after_it_was_written() {
+        let cm = ConfigMap {
+            data: Some(BTreeMap::from([(
+                "shardControllerMapping".into(),
+                r#"[{"ShardNumber":0,"ControllerName":"c-a","HeartbeatTime":"2026-12-06T10:00:00Z"},
+                    {"ShardNumber":1,"ControllerName":"","HeartbeatTime":null},
+                    {"ShardNumber":2,"ControllerName":"c-b","HeartbeatTime":"2026-12-06T10:00:00Z"}]"#
+                    .into(),
+            )])),
+            ..ConfigMap::default()
+        };
+        let mapping = shard_mapping(&cm);
+        assert_eq!(
+            mapping,
+            BTreeMap::from([("c-a".to_string(), 0), ("c-b".to_string(), 2)])
+        );
+        assert!(shard_mapping(&ConfigMap::default()).is_empty());
+        let deployment: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+            serde_json::from_value(serde_json::json!({"managedFields": [
+                {"manager": "kubectl", "operation": "Update", "subresource": "scale",
+                 "time": "2026-12-06T10:00:04Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                {"manager": "helm", "operation": "Update", "time": "2026-12-06T10:00:09Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}},
+            ]}))
+            .unwrap();
+        let written = replicas_written_at(&deployment).unwrap();
+        assert_eq!(written.0.to_string(), "2026-12-06T10:00:04Z");
+        // Created at 10:00:05, after the count was written: it read 3.
+        let env = serde_json::json!([]);
+        let p = dynamic_pod(
+            &controller_pod("c-b", env.clone(), true),
+            &mapping,
+            3,
+            Some(&written),
+        );
+        assert_eq!((p.shard, p.replicas), (Some(2), Some(3)));
+        // Created in the same second, or before: its count cannot be told.
+        let mut same = controller_pod("c-a", env.clone(), true);
+        same.metadata.creation_timestamp = Some(written.clone());
+        assert_eq!(
+            dynamic_pod(&same, &mapping, 3, Some(&written)).replicas,
+            None
+        );
+        assert_eq!(dynamic_pod(&same, &mapping, 3, None).replicas, None);
+        // A pod that claimed no shard serves none.
+        let p = dynamic_pod(
+            &controller_pod("c-c", env, true),
+            &mapping,
+            3,
+            Some(&written),
+        );
+        assert_eq!(p.shard, None);
     }
 }

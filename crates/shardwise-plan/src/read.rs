@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::api::{Connection, FetchError};
 use crate::argocd::ArgoCdLoad;
-use crate::installation::{self, Message, Workload};
+use crate::installation::{self, ControllerPod, Message, Workload};
 use crate::planning::{ArgoCdSettings, Current};
 use crate::{FleetError, LiveFleet, measured, shardwise, statefulset_replicas};
 
@@ -49,6 +49,8 @@ pub struct Read {
     pub secrets: Vec<Secret>,
     /// The controller's workload as messages name it (`StatefulSet ns/name`), when read.
     pub workload: Option<String>,
+    /// Argo CD's controller pods as they shard, when its workload was read.
+    pub controller_pods: Option<Vec<ControllerPod>>,
 }
 
 /// What reading a shardwise fleet takes from its caller.
@@ -125,6 +127,7 @@ pub async fn read_shardwise(
         argocd: None,
         secrets: Vec::new(),
         workload: None,
+        controller_pods: None,
     })
 }
 
@@ -193,8 +196,65 @@ pub async fn read_argocd(
             }
         }
     }
+    let selector = statefulset
+        .as_ref()
+        .and_then(|s| s.spec.as_ref().map(|s| s.selector.clone()))
+        .or_else(|| {
+            deployment
+                .as_ref()
+                .and_then(|d| d.spec.as_ref().map(|s| s.selector.clone()))
+        })
+        .map(|selector| {
+            kube::core::Selector::try_from(selector)
+                .map(|s| s.to_string())
+                .map_err(|e| {
+                    ReadError::Unplannable(format!(
+                        "the selector of {workload_name} cannot be read: {e}"
+                    ))
+                })
+        })
+        .transpose()?;
+    let pods = match &selector {
+        Some(selector) => connection.pods(namespace, selector).await?,
+        None => Vec::new(),
+    };
+    for name in pods.iter().flat_map(installation::pod_config_maps) {
+        if !config_maps.contains_key(&name)
+            && let Some(cm) = connection.config_map(namespace, &name).await?
+        {
+            config_maps.insert(name, cm);
+        }
+    }
     let sharding =
         installation::sharding(workload.as_ref(), &config_maps).map_err(ReadError::Unplannable)?;
+    let controller_pods = match (&selector, &deployment) {
+        (None, _) => None,
+        (Some(_), Some(deployment)) if sharding.dynamic => {
+            let mapping = connection
+                .config_map(namespace, installation::SHARD_CM)
+                .await?
+                .map(|cm| installation::shard_mapping(&cm))
+                .unwrap_or_default();
+            let written = installation::replicas_written_at(&deployment.metadata);
+            Some(
+                pods.iter()
+                    .map(|p| {
+                        installation::dynamic_pod(
+                            p,
+                            &mapping,
+                            sharding.replicas.value,
+                            written.as_ref(),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+        (Some(_), _) => Some(
+            pods.iter()
+                .map(|p| installation::statefulset_pod(p, &config_maps))
+                .collect(),
+        ),
+    };
 
     let (replicas, replicas_origin, unsharded_pods) = match (query.replicas, &workload) {
         (Some(n), _) => (n, "--replicas".to_string(), None),
@@ -276,6 +336,7 @@ pub async fn read_argocd(
         argocd: Some(settings),
         secrets,
         workload,
+        controller_pods,
     })
 }
 

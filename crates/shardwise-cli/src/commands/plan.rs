@@ -112,6 +112,7 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
         argocd,
         secrets,
         workload,
+        controller_pods: _,
     } = match args.source {
         Source::Shardwise => {
             let query = ShardwiseQuery {
