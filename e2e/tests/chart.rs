@@ -482,7 +482,7 @@ async fn replaced(pods: &Api<Pod>, name: &str, uid: &str) {
 
 /// The logs of every run of every replica's controller container.
 fn replica_logs(env: &Environment) -> Vec<PathBuf> {
-    let logs: Vec<PathBuf> = pods::pod_dirs(env, NAMESPACE, &format!("{RELEASE}-"))
+    let logs: Vec<PathBuf> = pods::pod_dirs(env.dir(), NAMESPACE, &format!("{RELEASE}-"))
         .iter()
         .flat_map(|pod| pods::container_logs(pod, "controller"))
         .collect();

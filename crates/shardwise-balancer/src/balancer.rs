@@ -236,6 +236,7 @@ impl Balancer<'_> {
             app_namespaces: &args.app_namespaces,
             load: args.load.into(),
             tuning: self.strategy,
+            controller_pods: true,
         };
         let Read {
             fleet,

@@ -49,7 +49,7 @@ pub struct Read {
     pub secrets: Vec<Secret>,
     /// The controller's workload as messages name it (`StatefulSet ns/name`), when read.
     pub workload: Option<String>,
-    /// Argo CD's controller pods as they shard, when its workload was read.
+    /// Argo CD's controller pods as they shard, when asked and its workload was read.
     pub controller_pods: Option<Vec<ControllerPod>>,
 }
 
@@ -150,6 +150,8 @@ pub struct ArgoCdQuery<'a> {
     pub load: ArgoCdLoad,
     /// The parameters of the current strategy; its kind is Argo CD's algorithm.
     pub tuning: StrategyConfig,
+    /// Read the controller's pods too ([`Read::controller_pods`]; needs `list` on pods).
+    pub controller_pods: bool,
 }
 
 /// Argo CD's fleet and sharding settings: the query's settings win; what they leave is read
@@ -214,6 +216,7 @@ pub async fn read_argocd(
                 })
         })
         .transpose()?;
+    let selector = selector.filter(|_| query.controller_pods);
     let pods = match &selector {
         Some(selector) => connection.pods(namespace, selector).await?,
         None => Vec::new(),

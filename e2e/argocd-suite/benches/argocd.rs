@@ -92,11 +92,7 @@ fn reconcile_seconds(m: &Metrics) -> f64 {
 /// right after a restart, 1% a minute later).
 async fn window(argocd: &ArgoCd) -> Window {
     tokio::time::sleep(RESYNC).await;
-    let pids: BTreeMap<u32, u32> = argocd
-        .ordinals()
-        .into_iter()
-        .map(|o| (o, argocd.controller(o).unwrap().pid()))
-        .collect();
+    let pids: BTreeMap<u32, u32> = argocd.controller_pids().await.unwrap();
     let before = argocd.scrape().await.unwrap();
     let cpu_before: BTreeMap<u32, f64> = pids.iter().map(|(o, p)| (*o, cpu_seconds(*p))).collect();
     let started = Instant::now();
@@ -319,6 +315,7 @@ async fn algorithms(failures: &mut Vec<String>) {
             .reconfigure(&env, CONTROLLERS, algorithm)
             .await
             .unwrap();
+        argocd.wait_rolled().await.unwrap();
         all_synced(&argocd, &fleet).await;
         let w = window(&argocd).await;
         eprintln!("{}", row(algorithm, &w));
@@ -328,6 +325,7 @@ async fn algorithms(failures: &mut Vec<String>) {
         .reconfigure(&env, CONTROLLERS, "legacy")
         .await
         .unwrap();
+    argocd.wait_rolled().await.unwrap();
     all_synced(&argocd, &fleet).await;
     // Moves are timed on controllers at rest: right after the rollout each one still works
     // through the reconcile of every app it owns, and a refreshed app would wait behind them.
@@ -464,9 +462,10 @@ async fn argocd_run(replicas: u32) -> Versus {
     )
     .await;
     let mut pids: Vec<u32> = argocd
-        .ordinals()
-        .into_iter()
-        .map(|o| argocd.controller(o).unwrap().pid())
+        .controller_pids()
+        .await
+        .unwrap()
+        .into_values()
         .collect();
     let controllers = pids.clone();
     pids.extend(argocd.shared_processes().iter().map(|p| p.pid()));

@@ -98,6 +98,7 @@ async fn plan_says_which_controller_owns_every_app_for_each_algorithm_and_replic
     for algorithm in ["legacy", "round-robin", "consistent-hashing"] {
         for replicas in [1, 3, 4] {
             argocd.reconfigure(&env, replicas, algorithm).await.unwrap();
+            argocd.wait_rolled().await.unwrap();
             let plan = plan(&env, &[]);
             let expected = planned_owners(&plan, &fleet, replicas);
             let started = std::time::Instant::now();
@@ -500,6 +501,7 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     for (replicas, name) in [(4, "3 -> 4 replicas"), (3, "4 -> 3 replicas")] {
         let rollout = Instant::now();
         argocd.reconfigure(&env, replicas, "legacy").await.unwrap();
+        argocd.wait_rolled().await.unwrap();
         // While the StatefulSet replaces its pods, a replaced pod's apps have no owner and pods
         // of both replica counts run side by side: Argo CD's own rollout, not a key write.
         observer.excuse_since(rollout);
@@ -608,7 +610,7 @@ async fn move_and_watch(
 ) -> MoveSeen {
     let spec = &fleet.clusters[cluster];
     let server = argocd_support::server_of(env, spec);
-    let url = argocd.metrics_url(shard).unwrap();
+    let url = argocd.metrics_url(shard).await.unwrap().unwrap();
     let reconciles = |m: &shardwise_e2e::Metrics| {
         m.sum(
             "argocd_app_reconcile_count",

@@ -5,7 +5,9 @@ mod git;
 mod install;
 
 pub use git::GitServer;
-pub use install::{ArgoCd, ArgoCdOptions, CONTROLLER, NAMESPACE, Owners, argocd_binary, owners_of};
+pub use install::{
+    ARGOCD_IMAGE, ArgoCd, ArgoCdOptions, CONTROLLER, NAMESPACE, Owners, argocd_binary, owners_of,
+};
 
 use std::collections::BTreeMap;
 use std::path::Path;

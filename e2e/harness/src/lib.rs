@@ -53,6 +53,7 @@ mod cluster;
 mod faults;
 mod metrics;
 mod nodes;
+pub mod pods;
 mod process;
 pub mod procfs;
 mod real;
@@ -95,6 +96,12 @@ pub enum HarnessError {
     ArgoCdMissing {
         /// Where the binary was expected.
         program: std::path::PathBuf,
+    },
+    /// Something that runs as pods was asked of an environment without nodes.
+    #[error("{what} runs as pods: start the environment with nodes(1)")]
+    NeedsNodes {
+        /// What was asked.
+        what: String,
     },
     /// A binary of the control plane has not been built.
     #[error(

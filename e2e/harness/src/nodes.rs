@@ -161,6 +161,36 @@ fn images(dir: &Path) -> Result<ImageTable, HarnessError> {
         LABELLER_IMAGE,
         distroless(LABELLER_BINARIES, "/usr/local/bin/namespace-labeller")?,
     );
+    // Argo CD's image: one binary that runs the component its argv[0] names, as the image's
+    // links to it do; there once scripts/argocd.sh has built it. Its user is the image's
+    // (999); HOME is set by the pod, the host having no /home/argocd.
+    if let Ok(argocd) = crate::argocd::argocd_binary() {
+        table.insert(
+            crate::argocd::ARGOCD_IMAGE,
+            Image {
+                entrypoint: Vec::new(),
+                cmd: Vec::new(),
+                env: vec![(
+                    "PATH".into(),
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+                )],
+                uid: 999,
+                gid: 999,
+                working_dir: "/".into(),
+                programs: Programs::MultiCall {
+                    program: argocd,
+                    applets: [
+                        "argocd",
+                        "argocd-application-controller",
+                        "argocd-repo-server",
+                        "argocd-server",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                },
+            },
+        );
+    }
     // Debian's busybox finds its applets only on PATH: a directory of links to it.
     let busybox = PathBuf::from("/usr/bin/busybox");
     let list = std::process::Command::new(&busybox)

@@ -134,6 +134,7 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
                 app_namespaces: &args.app_namespaces,
                 load: argocd_load(args.load)?,
                 tuning: args.strategy_args.config(StrategyKind::StickyBalanced),
+                controller_pods: false,
             };
             let mut read = read_argocd(&query, &connection).await?;
             read.to = args.to.or(read.to);

@@ -74,7 +74,7 @@ pub fn identity_of(cluster: &str) -> String {
 /// An environment with `destinations` destination servers, each with an admin identity per
 /// cluster of `clusters`, so that every cluster has a URL of its own.
 pub fn environment(destinations: usize, clusters: &[ClusterSpec]) -> Environment {
-    let mut builder = Environment::builder().destinations(destinations);
+    let mut builder = Environment::builder().nodes(1).destinations(destinations);
     for c in clusters.iter().filter(|c| c.name != "in-cluster") {
         builder = builder.destination_identity(Identity::admin(identity_of(&c.name)));
     }

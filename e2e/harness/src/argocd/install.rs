@@ -1,30 +1,41 @@
-//! Argo CD itself on the harness's control plane: its application controllers, one repo server,
-//! Redis and a Git source, each a local process started the way Argo CD's manifests start it.
+//! Argo CD itself on the harness's control plane: its application controllers as the pods of a
+//! real StatefulSet, with one repo server, Redis and a Git source beside them as local
+//! processes.
 //!
 //! The binary is the one scripts/argocd.sh builds from Argo CD's Go module, with the CRDs and
-//! the controller's RBAC of the same module beside it. Each controller runs as the StatefulSet
-//! `argocd-application-controller` would run its pod: the pod's hostname
-//! (`argocd-application-controller-<ordinal>`, in a UTS namespace of its own, from which Argo
-//! CD infers its shard), `ARGOCD_CONTROLLER_REPLICAS` from the StatefulSet and the sharding
-//! algorithm from `argocd-cmd-params-cm`, and the ServiceAccount's token and RBAC. Only the
-//! in-cluster connection is a kubeconfig (`ARGOCD_FAKE_IN_CLUSTER`), since the process does not
-//! run in a pod.
+//! the controller's RBAC of the same module beside it. The StatefulSet
+//! `argocd-application-controller` is Argo CD's: kube-controller-manager creates, rolls and
+//! replaces its pods, the scheduler binds them, and the node agent runs each as a process with
+//! the pod's hostname (Argo CD infers its shard from it), a network namespace and address of
+//! its own, the ServiceAccount's projected token for its in-cluster connection, and the
+//! readiness probe on the controller's own `/healthz`. The repo server and Redis listen on the
+//! node network's address, where the pods reach them.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+
 use super::git::GitServer;
+use crate::pods::{container_logs, container_pid, pod_dirs};
 use crate::{
-    Environment, HarnessError, Identity, Metrics, Process, ProcessSpec, free_port, scrape, wait_for,
+    Environment, HarnessError, Metrics, Process, ProcessSpec, free_port, pod_ready, scrape,
+    wait_for,
 };
 
 /// Argo CD's namespace.
 pub const NAMESPACE: &str = "argocd";
 /// The StatefulSet of the application controller, also its pods' name prefix.
 pub const CONTROLLER: &str = "argocd-application-controller";
-/// The harness's identity for the controllers: Argo CD's ServiceAccount.
-const CONTROLLER_IDENTITY: &str = "argocd-application-controller";
+/// Argo CD's image, which the node agents map to scripts/argocd.sh's build.
+pub const ARGOCD_IMAGE: &str = "quay.io/argoproj/argocd";
+/// The controller's metrics and `/healthz` port (Argo CD's default).
+const METRICS_PORT: u16 = 8082;
 
 /// The directory of scripts/argocd.sh's build: `$SHARDWISE_ARGOCD_BIN`, else the workspace's
 /// `target/argocd/`.
@@ -73,37 +84,49 @@ impl Default for ArgoCdOptions {
     }
 }
 
-/// One application controller: its process and metrics port.
-#[derive(Debug)]
-struct Controller {
-    process: Process,
-    metrics_port: u16,
-}
-
-/// A running Argo CD. Dropping it stops every process.
-#[derive(Debug)]
+/// A running Argo CD. Dropping it stops its processes; its pods go with the environment's
+/// node agents.
 pub struct ArgoCd {
-    binary: PathBuf,
-    dir: PathBuf,
-    kubeconfig: PathBuf,
+    env_dir: PathBuf,
+    client: kube::Client,
+    address: Ipv4Addr,
     redis: Process,
     redis_port: u16,
     repo_server: Process,
     repo_server_port: u16,
     git: GitServer,
-    controllers: BTreeMap<u32, Controller>,
     options: ArgoCdOptions,
+}
+
+impl std::fmt::Debug for ArgoCd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgoCd")
+            .field("address", &self.address)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Which controllers export each Application in `argocd_app_info`, by `namespace/name`.
 pub type Owners = BTreeMap<String, Vec<u32>>;
 
+/// The ordinal of pod `name` of the controller's StatefulSet.
+fn ordinal(name: &str) -> Option<u32> {
+    name.strip_prefix(CONTROLLER)?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
 impl ArgoCd {
     /// Installs Argo CD in namespace `argocd` of `env`'s control plane (CRDs, RBAC, settings,
-    /// the default AppProject, the StatefulSet's object) and starts Redis, the Git server, the
-    /// repo server and `options.replicas` controllers; returns when every controller serves
-    /// its metrics.
+    /// the default AppProject, the controller's ServiceAccount and StatefulSet), starts Redis,
+    /// the Git server and the repo server, and returns once every controller pod is Ready.
+    /// `env` needs nodes ([`crate::EnvironmentBuilder::nodes`]).
     pub async fn install(env: &Environment, options: ArgoCdOptions) -> Result<Self, HarnessError> {
+        let address = env.node_address().ok_or_else(|| HarnessError::NeedsNodes {
+            what: "Argo CD's application controller".into(),
+        })?;
         let binary = argocd_binary()?;
         let control_plane = env.control_plane();
         control_plane
@@ -127,24 +150,17 @@ impl ArgoCd {
                 control_plane.apply_file("admin", &path).await?;
             }
         }
-        control_plane
-            .apply_yaml("admin", &settings(&options))
-            .await?;
-        let kubeconfig = control_plane.add_identity(Identity::service_account(
-            CONTROLLER_IDENTITY,
-            NAMESPACE,
-            CONTROLLER,
-        ))?;
 
         let dir = env.dir().join("argocd");
         std::fs::create_dir_all(&dir).map_err(|source| HarnessError::Io {
             path: dir.clone(),
             source,
         })?;
+        let listen = address.to_string();
         let redis_port = free_port()?;
         let redis = env.spawn(
             &ProcessSpec::new("argocd-redis", "redis-server")
-                .args(["--bind", "127.0.0.1", "--port", &redis_port.to_string()])
+                .args(["--bind", &listen, "--port", &redis_port.to_string()])
                 .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"]),
         )?;
         let git = GitServer::start(env)?;
@@ -156,28 +172,28 @@ impl ArgoCd {
                 .env("HOME", &dir)
                 .env("TMPDIR", &dir)
                 .env("ARGOCD_GPG_ENABLED", "false")
-                .args(["--address", "127.0.0.1"])
+                .args(["--address", &listen])
                 .args(["--port", &repo_server_port.to_string()])
                 .args(["--metrics-address", "127.0.0.1"])
                 .args(["--metrics-port", &repo_metrics.to_string()])
-                .args(["--redis", &format!("127.0.0.1:{redis_port}")])
+                .args(["--redis", &format!("{listen}:{redis_port}")])
                 .args(["--disable-tls", "--logformat", "text"]),
         )?;
-        let mut argocd = Self {
-            binary,
-            dir,
-            kubeconfig,
+        let argocd = Self {
+            env_dir: env.dir().to_path_buf(),
+            client: control_plane.client("admin").await?,
+            address,
             redis,
             redis_port,
             repo_server,
             repo_server_port,
             git,
-            controllers: BTreeMap::new(),
             options,
         };
-        for ordinal in 0..argocd.options.replicas {
-            argocd.start_controller(env, ordinal).await?;
-        }
+        control_plane
+            .apply_yaml("admin", &argocd.settings())
+            .await?;
+        argocd.wait_rolled().await?;
         Ok(argocd)
     }
 
@@ -191,21 +207,44 @@ impl ArgoCd {
         &self.options
     }
 
-    /// Ordinals of the controllers running.
-    pub fn ordinals(&self) -> Vec<u32> {
-        self.controllers.keys().copied().collect()
+    /// The controller's pods, by ordinal: those being deleted too, whose processes still run.
+    pub async fn pods(&self) -> Result<BTreeMap<u32, Pod>, HarnessError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let params = ListParams::default().labels(&format!("app.kubernetes.io/name={CONTROLLER}"));
+        Ok(api
+            .list(&params)
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|p| Some((ordinal(p.metadata.name.as_deref()?)?, p)))
+            .collect())
     }
 
-    /// The metrics URL of controller `ordinal`.
-    pub fn metrics_url(&self, ordinal: u32) -> Option<String> {
-        self.controllers
+    /// The metrics URL of controller `ordinal`'s pod, once it has an address.
+    pub async fn metrics_url(&self, ordinal: u32) -> Result<Option<String>, HarnessError> {
+        Ok(self
+            .pods()
+            .await?
             .get(&ordinal)
-            .map(|c| format!("http://127.0.0.1:{}/metrics", c.metrics_port))
+            .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+            .map(|ip| format!("http://{ip}:{METRICS_PORT}/metrics")))
     }
 
-    /// The process of controller `ordinal` (its pid, for `/proc`).
-    pub fn controller(&self, ordinal: u32) -> Option<&Process> {
-        self.controllers.get(&ordinal).map(|c| &c.process)
+    /// The process of each controller pod that runs one (its pid, for `/proc`), by ordinal.
+    pub async fn controller_pids(&self) -> Result<BTreeMap<u32, u32>, HarnessError> {
+        Ok(self
+            .pods()
+            .await?
+            .into_iter()
+            .filter_map(|(ordinal, pod)| {
+                let pid = container_pid(
+                    pod.metadata.name.as_deref()?,
+                    pod.metadata.uid.as_deref(),
+                    CONTROLLER,
+                )?;
+                Some((ordinal, pid))
+            })
+            .collect())
     }
 
     /// The repo server's and Redis's processes (their pids, for `/proc`).
@@ -213,12 +252,17 @@ impl ArgoCd {
         [&self.repo_server, &self.redis]
     }
 
-    /// Every controller's metrics, by ordinal.
+    /// The metrics of every controller pod that serves them, by ordinal. A pod that does not
+    /// answer (starting, or gone meanwhile) is left out.
     pub async fn scrape(&self) -> Result<BTreeMap<u32, Metrics>, HarnessError> {
         let mut all = BTreeMap::new();
-        for (ordinal, c) in &self.controllers {
-            let url = format!("http://127.0.0.1:{}/metrics", c.metrics_port);
-            all.insert(*ordinal, scrape(&url).await?);
+        for (ordinal, pod) in self.pods().await? {
+            let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                continue;
+            };
+            if let Ok(metrics) = scrape(&format!("http://{ip}:{METRICS_PORT}/metrics")).await {
+                all.insert(ordinal, metrics);
+            }
         }
         Ok(all)
     }
@@ -230,105 +274,108 @@ impl ArgoCd {
     }
 
     /// Sets the StatefulSet's replicas and `ARGOCD_CONTROLLER_REPLICAS` together to `replicas`
-    /// and the algorithm of `argocd-cmd-params-cm` to `algorithm`, then does what the
-    /// StatefulSet controller and a `kubectl rollout restart` do: removes pods from the highest
-    /// ordinal (or adds the missing ones), then replaces the remaining ones, one at a time from
-    /// the highest ordinal, each new one serving before the next goes.
+    /// and the algorithm of `argocd-cmd-params-cm` to `algorithm`, as a user would, and
+    /// returns: the StatefulSet controller rolls the pods ([`ArgoCd::wait_rolled`] waits).
     pub async fn reconfigure(
         &mut self,
         env: &Environment,
         replicas: u32,
         algorithm: &str,
     ) -> Result<(), HarnessError> {
-        let before = self.options.replicas;
         self.options.replicas = replicas;
         self.options.algorithm = algorithm.to_string();
         env.control_plane()
-            .apply_yaml("admin", &settings(&self.options))
-            .await?;
-        for ordinal in (replicas..before).rev() {
-            self.stop_controller(ordinal).await?;
-        }
-        for ordinal in before..replicas {
-            self.start_controller(env, ordinal).await?;
-        }
-        for ordinal in (0..before.min(replicas)).rev() {
-            self.stop_controller(ordinal).await?;
-            self.start_controller(env, ordinal).await?;
-        }
-        Ok(())
+            .apply_yaml("admin", &self.settings())
+            .await
+            .map(|_| ())
     }
 
-    async fn stop_controller(&mut self, ordinal: u32) -> Result<(), HarnessError> {
-        if let Some(mut c) = self.controllers.remove(&ordinal) {
-            c.process.stop(Duration::from_secs(30)).await?;
-        }
-        Ok(())
-    }
-
-    /// Starts controller `ordinal` as the StatefulSet's pod and waits until it serves metrics.
-    async fn start_controller(
-        &mut self,
-        env: &Environment,
-        ordinal: u32,
-    ) -> Result<(), HarnessError> {
-        let metrics_port = free_port()?;
-        let hostname = format!("{CONTROLLER}-{ordinal}");
-        let spec = ProcessSpec::new(&hostname, "unshare")
-            // A UTS namespace with the pod's hostname: Argo CD takes its shard from it.
-            .args(["--uts", "--", "sh", "-c", "hostname \"$0\" && exec \"$@\""])
-            .arg(&hostname)
-            .arg(&self.binary)
-            .args(["--namespace", NAMESPACE])
-            .args(["--metrics-port", &metrics_port.to_string()])
-            .args([
-                "--repo-server",
-                &format!("127.0.0.1:{}", self.repo_server_port),
-            ])
-            .arg("--repo-server-plaintext")
-            .args(["--redis", &format!("127.0.0.1:{}", self.redis_port)])
-            .args([
-                "--app-resync",
-                &self.options.app_resync.as_secs().to_string(),
-            ])
-            .args(["--logformat", "text"])
-            .env("ARGOCD_BINARY_NAME", "argocd-application-controller")
-            .env(
-                "ARGOCD_CONTROLLER_REPLICAS",
-                self.options.replicas.to_string(),
-            )
-            .env(
-                "ARGOCD_CONTROLLER_SHARDING_ALGORITHM",
-                &self.options.algorithm,
-            )
-            .env("ARGOCD_FAKE_IN_CLUSTER", "true")
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", &self.dir)
-            .env("TMPDIR", &self.dir);
-        let process = env.spawn(&spec)?;
-        let url = format!("http://127.0.0.1:{metrics_port}/metrics");
-        let started = wait_for(
-            &format!("{hostname} to serve its metrics"),
-            Duration::from_secs(60),
-            || async { scrape(&url).await.map_err(|e| e.to_string()) },
-        )
-        .await;
-        self.controllers.insert(
-            ordinal,
-            Controller {
-                process,
-                metrics_port,
+    /// Waits until the StatefulSet has rolled to its spec: every pod of the update revision,
+    /// none more, all Ready.
+    pub async fn wait_rolled(&self) -> Result<(), HarnessError> {
+        let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let replicas = self.options.replicas;
+        let wanted = i32::try_from(replicas).unwrap_or(i32::MAX);
+        wait_for(
+            "Argo CD's controller StatefulSet to roll",
+            Duration::from_secs(300),
+            || async {
+                let set = sets.get(CONTROLLER).await.map_err(|e| e.to_string())?;
+                let status = set.status.clone().unwrap_or_default();
+                let pods = self.pods().await.map_err(|e| e.to_string())?;
+                let ready = pods.values().filter(|p| pod_ready(p)).count();
+                let rolled = status.observed_generation >= set.metadata.generation
+                    && status.update_revision.is_some()
+                    && status.current_revision == status.update_revision
+                    && status.updated_replicas == Some(wanted)
+                    && status.ready_replicas == Some(wanted)
+                    && pods.len() == replicas as usize
+                    && ready == pods.len();
+                if rolled {
+                    Ok(())
+                } else {
+                    Err(format!("{status:?}; {ready} of {} pods Ready", pods.len()))
+                }
             },
-        );
-        started.map(|_| ()).map_err(HarnessError::from)
+        )
+        .await?;
+        Ok(())
     }
 
-    /// Every process's state and last lines of output, for failure messages.
+    /// Every process's state and the controller pods' last lines of output, for failure
+    /// messages.
     pub fn report(&self) -> String {
         let mut parts = vec![self.redis.report(), self.repo_server.report()];
         parts.push(self.git.daemon().report());
-        parts.extend(self.controllers.values().map(|c| c.process.report()));
+        for dir in pod_dirs(&self.env_dir, NAMESPACE, &format!("{CONTROLLER}-")) {
+            for log in container_logs(&dir, CONTROLLER) {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+                parts.push(format!("{}:\n{tail}", log.display()));
+            }
+        }
         parts.join("\n")
+    }
+
+    /// Argo CD's settings, the controller's ServiceAccount and its StatefulSet, as the options
+    /// give them. The StatefulSet passes its settings as Argo CD's manifests do: the replica
+    /// count as a literal, the algorithm from `argocd-cmd-params-cm` (and in a pod annotation,
+    /// as a chart's checksum annotation does, so that changing it rolls the pods); its probe is
+    /// theirs
+    /// (`/healthz` of the metrics port), every 2 s rather than 10 s so that the suite's
+    /// rollouts take seconds.
+    fn settings(&self) -> String {
+        let options = &self.options;
+        let part_of = "labels: {app.kubernetes.io/part-of: argocd}";
+        let replicas = options.replicas;
+        let algorithm = &options.algorithm;
+        let in_cluster = options.in_cluster_enabled;
+        let address = self.address;
+        let args = [
+            "--metrics-port".to_string(),
+            METRICS_PORT.to_string(),
+            "--repo-server".into(),
+            format!("{address}:{}", self.repo_server_port),
+            "--repo-server-plaintext".into(),
+            "--redis".into(),
+            format!("{address}:{}", self.redis_port),
+            "--app-resync".into(),
+            options.app_resync.as_secs().to_string(),
+            "--app-resync-jitter".into(),
+            options.app_resync_jitter.as_secs().to_string(),
+            "--logformat".into(),
+            "text".into(),
+        ];
+        let args = serde_json::to_string(&args).unwrap_or_default();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: argocd-cm, namespace: {NAMESPACE}, {part_of}}}\ndata: {{cluster.inClusterEnabled: \"{in_cluster}\"}}\n\
+---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: argocd-cmd-params-cm, namespace: {NAMESPACE}, {part_of}}}\ndata: {{controller.sharding.algorithm: {algorithm}}}\n\
+---\napiVersion: v1\nkind: Secret\nmetadata: {{name: argocd-secret, namespace: {NAMESPACE}, {part_of}}}\nstringData: {{server.secretkey: shardwise-e2e}}\n\
+---\napiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {{name: default, namespace: {NAMESPACE}}}\nspec: {{sourceRepos: ['*'], destinations: [{{server: '*', namespace: '*', name: '*'}}], clusterResourceWhitelist: [{{group: '*', kind: '*'}}]}}\n\
+---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {CONTROLLER}, namespace: {NAMESPACE}}}\n\
+---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {CONTROLLER}, namespace: {NAMESPACE}}}\nspec:\n  replicas: {replicas}\n  serviceName: {CONTROLLER}\n  selector: {{matchLabels: {{app.kubernetes.io/name: {CONTROLLER}}}}}\n  template:\n    metadata:\n      labels: {{app.kubernetes.io/name: {CONTROLLER}}}\n      annotations: {{e2e.shardwise.io/sharding-algorithm: {algorithm}}}\n    spec:\n      serviceAccountName: {CONTROLLER}\n      terminationGracePeriodSeconds: 30\n      containers:\n      - name: {CONTROLLER}\n        image: {ARGOCD_IMAGE}\n        command: [argocd-application-controller]\n        args: {args}\n        ports: [{{name: metrics, containerPort: {METRICS_PORT}}}]\n        readinessProbe: {{httpGet: {{path: /healthz, port: {METRICS_PORT}}}, initialDelaySeconds: 1, periodSeconds: 2}}\n        env:\n        - {{name: ARGOCD_CONTROLLER_REPLICAS, value: \"{replicas}\"}}\n        - name: ARGOCD_CONTROLLER_SHARDING_ALGORITHM\n          valueFrom: {{configMapKeyRef: {{name: argocd-cmd-params-cm, key: controller.sharding.algorithm, optional: true}}}}\n        - name: POD_NAME\n          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}\n        - {{name: HOME, value: /tmp}}\n"
+        )
     }
 }
 
@@ -349,21 +396,4 @@ pub fn owners_of(metrics: &BTreeMap<u32, Metrics>) -> Owners {
         }
     }
     owners
-}
-
-/// Argo CD's settings and the StatefulSet's object, as `options` give them. The StatefulSet
-/// passes its settings as Argo CD's manifests do: the replica count as a literal, the algorithm
-/// from `argocd-cmd-params-cm`. No StatefulSet controller runs it here; the harness does.
-fn settings(options: &ArgoCdOptions) -> String {
-    let part_of = "labels: {app.kubernetes.io/part-of: argocd}";
-    let replicas = options.replicas;
-    let algorithm = &options.algorithm;
-    let in_cluster = options.in_cluster_enabled;
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: argocd-cm, namespace: {NAMESPACE}, {part_of}}}\ndata: {{cluster.inClusterEnabled: \"{in_cluster}\"}}\n\
----\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: argocd-cmd-params-cm, namespace: {NAMESPACE}, {part_of}}}\ndata: {{controller.sharding.algorithm: {algorithm}}}\n\
----\napiVersion: v1\nkind: Secret\nmetadata: {{name: argocd-secret, namespace: {NAMESPACE}, {part_of}}}\nstringData: {{server.secretkey: shardwise-e2e}}\n\
----\napiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {{name: default, namespace: {NAMESPACE}}}\nspec: {{sourceRepos: ['*'], destinations: [{{server: '*', namespace: '*', name: '*'}}], clusterResourceWhitelist: [{{group: '*', kind: '*'}}]}}\n\
----\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {CONTROLLER}, namespace: {NAMESPACE}}}\nspec:\n  replicas: {replicas}\n  serviceName: {CONTROLLER}\n  selector: {{matchLabels: {{app.kubernetes.io/name: {CONTROLLER}}}}}\n  template:\n    metadata: {{labels: {{app.kubernetes.io/name: {CONTROLLER}}}}}\n    spec:\n      serviceAccountName: {CONTROLLER}\n      containers:\n      - name: {CONTROLLER}\n        image: quay.io/argoproj/argocd\n        command: [argocd-application-controller]\n        env:\n        - {{name: ARGOCD_CONTROLLER_REPLICAS, value: \"{replicas}\"}}\n        - name: ARGOCD_CONTROLLER_SHARDING_ALGORITHM\n          valueFrom: {{configMapKeyRef: {{name: argocd-cmd-params-cm, key: controller.sharding.algorithm, optional: true}}}}\n"
-    )
 }
