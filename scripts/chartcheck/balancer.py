@@ -83,6 +83,7 @@ def check_balancer(
         *([f"--app-namespaces={','.join(b['applicationNamespaces'])}"] if b["applicationNamespaces"] else []),
         f"--load={b['load']}",
         f"--interval={b['interval']}",
+        f"--down-grace={b['downGrace']}",
         f"--max-extra-moves={b['maxExtraMoves']}",
         f"--target-balance={b['targetBalance']}",
         f"--lease-name={name}",

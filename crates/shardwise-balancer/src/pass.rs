@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use shard_assign::{AssignError, Cluster, PreviousPlacement, ShardId, StrategyConfig, assign};
+use shard_assign::{
+    AssignError, Assignment, Cluster, PreviousPlacement, ShardId, StrategyConfig, assign,
+};
 use shardwise_runtime::metrics::ShardFigures;
 
 use shardwise_plan::LiveFleet;
@@ -80,6 +82,23 @@ pub struct Pass {
     pub held: Option<String>,
 }
 
+/// What `placement` gives each shard.
+fn figures_of(placement: &Assignment) -> BTreeMap<ShardId, ShardFigures> {
+    placement
+        .shard_loads()
+        .iter()
+        .map(|(&shard, load)| {
+            let figures = ShardFigures {
+                units: load.clusters,
+                slices: load.clusters,
+                items: load.apps,
+                shared: 0,
+            };
+            (shard, figures)
+        })
+        .collect()
+}
+
 /// Where a cluster runs now, as far as every running controller pod agrees.
 fn home(cluster: &Cluster, now: Option<ShardId>, shards: &Shards) -> Option<ShardId> {
     match cluster.pin {
@@ -137,6 +156,19 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
     // own state, not constraints, except where the balancer may not write.
     let now =
         planning::argocd_placement_with(fleet, algorithm, shards.agreed.max(1), &BTreeMap::new())?;
+    if let Some(why) = &shards.hold {
+        // Nothing is placed: the figures are Argo CD's placement as it stands.
+        return Ok(Pass {
+            writes: Vec::new(),
+            moved_clusters: 0,
+            moved: Vec::new(),
+            moved_apps: 0,
+            balance: now.balance().max_over_mean,
+            shards: figures_of(&now),
+            left_out,
+            held: Some(why.clone()),
+        });
+    }
     let mut waiting: BTreeMap<ShardId, (u64, u64)> = BTreeMap::new();
     let mut clusters = Vec::new();
     let mut homes: BTreeMap<String, ShardId> = BTreeMap::new();
@@ -201,9 +233,6 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
             });
         }
     }
-    if shards.hold.is_some() {
-        writes.clear();
-    }
     let apps: BTreeMap<&str, u64> = fleet
         .clusters
         .iter()
@@ -219,19 +248,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         .iter()
         .map(|id| apps.get(id.as_str()).copied().unwrap_or(0))
         .sum();
-    let mut figures: BTreeMap<ShardId, ShardFigures> = planned
-        .shard_loads()
-        .iter()
-        .map(|(&shard, load)| {
-            let figures = ShardFigures {
-                units: load.clusters,
-                slices: load.clusters,
-                items: load.apps,
-                shared: 0,
-            };
-            (shard, figures)
-        })
-        .collect();
+    let mut figures = figures_of(&planned);
     for (shard, (count, apps)) in waiting {
         let f = figures.entry(shard).or_default();
         f.units += count;
@@ -245,7 +262,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         balance: planned.balance().max_over_mean,
         shards: figures,
         left_out,
-        held: shards.hold.clone(),
+        held: None,
         writes,
     })
 }
@@ -851,13 +868,22 @@ mod tests {
     #[test]
     fn a_held_pass_writes_nothing_and_says_why() {
         let mut argocd = ArgoCd::new(&[10; 6], 3);
-        let mut pods = Pods::new(3);
-        pods.get(2).replicas = None;
-        argocd.shards =
-            Some(Health::default().observe(3, &pods.0, Instant::now(), Duration::from_secs(60)));
+        let now = Instant::now();
+        let grace = Duration::from_secs(60);
+        let mut unknown = Pods::new(3);
+        unknown.get(2).replicas = None;
+        argocd.shards = Some(Health::default().observe(3, &unknown.0, now, grace));
         let pass = argocd.pass();
         assert!(pass.writes.is_empty());
         assert!(pass.held.unwrap().contains("controller-2"));
+        // No pod Ready at all: nothing to place on, and no error either.
+        let mut none = Pods::new(3);
+        none.0.iter_mut().for_each(|p| p.ready = false);
+        argocd.shards = Some(Health::default().observe(3, &none.0, now, grace));
+        let pass = argocd.pass();
+        assert!(pass.writes.is_empty());
+        assert!(pass.held.unwrap().contains("no controller pod is Ready"));
+        assert_eq!(pass.shards.values().map(|f| f.items).sum::<u64>(), 60);
     }
 
     #[test]

@@ -32,10 +32,39 @@ const SETTLE: Duration = Duration::from_secs(60);
 /// Argo CD with 3 shards and its Application CRD.
 fn installation() -> String {
     let mut yaml = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: argocd}\n---\n");
+    // No controller-manager creates it here; the controller pods below need it.
+    yaml.push_str(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: argocd}\n---\n",
+    );
     yaml.push_str(&format!("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: argocd-application-controller, namespace: argocd}}\nspec:\n  replicas: {REPLICAS}\n  serviceName: c\n  selector: {{matchLabels: {{app: c}}}}\n  template:\n    metadata: {{labels: {{app: c}}}}\n    spec: {{containers: [{{name: c, image: x, env: [{{name: ARGOCD_CONTROLLER_REPLICAS, value: \"{REPLICAS}\"}}]}}]}}\n"));
     yaml.push_str("---\n");
     yaml.push_str(APPLICATION_CRD);
     yaml
+}
+
+/// The controller's pods as the balancer sees them: one per shard, reading keys with the
+/// StatefulSet's count, Ready. No kubelet runs here, so the test writes their status as a
+/// kubelet would; the balancer places clusters only on shards a Ready pod serves.
+async fn ready_controller_pods(env: &Environment) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams, PostParams};
+    let pods: Api<Pod> =
+        Api::namespaced(env.control_plane().client("admin").await.unwrap(), "argocd");
+    for ordinal in 0..REPLICAS {
+        let name = format!("argocd-application-controller-{ordinal}");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"app": "c"}},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                "env": [{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": REPLICAS.to_string()}]}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let status = serde_json::json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
 }
 
 /// Cluster `name`'s Secret (`name`, server `https://<name>.example`, `extra` stringData) and
@@ -163,6 +192,7 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
         .unwrap();
     let cp = env.control_plane();
     cp.apply_yaml("admin", &installation()).await.unwrap();
+    ready_controller_pods(&env).await;
     let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: balancer, namespace: argocd}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: shardwise-argocd-balancer}\nsubjects: [{kind: ServiceAccount, name: balancer, namespace: argocd}]\n";
     cp.apply_yaml(
         "admin",
