@@ -48,8 +48,10 @@ fn installation() -> String {
 async fn ready_controller_pods(env: &Environment) {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Patch, PatchParams, PostParams};
-    let pods: Api<Pod> =
-        Api::namespaced(env.control_plane().client("admin").await.unwrap(), "argocd");
+    let pods: Api<Pod> = Api::namespaced(
+        env.control_plane().client("admin").await.expect("a client"),
+        "argocd",
+    );
     for ordinal in 0..REPLICAS {
         let name = format!("argocd-application-controller-{ordinal}");
         let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -57,13 +59,15 @@ async fn ready_controller_pods(env: &Environment) {
             "spec": {"containers": [{"name": "c", "image": "x",
                 "env": [{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": REPLICAS.to_string()}]}]},
         }))
-        .unwrap();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
+        .expect("a pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("the pod is created");
         let status = serde_json::json!({"status": {"phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}]}});
         pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
             .await
-            .unwrap();
+            .expect("the pod is Ready");
     }
 }
 
