@@ -489,8 +489,24 @@ pub fn max_over_mean(loads: &[u64]) -> f64 {
 
 /// How long after a change of its cluster (a key written, a Secret or app created) an app may
 /// be owned by no controller or by two: each controller's informers see the change on their
-/// own. Within a second as a rule; once, right after a rollout, 3 to 4 s.
+/// own. Within a second as a rule; once, right after a rollout, 3 to 4 s. The grace starts at
+/// the change, never before it.
 pub const CHANGE_GRACE: Duration = Duration::from_secs(5);
+
+/// One sample of an app owned by no controller or by several.
+struct Odd {
+    at: Instant,
+    wall: jiff::Timestamp,
+    app: String,
+    cluster: String,
+    owners: Vec<u32>,
+    /// The controller its cluster's key names had no pod serving at the sample: none Ready,
+    /// or a new one that has not yet listed any app (being replaced, or down). The app then
+    /// has no owner by Argo CD's own doing.
+    owner_down: bool,
+    /// The key and the controller pods as the sample saw them, for messages.
+    seen: String,
+}
 
 /// What the test saw of a live Argo CD, poll by poll: when each cluster changed, and every
 /// sample of an app owned by no controller or by several.
@@ -500,9 +516,9 @@ pub struct Observer {
     changes: Vec<(Instant, String)>,
     keys: BTreeMap<String, Option<String>>,
     keys_since: Option<Instant>,
-    /// (when, and on the wall clock, app, its cluster, its owners) for apps with other than one
-    /// owner.
-    odd: Vec<(Instant, jiff::Timestamp, String, String, Vec<u32>)>,
+    odd: Vec<Odd>,
+    /// The UIDs of the controller pods that have listed an app in `argocd_app_info`.
+    serving: std::collections::BTreeSet<String>,
     /// Key changes seen since the last [`Observer::step`].
     pub key_writes: u64,
     pub samples: u64,
@@ -519,42 +535,94 @@ impl Observer {
         self.key_writes = 0;
     }
 
-    /// Reads the keys and the owners once; returns the owners.
+    /// Reads the keys, the controller pods and the owners once; returns the owners. The keys
+    /// are read before and after the owners: a key that changed meanwhile counts as changed
+    /// from the sample's start, the first moment the owners read could reflect it.
     pub async fn sample(
         &mut self,
         env: &Environment,
         argocd: &ArgoCd,
         fleet: &ArgoFleet,
     ) -> Owners {
-        let keys = keys(env).await;
-        let now = Instant::now();
-        let clusters: std::collections::BTreeSet<String> =
-            keys.keys().chain(self.keys.keys()).cloned().collect();
-        for cluster in &clusters {
-            if keys.get(cluster) != self.keys.get(cluster) {
-                self.changes.push((now, cluster.to_string()));
-                if keys.get(cluster).is_some_and(Option::is_some) {
-                    self.key_writes += 1;
-                }
-            }
-        }
-        if keys != self.keys || self.keys_since.is_none() {
-            self.keys_since = Some(now);
-        }
-        self.keys = keys;
+        let started = Instant::now();
+        let before = keys(env).await;
+        let pods = argocd
+            .pods()
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
         let owners = argocd
             .owners()
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
+        let listing: std::collections::BTreeSet<u32> = owners.values().flatten().copied().collect();
+        let uid = |o: &u32| pods.get(o).and_then(|p| p.metadata.uid.clone());
+        self.serving.extend(listing.iter().filter_map(uid));
+        let serving: std::collections::BTreeSet<u32> = pods
+            .iter()
+            .filter(|(_, p)| p.metadata.deletion_timestamp.is_none() && shardwise_e2e::pod_ready(p))
+            .filter(|(_, p)| {
+                p.metadata
+                    .uid
+                    .as_ref()
+                    .is_some_and(|u| self.serving.contains(u))
+            })
+            .map(|(o, _)| *o)
+            .collect();
         let (at, wall) = (Instant::now(), jiff::Timestamp::now());
+        let after = keys(env).await;
+        let clusters: std::collections::BTreeSet<String> = before
+            .keys()
+            .chain(after.keys())
+            .chain(self.keys.keys())
+            .cloned()
+            .collect();
+        // The first sample is the baseline: what it sees has not changed.
+        let first = self.samples == 0;
+        for cluster in clusters.iter().filter(|_| !first) {
+            let seen = [
+                self.keys.get(cluster),
+                before.get(cluster),
+                after.get(cluster),
+            ];
+            if seen[0] != seen[1] || seen[1] != seen[2] {
+                self.changes.push((started, cluster.to_string()));
+                if after.get(cluster).is_some_and(Option::is_some) {
+                    self.key_writes += 1;
+                }
+            }
+        }
+        if after != self.keys || self.keys_since.is_none() {
+            self.keys_since = Some(started);
+        }
         self.samples += 1;
         for (app, cluster) in &fleet.app_cluster {
             let owned_by = owners.get(app).cloned().unwrap_or_default();
             if owned_by.len() != 1 {
-                self.odd
-                    .push((at, wall, app.clone(), cluster.clone(), owned_by));
+                let key = before.get(cluster).cloned().flatten();
+                // A cluster without a key is placed by Argo CD's algorithm: any controller not
+                // serving may be its owner.
+                let owner_down = match key.as_deref().map(|k| k.trim().parse::<u32>()) {
+                    Some(Ok(k)) => !serving.contains(&k),
+                    _ => serving.len() < pods.len() || pods.is_empty(),
+                };
+                let seen = format!(
+                    "key {key:?}; pods serving {serving:?} of {:?}",
+                    pods.iter()
+                        .map(|(o, p)| (*o, shardwise_e2e::pod_ready(p)))
+                        .collect::<Vec<_>>()
+                );
+                self.odd.push(Odd {
+                    at,
+                    wall,
+                    app: app.clone(),
+                    cluster: cluster.clone(),
+                    owners: owned_by,
+                    owner_down,
+                    seen,
+                });
             }
         }
+        self.keys = after;
         owners
     }
 
@@ -568,33 +636,47 @@ impl Observer {
         self.keys_since.map_or(Duration::ZERO, |t| t.elapsed())
     }
 
-    /// Forgets the samples taken since `since`: a window in which apps may lack an owner for
-    /// another reason (a controller replaced by a rollout).
-    pub fn excuse_since(&mut self, since: Instant) {
-        self.odd.retain(|(at, ..)| *at < since);
-    }
-
-    /// Samples of an app owned by no controller or by two, with no change of its cluster seen
-    /// within [`CHANGE_GRACE`] around it.
+    /// Samples of an app owned by two controllers, or by none while the controller its key
+    /// names had a pod serving, with no change of its cluster in the [`CHANGE_GRACE`] before
+    /// it.
     pub fn violations(&self) -> Vec<String> {
         self.odd
             .iter()
-            .filter(|(at, _, _, cluster, _)| {
-                !self.changes.iter().any(|(t, c)| {
-                    c == cluster && *t <= *at + CHANGE_GRACE && *at <= *t + CHANGE_GRACE
-                })
+            .filter(|odd| odd.owners.len() > 1 || !odd.owner_down)
+            .filter(|odd| {
+                !self
+                    .changes
+                    .iter()
+                    .any(|(t, c)| *c == odd.cluster && *t <= odd.at && odd.at <= *t + CHANGE_GRACE)
             })
-            .map(|(at, wall, app, cluster, owners)| {
+            .map(|odd| {
                 let since = self
                     .changes
                     .iter()
-                    .filter(|(t, c)| c == cluster && t <= at)
-                    .map(|(t, _)| format!("{:.1} s", at.duration_since(*t).as_secs_f64()))
+                    .filter(|(t, c)| *c == odd.cluster && *t <= odd.at)
+                    .map(|(t, _)| format!("{:.1} s", odd.at.duration_since(*t).as_secs_f64()))
                     .next_back()
                     .unwrap_or_else(|| "never".into());
-                format!("{app} (cluster {cluster}) owned by {owners:?} at {wall}; its cluster last changed {since} before")
+                format!(
+                    "{} (cluster {}) owned by {:?} at {} ({}); its cluster last changed {since} before",
+                    odd.app, odd.cluster, odd.owners, odd.wall, odd.seen
+                )
             })
             .collect()
+    }
+
+    /// Samples of an app owned by two controllers.
+    pub fn two_owner_samples(&self) -> usize {
+        self.odd.iter().filter(|o| o.owners.len() > 1).count()
+    }
+
+    /// Samples of an app owned by no controller while the controller its key names had no pod
+    /// serving.
+    pub fn unowned_while_down(&self) -> usize {
+        self.odd
+            .iter()
+            .filter(|o| o.owners.is_empty() && o.owner_down)
+            .count()
     }
 
     /// Samples of an app owned by no controller or by two (excused or not).

@@ -24,8 +24,8 @@ use kube::api::ListParams;
 use super::git::GitServer;
 use crate::pods::{container_logs, container_pid, pod_dirs};
 use crate::{
-    Environment, HarnessError, Metrics, Process, ProcessSpec, free_port, pod_ready, scrape,
-    wait_for,
+    Environment, HarnessError, Metrics, MetricsError, Process, ProcessSpec, free_port, pod_ready,
+    scrape, wait_for,
 };
 
 /// Argo CD's namespace.
@@ -252,16 +252,35 @@ impl ArgoCd {
         [&self.repo_server, &self.redis]
     }
 
-    /// The metrics of every controller pod that serves them, by ordinal. A pod that does not
-    /// answer (starting, or gone meanwhile) is left out.
+    /// The metrics of every controller pod whose process runs, by ordinal, scraped side by
+    /// side. A pod whose process has exited (or not started) owns nothing and is left out, as is
+    /// one that does not listen yet (Argo CD serves its metrics before it reconciles anything);
+    /// any other failure fails the scrape: an owner must not go unseen.
     pub async fn scrape(&self) -> Result<BTreeMap<u32, Metrics>, HarnessError> {
+        let running = |pod: &Pod| {
+            container_pid(
+                pod.metadata.name.as_deref()?,
+                pod.metadata.uid.as_deref(),
+                CONTROLLER,
+            )
+        };
+        let scrapes = self.pods().await?.into_iter().filter_map(|(ordinal, pod)| {
+            let ip = pod.status.as_ref()?.pod_ip.clone()?;
+            running(&pod)?;
+            Some(async move {
+                let answer = scrape(&format!("http://{ip}:{METRICS_PORT}/metrics")).await;
+                (ordinal, pod, answer)
+            })
+        });
         let mut all = BTreeMap::new();
-        for (ordinal, pod) in self.pods().await? {
-            let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
-                continue;
-            };
-            if let Ok(metrics) = scrape(&format!("http://{ip}:{METRICS_PORT}/metrics")).await {
-                all.insert(ordinal, metrics);
+        for (ordinal, pod, answer) in futures::future::join_all(scrapes).await {
+            match answer {
+                Ok(metrics) => {
+                    all.insert(ordinal, metrics);
+                }
+                Err(_) if running(&pod).is_none() => {}
+                Err(MetricsError::Scrape { reason, .. }) if reason.contains("(Connect)") => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(all)
@@ -290,33 +309,36 @@ impl ArgoCd {
             .map(|_| ())
     }
 
-    /// Waits until the StatefulSet has rolled to its spec: every pod of the update revision,
-    /// none more, all Ready.
-    pub async fn wait_rolled(&self) -> Result<(), HarnessError> {
+    /// Whether the StatefulSet has rolled to its spec: every pod of the update revision, none
+    /// more, all Ready; if not, what it is at.
+    pub async fn rolled(&self) -> Result<(), String> {
         let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), NAMESPACE);
         let replicas = self.options.replicas;
         let wanted = i32::try_from(replicas).unwrap_or(i32::MAX);
+        let set = sets.get(CONTROLLER).await.map_err(|e| e.to_string())?;
+        let status = set.status.clone().unwrap_or_default();
+        let pods = self.pods().await.map_err(|e| e.to_string())?;
+        let ready = pods.values().filter(|p| pod_ready(p)).count();
+        let rolled = status.observed_generation >= set.metadata.generation
+            && status.update_revision.is_some()
+            && status.current_revision == status.update_revision
+            && status.updated_replicas == Some(wanted)
+            && status.ready_replicas == Some(wanted)
+            && pods.len() == replicas as usize
+            && ready == pods.len();
+        if rolled {
+            Ok(())
+        } else {
+            Err(format!("{status:?}; {ready} of {} pods Ready", pods.len()))
+        }
+    }
+
+    /// Waits until the StatefulSet has rolled to its spec ([`ArgoCd::rolled`]).
+    pub async fn wait_rolled(&self) -> Result<(), HarnessError> {
         wait_for(
             "Argo CD's controller StatefulSet to roll",
             Duration::from_secs(300),
-            || async {
-                let set = sets.get(CONTROLLER).await.map_err(|e| e.to_string())?;
-                let status = set.status.clone().unwrap_or_default();
-                let pods = self.pods().await.map_err(|e| e.to_string())?;
-                let ready = pods.values().filter(|p| pod_ready(p)).count();
-                let rolled = status.observed_generation >= set.metadata.generation
-                    && status.update_revision.is_some()
-                    && status.current_revision == status.update_revision
-                    && status.updated_replicas == Some(wanted)
-                    && status.ready_replicas == Some(wanted)
-                    && pods.len() == replicas as usize
-                    && ready == pods.len();
-                if rolled {
-                    Ok(())
-                } else {
-                    Err(format!("{status:?}; {ready} of {} pods Ready", pods.len()))
-                }
-            },
+            || self.rolled(),
         )
         .await?;
         Ok(())
