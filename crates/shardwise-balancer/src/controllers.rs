@@ -69,7 +69,13 @@ impl Health {
             ));
         }
         let counts = pods.iter().filter_map(|p| p.replicas);
-        let agreed = counts.clone().fold(target, u32::min);
+        let agreed = if shardwise_runtime::failpoints::seeded(
+            shardwise_runtime::failpoints::BALANCER_KEY_ABOVE_POD_COUNT,
+        ) {
+            target
+        } else {
+            counts.clone().fold(target, u32::min)
+        };
         let uniform = counts.clone().all(|c| c == target);
         if hold.is_none() && agreed <= 1 {
             hold = Some(if target <= 1 {

@@ -738,7 +738,7 @@ mod tests {
                 let owners = owners(key, pods);
                 assert!(
                     owners.len() <= 1,
-                    "step {}: {name} (key {key}) has owners {owners:?}: {pods:?}",
+                    "step {}: {name} (key {key}) is owned by two controllers, {owners:?}: {pods:?}",
                     seen.len()
                 );
                 on_new += usize::from(key == 3);
