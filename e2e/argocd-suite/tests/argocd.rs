@@ -735,3 +735,164 @@ async fn a_moved_cluster_is_reconciled_by_its_new_owner_at_its_resync_or_at_once
         );
     }
 }
+
+/// Cordons (`true`) or uncordons node-0: a pod deleted while it is cordoned has a successor
+/// that stays Pending, so its controller stays down.
+async fn cordon(env: &Environment, unschedulable: bool) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Patch, PatchParams};
+    let nodes: kube::Api<Node> = kube::Api::all(env.control_plane().client("admin").await.unwrap());
+    let patch = serde_json::json!({"spec": {"unschedulable": unschedulable}});
+    nodes
+        .patch("node-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_controllers_clusters_are_rescued_after_the_grace_and_go_back_when_it_recovers() {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    use kube::api::DeleteParams;
+    const GRACE: Duration = Duration::from_secs(10);
+    const RESCUE_BOUND: Duration = Duration::from_secs(40);
+    let _serial = SERIAL.lock().await;
+    let clusters: Vec<ClusterSpec> = (0..6)
+        .map(|i| ClusterSpec::new(&format!("d{i}"), i % 2, Auth::Token, 2))
+        .collect();
+    let env = environment(2, &clusters);
+    let argocd = install(&env, ArgoCdOptions::default()).await;
+    let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    settle_owners(&mut Observer::default(), &env, &argocd, &fleet).await;
+    let (_balancer, port) = argocd_support::start_balancer(
+        &env,
+        &[
+            "--down-grace",
+            &GRACE.as_secs().to_string(),
+            "--target-balance",
+            "1.10",
+        ],
+    )
+    .await;
+    let mut observer = Observer::default();
+    observer.sample(&env, &argocd, &fleet).await;
+    settle(&mut observer, &env, &argocd, &fleet, &[port], "adoption").await;
+    let on_one: Vec<String> = argocd_support::keys(&env)
+        .await
+        .into_iter()
+        .filter(|(_, k)| k.as_deref() == Some("1"))
+        .map(|(c, _)| c)
+        .collect();
+    assert!(!on_one.is_empty(), "controller 1 has clusters to lose");
+    let apps: Vec<String> = fleet
+        .app_cluster
+        .iter()
+        .filter(|(_, c)| on_one.contains(c))
+        .map(|(a, _)| a.clone())
+        .collect();
+
+    // Controller 1 dies and stays down: the node is cordoned and its pod force-deleted, so its
+    // successor stays Pending.
+    let admin = env.control_plane().client("admin").await.unwrap();
+    cordon(&env, true).await;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(admin.clone(), NAMESPACE);
+    let killed = Instant::now();
+    pods.delete(
+        "argocd-application-controller-1",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    // Its clusters keep their key for the grace, then move, each Secret naming where it came
+    // from; their apps are then reconciled by the controllers that took them.
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(admin, NAMESPACE);
+    let rescued = |key: &str| {
+        let on_one = on_one.clone();
+        let secrets = secrets.clone();
+        let key = key.to_string();
+        async move {
+            for cluster in &on_one {
+                let s = secrets
+                    .get(&format!("cluster-{cluster}"))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let shard = shardwise_e2e::argocd::shard_key(&s);
+                let from = s
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("shardwise.io/rescued-from").cloned());
+                let moved = shard.as_deref() != Some("1");
+                match key.as_str() {
+                    "away" if moved && from.as_deref() == Some("1") => {}
+                    "home" if !moved && from.is_none() => {}
+                    _ => return Err(format!("{cluster}: key {shard:?}, rescued-from {from:?}")),
+                }
+            }
+            Ok(())
+        }
+    };
+    let mut first_moved = None;
+    while killed.elapsed() < RESCUE_BOUND {
+        let keys = argocd_support::keys(&env).await;
+        if on_one.iter().any(|c| keys[c].as_deref() != Some("1")) {
+            first_moved.get_or_insert(killed.elapsed());
+        }
+        let owners = argocd.owners().await.unwrap();
+        let taken = apps
+            .iter()
+            .all(|a| owners.get(a).is_some_and(|o| o.len() == 1 && o[0] != 1));
+        if taken && rescued("away").await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let rescued_after = killed.elapsed();
+    let first_moved = first_moved.unwrap_or_else(|| {
+        panic!(
+            "no cluster of controller 1 moved in {RESCUE_BOUND:?}\n{}",
+            argocd.report()
+        )
+    });
+    assert!(
+        rescued_after < RESCUE_BOUND,
+        "controller 1's apps not owned by another controller within {RESCUE_BOUND:?}: {:?}\n{}",
+        rescued("away").await,
+        argocd.report()
+    );
+    assert!(
+        first_moved >= GRACE,
+        "a cluster of controller 1 moved {first_moved:?} after the kill, within the grace of {GRACE:?}"
+    );
+    eprintln!(
+        "controller 1 killed and kept down: its {} clusters ({} apps) moved {:.1} s after, owned elsewhere {:.1} s after (grace {GRACE:?})",
+        on_one.len(),
+        apps.len(),
+        first_moved.as_secs_f64(),
+        rescued_after.as_secs_f64()
+    );
+
+    // Back: its clusters return, their annotations go, and controller 1 owns their apps again.
+    cordon(&env, false).await;
+    let back = Instant::now();
+    wait_for(
+        "controller 1's clusters back home and owned there",
+        Duration::from_secs(120),
+        || async {
+            rescued("home").await?;
+            let owners = argocd.owners().await.map_err(|e| e.to_string())?;
+            match apps.iter().find(|a| owners.get(*a) != Some(&vec![1])) {
+                Some(a) => Err(format!("{a} owned by {:?}", owners.get(a))),
+                None => Ok(()),
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
+    eprintln!(
+        "controller 1 back: its clusters home and owned there {:.1} s after the uncordon",
+        back.elapsed().as_secs_f64()
+    );
+}
