@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::controllers::Health;
-use crate::pass::{self, Inputs, Pass};
+use crate::pass::{self, Inputs, Pass, Pending};
 use shardwise_plan::LiveFleet;
 use shardwise_plan::api::Connection;
 use shardwise_plan::planning::Current;
@@ -300,33 +300,54 @@ impl Balancer<'_> {
             )));
         }
         self.report(messages);
-        self.write(&pass, fence).await?;
+        let refreshing = self.args.refresh_moved_apps && !self.args.dry_run;
+        let (moved, written) = self.write(&pass, fence, refreshing).await;
         self.record(&pass);
-        if self.args.refresh_moved_apps && !self.args.dry_run {
-            self.refresh(&pass, &fleet, fence).await;
+        if refreshing {
+            // Those written before a failure too: their refresh is due all the same.
+            self.refresh(&pass.pending, moved, &fleet, fence).await;
         }
-        Ok(())
+        written
     }
 
-    /// Asks Argo CD to refresh the Applications of the clusters the pass moved, behind the
-    /// fence. The controller that takes a cluster over reconciles its apps only at its next
-    /// resync otherwise (measured on Argo CD v3.2.11: about 1.5 times --app-resync, against
-    /// under a second refreshed). A refresh that fails is logged and not retried: the resync
-    /// still comes.
-    async fn refresh(&self, pass: &Pass, fleet: &LiveFleet, fence: &Fence) {
-        if pass.moved.is_empty()
-            || shardwise_runtime::failpoints::seeded(
-                shardwise_runtime::failpoints::SKIP_BALANCER_REFRESH,
-            )
-        {
+    /// Asks Argo CD to refresh the Applications of the clusters moved (`moved`, this pass's
+    /// moves, by id: their Secret and its resourceVersion after the write) and of those whose
+    /// Secret still says a refresh is pending (`pending`: a move of an earlier pass, or of a
+    /// balancer stopped or deposed before its refresh), behind the fence. The controller that
+    /// takes a cluster over reconciles its apps only at its next resync otherwise (measured on
+    /// Argo CD v3.2.11: about 1.5 times --app-resync, against under a second refreshed). Once
+    /// every app of a cluster is refreshed, its [`pass::REFRESH_PENDING_ANNOTATION`] goes; one
+    /// that failed stays pending, and the next pass tries again.
+    async fn refresh(
+        &self,
+        pending: &[Pending],
+        moved: BTreeMap<String, (String, String)>,
+        fleet: &LiveFleet,
+        fence: &Fence,
+    ) {
+        if shardwise_runtime::failpoints::seeded(
+            shardwise_runtime::failpoints::SKIP_BALANCER_REFRESH,
+        ) {
             return;
         }
-        // Each controller sees the keys and the Applications through informers of their own:
-        // a refresh seen before the key would be taken (and cleared) by the old owner. The
-        // informers deliver within milliseconds; a second is a wide margin.
-        tokio::time::sleep(KEYS_BEFORE_REFRESH).await;
-        let mut refreshed = 0;
-        for id in &pass.moved {
+        let fresh = !moved.is_empty();
+        let mut due: BTreeMap<String, (String, String)> = pending
+            .iter()
+            .map(|p| (p.id.clone(), (p.secret.clone(), p.resource_version.clone())))
+            .collect();
+        due.extend(moved);
+        if due.is_empty() {
+            return;
+        }
+        if fresh {
+            // Each controller sees the keys and the Applications through informers of their
+            // own: a refresh seen before the key would be taken (and cleared) by the old owner.
+            // The informers deliver within milliseconds; a second is a wide margin.
+            tokio::time::sleep(KEYS_BEFORE_REFRESH).await;
+        }
+        let (mut refreshed, mut clusters) = (0, 0);
+        for (id, (secret, version)) in &due {
+            let mut failed = false;
             for (namespace, name) in fleet.cluster_apps.get(id).into_iter().flatten() {
                 if fence.check().is_err() {
                     return;
@@ -334,26 +355,49 @@ impl Balancer<'_> {
                 match self.connection.refresh_application(namespace, name).await {
                     Ok(()) => refreshed += 1,
                     Err(e) => {
-                        warn!(application = %format!("{namespace}/{name}"), error = %e, "could not ask Argo CD to refresh a moved application")
+                        failed = true;
+                        warn!(application = %format!("{namespace}/{name}"), error = %e, "could not ask Argo CD to refresh a moved application; trying again at the next pass");
                     }
+                }
+            }
+            if failed || fence.check().is_err() {
+                continue;
+            }
+            let done = BTreeMap::from([(pass::REFRESH_PENDING_ANNOTATION.to_string(), None)]);
+            match self
+                .connection
+                .annotate_secret(&self.args.namespace, secret, version, &done)
+                .await
+            {
+                Ok(_) => clusters += 1,
+                Err(e) => {
+                    warn!(secret = %secret, error = %e, "could not record a moved cluster's refresh as done; it is refreshed again at the next pass")
                 }
             }
         }
         if refreshed > 0 {
             info!(
                 applications = refreshed,
-                clusters = pass.moved.len(),
-                "asked Argo CD to refresh the moved clusters' applications"
+                clusters, "asked Argo CD to refresh the moved clusters' applications"
             );
         }
     }
 
     /// Writes the pass's keys, one at a time, each behind the fence: a balancer that lost its
-    /// Lease sends nothing more. Stops at the first failure; the next pass reads anew.
-    async fn write(&self, pass: &Pass, fence: &Fence) -> Result<()> {
+    /// Lease sends nothing more. A write that moves a cluster marks its refresh pending in the
+    /// same patch when `refreshing`. Stops at the first failure (the next pass reads anew);
+    /// returns the moves written, by cluster id (the Secret and its new resourceVersion), and
+    /// how it ended.
+    async fn write(
+        &self,
+        pass: &Pass,
+        fence: &Fence,
+        refreshing: bool,
+    ) -> (BTreeMap<String, (String, String)>, Result<()>) {
+        let mut moved = BTreeMap::new();
         if pass.writes.is_empty() {
             debug!(balance = pass.balance, "balanced: nothing to write");
-            return Ok(());
+            return (moved, Ok(()));
         }
         let shown: Vec<String> = pass
             .writes
@@ -367,24 +411,33 @@ impl Balancer<'_> {
                 balance = pass.balance,
                 "dry run: would write these shard keys"
             );
-            return Ok(());
+            return (moved, Ok(()));
         }
         for (i, w) in pass.writes.iter().enumerate() {
             let written = || shown[..i].join(" ");
             if fence.check().is_err() {
-                return Err(anyhow!(
+                let lost = anyhow!(
                     "the balancer's lease is lost: stopped after writing [{}]",
                     written()
-                ));
+                );
+                return (moved, Err(lost));
             }
-            let annotations = match w.rescued_from {
-                Some(from) => BTreeMap::from([(
+            let mut annotations = BTreeMap::new();
+            if let Some(from) = w.rescued_from {
+                annotations.insert(
                     pass::RESCUED_FROM_ANNOTATION.to_string(),
                     from.map(|s| s.to_string()),
-                )]),
-                None => BTreeMap::new(),
-            };
-            self.connection
+                );
+            }
+            let refresh = w.moves && refreshing;
+            if refresh {
+                annotations.insert(
+                    pass::REFRESH_PENDING_ANNOTATION.to_string(),
+                    Some(w.shard.to_string()),
+                );
+            }
+            match self
+                .connection
                 .write_key(
                     &self.args.namespace,
                     &w.target.secret,
@@ -393,13 +446,20 @@ impl Balancer<'_> {
                     &annotations,
                 )
                 .await
-                .with_context(|| {
-                    format!(
+            {
+                Ok(version) if refresh => {
+                    moved.insert(w.target.id.clone(), (w.target.secret.clone(), version));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let failed = anyhow::Error::from(e).context(format!(
                         "cannot write the shard key of Secret {:?}: stopped after writing [{}]",
                         w.target.secret,
                         written()
-                    )
-                })?;
+                    ));
+                    return (moved, Err(failed));
+                }
+            }
         }
         info!(
             writes = %shown.join(" "),
@@ -408,7 +468,7 @@ impl Balancer<'_> {
             balance = pass.balance,
             "shard keys written"
         );
-        Ok(())
+        (moved, Ok(()))
     }
 
     fn record(&self, pass: &Pass) {

@@ -32,6 +32,23 @@ pub const KEEP_SHARD_ANNOTATION: &str = "shardwise.io/keep-shard";
 /// it again, and the annotation is removed with the key that moves it back.
 pub const RESCUED_FROM_ANNOTATION: &str = "shardwise.io/rescued-from";
 
+/// A move whose Applications are yet to be refreshed, written with the key that made it (the
+/// shard moved to): removed once every Application of the cluster has been asked to refresh.
+/// A balancer stopped or deposed between the two leaves it for the next pass, its own or its
+/// successor's.
+pub const REFRESH_PENDING_ANNOTATION: &str = "shardwise.io/refresh-pending";
+
+/// A cluster Secret that says a refresh is pending ([`REFRESH_PENDING_ANNOTATION`]), as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// The Secret's name.
+    pub secret: String,
+    /// The cluster's id (the Secret's UID).
+    pub id: String,
+    /// As read: the precondition of the write that records the refresh done.
+    pub resource_version: String,
+}
+
 /// What one pass reads.
 #[derive(Debug)]
 pub struct Inputs<'a> {
@@ -66,10 +83,9 @@ pub struct KeyWrite {
 pub struct Pass {
     /// The Secrets to rewrite, in Secret name order.
     pub writes: Vec<KeyWrite>,
-    /// Clusters whose Argo CD controller changes once the writes land.
+    /// Clusters whose Argo CD controller changes once the writes land (the writes that
+    /// [`KeyWrite::moves`]).
     pub moved_clusters: u64,
-    /// Their ids, in id order.
-    pub moved: Vec<String>,
     /// Their apps.
     pub moved_apps: u64,
     /// Busiest shard over the mean after the pass, over the shards clusters may move onto.
@@ -80,6 +96,8 @@ pub struct Pass {
     pub left_out: Vec<String>,
     /// Why the pass writes nothing at all, if so.
     pub held: Option<String>,
+    /// Secrets read with a refresh pending, in name order.
+    pub pending: Vec<Pending>,
 }
 
 /// What `placement` gives each shard.
@@ -125,6 +143,18 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         strategy,
     } = *inputs;
     let (targets, mut left_out) = argocd::pin_targets(secrets, fleet);
+    let mut pending: Vec<Pending> = secrets
+        .iter()
+        .filter(|s| s.annotations().contains_key(REFRESH_PENDING_ANNOTATION))
+        .filter_map(|s| {
+            Some(Pending {
+                secret: s.metadata.name.clone()?,
+                id: s.uid()?,
+                resource_version: s.resource_version()?,
+            })
+        })
+        .collect();
+    pending.sort_by(|a, b| a.secret.cmp(&b.secret));
     let annotated = |key: &str| -> BTreeMap<String, String> {
         secrets
             .iter()
@@ -161,12 +191,12 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         return Ok(Pass {
             writes: Vec::new(),
             moved_clusters: 0,
-            moved: Vec::new(),
             moved_apps: 0,
             balance: now.balance().max_over_mean,
             shards: figures_of(&now),
             left_out,
             held: Some(why.clone()),
+            pending,
         });
     }
     let mut waiting: BTreeMap<ShardId, (u64, u64)> = BTreeMap::new();
@@ -238,15 +268,14 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         .iter()
         .map(|c| (c.id.as_str(), c.apps))
         .collect();
-    let mut moved: Vec<String> = writes
+    let moved: Vec<&str> = writes
         .iter()
         .filter(|w| w.moves)
-        .map(|w| w.target.id.clone())
+        .map(|w| w.target.id.as_str())
         .collect();
-    moved.sort();
     let moved_apps = moved
         .iter()
-        .map(|id| apps.get(id.as_str()).copied().unwrap_or(0))
+        .map(|id| apps.get(id).copied().unwrap_or(0))
         .sum();
     let mut figures = figures_of(&planned);
     for (shard, (count, apps)) in waiting {
@@ -257,12 +286,12 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
     }
     Ok(Pass {
         moved_clusters: moved.len() as u64,
-        moved,
         moved_apps,
         balance: planned.balance().max_over_mean,
         shards: figures,
         left_out,
         held: None,
+        pending,
         writes,
     })
 }
@@ -509,10 +538,17 @@ mod tests {
             .map(|(id, _)| id.clone())
             .collect();
         assert!(!changed.is_empty(), "the unbalanced fleet moves: {pass:?}");
-        assert_eq!(pass.moved, changed);
+        let mut moved: Vec<String> = pass
+            .writes
+            .iter()
+            .filter(|w| w.moves)
+            .map(|w| w.target.id.clone())
+            .collect();
+        moved.sort();
+        assert_eq!(moved, changed);
         assert_eq!(pass.moved_clusters, changed.len() as u64);
         // What the balancer refreshes for each: exactly the Applications of that cluster.
-        for id in &pass.moved {
+        for id in &moved {
             let cluster = fleet.clusters.iter().find(|c| &c.id == id).unwrap();
             let apps = &fleet.cluster_apps[id];
             assert_eq!(apps.len() as u64, cluster.apps);
@@ -863,6 +899,36 @@ mod tests {
         let pass = argocd.pass();
         assert!(!pass.writes.is_empty());
         assert!(pass.writes.iter().all(|w| w.shard != 0), "{pass:?}");
+    }
+
+    #[test]
+    fn secrets_with_a_refresh_pending_are_listed_as_read() {
+        let mut argocd = ArgoCd::new(&[10; 4], 2);
+        argocd.settle();
+        assert!(argocd.pass().pending.is_empty());
+        let s = argocd
+            .secrets
+            .iter_mut()
+            .find(|s| s.name_any() == "c02")
+            .unwrap();
+        s.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(REFRESH_PENDING_ANNOTATION.into(), "1".into());
+        s.metadata.resource_version = Some("7".into());
+        let pass = argocd.pass();
+        assert!(
+            pass.writes.is_empty(),
+            "a pending refresh is no reason to write a key"
+        );
+        assert_eq!(
+            pass.pending,
+            [Pending {
+                secret: "c02".into(),
+                id: "uid-c02".into(),
+                resource_version: "7".into(),
+            }]
+        );
     }
 
     #[test]

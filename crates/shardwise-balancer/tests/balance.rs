@@ -357,6 +357,96 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
     .unwrap_or(0.0);
     assert!(moves >= 1.0, "the standby's moves: {moves}");
 
+    // A move whose refresh a deposed balancer never sent (its Secret says it is pending): the
+    // balancer in charge refreshes the cluster's apps and records it done within two passes.
+    let apps_api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        cp.client("admin").await.unwrap(),
+        "argocd",
+        &shardwise_plan::api::application_resource(),
+    );
+    let refreshed = |apps: Vec<kube::api::DynamicObject>| -> Vec<String> {
+        apps.into_iter()
+            .filter(|a| {
+                a.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|n| n.contains_key("argocd.argoproj.io/refresh"))
+            })
+            .filter_map(|a| a.metadata.name)
+            .collect()
+    };
+    let quiet = keys
+        .shard
+        .keys()
+        .find(|c| *c != &hot)
+        .expect("another cluster")
+        .clone();
+    let quiet_apps = |all: Vec<kube::api::DynamicObject>| -> Vec<kube::api::DynamicObject> {
+        all.into_iter()
+            .filter(|a| {
+                a.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(&format!("{quiet}-")))
+            })
+            .collect()
+    };
+    let unmark =
+        serde_json::json!({"metadata": {"annotations": {"argocd.argoproj.io/refresh": null}}});
+    for app in quiet_apps(apps_api.list(&Default::default()).await.unwrap().items) {
+        let name = app.metadata.name.unwrap();
+        apps_api
+            .patch(
+                &name,
+                &Default::default(),
+                &kube::api::Patch::Merge(&unmark),
+            )
+            .await
+            .unwrap();
+    }
+    let pending = serde_json::json!({"metadata": {"annotations": {"shardwise.io/refresh-pending": keys.shard[&quiet].to_string()}}});
+    api.patch(
+        &quiet,
+        &Default::default(),
+        &kube::api::Patch::Merge(&pending),
+    )
+    .await
+    .unwrap();
+    let passes = || {
+        metric(
+            second_port,
+            "shardwise_planner_runs_total",
+            &[("result", "success")],
+        )
+    };
+    let before = passes().await.unwrap_or(0.0);
+    wait_for("the pending refresh done", SETTLE, || async {
+        let secret = api.get(&quiet).await.map_err(|e| e.to_string())?;
+        let apps = quiet_apps(
+            apps_api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items,
+        );
+        let total = apps.len();
+        let done = refreshed(apps).len();
+        let still = secret
+            .metadata
+            .annotations
+            .is_some_and(|a| a.contains_key("shardwise.io/refresh-pending"));
+        if !still && done == total && total > 0 {
+            Ok(())
+        } else {
+            Err(format!("pending {still}; {done} of {total} apps refreshed"))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Within two passes, besides the one that may have read the Secret before it was marked.
+    let took = passes().await.unwrap_or(0.0) - before;
+    assert!(took <= 3.0, "the pending refresh took {took} passes");
+
     second.stop(Duration::from_secs(10)).await.unwrap();
 
     // Nothing but `data.shard` of the balanced cluster Secrets was written ...
@@ -405,6 +495,30 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
         })
         .count();
     assert!(app_patches > 0, "moved clusters' apps are refreshed");
+    // Every move's refresh done: no Secret says one is still pending.
+    wait_for("no refresh pending", Duration::from_secs(30), || async {
+        let pending: Vec<String> = api
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .filter(|s| {
+                s.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("shardwise.io/refresh-pending"))
+            })
+            .filter_map(|s| s.metadata.name)
+            .collect();
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("refreshes still pending for {pending:?}"))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     for w in &writes {
         let lease = w
             .path

@@ -290,10 +290,12 @@ impl Connection {
     ) -> Result<(), WriteError> {
         self.write_key(namespace, name, resource_version, shard, &BTreeMap::new())
             .await
+            .map(|_| ())
     }
 
     /// [`Connection::write_shard`], with `annotations` set (`Some`) or removed (`None`) in the
     /// same patch, so that the key and what the balancer records about it land together.
+    /// Returns the Secret's new resourceVersion.
     pub async fn write_key(
         &self,
         namespace: &str,
@@ -301,23 +303,54 @@ impl Connection {
         resource_version: &str,
         shard: Option<ShardId>,
         annotations: &BTreeMap<String, Option<String>>,
-    ) -> Result<(), WriteError> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+    ) -> Result<String, WriteError> {
         let value = shard.map(|s| ByteString(s.to_string().into_bytes()));
+        self.patch_secret(
+            namespace,
+            name,
+            resource_version,
+            annotations,
+            Some(serde_json::json!({"shard": value})),
+        )
+        .await
+    }
+
+    /// Sets (`Some`) or removes (`None`) `annotations` of Secret `name`, on condition that its
+    /// resourceVersion is still `resource_version`. Returns the new resourceVersion.
+    pub async fn annotate_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<String, WriteError> {
+        self.patch_secret(namespace, name, resource_version, annotations, None)
+            .await
+    }
+
+    async fn patch_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+        data: Option<serde_json::Value>,
+    ) -> Result<String, WriteError> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let mut metadata = serde_json::json!({"resourceVersion": resource_version});
         if !annotations.is_empty() {
             metadata["annotations"] = serde_json::json!(annotations);
         }
-        let patch = serde_json::json!({
-            "metadata": metadata,
-            "data": {"shard": value},
-        });
+        let mut patch = serde_json::json!({"metadata": metadata});
+        if let Some(data) = data {
+            patch["data"] = data;
+        }
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
         match api.patch(name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => Ok(()),
+            Ok(secret) => Ok(secret.metadata.resource_version.unwrap_or_default()),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 Err(WriteError::Conflict(name.to_string()))
             }

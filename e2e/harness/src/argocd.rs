@@ -63,6 +63,11 @@ pub fn without_shard(secret: &Secret) -> Value {
     if let Some(data) = value["data"].as_object_mut() {
         data.remove("shard");
     }
+    // What the balancer records beside a key: where a rescued cluster came from, a refresh due.
+    if let Some(annotations) = value["metadata"]["annotations"].as_object_mut() {
+        annotations.remove("shardwise.io/rescued-from");
+        annotations.remove("shardwise.io/refresh-pending");
+    }
     value
 }
 
