@@ -1,6 +1,7 @@
 //! How an Argo CD installation configures its application controller's sharding, read the way
-//! the controller (v3.5) reads it: from the environment of its pod template, whose variables
-//! Argo CD's manifests fill from `argocd-cmd-params-cm`. No I/O: the workload and the
+//! the controller (v3.5) reads it: from the flags and the environment of its pod template (the
+//! flags win; Argo CD's manifests fill the variables from `argocd-cmd-params-cm`), and from
+//! each running pod what its process started with. No I/O: the workload, its pods and the
 //! ConfigMaps its variables refer to are passed in.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -108,11 +109,27 @@ pub fn sharding(
     };
     let mut notes = Vec::new();
     let mut read = |name: &str| lookup(vars, name, &owner, config_maps, &mut notes);
+    // The controller's flags win over the variables, which only give their defaults. A flag
+    // given twice: the last wins, but a string slice's values add up.
+    let argv = workload.map_or_else(Vec::new, |w| container_argv(w.template.spec.as_ref()));
+    let flag = |name: &str, boolean: bool, slice: bool| {
+        let values = flag_values(&argv, name, boolean);
+        let value = if slice {
+            values.join(",")
+        } else {
+            values.last()?.clone()
+        };
+        (!values.is_empty()).then(|| Setting {
+            value,
+            origin: format!("flag --{name} of {owner}"),
+        })
+    };
 
-    let dynamic =
-        read(DYNAMIC_ENV).and_then(|s| parse_go_bool(&s.value).filter(|&on| on).map(|_| s));
-    let algorithm_text = read(ALGORITHM_ENV);
-    let namespaces = read(NAMESPACES_ENV);
+    let dynamic = flag("dynamic-cluster-distribution-enabled", true, false)
+        .or_else(|| read(DYNAMIC_ENV))
+        .and_then(|s| parse_go_bool(&s.value).filter(|&on| on).map(|_| s));
+    let algorithm_text = flag("sharding-method", false, false).or_else(|| read(ALGORITHM_ENV));
+    let namespaces = flag("application-namespaces", false, true).or_else(|| read(NAMESPACES_ENV));
     let replicas_text = read(REPLICAS_ENV);
     let mut replica_notes = Vec::new();
 
@@ -318,6 +335,44 @@ fn container_env(spec: Option<&PodSpec>) -> &[EnvVar] {
         .or_else(|| containers.first())
         .and_then(|c| c.env.as_deref())
         .unwrap_or_default()
+}
+
+/// The controller container's arguments after its program: the rest of `command`, then `args`.
+fn container_argv(spec: Option<&PodSpec>) -> Vec<String> {
+    let containers = spec.map_or(&[][..], |s| &s.containers[..]);
+    let Some(container) = containers
+        .iter()
+        .find(|c| c.name == CONTAINER)
+        .or_else(|| containers.first())
+    else {
+        return Vec::new();
+    };
+    let command = container.command.iter().flatten().skip(1);
+    command
+        .chain(container.args.iter().flatten())
+        .cloned()
+        .collect()
+}
+
+/// Every value of flag `--name` in `argv`, in order, as Go's pflag reads it: `--name=value`,
+/// or `--name value`; a boolean flag alone means `true` (and takes no separate value).
+/// Parsing stops at `--`.
+fn flag_values(argv: &[String], name: &str, boolean: bool) -> Vec<String> {
+    let long = format!("--{name}");
+    let mut values = Vec::new();
+    let mut args = argv.iter().take_while(|a| *a != "--");
+    while let Some(arg) = args.next() {
+        if let Some(value) = arg.strip_prefix(&long).and_then(|r| r.strip_prefix('=')) {
+            values.push(value.to_string());
+        } else if *arg == long {
+            if boolean {
+                values.push("true".into());
+            } else if let Some(value) = args.next() {
+                values.push(value.clone());
+            }
+        }
+    }
+    values
 }
 
 /// An application controller pod as its process shards: what it read when it started.
@@ -819,5 +874,96 @@ mod tests {
             Some(&written),
         );
         assert_eq!(p.shard, None);
+    }
+
+    fn with_flags(env: &str, command: &[&str], args: &[&str]) -> StatefulSet {
+        let mut sts = statefulset(3, env);
+        let container = &mut sts
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[1];
+        container.command = Some(command.iter().map(|a| a.to_string()).collect());
+        container.args = Some(args.iter().map(|a| a.to_string()).collect());
+        sts
+    }
+
+    #[test]
+    fn the_controllers_flags_win_over_its_variables_as_pflag_reads_them() {
+        let env = r#"{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "3"},
+            {"name": "ARGOCD_CONTROLLER_SHARDING_ALGORITHM", "value": "legacy"},
+            {"name": "ARGOCD_APPLICATION_NAMESPACES", "value": "from-env"}"#;
+        // Flags in the command after the program and in the args; `--name value` and
+        // `--name=value`; the last of a repeated flag wins, a slice's values add up.
+        let sts = with_flags(
+            env,
+            &[
+                "argocd-application-controller",
+                "--sharding-method",
+                "legacy",
+            ],
+            &[
+                "--sharding-method=round-robin",
+                "--application-namespaces=team-a,team-b",
+                "--application-namespaces",
+                "team-c",
+                "--",
+                "--sharding-method=consistent-hashing",
+            ],
+        );
+        let flagged = read(&sts, &[]);
+        assert_eq!(flagged.algorithm.value.1, "round-robin");
+        assert!(
+            flagged.algorithm.origin.contains("flag --sharding-method"),
+            "{:?}",
+            flagged.algorithm
+        );
+        assert_eq!(flagged.app_namespaces.value, ["team-a", "team-b", "team-c"]);
+        assert!(
+            flagged
+                .app_namespaces
+                .origin
+                .contains("flag --application-namespaces")
+        );
+        assert!(!flagged.dynamic);
+        // Without flags, the variables.
+        let read_env = read(
+            &with_flags(env, &["argocd-application-controller"], &[]),
+            &[],
+        );
+        assert_eq!(read_env.algorithm.value.1, "legacy");
+        assert_eq!(read_env.app_namespaces.value, ["from-env"]);
+    }
+
+    #[test]
+    fn dynamic_distribution_is_on_by_its_flag_alone_and_off_by_an_explicit_false() {
+        let on_env = r#"{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "3"},
+            {"name": "ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION", "value": "true"}"#;
+        let off_env = r#"{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "3"}"#;
+        let program = ["argocd-application-controller"];
+        let flag_on = with_flags(
+            off_env,
+            &program,
+            &["--dynamic-cluster-distribution-enabled"],
+        );
+        assert!(read(&flag_on, &[]).dynamic);
+        // A boolean flag takes no separate value: "false" here is an argument, not its value.
+        let separate = with_flags(
+            off_env,
+            &program,
+            &["--dynamic-cluster-distribution-enabled", "false"],
+        );
+        assert!(read(&separate, &[]).dynamic);
+        let flag_off = with_flags(
+            on_env,
+            &program,
+            &["--dynamic-cluster-distribution-enabled=false"],
+        );
+        assert!(!read(&flag_off, &[]).dynamic);
+        assert!(read(&with_flags(on_env, &program, &[]), &[]).dynamic);
     }
 }
