@@ -86,7 +86,6 @@ def check_balancer(
         f"--down-grace={b['downGrace']}",
         f"--max-extra-moves={b['maxExtraMoves']}",
         f"--target-balance={b['targetBalance']}",
-        f"--lease-name={name}",
         f"--metrics-addr={c['listenAddress']}:{c['metricsPort']}",
         f"--health-addr={c['listenAddress']}:{c['healthPort']}",
         f"--refresh-moved-apps={str(b['refreshMovedApps']).lower()}",
@@ -97,7 +96,6 @@ def check_balancer(
         env
         == {
             "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
-            "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
             "SHARDWISE_LOG_FORMAT": c["logFormat"],
             "SHARDWISE_LOG": b["log"],
         }
@@ -177,12 +175,15 @@ def check_balancer(
         for o in roles:
             if o["kind"] == "Role":
                 by_namespace.setdefault(o["metadata"]["namespace"], set()).update(rule_set(o["rules"]))
-        # The chart splits the docs' Role: its Lease rules go to the release namespace.
+        # The Lease is the installation's, in Argo CD's namespace whatever the release is called.
         lease = {r for r in docs_rules if r[:2] == ("coordination.k8s.io", "leases")}
-        f.check(by_namespace.get(namespace, set()) >= lease, f"{where}: no Role for the Lease in {namespace}")
         f.check(
-            lease.isdisjoint(by_namespace.get(b["namespace"], set())) or b["namespace"] == namespace,
-            f"{where}: Argo CD's namespace holds the Lease rule, which belongs to the release namespace",
+            by_namespace.get(b["namespace"], set()) >= lease,
+            f"{where}: no Role for the Lease in Argo CD's namespace {b['namespace']}",
+        )
+        f.check(
+            lease.isdisjoint(by_namespace.get(namespace, set())) or b["namespace"] == namespace,
+            f"{where}: a Lease rule in the release namespace {namespace}, where no Lease of the balancer is",
         )
         patterns = [n for n in b["applicationNamespaces"] if re.search(r"[*?]", n)]
         cluster_roles = [o for o in roles if o["kind"] == "ClusterRole"]
@@ -203,7 +204,7 @@ def check_balancer(
             for ns in literal:
                 f.check(by_namespace.get(ns) == list_apps, f"{where}: no Role listing the Applications of {ns}")
             f.check(
-                set(by_namespace) == literal | {namespace, b["namespace"]},
+                set(by_namespace) == literal | {b["namespace"]},
                 f"{where}: balancer Roles in {sorted(by_namespace)}",
             )
 

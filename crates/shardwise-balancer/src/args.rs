@@ -55,12 +55,6 @@ pub struct BalanceArgs {
     /// rollout, so that a rollout rescues nothing
     #[arg(long, value_name = "SECONDS", default_value_t = 120, value_parser = seconds)]
     pub down_grace: u32,
-    /// Namespace of the balancer's Lease (default: $POD_NAMESPACE, else --namespace)
-    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
-    pub lease_namespace: Option<String>,
-    /// Name of the balancer's Lease: one balancer at a time writes
-    #[arg(long, value_name = "NAME", default_value = "shardwise-argocd-balancer")]
-    pub lease_name: String,
     /// This process's name in the Lease (default: $POD_NAME, else the host name), to which a
     /// random suffix is added
     #[arg(long, value_name = "NAME", env = "POD_NAME")]

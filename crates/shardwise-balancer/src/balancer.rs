@@ -5,10 +5,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use shard_assign::{StrategyConfig, StrategyKind};
-use shardwise_handoff::lease::LeaseTiming;
 use shardwise_runtime::Nouns;
 use shardwise_runtime::http::{self, MetricsAccess, Readiness, auth::KubeReviewer};
-use shardwise_runtime::lease::{self, Fence, Holding, LeaseSpecification};
+use shardwise_runtime::lease::{self, Fence, Holding};
 use shardwise_runtime::metrics::{
     MemberLabels, Metrics, PlanGauges, ShardLabels, StrategyLabels, Telemetry,
 };
@@ -23,6 +22,7 @@ use shardwise_plan::LiveFleet;
 use shardwise_plan::api::Connection;
 use shardwise_plan::planning::Current;
 use shardwise_plan::read::{ArgoCdQuery, Read, read_argocd};
+use shardwise_plan::writer;
 use thiserror::Error;
 
 use crate::args::BalanceArgs;
@@ -38,12 +38,6 @@ const NOUNS: Nouns = Nouns {
 const METRICS_LABEL: &str = "argocd-balancer";
 /// The strategy's name in the metrics' `strategy` label.
 const STRATEGY: StrategyKind = StrategyKind::StickyBalanced;
-/// The Lease timing of shardwise's replicas: a successor takes over within 15 s.
-const TIMING: LeaseTiming = LeaseTiming {
-    duration: Duration::from_secs(15),
-    renew_deadline: Duration::from_secs(10),
-    retry_period: Duration::from_secs(2),
-};
 
 /// Settings that cannot work together (exit code 2).
 #[derive(Debug, Error)]
@@ -84,10 +78,6 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
         stop.clone(),
     ));
 
-    let lease_namespace = args
-        .lease_namespace
-        .clone()
-        .unwrap_or_else(|| args.namespace.clone());
     let name = args
         .identity
         .clone()
@@ -95,21 +85,12 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
         .unwrap_or_else(|| "balancer".into());
     let identity = format!("{name}_{:016x}", rand::random::<u64>());
     let (holding_tx, holding) = watch::channel(Holding::NotHeld);
+    // One writer per Argo CD installation: the Lease is in Argo CD's namespace, whatever the
+    // balancer's release is called; `plan --apply` takes the same one.
     let lease_task = tokio::spawn(lease::hold(
         connection.client().clone(),
-        lease_namespace.clone(),
-        LeaseSpecification {
-            name: args.lease_name.clone(),
-            labels: BTreeMap::from([(
-                "app.kubernetes.io/component".to_string(),
-                "argocd-balancer".to_string(),
-            )]),
-            identity: identity.clone(),
-            timing: TIMING,
-            // Run by a Deployment, and the Lease may live in another namespace than it (an owner
-            // reference cannot cross namespaces).
-            statefulset: None,
-        },
+        args.namespace.clone(),
+        writer::writer_lease(identity.clone()),
         holding_tx,
         stop.clone(),
     ));
@@ -117,7 +98,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
     readiness.set(true);
     info!(
         namespace = %args.namespace,
-        lease = %format!("{lease_namespace}/{}", args.lease_name),
+        lease = %format!("{}/{}", args.namespace, writer::WRITER_LEASE),
         %identity,
         interval_seconds = args.interval,
         dry_run = args.dry_run,

@@ -369,3 +369,82 @@ async fn the_documented_role_is_enough_to_apply() {
     let wrote = stdout(&shardwise(&operator, &unpin));
     assert!(wrote.contains("wrote 7 Secret(s)"), "{wrote}");
 }
+
+#[tokio::test]
+async fn apply_refuses_while_a_balancer_holds_the_lease_and_takes_it_otherwise() {
+    use common::RUNTIME;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::PostParams;
+    let env = Environment::builder().start().unwrap();
+    let cp = env.control_plane();
+    let (yaml, apps) = installation();
+    cp.apply_yaml("admin", &yaml).await.unwrap();
+    cp.apply_yaml("admin", &apps).await.unwrap();
+    let kubeconfig = cp.kubeconfig_path("admin").unwrap();
+    let client = cp.client("admin").await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "argocd");
+    let leases: Api<Lease> = Api::namespaced(client, "argocd");
+    let yes = [
+        "--source",
+        "argocd",
+        "--apply",
+        "--strategy",
+        STRATEGY,
+        "--yes",
+    ];
+
+    // A balancer holds the installation's Lease, renewed just now: --apply writes nothing.
+    let held: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "shardwise-argocd-balancer", "namespace": "argocd"},
+        "spec": {"holderIdentity": "balancer-7d9f_0000000000000001", "leaseDurationSeconds": 15,
+            "renewTime": jiff::Timestamp::now().to_string()},
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &held).await.unwrap();
+    let before: BTreeMap<String, Value> = secrets_as_written(&secrets).await;
+    let refused = failure(&shardwise(&kubeconfig, &yes), RUNTIME);
+    assert!(
+        refused.contains(
+            "balancer-7d9f_0000000000000001 holds Lease argocd/shardwise-argocd-balancer"
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        secrets_as_written(&secrets).await,
+        before,
+        "nothing written"
+    );
+
+    // Released (the balancer stopped): --apply takes the Lease, writes, and gives it back.
+    let mut released = leases.get("shardwise-argocd-balancer").await.unwrap();
+    released.spec.as_mut().unwrap().holder_identity = None;
+    leases
+        .replace(
+            "shardwise-argocd-balancer",
+            &PostParams::default(),
+            &released,
+        )
+        .await
+        .unwrap();
+    let wrote = stdout(&shardwise(&kubeconfig, &yes));
+    assert!(wrote.contains("wrote 6 Secret(s)"), "{wrote}");
+    assert_ne!(secrets_as_written(&secrets).await, before);
+    let after = leases.get("shardwise-argocd-balancer").await.unwrap();
+    assert_eq!(
+        after
+            .spec
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default(),
+        "",
+        "given back for a balancer to take at once"
+    );
+}
+
+/// Every cluster Secret's data, by name.
+async fn secrets_as_written(api: &Api<Secret>) -> BTreeMap<String, Value> {
+    secrets(api)
+        .await
+        .into_iter()
+        .map(|(name, s)| (name, serde_json::to_value(s.data).expect("data is JSON")))
+        .collect()
+}

@@ -36,6 +36,7 @@ pub mod measured;
 pub mod planning;
 pub mod read;
 pub mod shardwise;
+pub mod writer;
 
 use std::collections::BTreeMap;
 

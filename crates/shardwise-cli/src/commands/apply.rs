@@ -15,6 +15,7 @@ use shardwise_plan::LiveFleet;
 use shardwise_plan::api::write_pins;
 use shardwise_plan::argocd::{self, PinTarget};
 use shardwise_plan::planning::{self, Current, PlanRequest};
+use shardwise_plan::writer::Writer;
 
 /// The options of `--apply`, before anything is read.
 fn check(args: &PlanArgs) -> Result<(), Usage> {
@@ -82,6 +83,30 @@ pub(crate) fn run(args: &PlanArgs) -> Result<()> {
 }
 
 async fn apply(args: &PlanArgs, gathered: Gathered) -> Result<()> {
+    // One writer per installation: the balancer's Lease, taken before anything is shown (a
+    // refusal prints nothing else) and held until the writes are done, or refused, naming the
+    // holder, while a balancer holds it. The writes go on condition of what was read.
+    let writer = if args.yes {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+        let identity = format!("shardwise-plan-apply_{host}_{:016x}", rand::random::<u64>());
+        let client = gathered.connection.client().clone();
+        Some(Writer::take(client, &gathered.request.namespace, identity).await?)
+    } else {
+        None
+    };
+    let result = show_and_write(args, gathered, writer.as_ref()).await;
+    if let Some(writer) = writer {
+        writer.release().await;
+    }
+    result
+}
+
+/// Shows the diff and, with `writer` (`--yes`), writes it under the Lease.
+async fn show_and_write(
+    args: &PlanArgs,
+    gathered: Gathered,
+    writer: Option<&Writer>,
+) -> Result<()> {
     let Gathered {
         fleet,
         request,
@@ -183,7 +208,11 @@ async fn apply(args: &PlanArgs, gathered: Gathered) -> Result<()> {
     out.flush()?;
     let writes: Vec<(PinTarget, Option<ShardId>)> =
         changed.iter().map(|r| (r.target.clone(), r.pin)).collect();
-    let written = write_pins(&connection, &request.namespace, &writes, || Ok(())).await?;
+    let writer = writer.ok_or_else(|| anyhow!("--yes writes under the Lease"))?;
+    let written = write_pins(&connection, &request.namespace, &writes, || {
+        writer.may_write()
+    })
+    .await?;
     writeln!(out, "wrote {written} Secret(s)")?;
     Ok(())
 }
