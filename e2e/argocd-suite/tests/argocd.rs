@@ -428,7 +428,15 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     clusters.extend(joining.iter().cloned());
     let env = environment(2, &clusters);
     clusters.truncate(clusters.len() - joining.len());
-    let mut argocd = install(&env, ArgoCdOptions::default()).await;
+    // A refresh can be lost (a controller that has just started takes it before its caches
+    // are synced); the move is then reconciled at the next resync. A 30 s resync keeps that
+    // well within a step's 180 s (Argo CD's default, 120 s plus up to 60 s, once took 155 s).
+    let options = ArgoCdOptions {
+        app_resync: Duration::from_secs(30),
+        app_resync_jitter: Duration::ZERO,
+        ..ArgoCdOptions::default()
+    };
+    let mut argocd = install(&env, options).await;
     let mut fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
     // Argo CD alone, starting: its apps have no owner until its controllers have synced,
     // which is none of the balancer's doing, so it has an observer of its own.
