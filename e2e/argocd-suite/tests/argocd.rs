@@ -428,9 +428,9 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     clusters.extend(joining.iter().cloned());
     let env = environment(2, &clusters);
     clusters.truncate(clusters.len() - joining.len());
-    // A refresh can be lost (a controller that has just started takes it before its caches
-    // are synced); the move is then reconciled at the next resync. A 30 s resync keeps that
-    // well within a step's 180 s (Argo CD's default, 120 s plus up to 60 s, once took 155 s).
+    // A move's refresh can be lost (seen right after rollouts, likely taken by a controller
+    // still starting); the move is then reconciled at the next resync. A 30 s resync keeps that
+    // well within a step's 180 s (Argo CD's default, 120 s plus up to 60 s, took 155 s once).
     let options = ArgoCdOptions {
         app_resync: Duration::from_secs(30),
         app_resync_jitter: Duration::ZERO,
