@@ -18,8 +18,6 @@ pub use shardwise_plan::installation::ControllerPod;
 /// The shards as the balancer may use them after one look at the pods.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shards {
-    /// The replica count the workload asks for (`spec.replicas`).
-    pub target: u32,
     /// Keys below this are read alike by every running pod: the smallest of the target and
     /// every running pod's count. Clusters on a shard at or above it move at once.
     pub agreed: u32,
@@ -113,7 +111,6 @@ impl Health {
             hold = Some("no controller pod is Ready: no key is written until one is".to_string());
         }
         Shards {
-            target,
             agreed,
             uniform,
             ready: serving.into_iter().collect(),
