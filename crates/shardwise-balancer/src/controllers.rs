@@ -121,19 +121,23 @@ impl Health {
     }
 }
 
+/// For tests: the Ready pod `controller-<shard>` serving `shard`, reading keys with `replicas`.
+#[cfg(test)]
+pub(crate) fn ready_pod(shard: ShardId, replicas: u32) -> ControllerPod {
+    ControllerPod {
+        name: format!("controller-{shard}"),
+        shard: Some(shard),
+        replicas: Some(replicas),
+        ready: true,
+        terminating: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pod(shard: u32, replicas: u32) -> ControllerPod {
-        ControllerPod {
-            name: format!("controller-{shard}"),
-            shard: Some(shard),
-            replicas: Some(replicas),
-            ready: true,
-            terminating: false,
-        }
-    }
+    use super::ready_pod as pod;
 
     const GRACE: Duration = Duration::from_secs(60);
 

@@ -307,7 +307,7 @@ mod tests {
     use shardwise_plan::shardwise::fixtures::argocd_application;
 
     use super::*;
-    use crate::controllers::{ControllerPod, Health};
+    use crate::controllers::{ControllerPod, Health, ready_pod as controller};
     use std::time::{Duration, Instant};
 
     /// A fleet on Argo CD: cluster Secrets and Applications, changed between passes as Argo CD
@@ -323,15 +323,7 @@ mod tests {
 
     /// `replicas` Ready pods reading keys with `replicas`.
     fn all_ready(replicas: u32) -> Shards {
-        let pods: Vec<ControllerPod> = (0..replicas)
-            .map(|i| ControllerPod {
-                name: format!("controller-{i}"),
-                shard: Some(i),
-                replicas: Some(replicas),
-                ready: true,
-                terminating: false,
-            })
-            .collect();
+        let pods: Vec<ControllerPod> = (0..replicas).map(|i| controller(i, replicas)).collect();
         Health::default().observe(replicas, &pods, Instant::now(), Duration::from_secs(60))
     }
 
@@ -726,16 +718,6 @@ mod tests {
                 self.get(shard).ready = true;
                 step(&self.0);
             }
-        }
-    }
-
-    fn controller(shard: u32, replicas: u32) -> ControllerPod {
-        ControllerPod {
-            name: format!("controller-{shard}"),
-            shard: Some(shard),
-            replicas: Some(replicas),
-            ready: true,
-            terminating: false,
         }
     }
 
