@@ -96,6 +96,18 @@ fn installation() -> (String, String) {
 
 /// Where `plan --strategy STRATEGY --slicing off` puts each cluster (by id) at 3 replicas: its
 /// shard now unless the plan moves or places it.
+/// Applies [`installation`] to `env`'s control plane.
+async fn install(env: &Environment) {
+    let (yaml, apps) = installation();
+    let cp = env.control_plane();
+    cp.apply_yaml("admin", &yaml)
+        .await
+        .expect("the installation is applied");
+    cp.apply_yaml("admin", &apps)
+        .await
+        .expect("the Applications are applied");
+}
+
 fn planned(report: &Value) -> BTreeMap<String, u64> {
     let mut shards: BTreeMap<String, u64> = report["clusters"]
         .as_array()
@@ -142,9 +154,7 @@ fn plan_json(kubeconfig: &Path) -> Value {
 async fn apply_pins_the_plan_and_unpin_hands_placement_back() {
     let env = Environment::builder().start().unwrap();
     let cp = env.control_plane();
-    let (yaml, apps) = installation();
-    cp.apply_yaml("admin", &yaml).await.unwrap();
-    cp.apply_yaml("admin", &apps).await.unwrap();
+    install(&env).await;
     let kubeconfig = cp.kubeconfig_path("admin").unwrap();
     let api: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
     let apply = ["--source", "argocd", "--apply", "--strategy", STRATEGY];
@@ -343,9 +353,7 @@ async fn the_documented_role_is_enough_to_apply() {
         .start()
         .unwrap();
     let cp = env.control_plane();
-    let (yaml, apps) = installation();
-    cp.apply_yaml("admin", &yaml).await.unwrap();
-    cp.apply_yaml("admin", &apps).await.unwrap();
+    install(&env).await;
     let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: shardwise-argocd, namespace: argocd}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: shardwise-argocd}\nsubjects: [{kind: User, name: ada, apiGroup: rbac.authorization.k8s.io}]\n";
     cp.apply_yaml(
         "admin",
@@ -377,9 +385,7 @@ async fn apply_refuses_while_a_balancer_holds_the_lease_and_takes_it_otherwise()
     use kube::api::PostParams;
     let env = Environment::builder().start().unwrap();
     let cp = env.control_plane();
-    let (yaml, apps) = installation();
-    cp.apply_yaml("admin", &yaml).await.unwrap();
-    cp.apply_yaml("admin", &apps).await.unwrap();
+    install(&env).await;
     let kubeconfig = cp.kubeconfig_path("admin").unwrap();
     let client = cp.client("admin").await.unwrap();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "argocd");
