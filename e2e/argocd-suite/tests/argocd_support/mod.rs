@@ -500,9 +500,10 @@ struct Odd {
     app: String,
     cluster: String,
     owners: Vec<u32>,
-    /// The controller its cluster's key names had no pod serving at the sample: none Ready,
-    /// or a new one that has not yet listed any app (being replaced, or down). The app then
-    /// has no owner by Argo CD's own doing.
+    /// The controller its cluster's key names had no pod serving the cluster at the sample:
+    /// none Ready, or a new one that has not yet listed any app of that cluster (being
+    /// replaced and still syncing that cluster's cache, or down). The app then has no owner by
+    /// Argo CD's own doing; a pod that never takes its cluster shows in the steps' settling.
     owner_down: bool,
     /// The key and the controller pods as the sample saw them, for messages.
     seen: String,
@@ -519,6 +520,8 @@ pub struct Observer {
     odd: Vec<Odd>,
     /// The UIDs of the controller pods that have listed an app in `argocd_app_info`.
     serving: std::collections::BTreeSet<String>,
+    /// (pod UID, cluster): the pods that have listed an app of the cluster.
+    taken: std::collections::BTreeSet<(String, String)>,
     /// Key changes seen since the last [`Observer::step`].
     pub key_writes: u64,
     pub samples: u64,
@@ -557,6 +560,14 @@ impl Observer {
         let listing: std::collections::BTreeSet<u32> = owners.values().flatten().copied().collect();
         let uid = |o: &u32| pods.get(o).and_then(|p| p.metadata.uid.clone());
         self.serving.extend(listing.iter().filter_map(uid));
+        for (app, owned_by) in &owners {
+            let Some(cluster) = fleet.app_cluster.get(app) else {
+                continue;
+            };
+            for u in owned_by.iter().filter_map(uid) {
+                self.taken.insert((u, cluster.clone()));
+            }
+        }
         let serving: std::collections::BTreeSet<u32> = pods
             .iter()
             .filter(|(_, p)| p.metadata.deletion_timestamp.is_none() && shardwise_e2e::pod_ready(p))
@@ -602,7 +613,10 @@ impl Observer {
                 // A cluster without a key is placed by Argo CD's algorithm: any controller not
                 // serving may be its owner.
                 let owner_down = match key.as_deref().map(|k| k.trim().parse::<u32>()) {
-                    Some(Ok(k)) => !serving.contains(&k),
+                    Some(Ok(k)) => {
+                        !serving.contains(&k)
+                            || !uid(&k).is_some_and(|u| self.taken.contains(&(u, cluster.clone())))
+                    }
                     _ => serving.len() < pods.len() || pods.is_empty(),
                 };
                 let seen = format!(
