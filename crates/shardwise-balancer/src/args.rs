@@ -4,10 +4,12 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
-use shard_assign::{StrategyConfig, StrategyFlags, StrategyKind};
+use shard_assign::{Hysteresis, Ratio, StrategyConfig, StrategyFlags, StrategyKind};
 use shardwise_plan::argocd::ArgoCdLoad;
 use shardwise_plan::installation::argocd_algorithm_named;
 use shardwise_runtime::args::LogFormat;
+
+use crate::pass::Damping;
 
 /// Seconds between two passes: an hour at most, so that a typo cannot stop the balancer.
 pub const MAX_INTERVAL_SECONDS: u32 = 3_600;
@@ -50,6 +52,19 @@ pub struct BalanceArgs {
     /// Seconds between passes; each pass may spend the move budget (--max-extra-moves) once
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = seconds)]
     pub interval: u32,
+    /// Busiest shard over the mean above which moves for balance start; once started, they go
+    /// on (--max-extra-moves a pass) until it is at or under --target-balance
+    #[arg(long, value_name = "RATIO", default_value_t = Hysteresis::DEFAULT_TRIGGER)]
+    pub load_trigger: Ratio,
+    /// Seconds after a move of a cluster before it may move again for balance (a move off a
+    /// shard no pod serves is never held back)
+    #[arg(long, value_name = "SECONDS", default_value_t = 1_800,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub min_move_interval: u32,
+    /// Percent of the fleet's load (apps, or resources) that moves may carry within any hour
+    #[arg(long, value_name = "PERCENT", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub hourly_move_budget: u32,
     /// Seconds a shard may go without a Ready controller pod before its clusters are moved to
     /// Ready shards (they come back when it recovers). Longer than a pod's replacement in a
     /// rollout, so that a rollout rescues nothing
@@ -85,6 +100,26 @@ impl BalanceArgs {
     /// The strategy these flags give `kind`.
     pub fn config(&self, kind: StrategyKind) -> StrategyConfig {
         self.strategy.config(kind)
+    }
+
+    /// The start and stop thresholds of moves for balance, or why they cannot work together.
+    pub fn band(&self) -> Result<Hysteresis, String> {
+        let target = self.strategy.target_balance;
+        if self.load_trigger < target {
+            return Err(format!(
+                "--load-trigger ({}) is below --target-balance ({target}): moves would start where they must stop",
+                self.load_trigger
+            ));
+        }
+        Ok(Hysteresis::new(self.load_trigger, target))
+    }
+
+    /// The minimum time between moves of a cluster and the hourly budget.
+    pub fn damping(&self) -> Damping {
+        Damping {
+            min_move_interval: self.min_move_interval,
+            hourly_budget_percent: self.hourly_move_budget,
+        }
     }
 }
 

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
-use shard_assign::{StrategyConfig, StrategyKind};
+use k8s_openapi::jiff::Timestamp;
+use shard_assign::{Hysteresis, StrategyConfig, StrategyKind};
 use shardwise_runtime::Nouns;
 use shardwise_runtime::http::{self, MetricsAccess, Readiness, auth::KubeReviewer};
 use shardwise_runtime::lease::{self, Fence, Holding};
@@ -48,16 +49,17 @@ pub(crate) struct Refused(String);
 pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
     let strategy = args.config(STRATEGY);
     strategy.validate().map_err(|e| Refused(e.to_string()))?;
+    let band = args.band().map_err(Refused)?;
     shardwise_runtime::args::init_logging(&args.log, args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(balance(args, strategy))
+    runtime.block_on(balance(args, strategy, band))
 }
 
-async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
+async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis) -> Result<()> {
     let listeners = http::Listeners::bind(args.metrics_addr, args.health_addr).await?;
     let connection = Connection::new(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let stop = CancellationToken::new();
@@ -112,6 +114,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig) -> Result<()> {
         metrics,
         reported: BTreeSet::new(),
         health: Health::default(),
+        band,
     };
     loop {
         let held = tokio::select! {
@@ -181,6 +184,8 @@ struct Balancer<'a> {
     reported: BTreeSet<String>,
     /// Since when each shard has had no Ready controller.
     health: Health,
+    /// Whether a rebalance is under way, as the last pass left it.
+    band: Hysteresis,
 }
 
 /// How long the balancer lets Argo CD's controllers see new keys before it refreshes the moved
@@ -267,7 +272,17 @@ impl Balancer<'_> {
             algorithm: &algorithm,
             shards: &shards,
             strategy: &self.strategy,
+            band: self.band,
+            damping: &args.damping(),
+            now: Timestamp::now(),
         })?;
+        self.band = pass.band;
+        if pass.held_back > 0 {
+            messages.push((false, format!(
+                "{} cluster(s) would move for balance but moved less than --min-move-interval ({} s) ago or weigh more than --hourly-move-budget ({} %) has left this hour",
+                pass.held_back, args.min_move_interval, args.hourly_move_budget
+            )));
+        }
         messages.extend(pass.left_out.iter().map(|l| (false, l.clone())));
         messages.extend(
             pass.held
@@ -403,20 +418,8 @@ impl Balancer<'_> {
                 );
                 return (moved, Err(lost));
             }
-            let mut annotations = BTreeMap::new();
-            if let Some(from) = w.rescued_from {
-                annotations.insert(
-                    pass::RESCUED_FROM_ANNOTATION.to_string(),
-                    from.map(|s| s.to_string()),
-                );
-            }
+            let annotations = w.annotations(refreshing);
             let refresh = w.moves && refreshing;
-            if refresh {
-                annotations.insert(
-                    pass::REFRESH_PENDING_ANNOTATION.to_string(),
-                    Some(w.shard.to_string()),
-                );
-            }
             match self
                 .connection
                 .write_key(

@@ -11,9 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use shard_assign::{
-    AssignError, Assignment, Cluster, PreviousPlacement, ShardId, StrategyConfig, assign,
+    AssignError, Assignment, Cluster, Hysteresis, PreviousPlacement, ShardId, StrategyConfig,
+    assign,
 };
 use shardwise_runtime::metrics::ShardFigures;
 
@@ -38,6 +40,61 @@ pub const RESCUED_FROM_ANNOTATION: &str = "shardwise.io/rescued-from";
 /// successor's.
 pub const REFRESH_PENDING_ANNOTATION: &str = "shardwise.io/refresh-pending";
 
+/// The balancer's moves of a cluster within the last hour, written with each key that moves it:
+/// `time=load` pairs (RFC 3339 times), comma-separated, oldest first. The minimum time between
+/// two moves and the hourly budget count from them, whichever balancer made the moves.
+pub const MOVES_ANNOTATION: &str = "shardwise.io/moves";
+
+/// The window of the hourly budget, and how long a move stays in [`MOVES_ANNOTATION`].
+const BUDGET_WINDOW: SignedDuration = SignedDuration::from_secs(3_600);
+
+/// How the balancer damps moves made for balance alone, beside the start and stop thresholds
+/// ([`Hysteresis`]). Moves it must make (off a shard every pod does not read alike or no Ready
+/// pod serves, back from a rescue) are never held back, but count in the budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Damping {
+    /// Seconds after a move of a cluster before it may move again for balance.
+    pub min_move_interval: u32,
+    /// Percent of the fleet's load that moves may carry within any hour.
+    pub hourly_budget_percent: u32,
+}
+
+/// One move as [`MOVES_ANNOTATION`] records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Move {
+    /// When the key that made it was decided.
+    pub at: Timestamp,
+    /// The cluster's load then (apps, or resources under `--load=resources`).
+    pub load: u64,
+}
+
+/// The moves of [`MOVES_ANNOTATION`]'s `value` made after `since`, oldest first; entries that
+/// do not parse are skipped.
+pub fn moves_since(value: &str, since: Timestamp) -> Vec<Move> {
+    let mut moves: Vec<Move> = value
+        .split(',')
+        .filter_map(|entry| {
+            let (at, load) = entry.trim().split_once('=')?;
+            Some(Move {
+                at: at.trim().parse().ok()?,
+                load: load.trim().parse().ok()?,
+            })
+        })
+        .filter(|m| m.at > since)
+        .collect();
+    moves.sort_by_key(|m| m.at);
+    moves
+}
+
+/// [`MOVES_ANNOTATION`]'s value for `moves`.
+pub fn moves_value(moves: &[Move]) -> String {
+    moves
+        .iter()
+        .map(|m| format!("{}={}", m.at, m.load))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A cluster Secret that says a refresh is pending ([`REFRESH_PENDING_ANNOTATION`]), as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
@@ -60,8 +117,15 @@ pub struct Inputs<'a> {
     pub algorithm: &'a StrategyConfig,
     /// The shards as the running controller pods allow them.
     pub shards: &'a Shards,
-    /// How the balancer places: `sticky-balanced` and its move budget.
+    /// How the balancer places: `sticky-balanced` and its move budget per pass.
     pub strategy: &'a StrategyConfig,
+    /// The start and stop thresholds of moves for balance, and whether a rebalance is under way
+    /// (as the last pass left it).
+    pub band: Hysteresis,
+    /// The minimum time between moves of one cluster and the hourly budget.
+    pub damping: &'a Damping,
+    /// The time of the pass: what [`MOVES_ANNOTATION`]'s entries are compared with.
+    pub now: Timestamp,
 }
 
 /// One Secret a pass rewrites.
@@ -76,6 +140,33 @@ pub struct KeyWrite {
     pub rescued_from: Option<Option<ShardId>>,
     /// The write hands the cluster to another controller (or gives it one at last).
     pub moves: bool,
+    /// [`MOVES_ANNOTATION`]'s new value, when the write moves the cluster: its moves of the last
+    /// hour and this one.
+    pub moves_record: Option<String>,
+}
+
+impl KeyWrite {
+    /// The annotations written with the key (`None`: removed), the refresh of a move marked
+    /// pending when `refreshing`.
+    pub fn annotations(&self, refreshing: bool) -> BTreeMap<String, Option<String>> {
+        let mut annotations = BTreeMap::new();
+        if let Some(from) = self.rescued_from {
+            annotations.insert(
+                RESCUED_FROM_ANNOTATION.to_string(),
+                from.map(|s| s.to_string()),
+            );
+        }
+        if let Some(record) = &self.moves_record {
+            annotations.insert(MOVES_ANNOTATION.to_string(), Some(record.clone()));
+        }
+        if self.moves && refreshing {
+            annotations.insert(
+                REFRESH_PENDING_ANNOTATION.to_string(),
+                Some(self.shard.to_string()),
+            );
+        }
+        annotations
+    }
 }
 
 /// What one pass decides.
@@ -98,6 +189,11 @@ pub struct Pass {
     pub held: Option<String>,
     /// Secrets read with a refresh pending, in name order.
     pub pending: Vec<Pending>,
+    /// The band as this pass leaves it: the next pass's [`Inputs::band`].
+    pub band: Hysteresis,
+    /// Clusters that would have moved for balance but were moved less than the minimum time
+    /// ago, or weigh more than the hourly budget has left.
+    pub held_back: u64,
 }
 
 /// What `placement` gives each shard.
@@ -141,6 +237,9 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         algorithm,
         shards,
         strategy,
+        band,
+        damping,
+        now: time,
     } = *inputs;
     let (targets, mut left_out) = argocd::pin_targets(secrets, fleet);
     let mut pending: Vec<Pending> = secrets
@@ -197,9 +296,31 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
             left_out,
             held: Some(why.clone()),
             pending,
+            band,
+            held_back: 0,
         });
     }
+    // The moves of the last hour, by cluster id: the minimum time and the budget count them.
+    let since = time - BUDGET_WINDOW;
+    let history: BTreeMap<String, Vec<Move>> = annotated(MOVES_ANNOTATION)
+        .into_iter()
+        .map(|(id, value)| (id, moves_since(&value, since)))
+        .filter(|(_, moves)| !moves.is_empty())
+        .collect();
+    let total: u64 = fleet.clusters.iter().map(Cluster::load).sum();
+    let budget = u64::from(damping.hourly_budget_percent).saturating_mul(total) / 100;
+    let spent: u64 = history.values().flatten().map(|m| m.load).sum();
+    let budget_left = budget.saturating_sub(spent);
+    let settle_until = SignedDuration::from_secs(damping.min_move_interval.into());
+    let resting = |id: &str| {
+        history
+            .get(id)
+            .and_then(|moves| moves.last())
+            .is_some_and(|last| time < last.at + settle_until)
+    };
     let mut waiting: BTreeMap<ShardId, (u64, u64)> = BTreeMap::new();
+    let mut voluntary: BTreeMap<String, u64> = BTreeMap::new();
+    let mut staying: BTreeSet<String> = BTreeSet::new();
     let mut clusters = Vec::new();
     let mut homes: BTreeMap<String, ShardId> = BTreeMap::new();
     for c in &fleet.clusters {
@@ -228,8 +349,18 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
             .get(&c.id)
             .copied()
             .filter(|h| shards.ready.contains(*h));
+        // Free to move for balance: home on a shard clusters may stay on, no way back to take.
+        let free = home.filter(|h| back.is_none() && shards.ready.contains(*h));
+        if free.is_some() {
+            voluntary.insert(c.id.clone(), c.load());
+        }
+        // Moved too recently, or heavier than the budget has left: it stays home.
+        let stays = free.filter(|_| resting(&c.id) || c.load() > budget_left);
+        if stays.is_some() {
+            staying.insert(c.id.clone());
+        }
         clusters.push(Cluster {
-            pin: back,
+            pin: back.or(stays),
             weight: None,
             ..c.clone()
         });
@@ -238,8 +369,50 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         }
     }
     let previous: PreviousPlacement = homes.iter().map(|(id, &s)| (id.clone(), s)).collect();
-    let planned = assign(strategy, &clusters, &shards.ready, Some(&previous))?;
+    let place = |extra_moves: u32| {
+        let config = StrategyConfig {
+            max_extra_moves: extra_moves,
+            ..*strategy
+        };
+        assign(&config, &clusters, &shards.ready, Some(&previous))
+    };
+    // Only the moves that must happen: the placement the start and stop thresholds judge.
+    let forced = place(0)?;
+    let mut band = band;
+    let mut planned = forced;
+    let mut held_back = 0;
+    if band.allows_moves(planned.balance().max_over_mean) {
+        let moved =
+            |placement: &Assignment, id: &str| placement.shard_of(id) != homes.get(id).copied();
+        // The most extra moves the strategy allows whose load the hourly budget has left.
+        for extra in (1..=strategy.max_extra_moves).rev() {
+            let candidate = place(extra)?;
+            let load: u64 = voluntary
+                .iter()
+                .filter(|(id, _)| moved(&candidate, id))
+                .map(|(_, load)| load)
+                .sum();
+            if load <= budget_left {
+                planned = candidate;
+                break;
+            }
+        }
+        // The clusters that stayed only because of the minimum time or the budget, so that
+        // the report can say why a pass above the target moved less.
+        if !staying.is_empty() {
+            let unpinned: Vec<Cluster> = clusters
+                .iter()
+                .map(|c| Cluster {
+                    pin: c.pin.filter(|_| !staying.contains(&c.id)),
+                    ..c.clone()
+                })
+                .collect();
+            let unheld = assign(strategy, &unpinned, &shards.ready, Some(&previous))?;
+            held_back = staying.iter().filter(|id| moved(&unheld, id)).count() as u64;
+        }
+    }
 
+    let loads: BTreeMap<&str, u64> = clusters.iter().map(|c| (c.id.as_str(), c.load())).collect();
     let mut writes = Vec::new();
     for t in targets.into_iter().filter(|t| balanced.contains(&t.id)) {
         let Some(shard) = planned.shard_of(&t.id) else {
@@ -255,11 +428,21 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         };
         let key_differs = t.key.as_deref() != Some(shard.to_string().as_str());
         if key_differs || rescued_from.is_some() {
+            let moves = home != Some(shard);
+            let moves_record = moves.then(|| {
+                let mut record = history.get(&t.id).cloned().unwrap_or_default();
+                record.push(Move {
+                    at: time,
+                    load: loads.get(t.id.as_str()).copied().unwrap_or(0),
+                });
+                moves_value(&record)
+            });
             writes.push(KeyWrite {
                 target: t,
                 shard,
                 rescued_from,
-                moves: home != Some(shard),
+                moves,
+                moves_record,
             });
         }
     }
@@ -293,6 +476,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         held: None,
         pending,
         writes,
+        band,
+        held_back,
     })
 }
 
@@ -319,7 +504,22 @@ mod tests {
         replicas: u32,
         /// The controller pods as the balancer sees them; `None`: `replicas` Ready pods.
         shards: Option<Shards>,
+        /// The thresholds, as the last pass left them.
+        band: Hysteresis,
+        damping: Damping,
+        /// The time of the next pass.
+        now: Timestamp,
+        /// Loads by cluster name, in place of the apps counted (measured loads).
+        loads: BTreeMap<String, u64>,
+        /// sticky-balanced's extra moves per pass.
+        extra_moves: u32,
     }
+
+    /// No damping: every pass above the target may move any cluster.
+    const UNDAMPED: Damping = Damping {
+        min_move_interval: 0,
+        hourly_budget_percent: 100,
+    };
 
     /// `replicas` Ready pods reading keys with `replicas`.
     fn all_ready(replicas: u32) -> Shards {
@@ -360,6 +560,14 @@ mod tests {
                 algorithm: StrategyConfig::new(StrategyKind::LegacyModulo),
                 replicas,
                 shards: None,
+                band: Hysteresis::new(
+                    StrategyConfig::DEFAULT_TARGET_BALANCE,
+                    StrategyConfig::DEFAULT_TARGET_BALANCE,
+                ),
+                damping: UNDAMPED,
+                now: "2026-12-01T00:00:00Z".parse().unwrap(),
+                loads: BTreeMap::new(),
+                extra_moves: StrategyConfig::DEFAULT_MAX_EXTRA_MOVES,
             };
             for (i, &n) in apps.iter().enumerate() {
                 fleet.add_cluster(&format!("c{i:02}"), n);
@@ -380,12 +588,43 @@ mod tests {
         }
 
         fn fleet(&self) -> LiveFleet {
-            argocd::fleet(&self.secrets, &self.apps, false, ArgoCdLoad::Apps).unwrap()
+            let mut fleet =
+                argocd::fleet(&self.secrets, &self.apps, false, ArgoCdLoad::Apps).unwrap();
+            for c in &mut fleet.clusters {
+                if let Some(&load) = self.loads.get(&c.name) {
+                    c.apps = load;
+                }
+            }
+            fleet
+        }
+
+        /// One pass every 30 s: decided, written, its band kept. Returns the moves it made:
+        /// the Secret and the load recorded with the move.
+        fn tick(&mut self) -> Vec<(String, u64)> {
+            let pass = self.pass();
+            self.write(&pass);
+            self.band = pass.band;
+            let moves = pass
+                .writes
+                .iter()
+                .filter(|w| w.moves)
+                .map(|w| {
+                    let record = w.moves_record.as_deref().unwrap();
+                    let last = *moves_since(record, Timestamp::MIN).last().unwrap();
+                    assert_eq!(last.at, self.now);
+                    (w.target.secret.clone(), last.load)
+                })
+                .collect();
+            self.now += SignedDuration::from_secs(30);
+            moves
         }
 
         fn pass(&self) -> Pass {
             let fleet = self.fleet();
-            let strategy = StrategyConfig::new(StrategyKind::StickyBalanced);
+            let strategy = StrategyConfig {
+                max_extra_moves: self.extra_moves,
+                ..StrategyConfig::new(StrategyKind::StickyBalanced)
+            };
             let shards = self
                 .shards
                 .clone()
@@ -396,6 +635,9 @@ mod tests {
                 algorithm: &self.algorithm,
                 shards: &shards,
                 strategy: &strategy,
+                band: self.band,
+                damping: &self.damping,
+                now: self.now,
             })
             .unwrap()
         }
@@ -415,14 +657,11 @@ mod tests {
                 let data = s.data.get_or_insert_default();
                 data.insert("shard".into(), ByteString(w.shard.to_string().into_bytes()));
                 let annotations = s.metadata.annotations.get_or_insert_default();
-                match w.rescued_from {
-                    Some(Some(from)) => {
-                        annotations.insert(RESCUED_FROM_ANNOTATION.into(), from.to_string());
-                    }
-                    Some(None) => {
-                        annotations.remove(RESCUED_FROM_ANNOTATION);
-                    }
-                    None => {}
+                for (key, value) in w.annotations(false) {
+                    match value {
+                        Some(value) => annotations.insert(key, value),
+                        None => annotations.remove(&key),
+                    };
                 }
                 let version: u64 = s
                     .metadata
@@ -971,6 +1210,278 @@ mod tests {
             pass.left_out
                 .iter()
                 .any(|l| l.contains(KEEP_SHARD_ANNOTATION))
+        );
+    }
+
+    /// A fleet damped as the balancer's defaults damp it (the budget aside), settled first.
+    fn damped(loads: &[u64], replicas: u32, damping: Damping) -> ArgoCd {
+        let mut argocd = ArgoCd::new(&vec![1; loads.len()], replicas);
+        for (i, &load) in loads.iter().enumerate() {
+            argocd.loads.insert(format!("c{i:02}"), load);
+        }
+        argocd.settle();
+        argocd.band = Hysteresis::new(
+            Hysteresis::DEFAULT_TRIGGER,
+            StrategyConfig::DEFAULT_TARGET_BALANCE,
+        );
+        argocd.damping = damping;
+        argocd
+    }
+
+    #[test]
+    fn moves_for_balance_start_above_the_trigger_and_go_on_to_the_target() {
+        let mut loads = vec![100; 6];
+        loads.extend([50; 6]);
+        loads.extend([10; 12]);
+        let mut argocd = damped(&loads, 3, UNDAMPED);
+        assert!(argocd.balance() <= 1.03, "{}", argocd.balance());
+        // Drifting up within the band: nothing moves.
+        let busiest = |argocd: &ArgoCd| {
+            let pass = argocd.pass();
+            let (&shard, _) = pass.shards.iter().max_by_key(|(_, f)| f.items).unwrap();
+            let on: Vec<String> = (0..loads.len())
+                .map(|i| format!("c{i:02}"))
+                .filter(|c| argocd.key(c) == Some(shard.to_string()))
+                .collect();
+            on
+        };
+        let first = busiest(&argocd)[0].clone();
+        *argocd.loads.get_mut(&first).unwrap() += 20;
+        let now = |argocd: &ArgoCd| max_over_mean(&argocd_loads(argocd));
+        let within = now(&argocd);
+        assert!(within > 1.03 && within <= 1.10, "{within}");
+        for _ in 0..5 {
+            assert_eq!(argocd.tick(), Vec::new(), "moved inside the band");
+        }
+        // Past the trigger: moves start, and go on until the target, not only the trigger.
+        *argocd.loads.get_mut(&first).unwrap() += 60;
+        assert!(now(&argocd) > 1.10);
+        argocd.extra_moves = 1;
+        let (mut moved, mut inside) = (0, 0);
+        for _ in 0..10 {
+            let before = now(&argocd);
+            let moves = argocd.tick().len();
+            moved += moves;
+            if before <= 1.10 {
+                inside += moves;
+            }
+        }
+        assert!(moved > 0);
+        assert!(inside > 0, "no pass moved inside the band once started");
+        assert!(now(&argocd) <= 1.03, "stopped at {}", now(&argocd));
+        assert!(!argocd.band.is_active());
+    }
+
+    /// c00 (60) and c01 (80) on shard 0, c02 (20) on shard 1, keyed so; c02 moved 20 minutes
+    /// ago with a load of 30 if `c02_moved`, and c00 `moved_ago` seconds ago if at all. Moving
+    /// c00 balances the two shards exactly; moving c01 only better.
+    fn two_shards(damping: Damping, c02_moved: bool, moved_ago: Option<i64>) -> ArgoCd {
+        let mut argocd = ArgoCd::new(&[1, 1, 1], 2);
+        argocd.damping = damping;
+        argocd.band = Hysteresis::new(
+            Hysteresis::DEFAULT_TRIGGER,
+            StrategyConfig::DEFAULT_TARGET_BALANCE,
+        );
+        let mut moved = Vec::new();
+        if c02_moved {
+            moved.push(("c02", 1_200, 30));
+        }
+        moved.extend(moved_ago.map(|ago| ("c00", ago, 60)));
+        for (i, (name, load)) in [("c00", 60), ("c01", 80), ("c02", 20)]
+            .into_iter()
+            .enumerate()
+        {
+            argocd.loads.insert(name.into(), load);
+            let mut keyed = secret(name, Some(if i < 2 { "0" } else { "1" }));
+            if let Some((_, ago, load)) = moved.iter().find(|(n, _, _)| *n == name) {
+                let at = argocd.now - SignedDuration::from_secs(*ago);
+                keyed
+                    .annotations_mut()
+                    .insert(MOVES_ANNOTATION.into(), format!("{at}={load}"));
+            }
+            argocd.secrets[i] = keyed;
+        }
+        argocd
+    }
+
+    fn moved(pass: &Pass) -> Vec<&str> {
+        pass.writes
+            .iter()
+            .filter(|w| w.moves)
+            .map(|w| w.target.secret.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_moved_cluster_waits_the_minimum_time_before_moving_for_balance_again() {
+        let damping = Damping {
+            min_move_interval: 600,
+            hourly_budget_percent: 100,
+        };
+        // Never moved, or long ago: the move that balances best.
+        assert_eq!(moved(&two_shards(damping, false, None).pass()), ["c00"]);
+        assert_eq!(
+            moved(&two_shards(damping, false, Some(600)).pass()),
+            ["c00"]
+        );
+        // Moved 599 s ago: it stays, and the next best step is taken (c01 and c02 swap).
+        let pass = two_shards(damping, false, Some(599)).pass();
+        assert_eq!(moved(&pass), ["c01", "c02"]);
+        assert_eq!(pass.held_back, 1);
+        // The record of a move carries the earlier ones of the hour.
+        let record = pass.writes.iter().find(|w| w.moves).unwrap();
+        assert_eq!(
+            record.moves_record.as_deref().map(|r| r.split(',').count()),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn moves_for_balance_stay_within_the_hourly_budget() {
+        let budget = |percent| Damping {
+            min_move_interval: 0,
+            hourly_budget_percent: percent,
+        };
+        // 160 in all, 30 spent by c02: 100 % leaves 130, 57 % leaves 61, 56 % leaves 59, which
+        // neither c00 (60) nor c01 (80) fits.
+        assert_eq!(moved(&two_shards(budget(100), true, None).pass()), ["c00"]);
+        let pass = two_shards(budget(57), true, None).pass();
+        assert_eq!(moved(&pass), ["c00"], "91 - 30 leaves 61");
+        let pass = two_shards(budget(56), true, None).pass();
+        assert_eq!(moved(&pass), Vec::<&str>::new(), "89 - 30 leaves 59");
+        assert_eq!(pass.held_back, 1, "c00 would have moved");
+        // A move of the hour counts once it is in the record, whichever cluster it was.
+        let mut argocd = two_shards(budget(100), true, Some(3_000));
+        assert_eq!(moved(&argocd.pass()), ["c00"], "30 + 60 spent, 70 left");
+        argocd.damping = budget(90);
+        assert_eq!(
+            moved(&argocd.pass()),
+            Vec::<&str>::new(),
+            "144 - 90 = 54 left"
+        );
+    }
+
+    #[test]
+    fn a_forced_move_is_not_held_back_by_the_minimum_time() {
+        let loads = [100, 100, 100, 100, 100, 100];
+        let damping = Damping {
+            min_move_interval: 3_600,
+            hourly_budget_percent: 1,
+        };
+        let mut argocd = damped(&loads, 3, damping);
+        // Every cluster just moved, and the budget is spent.
+        for c in 0..6 {
+            let name = format!("c{c:02}");
+            let s = argocd
+                .secrets
+                .iter_mut()
+                .find(|s| s.name_any() == name)
+                .unwrap();
+            s.annotations_mut().insert(
+                MOVES_ANNOTATION.into(),
+                format!("{}=100", argocd.now - SignedDuration::from_secs(60)),
+            );
+        }
+        // Shard 2 leaves: its clusters move at once all the same.
+        argocd.replicas = 2;
+        let pass = argocd.pass();
+        let leaving: Vec<&KeyWrite> = pass.writes.iter().filter(|w| w.moves).collect();
+        assert_eq!(leaving.len(), 2, "{pass:?}");
+        assert!(pass.writes.iter().all(|w| w.shard < 2));
+    }
+
+    #[test]
+    fn the_moves_of_the_last_hour_are_recorded_and_older_ones_dropped() {
+        let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+        let value = "2026-12-01T10:59:00Z=5, 2026-12-01T11:30:00Z=7,garbage,2026-12-01T11:10:00Z=x,2026-12-01T11:05:00Z=3";
+        let moves = moves_since(value, now - BUDGET_WINDOW);
+        let loads: Vec<u64> = moves.iter().map(|m| m.load).collect();
+        assert_eq!(loads, [3, 7]);
+        assert_eq!(
+            moves_value(&moves),
+            "2026-12-01T11:05:00Z=3,2026-12-01T11:30:00Z=7"
+        );
+    }
+
+    /// A move made in a pass: when, the cluster, its load, and the fleet's load then.
+    type Made = (Timestamp, String, u64, u64);
+
+    /// 24 hours of passes every 30 s while each cluster's load moves at random within ±5 % of
+    /// its own: the moves made.
+    fn noisy_day(damping: Damping, band: Hysteresis) -> Vec<Made> {
+        use rand::{Rng, SeedableRng};
+        let base: Vec<u64> = (0..24).map(|i| 20 + 3 * i).collect();
+        let mut argocd = damped(&base, 3, damping);
+        argocd.band = band;
+        let mut random = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut moves = Vec::new();
+        for _ in 0..24 * 120 {
+            for (i, &b) in base.iter().enumerate() {
+                let load = b * random.random_range(950..=1050) / 1000;
+                argocd.loads.insert(format!("c{i:02}"), load);
+            }
+            let total = argocd.loads.values().sum();
+            let at = argocd.now;
+            moves.extend(argocd.tick().into_iter().map(|(c, l)| (at, c, l, total)));
+        }
+        moves
+    }
+
+    /// The first pair of moves of one cluster closer than `interval` seconds, and the first
+    /// hour whose moves carry more than `percent` % of the fleet's load when the last was made.
+    fn broken_rules(
+        moves: &[Made],
+        interval: i64,
+        percent: u64,
+    ) -> (Option<String>, Option<String>) {
+        let mut last: BTreeMap<&str, Timestamp> = BTreeMap::new();
+        let (mut too_soon, mut over) = (None, None);
+        for (at, cluster, _, total) in moves {
+            if let Some(before) = last.insert(cluster, *at) {
+                let gap = at.duration_since(before).as_secs();
+                if gap < interval && too_soon.is_none() {
+                    too_soon = Some(format!("{cluster} moved twice {gap} s apart"));
+                }
+            }
+            let window: u64 = moves
+                .iter()
+                .filter(|(t, ..)| t <= at && at.duration_since(*t) < BUDGET_WINDOW)
+                .map(|(_, _, load, _)| load)
+                .sum();
+            if window * 100 > total * percent && over.is_none() {
+                over = Some(format!(
+                    "{window} moved in the hour to {at}, over {percent} % of {total}"
+                ));
+            }
+        }
+        (too_soon, over)
+    }
+
+    #[test]
+    fn noisy_loads_for_a_day_move_no_cluster_within_the_minimum_time_nor_past_the_budget() {
+        let target = StrategyConfig::DEFAULT_TARGET_BALANCE;
+        let damping = Damping {
+            min_move_interval: 1_800,
+            hourly_budget_percent: 10,
+        };
+        // The balancer's defaults: the noise stays under the trigger.
+        let band = Hysteresis::new(Hysteresis::DEFAULT_TRIGGER, target);
+        let moves = noisy_day(damping, band);
+        assert_eq!(broken_rules(&moves, 1_800, 10), (None, None));
+        // No band: moves start on noise, and only the minimum time and the budget hold them.
+        let banded_off = noisy_day(damping, Hysteresis::new(target, target));
+        assert!(banded_off.len() > 10, "{} moves", banded_off.len());
+        assert_eq!(broken_rules(&banded_off, 1_800, 10), (None, None));
+        // Undamped, the same day breaks both rules: the test can see them broken.
+        let free = noisy_day(UNDAMPED, Hysteresis::new(target, target));
+        let (too_soon, over) = broken_rules(&free, 1_800, 10);
+        assert!(too_soon.is_some() && over.is_some(), "{} moves", free.len());
+        assert!(
+            moves.len() * 10 < free.len() && banded_off.len() < free.len(),
+            "{} moves with the defaults, {} without the band, {} undamped",
+            moves.len(),
+            banded_off.len(),
+            free.len()
         );
     }
 }

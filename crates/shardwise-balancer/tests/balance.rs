@@ -90,6 +90,9 @@ fn balancer(env: &Environment, kubeconfig: &Path, name: &str, metrics: u16) -> P
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--interval", "1"])
+        // Undamped, so that each pass spends its moves (the pass's own tests check damping).
+        .args(["--load-trigger", "1.03", "--min-move-interval", "0"])
+        .args(["--hourly-move-budget", "100"])
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--health-addr", &format!("127.0.0.1:{health}")])
         .env("POD_NAMESPACE", "argocd")
@@ -315,6 +318,22 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
         .map(|(n, _)| n)
         .collect();
     assert_eq!(moved.len(), 2, "moved: {moved:?}");
+    // Each move is recorded on its Secret, for the minimum time and the hourly budget.
+    for name in &moved {
+        let secret = api.get(name).await.unwrap();
+        let record = secret
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("shardwise.io/moves"))
+            .unwrap_or_else(|| panic!("{name} moved with no record"));
+        let (at, load) = record.rsplit(',').next().unwrap().split_once('=').unwrap();
+        assert!(
+            at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
+            "{record}"
+        );
+        assert_eq!(load, APPS.to_string(), "{record}");
+    }
 
     // The leader stops; the standby takes over (the lease is released on SIGTERM).
     first.stop(Duration::from_secs(10)).await.unwrap();

@@ -48,6 +48,19 @@ fn a_target_below_the_mean_is_refused_in_one_line() {
 }
 
 #[test]
+fn damping_that_cannot_work_is_refused() {
+    let err = refused(&["--load-trigger", "1.02"]);
+    assert_eq!(
+        err.trim_end(),
+        "shardwise-balancer: --load-trigger (1.02) is below --target-balance (1.03): moves would start where they must stop"
+    );
+    let err = refused(&["--hourly-move-budget", "0"]);
+    assert!(err.contains("0 is not in 1..=100"), "{err}");
+    let err = refused(&["--min-move-interval", "90000"]);
+    assert!(err.contains("90000 is not in 0..=86400"), "{err}");
+}
+
+#[test]
 fn an_unknown_argo_cd_algorithm_is_refused_with_the_known_ones() {
     let err = refused(&["--current-strategy", "ring"]);
     assert!(

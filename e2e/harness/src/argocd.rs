@@ -63,10 +63,12 @@ pub fn without_shard(secret: &Secret) -> Value {
     if let Some(data) = value["data"].as_object_mut() {
         data.remove("shard");
     }
-    // What the balancer records beside a key: where a rescued cluster came from, a refresh due.
+    // What the balancer records beside a key: where a rescued cluster came from, a refresh due,
+    // the moves of the last hour.
     if let Some(annotations) = value["metadata"]["annotations"].as_object_mut() {
         annotations.remove("shardwise.io/rescued-from");
         annotations.remove("shardwise.io/refresh-pending");
+        annotations.remove("shardwise.io/moves");
     }
     value
 }

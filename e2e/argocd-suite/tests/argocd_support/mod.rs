@@ -424,10 +424,20 @@ pub async fn start_balancer_as(env: &Environment, account: &str, args: &[&str]) 
         .unwrap();
     let (metrics, health) = (free_port().unwrap(), free_port().unwrap());
     let binary = workspace_binary("shardwise-balancer", "shardwise-balancer").unwrap();
+    // Undamped: moves for balance start above the target, as often as a pass allows; the
+    // suite times moves, and the pure pass's tests check the damping.
+    let target = args
+        .iter()
+        .position(|a| *a == "--target-balance")
+        .and_then(|i| args.get(i + 1))
+        .copied()
+        .unwrap_or("1.03");
     let spec = ProcessSpec::new(account, binary)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--interval", "1"])
+        .args(["--load-trigger", target])
+        .args(["--min-move-interval", "0", "--hourly-move-budget", "100"])
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--health-addr", &format!("127.0.0.1:{health}")])
         .args(args)
