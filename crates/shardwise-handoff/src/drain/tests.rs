@@ -345,6 +345,56 @@ fn owner_machine_invariants_hold_for_every_event_sequence() {
     }
 }
 
+#[test]
+fn a_view_older_than_one_seen_is_ignored_and_only_a_later_epoch_reopens_the_unit() {
+    let me = OwnerId {
+        shard: 1,
+        incarnation: incarnation(1, 1),
+    };
+    let record = |epoch, drain_to| UnitRecord {
+        owner: Some(1),
+        holder: Some(me.incarnation),
+        epoch,
+        drain_to,
+        drained_epoch: None,
+    };
+    let mut m = OwnerMachine::new();
+    assert_eq!(
+        m.observe(me, Some(&record(5, Some(2)))),
+        Some(OwnerEffect::WriteAck { epoch: 5 })
+    );
+    // A watch that lags delivers the record as it was before epoch 5's drain began.
+    assert_eq!(m.observe(me, Some(&record(4, None))), None);
+    assert_eq!(m.state(), Some(OwnerState::Released { epoch: 5 }));
+    assert!(!m.begin(), "an older view reopened a released unit");
+    // The planner gives the unit back under a later epoch: work may start again.
+    assert_eq!(m.observe(me, Some(&record(6, None))), None);
+    assert_eq!(m.state(), Some(OwnerState::Active { epoch: 6 }));
+    assert!(m.begin());
+}
+
+#[test]
+fn in_flight_counts_the_reconciles_admitted_and_not_ended() {
+    let me = OwnerId {
+        shard: 0,
+        incarnation: incarnation(0, 1),
+    };
+    let mut m = OwnerMachine::new();
+    assert!(!m.begin(), "nothing starts before the unit is seen");
+    assert_eq!(m.in_flight(), 0);
+    let active = UnitRecord {
+        owner: Some(0),
+        holder: Some(me.incarnation),
+        epoch: 1,
+        ..Default::default()
+    };
+    m.observe(me, Some(&active));
+    assert!(m.begin() && m.begin());
+    assert_eq!(m.in_flight(), 2);
+    assert_eq!(m.end(), None);
+    assert_eq!(m.in_flight(), 1);
+}
+
 mod model {
     //! A planner and two replicas handing a unit over, on explicit time ([`crate::model`]):
     //! clocks that drift within the bound, processes paused, killed, stopped and started again
