@@ -65,6 +65,11 @@ pub struct BalanceArgs {
     #[arg(long, value_name = "PERCENT", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub hourly_move_budget: u32,
+    /// Seconds a cluster stays where it is while a sync operation runs on one of its
+    /// Applications, from the operation's start (a move off a shard no pod serves does not wait)
+    #[arg(long, value_name = "SECONDS", default_value_t = 600,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub sync_wait: u32,
     /// Seconds a shard may go without a Ready controller pod before its clusters are moved to
     /// Ready shards (they come back when it recovers). Longer than a pod's replacement in a
     /// rollout, so that a rollout rescues nothing
@@ -119,6 +124,7 @@ impl BalanceArgs {
         Damping {
             min_move_interval: self.min_move_interval,
             hourly_budget_percent: self.hourly_move_budget,
+            sync_wait: self.sync_wait,
         }
     }
 }

@@ -279,8 +279,8 @@ impl Balancer<'_> {
         self.band = pass.band;
         if pass.held_back > 0 {
             messages.push((false, format!(
-                "{} cluster(s) would move for balance but moved less than --min-move-interval ({} s) ago or weigh more than --hourly-move-budget ({} %) has left this hour",
-                pass.held_back, args.min_move_interval, args.hourly_move_budget
+                "{} cluster(s) would move but moved less than --min-move-interval ({} s) ago, have a sync running (--sync-wait, {} s) or weigh more than --hourly-move-budget ({} %) has left this hour",
+                pass.held_back, args.min_move_interval, args.sync_wait, args.hourly_move_budget
             )));
         }
         messages.extend(pass.left_out.iter().map(|l| (false, l.clone())));

@@ -57,6 +57,11 @@ pub struct Damping {
     pub min_move_interval: u32,
     /// Percent of the fleet's load that moves may carry within any hour.
     pub hourly_budget_percent: u32,
+    /// Seconds a cluster with a sync operation running on one of its Applications stays where
+    /// it is, from the operation's start: moved then, the new controller would start the
+    /// operation's remaining steps over while the old one may still run hooks. Also delays the
+    /// return of a rescued cluster.
+    pub sync_wait: u32,
 }
 
 /// One move as [`MOVES_ANNOTATION`] records it.
@@ -192,7 +197,7 @@ pub struct Pass {
     /// The band as this pass leaves it: the next pass's [`Inputs::band`].
     pub band: Hysteresis,
     /// Clusters that would have moved for balance but were moved less than the minimum time
-    /// ago, or weigh more than the hourly budget has left.
+    /// ago, have a sync running, or weigh more than the hourly budget has left.
     pub held_back: u64,
 }
 
@@ -312,6 +317,13 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
     let spent: u64 = history.values().flatten().map(|m| m.load).sum();
     let budget_left = budget.saturating_sub(spent);
     let settle_until = SignedDuration::from_secs(damping.min_move_interval.into());
+    let sync_wait = SignedDuration::from_secs(damping.sync_wait.into());
+    let syncing = |id: &str| {
+        fleet
+            .syncing
+            .get(id)
+            .is_some_and(|&started| time < started + sync_wait)
+    };
     let resting = |id: &str| {
         history
             .get(id)
@@ -345,17 +357,20 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
             *w = (w.0 + 1, w.1 + c.apps);
             continue;
         }
+        let serving = home.filter(|h| shards.ready.contains(*h));
+        // Back from a rescue, unless a sync runs where it is now.
         let back = rescued
             .get(&c.id)
             .copied()
-            .filter(|h| shards.ready.contains(*h));
+            .filter(|h| shards.ready.contains(*h))
+            .filter(|_| serving.is_none() || !syncing(&c.id));
         // Free to move for balance: home on a shard clusters may stay on, no way back to take.
-        let free = home.filter(|h| back.is_none() && shards.ready.contains(*h));
+        let free = serving.filter(|_| back.is_none());
         if free.is_some() {
             voluntary.insert(c.id.clone(), c.load());
         }
-        // Moved too recently, or heavier than the budget has left: it stays home.
-        let stays = free.filter(|_| resting(&c.id) || c.load() > budget_left);
+        // Moved too recently, syncing, or heavier than the budget has left: it stays home.
+        let stays = free.filter(|_| resting(&c.id) || syncing(&c.id) || c.load() > budget_left);
         if stays.is_some() {
             staying.insert(c.id.clone());
         }
@@ -513,12 +528,15 @@ mod tests {
         loads: BTreeMap<String, u64>,
         /// sticky-balanced's extra moves per pass.
         extra_moves: u32,
+        /// By cluster name, since when a sync operation runs on one of its apps.
+        syncing: BTreeMap<String, Timestamp>,
     }
 
     /// No damping: every pass above the target may move any cluster.
     const UNDAMPED: Damping = Damping {
         min_move_interval: 0,
         hourly_budget_percent: 100,
+        sync_wait: 0,
     };
 
     /// `replicas` Ready pods reading keys with `replicas`.
@@ -568,6 +586,7 @@ mod tests {
                 now: "2026-12-01T00:00:00Z".parse().unwrap(),
                 loads: BTreeMap::new(),
                 extra_moves: StrategyConfig::DEFAULT_MAX_EXTRA_MOVES,
+                syncing: BTreeMap::new(),
             };
             for (i, &n) in apps.iter().enumerate() {
                 fleet.add_cluster(&format!("c{i:02}"), n);
@@ -593,6 +612,9 @@ mod tests {
             for c in &mut fleet.clusters {
                 if let Some(&load) = self.loads.get(&c.name) {
                     c.apps = load;
+                }
+                if let Some(&started) = self.syncing.get(&c.name) {
+                    fleet.syncing.insert(c.id.clone(), started);
                 }
             }
             fleet
@@ -1086,9 +1108,24 @@ mod tests {
         assert_eq!(argocd_loads(&argocd)[1], 0);
         // Rescued and still dead: nothing more to write.
         assert!(argocd.pass().writes.is_empty());
-        // Back: the same three return, and their annotations go.
+        // Back: the same three return, and their annotations go; one with a sync running where
+        // it was rescued to returns once the sync ends.
         pods.get(1).ready = true;
         argocd.shards = Some(health.observe(3, &pods.0, start + 2 * grace, grace));
+        let busy = home.iter().next().unwrap().clone();
+        argocd.damping.sync_wait = 600;
+        argocd.syncing.insert(busy.clone(), argocd.now);
+        let waiting = argocd.pass();
+        let returned: BTreeSet<String> = waiting
+            .writes
+            .iter()
+            .filter(|w| w.rescued_from == Some(None))
+            .map(|w| w.target.secret.clone())
+            .collect();
+        assert_eq!(returned.len(), 2, "{waiting:?}");
+        assert!(!returned.contains(&busy));
+        assert!(waiting.writes.iter().all(|w| w.target.secret != busy));
+        argocd.syncing.clear();
         let back = argocd.pass();
         assert_eq!(back.moved_clusters, 3);
         assert!(
@@ -1317,6 +1354,7 @@ mod tests {
         let damping = Damping {
             min_move_interval: 600,
             hourly_budget_percent: 100,
+            sync_wait: 0,
         };
         // Never moved, or long ago: the move that balances best.
         assert_eq!(moved(&two_shards(damping, false, None).pass()), ["c00"]);
@@ -1337,10 +1375,40 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_with_a_sync_running_stays_until_the_wait_is_over_unless_it_must_move() {
+        let damping = Damping {
+            min_move_interval: 0,
+            hourly_budget_percent: 100,
+            sync_wait: 600,
+        };
+        let mut argocd = two_shards(damping, false, None);
+        let now = argocd.now;
+        argocd
+            .syncing
+            .insert("c00".into(), now - SignedDuration::from_secs(599));
+        let pass = argocd.pass();
+        assert_eq!(moved(&pass), ["c01", "c02"], "the next best step");
+        assert_eq!(pass.held_back, 1);
+        // Syncing for longer than the wait: it moves.
+        argocd
+            .syncing
+            .insert("c00".into(), now - SignedDuration::from_secs(600));
+        assert_eq!(moved(&argocd.pass()), ["c00"]);
+        // A key no shard reads alike holds no wait: c02 moves at once, syncing or not.
+        argocd
+            .syncing
+            .insert("c02".into(), now - SignedDuration::from_secs(1));
+        argocd.secrets[2] = secret("c02", Some("7"));
+        let pass = argocd.pass();
+        assert!(moved(&pass).contains(&"c02"), "{pass:?}");
+    }
+
+    #[test]
     fn moves_for_balance_stay_within_the_hourly_budget() {
         let budget = |percent| Damping {
             min_move_interval: 0,
             hourly_budget_percent: percent,
+            sync_wait: 0,
         };
         // 160 in all, 30 spent by c02: 100 % leaves 130, 57 % leaves 61, 56 % leaves 59, which
         // neither c00 (60) nor c01 (80) fits.
@@ -1367,6 +1435,7 @@ mod tests {
         let damping = Damping {
             min_move_interval: 3_600,
             hourly_budget_percent: 1,
+            sync_wait: 0,
         };
         let mut argocd = damped(&loads, 3, damping);
         // Every cluster just moved, and the budget is spent.
@@ -1463,6 +1532,7 @@ mod tests {
         let damping = Damping {
             min_move_interval: 1_800,
             hourly_budget_percent: 10,
+            sync_wait: 0,
         };
         // The balancer's defaults: the noise stays under the trigger.
         let band = Hysteresis::new(Hysteresis::DEFAULT_TRIGGER, target);

@@ -58,6 +58,8 @@ fn damping_that_cannot_work_is_refused() {
     assert!(err.contains("0 is not in 1..=100"), "{err}");
     let err = refused(&["--min-move-interval", "90000"]);
     assert!(err.contains("90000 is not in 0..=86400"), "{err}");
+    let err = refused(&["--sync-wait=86401"]);
+    assert!(err.contains("86401 is not in 0..=86400"), "{err}");
 }
 
 #[test]

@@ -270,6 +270,17 @@ fn resolve(app: &DynamicObject, index: &Index) -> Destination {
     }
 }
 
+/// When the sync operation running on `app` started: phase Running (or Terminating, which
+/// still runs hooks) with a readable `startedAt`. Argo CD writes both in one update.
+fn running_since(app: &DynamicObject) -> Option<jiff::Timestamp> {
+    let state = app.data.pointer("/status/operationState")?;
+    let phase = state.get("phase").and_then(Value::as_str)?;
+    if !matches!(phase, "Running" | "Terminating") {
+        return None;
+    }
+    state.get("startedAt")?.as_str()?.parse().ok()
+}
+
 /// Counts each Application toward the cluster its destination resolves to. Argo CD's
 /// controller lets every replica process an Application whose destination does not resolve
 /// (it reports the error), so those are noted and counted toward no cluster.
@@ -306,6 +317,10 @@ fn count_apps(fleet: &mut LiveFleet, apps: &[DynamicObject], index: &Index, load
                 // they stand for no other load.
                 if load == ArgoCdLoad::Apps {
                     fleet.add_app_key(&id, app.metadata.uid.as_deref());
+                }
+                if let Some(started) = running_since(app) {
+                    let oldest = fleet.syncing.entry(id.clone()).or_insert(started);
+                    *oldest = (*oldest).min(started);
                 }
                 fleet.cluster_apps.entry(id).or_default().push((
                     app.metadata.namespace.clone().unwrap_or_default(),
@@ -713,6 +728,32 @@ mod tests {
         assert!(fleet.keys.is_empty());
         // Only "c" names the server byte for byte, as Argo CD's consistent-hashing counts.
         assert_eq!(fleet.server_apps.get("uid-s"), Some(&1));
+    }
+
+    #[test]
+    fn the_oldest_running_sync_of_each_clusters_apps_is_kept() {
+        let secrets = [
+            secret("p", &[("name", "prod"), ("server", "https://prod")]),
+            secret("q", &[("name", "qa"), ("server", "https://qa")]),
+        ];
+        let with = |name: &str, cluster: &str, phase: &str, started: &str| {
+            let mut app = application(name, json!({"name": cluster}));
+            app.data["status"] = json!({"operationState": {"phase": phase, "startedAt": started}});
+            app
+        };
+        let apps = [
+            with("a", "prod", "Running", "2026-12-01T10:05:00Z"),
+            with("b", "prod", "Terminating", "2026-12-01T10:01:00Z"),
+            with("c", "prod", "Running", "not a time"),
+            with("d", "qa", "Succeeded", "2026-12-01T09:00:00Z"),
+            with("e", "qa", "Failed", "2026-12-01T09:00:00Z"),
+        ];
+        let fleet = fleet(&secrets, &apps, false, ArgoCdLoad::Apps).unwrap();
+        let started: jiff::Timestamp = "2026-12-01T10:01:00Z".parse().unwrap();
+        assert_eq!(
+            fleet.syncing,
+            BTreeMap::from([("uid-p".to_string(), started)])
+        );
     }
 
     #[test]

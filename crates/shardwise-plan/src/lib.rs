@@ -86,6 +86,10 @@ pub struct LiveFleet {
     /// Argo CD: by cluster id, the Applications (namespace, name) whose destination resolves to
     /// the cluster: what the balancer asks Argo CD to refresh when the cluster moves.
     pub cluster_apps: BTreeMap<String, Vec<(String, String)>>,
+    /// Argo CD: by cluster id, when the oldest sync operation still running on one of its
+    /// Applications started (`status.operationState`, phase Running or Terminating): the
+    /// balancer does not move such a cluster for a while.
+    pub syncing: BTreeMap<String, jiff::Timestamp>,
     /// With measured load: where the clusters' weights came from (they are then the planner's
     /// measured weights, in thousandths of an app of average cost).
     pub measured: Option<measured::MeasuredSummary>,
