@@ -374,6 +374,43 @@ fn a_view_older_than_one_seen_is_ignored_and_only_a_later_epoch_reopens_the_unit
 }
 
 #[test]
+fn an_acknowledgement_that_failed_or_was_lost_is_sent_again_and_one_in_flight_is_not() {
+    let me = OwnerId {
+        shard: 1,
+        incarnation: incarnation(1, 1),
+    };
+    let draining = UnitRecord {
+        owner: Some(1),
+        holder: Some(me.incarnation),
+        epoch: 4,
+        drain_to: Some(2),
+        drained_epoch: None,
+    };
+    let ack = Some(OwnerEffect::WriteAck { epoch: 4 });
+    let mut m = OwnerMachine::new();
+    assert_eq!(m.observe(me, Some(&draining)), ack);
+    // Not confirmed yet: seeing the record again sends nothing more.
+    assert_eq!(m.observe(me, Some(&draining)), None);
+    // The write failed: the next observation sends it again.
+    m.ack_failed();
+    assert_eq!(m.observe(me, Some(&draining)), ack);
+    // Written, then lost (a concurrent write of the record): sent again.
+    m.ack_written(4);
+    assert_eq!(m.observe(me, Some(&draining)), ack);
+    // A confirmation of another epoch confirms nothing.
+    m.ack_written(3);
+    assert_eq!(m.observe(me, Some(&draining)), None);
+    // Once the record shows it, nothing is sent.
+    m.ack_written(4);
+    let released = UnitRecord {
+        drained_epoch: Some(4),
+        ..draining
+    };
+    assert_eq!(m.observe(me, Some(&released)), None);
+    assert!(!m.may_start());
+}
+
+#[test]
 fn in_flight_counts_the_reconciles_admitted_and_not_ended() {
     let me = OwnerId {
         shard: 0,
