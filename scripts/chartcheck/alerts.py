@@ -145,6 +145,12 @@ def exposed_metrics() -> set[str]:
         base = "shardwise_" + template.format(**nouns)
         suffixes = {"Counter": ["_total"], "Histogram": ["_bucket", "_sum", "_count"], "Gauge": [""]}[kinds[field]]
         names.update(base + suffix for suffix in suffixes)
+    # The Argo CD balancer's own gauges (crates/shardwise-balancer/src/metrics.rs).
+    balancer = (ROOT / "crates" / "shardwise-balancer" / "src" / "metrics.rs").read_text()
+    gauges = re.findall(r'r\.register\(\s*"([a-z_]+)"', balancer)
+    if len(gauges) != balancer.count("r.register(") or "Counter" in balancer or "Histogram" in balancer:
+        raise AssertionError("could not read the metric registrations of the balancer: update exposed_metrics()")
+    names.update("shardwise_" + g for g in gauges)
     return names
 
 
@@ -316,6 +322,22 @@ ALERT_TESTS: list[dict[str, Any]] = [
             ("shardwise_cache_copies", {"pod": "shardwise-1"}, "9x80"),
         ],
         "labels": {"pod": "shardwise-0", "severity": "info"},
+    },
+    {
+        "alert": "ShardwiseArgoCdUnreconciled",
+        "at": "5m",
+        # The leading balancer sees 12 apps unreconciled; a standby's stale view is not read.
+        "broken": [
+            ("shardwise_planner_leader", {"pod": "balancer-a", "shard": "argocd-balancer"}, "1x10"),
+            ("shardwise_argocd_unreconciled_apps", {"pod": "balancer-a"}, "0 12x10"),
+        ],
+        "healthy": [
+            ("shardwise_planner_leader", {"pod": "balancer-a", "shard": "argocd-balancer"}, "1x10"),
+            ("shardwise_planner_leader", {"pod": "balancer-b", "shard": "argocd-balancer"}, "0x10"),
+            ("shardwise_argocd_unreconciled_apps", {"pod": "balancer-a"}, "0x10"),
+            ("shardwise_argocd_unreconciled_apps", {"pod": "balancer-b"}, "12x10"),
+        ],
+        "labels": {"severity": "critical"},
     },
 ]
 

@@ -18,9 +18,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::controllers::Health;
+use crate::metrics::CoverageMetrics;
 use crate::pass::{self, Inputs, Pass, Pending};
 use shardwise_plan::LiveFleet;
 use shardwise_plan::api::Connection;
+use shardwise_plan::coverage;
 use shardwise_plan::planning::Current;
 use shardwise_plan::read::{ArgoCdQuery, Read, read_argocd};
 use shardwise_plan::writer;
@@ -67,6 +69,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::planner_only(METRICS_LABEL, NOUNS, &mut registry);
+    let coverage = CoverageMetrics::register(&mut registry);
     let telemetry = Telemetry {
         registry: std::sync::Arc::new(registry),
         metrics: metrics.clone(),
@@ -115,6 +118,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
         reported: BTreeSet::new(),
         health: Health::default(),
         band,
+        coverage,
     };
     loop {
         let held = tokio::select! {
@@ -146,6 +150,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
             })
             .set(0);
         balancer.metrics.clear_planner();
+        balancer.coverage.clear();
         if stop.is_cancelled() {
             break;
         }
@@ -186,6 +191,8 @@ struct Balancer<'a> {
     health: Health,
     /// Whether a rebalance is under way, as the last pass left it.
     band: Hysteresis,
+    /// Which clusters a live controller reconciles, as last read.
+    coverage: CoverageMetrics,
 }
 
 /// How long the balancer lets Argo CD's controllers see new keys before it refreshes the moved
@@ -242,6 +249,19 @@ impl Balancer<'_> {
             .members
             .get_or_create(&MemberLabels { state: "expected" })
             .set(i64::from(replicas));
+        if let (Current::Computed(algorithm), Some(pods)) = (&current, &controller_pods) {
+            let coverage = coverage::coverage(&fleet, algorithm, pods)?;
+            self.coverage.set(&coverage);
+            for cluster in coverage.unreconciled() {
+                let why = cluster.why.as_deref().unwrap_or_default();
+                messages.push((true, format!(
+                    "cluster {:?}: no controller reconciles its {} Application(s): {why}",
+                    cluster.name, cluster.apps
+                )));
+            }
+        } else {
+            self.coverage.clear();
+        }
         if let Some(pods) = to.filter(|_| replicas <= 1) {
             // Argo CD that does not shard reconciles every cluster on every pod: keys would
             // mean nothing now and pin everything to shard 0 once it shards.

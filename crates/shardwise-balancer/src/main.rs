@@ -3,11 +3,12 @@
 //! Secrets and Applications), decides a pass (`pass::decide`) and writes
 //! the keys that change, each on condition of the resourceVersion read and behind the Lease's
 //! fence. It reports with the metrics of shardwise's planner, so that the same dashboard rows
-//! show it.
+//! show it, and says which Argo CD clusters no live controller reconciles.
 
 mod args;
 mod balancer;
 mod controllers;
+mod metrics;
 mod pass;
 
 use std::io::Write;

@@ -69,6 +69,17 @@ pub fn fleet(
         // The sharding cache keys clusters by server: of two Secrets with one server, it keeps
         // one (which one is not defined) and never ranks or places the other.
         if let Some(&kept) = index.by_server.get(&server) {
+            let kept_key = secrets
+                .iter()
+                .find(|s| s.name_any() == index.secret_names[kept])
+                .and_then(|s| data(s, "shard"));
+            if data(secret, "shard") != kept_key {
+                fleet
+                    .shadowed
+                    .entry(fleet.clusters[kept].id.clone())
+                    .or_default()
+                    .push(secret_name.clone());
+            }
             fleet.warnings.push(format!(
                 "Secrets {:?} and {secret_name:?} have the same server {server:?}: Argo CD keeps one of them (which one is not defined) and ignores the other, which shifts round-robin ranks; the plan keeps {:?} and leaves {secret_name:?} out",
                 index.secret_names[kept], index.secret_names[kept]

@@ -31,6 +31,7 @@
 
 pub mod api;
 pub mod argocd;
+pub mod coverage;
 pub mod installation;
 pub mod measured;
 pub mod planning;
@@ -90,6 +91,10 @@ pub struct LiveFleet {
     /// Applications started (`status.operationState`, phase Running or Terminating): the
     /// balancer does not move such a cluster for a while.
     pub syncing: BTreeMap<String, jiff::Timestamp>,
+    /// Argo CD: by cluster id, the other Secrets with the cluster's server and another shard
+    /// key. Argo CD keeps one Secret per server, which one is not defined, so the key that
+    /// places the cluster is not known.
+    pub shadowed: BTreeMap<String, Vec<String>>,
     /// With measured load: where the clusters' weights came from (they are then the planner's
     /// measured weights, in thousandths of an app of average cost).
     pub measured: Option<measured::MeasuredSummary>,
