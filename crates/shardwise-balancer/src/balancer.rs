@@ -249,15 +249,18 @@ impl Balancer<'_> {
             .members
             .get_or_create(&MemberLabels { state: "expected" })
             .set(i64::from(replicas));
-        if let (Current::Computed(algorithm), Some(pods)) = (&current, &controller_pods) {
+        if let (Current::Computed(algorithm), Some(Ok(pods))) = (&current, &controller_pods) {
             let coverage = coverage::coverage(&fleet, algorithm, pods)?;
             self.coverage.set(&coverage);
             for cluster in coverage.unreconciled() {
                 let why = cluster.why.as_deref().unwrap_or_default();
-                messages.push((true, format!(
-                    "cluster {:?}: no controller reconciles its {} Application(s): {why}",
-                    cluster.name, cluster.apps
-                )));
+                messages.push((
+                    true,
+                    format!(
+                        "cluster {:?}: no controller reconciles its {} Application(s): {why}",
+                        cluster.name, cluster.apps
+                    ),
+                ));
             }
         } else {
             self.coverage.clear();
@@ -274,12 +277,20 @@ impl Balancer<'_> {
         let Current::Computed(algorithm) = current else {
             return Err(anyhow!("Argo CD's algorithm could not be read"));
         };
-        let pods = controller_pods.ok_or_else(|| {
-            anyhow!(
-                "the pods of Argo CD's application controller ({}) could not be read",
-                workload.as_deref().unwrap_or(&args.statefulset)
-            )
-        })?;
+        let workload = workload.as_deref().unwrap_or(&args.statefulset);
+        let pods = match controller_pods {
+            Some(Ok(pods)) => pods,
+            Some(Err(e)) => {
+                return Err(anyhow!(
+                    "the pods of Argo CD's application controller ({workload}) could not be listed: {e}"
+                ));
+            }
+            None => {
+                return Err(anyhow!(
+                    "the pods of Argo CD's application controller ({workload}) could not be read: its selector is unknown"
+                ));
+            }
+        };
         let shards = self.health.observe(
             replicas,
             &pods,

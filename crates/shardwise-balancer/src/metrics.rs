@@ -126,8 +126,15 @@ mod tests {
         coverage.clusters.remove(1);
         metrics.set(&coverage);
         let lines = exposed(&registry);
-        assert!(!lines.iter().any(|l| l.contains("cluster=\"b\"")), "{lines:?}");
-        assert!(lines.iter().any(|l| l == "shardwise_argocd_unreconciled_apps{} 2"));
+        assert!(
+            !lines.iter().any(|l| l.contains("cluster=\"b\"")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l == "shardwise_argocd_unreconciled_apps{} 2")
+        );
         metrics.clear();
         assert!(exposed(&registry).is_empty());
     }

@@ -280,6 +280,21 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
     // The 12, the kept one and Argo CD's in-cluster cluster (no Secret, no apps); not the
     // orphan, which no shard runs.
     assert_eq!(clusters, 14.0);
+    // Every controller is Ready: only the orphan goes unreconciled, and it has no apps.
+    let reconciled = |cluster| {
+        let labels = [("cluster", cluster)];
+        async move { metric(first_port, "shardwise_argocd_cluster_reconciled", &labels).await }
+    };
+    assert_eq!(reconciled("orphan").await, Some(0.0));
+    assert_eq!(reconciled("c00").await, Some(1.0));
+    assert_eq!(
+        metric(first_port, "shardwise_argocd_unreconciled_clusters", &[]).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(first_port, "shardwise_argocd_unreconciled_apps", &[]).await,
+        Some(0.0)
+    );
 
     // Three clusters arrive (Argo CD runs them where its algorithm says until pinned).
     let mut objects = String::new();

@@ -1280,9 +1280,14 @@ async fn plans_an_argo_cd_fleet_exactly_as_argo_cd_shards_it() {
         &notes,
         r#"Secret "cluster-nameless" has no name key: Argo CD gives its cluster no name"#,
     );
+    // The StatefulSet runs no pod here: no cluster is reconciled, whatever the status says.
+    has(
+        &warnings,
+        r#"7 Application(s) on 9 cluster(s) have no live controller now, whatever their status says ("(Secret cluster-nameless)", "alpha", "bravo", "charlie", "dup", 4 more): no controller pod runs"#,
+    );
     assert_eq!(
         (notes.len(), warnings.len()),
-        (1, 5),
+        (1, 6),
         "{notes:#?} {warnings:#?}"
     );
 

@@ -136,7 +136,9 @@ fn why_unreconciled(
         .filter(|p| takes(p, id))
         .map(|p| p.name.as_str())
         .collect();
-    if waiting.is_empty() {
+    if pods.is_empty() {
+        "no controller pod runs".to_string()
+    } else if waiting.is_empty() {
         "the shard its key names has no controller pod".to_string()
     } else {
         format!("its controller {} is not Ready", waiting.join(", "))
@@ -250,10 +252,10 @@ mod tests {
         let mut same = secret("same", Some("1"), false);
         let mut other = secret("other", Some("2"), false);
         for s in [&mut same, &mut other] {
-            s.data.as_mut().unwrap().insert(
-                "server".into(),
-                ByteString(b"https://a.example".to_vec()),
-            );
+            s.data
+                .as_mut()
+                .unwrap()
+                .insert("server".into(), ByteString(b"https://a.example".to_vec()));
         }
         let secrets = [secret("a", Some("1"), false), same, other];
         let fleet = argocd::fleet(&secrets, &[], false, ArgoCdLoad::Apps).unwrap();
@@ -289,6 +291,11 @@ mod tests {
         // A pod that does not shard takes every cluster.
         let single = [pod(0, 1, true)];
         let coverage = super::coverage(&fleet, &legacy, &single).unwrap();
-        assert!(coverage.clusters.iter().all(|c| c.reconciled_by == ["controller-0"]));
+        assert!(
+            coverage
+                .clusters
+                .iter()
+                .all(|c| c.reconciled_by == ["controller-0"])
+        );
     }
 }

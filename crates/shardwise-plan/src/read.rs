@@ -49,8 +49,9 @@ pub struct Read {
     pub secrets: Vec<Secret>,
     /// The controller's workload as messages name it (`StatefulSet ns/name`), when read.
     pub workload: Option<String>,
-    /// Argo CD's controller pods as they shard, when asked and its workload was read.
-    pub controller_pods: Option<Vec<ControllerPod>>,
+    /// Argo CD's controller pods as they shard, when asked and its workload was read; why
+    /// they could not be listed, if so.
+    pub controller_pods: Option<Result<Vec<ControllerPod>, String>>,
 }
 
 /// What reading a shardwise fleet takes from its caller.
@@ -217,9 +218,13 @@ pub async fn read_argocd(
         })
         .transpose()?;
     let selector = selector.filter(|_| query.controller_pods);
-    let pods = match &selector {
-        Some(selector) => connection.pods(namespace, selector).await?,
-        None => Vec::new(),
+    // Pods that cannot be read (no `list` on pods) leave the rest of the read as it is.
+    let (pods, pods_error) = match &selector {
+        Some(selector) => match connection.pods(namespace, selector).await {
+            Ok(pods) => (pods, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        },
+        None => (Vec::new(), None),
     };
     for name in pods.iter().flat_map(installation::pod_config_maps) {
         if !config_maps.contains_key(&name)
@@ -232,6 +237,7 @@ pub async fn read_argocd(
         installation::sharding(workload.as_ref(), &config_maps).map_err(ReadError::Unplannable)?;
     let controller_pods = match (&selector, &deployment) {
         (None, _) => None,
+        (Some(_), _) if pods_error.is_some() => pods_error.map(Err),
         (Some(_), Some(deployment)) if sharding.dynamic => {
             let mapping = connection
                 .config_map(namespace, installation::SHARD_CM)
@@ -239,24 +245,22 @@ pub async fn read_argocd(
                 .map(|cm| installation::shard_mapping(&cm))
                 .unwrap_or_default();
             let written = installation::replicas_written_at(&deployment.metadata);
-            Some(
-                pods.iter()
-                    .map(|p| {
-                        installation::dynamic_pod(
-                            p,
-                            &mapping,
-                            sharding.replicas.value,
-                            written.as_ref(),
-                        )
-                    })
-                    .collect(),
-            )
+            Some(Ok(pods
+                .iter()
+                .map(|p| {
+                    installation::dynamic_pod(
+                        p,
+                        &mapping,
+                        sharding.replicas.value,
+                        written.as_ref(),
+                    )
+                })
+                .collect()))
         }
-        (Some(_), _) => Some(
-            pods.iter()
-                .map(|p| installation::statefulset_pod(p, &config_maps))
-                .collect(),
-        ),
+        (Some(_), _) => Some(Ok(pods
+            .iter()
+            .map(|p| installation::statefulset_pod(p, &config_maps))
+            .collect())),
     };
 
     let (replicas, replicas_origin, unsharded_pods) = match (query.replicas, &workload) {

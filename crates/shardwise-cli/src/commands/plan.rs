@@ -8,7 +8,8 @@ use shard_assign::{StrategyConfig, StrategyKind};
 use shardwise_plan::LiveFleet;
 use shardwise_plan::api::Connection;
 use shardwise_plan::argocd::ArgoCdLoad;
-use shardwise_plan::planning::{self, PlanRequest};
+use shardwise_plan::coverage;
+use shardwise_plan::planning::{self, Current, PlanRequest};
 use shardwise_plan::read::{ArgoCdQuery, Read, ShardwiseQuery, read_argocd, read_shardwise};
 
 use crate::cli::{Format, PlanArgs, PlanLoad, Source};
@@ -112,7 +113,7 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
         argocd,
         secrets,
         workload,
-        controller_pods: _,
+        controller_pods,
     } = match args.source {
         Source::Shardwise => {
             let query = ShardwiseQuery {
@@ -134,7 +135,7 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
                 app_namespaces: &args.app_namespaces,
                 load: argocd_load(args.load)?,
                 tuning: args.strategy_args.config(StrategyKind::StickyBalanced),
-                controller_pods: false,
+                controller_pods: true,
             };
             let mut read = read_argocd(&query, &connection).await?;
             read.to = args.to.or(read.to);
@@ -151,6 +152,24 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
             "{replicas} replicas ({replicas_origin}) is over the limit of {}; pass --replicas N",
             limits::MAX_SHARDS
         );
+    }
+    let mut fleet = fleet;
+    match (&current, controller_pods) {
+        (Current::Computed(algorithm), Some(Ok(pods))) => {
+            let coverage = coverage::coverage(&fleet, algorithm, &pods)?;
+            let warnings = unreconciled_warnings(&coverage, &fleet.orphaned);
+            fleet.warnings.extend(warnings);
+            if !coverage.unknown.is_empty() {
+                fleet.notes.push(format!(
+                    "the replica count of controller pod(s) {} cannot be told: which clusters no controller reconciles is not shown",
+                    coverage.unknown.join(", ")
+                ));
+            }
+        }
+        (_, Some(Err(e))) => fleet.notes.push(format!(
+            "the controller's pods could not be listed ({e}): which clusters no controller reconciles is not shown"
+        )),
+        _ => {}
     }
     let request = PlanRequest {
         source: args.source.into(),
@@ -171,6 +190,46 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
         workload,
         connection,
     })
+}
+
+/// Clusters named per cause in a warning about clusters no controller reconciles.
+const NAMED_PER_CAUSE: usize = 5;
+
+/// One warning per cause of clusters no Ready controller reconciles: their Applications, and
+/// the first few clusters by name. The `orphaned` ones (by id) have a warning of their own.
+fn unreconciled_warnings(
+    coverage: &coverage::Coverage,
+    orphaned: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let mut causes: std::collections::BTreeMap<&str, (u64, Vec<&str>)> = Default::default();
+    for c in coverage
+        .unreconciled()
+        .filter(|c| !orphaned.contains(&c.id))
+    {
+        let entry = causes
+            .entry(c.why.as_deref().unwrap_or_default())
+            .or_default();
+        entry.0 += c.apps;
+        entry.1.push(&c.name);
+    }
+    causes
+        .into_iter()
+        .map(|(why, (apps, clusters))| {
+            let mut named: Vec<String> = clusters
+                .iter()
+                .take(NAMED_PER_CAUSE)
+                .map(|n| format!("{n:?}"))
+                .collect();
+            if clusters.len() > NAMED_PER_CAUSE {
+                named.push(format!("{} more", clusters.len() - NAMED_PER_CAUSE));
+            }
+            format!(
+                "{apps} Application(s) on {} cluster(s) have no live controller now, whatever their status says ({}): {why}",
+                clusters.len(),
+                named.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// The strategies asked for, once each, in the order given; all of them by default.
