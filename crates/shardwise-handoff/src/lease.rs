@@ -253,6 +253,53 @@ mod tests {
     }
 
     #[test]
+    fn timing_at_each_limit_is_valid_and_one_millisecond_past_it_is_not() {
+        // At every limit: a lease of 1 s, a renew deadline exactly 1 s shorter than the lease
+        // (the fence's margin before the lease can expire elsewhere), a retry period just
+        // under the deadline.
+        let edge = LeaseTiming {
+            duration: Duration::from_millis(1_000),
+            renew_deadline: Duration::ZERO,
+            retry_period: Duration::ZERO,
+        };
+        // Only the retry period (0, not under a deadline of 0) fails a lease of exactly 1 s.
+        assert!(matches!(
+            edge.validate(),
+            Err(TimingError::RetryTooLong { .. })
+        ));
+        let edge = LeaseTiming {
+            duration: Duration::from_millis(1_002),
+            renew_deadline: Duration::from_millis(2),
+            retry_period: Duration::from_millis(1),
+        };
+        assert_eq!(edge.validate(), Ok(()));
+        let past = [
+            LeaseTiming {
+                duration: Duration::from_millis(999),
+                renew_deadline: Duration::ZERO,
+                ..edge
+            },
+            LeaseTiming {
+                renew_deadline: Duration::from_millis(3),
+                ..edge
+            },
+            LeaseTiming {
+                retry_period: Duration::from_millis(2),
+                ..edge
+            },
+        ];
+        assert!(matches!(past[0].validate(), Err(TimingError::TooShort(_))));
+        assert!(matches!(
+            past[1].validate(),
+            Err(TimingError::DeadlineTooLong { .. })
+        ));
+        assert!(matches!(
+            past[2].validate(),
+            Err(TimingError::RetryTooLong { .. })
+        ));
+    }
+
+    #[test]
     fn a_lease_is_valid_for_its_duration_after_it_was_last_seen_to_change() {
         let t0 = Instant::now();
         let mut o = LeaseObserver::new();
