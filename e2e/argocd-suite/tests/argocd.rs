@@ -847,8 +847,18 @@ async fn a_dead_controllers_clusters_are_rescued_after_the_grace_and_go_back_whe
             Ok(())
         }
     };
-    let mut first_moved = None;
+    let unreconciled = || async move {
+        shardwise_e2e::scrape(&format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .ok()
+            .and_then(|m| m.get("shardwise_argocd_unreconciled_apps", &[]))
+    };
+    let (mut first_moved, mut first_flagged) = (None, None);
     while killed.elapsed() < RESCUE_BOUND {
+        // The balancer says controller 1's apps have no live controller, until they move.
+        if first_flagged.is_none() && unreconciled().await == Some(apps.len() as f64) {
+            first_flagged = Some(killed.elapsed());
+        }
         let keys = argocd_support::keys(&env).await;
         if on_one.iter().any(|c| keys[c].as_deref() != Some("1")) {
             first_moved.get_or_insert(killed.elapsed());
@@ -879,10 +889,33 @@ async fn a_dead_controllers_clusters_are_rescued_after_the_grace_and_go_back_whe
         first_moved >= GRACE,
         "a cluster of controller 1 moved {first_moved:?} after the kill, within the grace of {GRACE:?}"
     );
+    let flagged = first_flagged.unwrap_or_else(|| {
+        panic!(
+            "the balancer never counted controller 1's {} apps unreconciled",
+            apps.len()
+        )
+    });
+    assert!(
+        flagged <= Duration::from_secs(30),
+        "controller 1's apps counted unreconciled {flagged:?} after the kill"
+    );
+    wait_for(
+        "no app counted unreconciled once the clusters moved",
+        Duration::from_secs(30),
+        || async {
+            match unreconciled().await {
+                Some(0.0) => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap();
     eprintln!(
-        "controller 1 killed and kept down: its {} clusters ({} apps) moved {:.1} s after, owned elsewhere {:.1} s after (grace {GRACE:?})",
+        "controller 1 killed and kept down: its {} clusters ({} apps) counted unreconciled {:.1} s after, moved {:.1} s after, owned elsewhere {:.1} s after (grace {GRACE:?})",
         on_one.len(),
         apps.len(),
+        flagged.as_secs_f64(),
         first_moved.as_secs_f64(),
         rescued_after.as_secs_f64()
     );
