@@ -467,13 +467,24 @@ pub fn shard_mapping(cm: &ConfigMap) -> BTreeMap<String, ShardId> {
         .collect()
 }
 
-/// When the last writer of `spec.replicas` wrote it, by its managedFields entry (server time,
-/// in seconds): under dynamic cluster distribution a controller reads the count once, when
-/// its process starts, so only pods created after this read the count there is now.
-pub fn replicas_written_at(
+/// When the Deployment's replica count was last written, as far as its managedFields tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicasWritten {
+    /// Not since the Deployment was created (in the same second): every pod reads that count.
+    AtCreation,
+    /// At this time (server time, in seconds).
+    At(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+    /// The managedFields do not say.
+    Unknown,
+}
+
+/// When the last writer of `spec.replicas` wrote it, by its managedFields entry: under
+/// dynamic cluster distribution a controller reads the count once, when its process starts,
+/// so only pods created after this read the count there is now.
+pub fn replicas_written(
     metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
-    metadata
+) -> ReplicasWritten {
+    let last = metadata
         .managed_fields
         .iter()
         .flatten()
@@ -485,19 +496,26 @@ pub fn replicas_written_at(
             })
         })
         .filter_map(|m| m.time.clone())
-        .max()
+        .max();
+    match (last, metadata.creation_timestamp.as_ref()) {
+        (Some(last), Some(created)) if last.0.as_second() <= created.0.as_second() => {
+            ReplicasWritten::AtCreation
+        }
+        (Some(last), _) => ReplicasWritten::At(last),
+        (None, _) => ReplicasWritten::Unknown,
+    }
 }
 
 /// A pod of the controller's Deployment under dynamic cluster distribution: its shard as
 /// `mapping` ([`shard_mapping`]) gives it, and the Deployment's count `replicas` if the pod
-/// was created after that count was written (`written_at`, [`replicas_written_at`]), in a
-/// later second; otherwise its process may read keys with an earlier count, which cannot be
-/// told.
+/// reads it: the count has not changed since the Deployment was created, or the pod was
+/// created after it was last written ([`replicas_written`]), in a later second; otherwise its
+/// process may read keys with an earlier count, which cannot be told.
 pub fn dynamic_pod(
     pod: &Pod,
     mapping: &BTreeMap<String, ShardId>,
     replicas: u32,
-    written_at: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    written: &ReplicasWritten,
 ) -> ControllerPod {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let hostname = pod
@@ -506,14 +524,17 @@ pub fn dynamic_pod(
         .and_then(|s| s.hostname.clone())
         .unwrap_or_else(|| name.clone());
     let created = pod.metadata.creation_timestamp.as_ref();
-    let after = match (created, written_at) {
-        (Some(created), Some(written)) => created.0.as_second() > written.0.as_second(),
+    let reads = match (created, written) {
+        (_, ReplicasWritten::AtCreation) => true,
+        (Some(created), ReplicasWritten::At(written)) => {
+            created.0.as_second() > written.0.as_second()
+        }
         _ => false,
     };
     ControllerPod::of(
         pod,
         mapping.get(&hostname).copied(),
-        after.then_some(replicas),
+        reads.then_some(replicas),
     )
 }
 
@@ -839,7 +860,11 @@ mod tests {
         );
         assert!(shard_mapping(&ConfigMap::default()).is_empty());
         let deployment: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
-            serde_json::from_value(serde_json::json!({"managedFields": [
+            serde_json::from_value(serde_json::json!({
+                "creationTimestamp": "2026-12-06T09:00:00Z",
+                "managedFields": [
+                {"manager": "helm", "operation": "Update", "time": "2026-12-06T09:00:00Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
                 {"manager": "kubectl", "operation": "Update", "subresource": "scale",
                  "time": "2026-12-06T10:00:04Z", "fieldsType": "FieldsV1",
                  "fieldsV1": {"f:spec": {"f:replicas": {}}}},
@@ -847,32 +872,42 @@ mod tests {
                  "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}},
             ]}))
             .unwrap();
-        let written = replicas_written_at(&deployment).unwrap();
-        assert_eq!(written.0.to_string(), "2026-12-06T10:00:04Z");
+        let written = replicas_written(&deployment);
+        let ReplicasWritten::At(at) = &written else {
+            panic!("{written:?}")
+        };
+        assert_eq!(at.0.to_string(), "2026-12-06T10:00:04Z");
+        // Written only when the Deployment was created: every pod reads that count.
+        let mut created = deployment.clone();
+        created.managed_fields.as_mut().unwrap().remove(1);
+        assert_eq!(replicas_written(&created), ReplicasWritten::AtCreation);
+        let mut same = controller_pod("c-a", serde_json::json!([]), true);
+        same.metadata.creation_timestamp = created.creation_timestamp.clone();
+        assert_eq!(
+            dynamic_pod(&same, &mapping, 3, &ReplicasWritten::AtCreation).replicas,
+            Some(3)
+        );
+        created.managed_fields = None;
+        assert_eq!(replicas_written(&created), ReplicasWritten::Unknown);
         // Created at 10:00:05, after the count was written: it read 3.
         let env = serde_json::json!([]);
         let p = dynamic_pod(
             &controller_pod("c-b", env.clone(), true),
             &mapping,
             3,
-            Some(&written),
+            &written,
         );
         assert_eq!((p.shard, p.replicas), (Some(2), Some(3)));
         // Created in the same second, or before: its count cannot be told.
         let mut same = controller_pod("c-a", env.clone(), true);
-        same.metadata.creation_timestamp = Some(written.clone());
+        same.metadata.creation_timestamp = Some(at.clone());
+        assert_eq!(dynamic_pod(&same, &mapping, 3, &written).replicas, None);
         assert_eq!(
-            dynamic_pod(&same, &mapping, 3, Some(&written)).replicas,
+            dynamic_pod(&same, &mapping, 3, &ReplicasWritten::Unknown).replicas,
             None
         );
-        assert_eq!(dynamic_pod(&same, &mapping, 3, None).replicas, None);
         // A pod that claimed no shard serves none.
-        let p = dynamic_pod(
-            &controller_pod("c-c", env, true),
-            &mapping,
-            3,
-            Some(&written),
-        );
+        let p = dynamic_pod(&controller_pod("c-c", env, true), &mapping, 3, &written);
         assert_eq!(p.shard, None);
     }
 

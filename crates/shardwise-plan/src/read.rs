@@ -244,17 +244,10 @@ pub async fn read_argocd(
                 .await?
                 .map(|cm| installation::shard_mapping(&cm))
                 .unwrap_or_default();
-            let written = installation::replicas_written_at(&deployment.metadata);
+            let written = installation::replicas_written(&deployment.metadata);
             Some(Ok(pods
                 .iter()
-                .map(|p| {
-                    installation::dynamic_pod(
-                        p,
-                        &mapping,
-                        sharding.replicas.value,
-                        written.as_ref(),
-                    )
-                })
+                .map(|p| installation::dynamic_pod(p, &mapping, sharding.replicas.value, &written))
                 .collect()))
         }
         (Some(_), _) => Some(Ok(pods

@@ -608,6 +608,81 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn under_dynamic_distribution_a_scale_without_restarts_gives_no_app_two_owners() {
+    let _serial = SERIAL.lock().await;
+    let clusters = balancer_clusters();
+    let env = environment(2, &clusters);
+    let options = ArgoCdOptions {
+        dynamic: true,
+        app_resync: Duration::from_secs(30),
+        app_resync_jitter: Duration::ZERO,
+        ..ArgoCdOptions::default()
+    };
+    let mut argocd = install(&env, options).await;
+    let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    settle_owners(&mut Observer::default(), &env, &argocd, &fleet).await;
+    let mut observer = Observer::default();
+    observer.sample(&env, &argocd, &fleet).await;
+    let (_balancer, port) =
+        argocd_support::start_balancer(&env, &["--target-balance", &TARGET.to_string()]).await;
+    settle(&mut observer, &env, &argocd, &fleet, &[port], "adoption").await;
+    let keys_before = argocd_support::keys(&env).await;
+    let uids = |pods: &BTreeMap<u32, k8s_openapi::api::core::v1::Pod>| -> Vec<String> {
+        pods.values()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect()
+    };
+    let old = uids(&argocd.pods().await.unwrap());
+
+    // The user scales the Deployment 3 -> 4: no pod restarts, and each old pod goes on reading
+    // keys with 3, the new one with 4. Sampled until the new pod is Ready and the balancer has
+    // made 10 passes since.
+    argocd.scale(4).await.unwrap();
+    let scaled = Instant::now();
+    let mut passes_at_ready = None;
+    loop {
+        observer.sample(&env, &argocd, &fleet).await;
+        if passes_at_ready.is_none() && argocd.rolled().await.is_ok() {
+            passes_at_ready = Some(balancer_passes(&[port]).await);
+        }
+        if let Some(at) = passes_at_ready
+            && balancer_passes(&[port]).await >= at + 10.0
+        {
+            break;
+        }
+        assert!(
+            scaled.elapsed() < Duration::from_secs(180),
+            "3 -> 4: not scaled in 180 s: {:?}
+{}",
+            argocd.rolled().await,
+            argocd.report()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let now = uids(&argocd.pods().await.unwrap());
+    assert!(
+        old.iter().all(|u| now.contains(u)) && now.len() == 4,
+        "the old pods run on: {old:?} then {now:?}"
+    );
+    // The old pods' count cannot be told from the Deployment: the balancer writes nothing.
+    assert_eq!(argocd_support::keys(&env).await, keys_before);
+    let violations = observer.violations();
+    assert!(
+        observer.two_owner_samples() == 0 && violations.is_empty(),
+        "{} samples with two owners; {} violations (of {} samples), e.g. {:?}",
+        observer.two_owner_samples(),
+        violations.len(),
+        observer.samples,
+        &violations[..violations.len().min(8)]
+    );
+    eprintln!(
+        "dynamic distribution 3 -> 4 by a scale: {} samples over {:.1} s, none with two owners; keys unchanged",
+        observer.samples,
+        scaled.elapsed().as_secs_f64()
+    );
+}
+
 /// Samples until Argo CD's owners are what `plan` computes; the apps per controller.
 async fn settle_owners(
     observer: &mut Observer,

@@ -1,6 +1,6 @@
 //! Argo CD itself on the harness's control plane: its application controllers as the pods of a
-//! real StatefulSet, with one repo server, Redis and a Git source beside them as local
-//! processes.
+//! real StatefulSet (or, under dynamic cluster distribution, a real Deployment), with one repo
+//! server, Redis and a Git source beside them as local processes.
 //!
 //! The binary is the one scripts/argocd.sh builds from Argo CD's Go module, with the CRDs and
 //! the controller's RBAC of the same module beside it. The StatefulSet
@@ -16,10 +16,10 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 
 use super::git::GitServer;
 use crate::pods::{container_logs, container_pid, pod_dirs};
@@ -70,6 +70,10 @@ pub struct ArgoCdOptions {
     pub app_resync_jitter: Duration,
     /// `argocd-cm` `cluster.inClusterEnabled`.
     pub in_cluster_enabled: bool,
+    /// Dynamic cluster distribution: the controller is a Deployment whose pods take their
+    /// shards in `argocd-app-controller-shard-cm`, and each reads the Deployment's replicas once,
+    /// when it starts.
+    pub dynamic: bool,
 }
 
 impl Default for ArgoCdOptions {
@@ -80,6 +84,7 @@ impl Default for ArgoCdOptions {
             app_resync: Duration::from_secs(120),
             app_resync_jitter: Duration::from_secs(60),
             in_cluster_enabled: true,
+            dynamic: false,
         }
     }
 }
@@ -117,6 +122,34 @@ fn ordinal(name: &str) -> Option<u32> {
         .parse()
         .ok()
 }
+
+/// The ConfigMap where controllers under dynamic cluster distribution take their shards.
+const SHARD_CM: &str = "argocd-app-controller-shard-cm";
+
+/// The shard of each controller pod, by pod name, as `argocd-app-controller-shard-cm` maps
+/// them (its `shardControllerMapping`, a JSON list).
+fn shard_mapping(cm: &k8s_openapi::api::core::v1::ConfigMap) -> BTreeMap<String, u32> {
+    let entries: Vec<serde_json::Value> = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("shardControllerMapping"))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    entries
+        .iter()
+        .filter_map(|e| {
+            let name = e
+                .get("ControllerName")?
+                .as_str()
+                .filter(|n| !n.is_empty())?;
+            let shard = u32::try_from(e.get("ShardNumber")?.as_u64()?).ok()?;
+            Some((name.to_string(), shard))
+        })
+        .collect()
+}
+
+/// Where pods of a controller not (yet) in the shard mapping are numbered from.
+pub const UNMAPPED: u32 = 1_000;
 
 impl ArgoCd {
     /// Installs Argo CD in namespace `argocd` of `env`'s control plane (CRDs, RBAC, settings,
@@ -207,17 +240,56 @@ impl ArgoCd {
         &self.options
     }
 
-    /// The controller's pods, by ordinal: those being deleted too, whose processes still run.
+    /// The controller's pods, by ordinal (under dynamic cluster distribution, by the shard
+    /// `argocd-app-controller-shard-cm` maps them to, and from [`UNMAPPED`] on in name order
+    /// for pods it does not map): those being deleted too, whose processes still run.
     pub async fn pods(&self) -> Result<BTreeMap<u32, Pod>, HarnessError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
         let params = ListParams::default().labels(&format!("app.kubernetes.io/name={CONTROLLER}"));
-        Ok(api
-            .list(&params)
+        let pods = api.list(&params).await?.items;
+        if !self.options.dynamic {
+            return Ok(pods
+                .into_iter()
+                .filter_map(|p| Some((ordinal(p.metadata.name.as_deref()?)?, p)))
+                .collect());
+        }
+        let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.client.clone(), NAMESPACE);
+        let mapping = maps
+            .get_opt(SHARD_CM)
             .await?
-            .items
-            .into_iter()
-            .filter_map(|p| Some((ordinal(p.metadata.name.as_deref()?)?, p)))
-            .collect())
+            .map(|cm| shard_mapping(&cm))
+            .unwrap_or_default();
+        let mut unmapped = UNMAPPED;
+        let mut by_shard = BTreeMap::new();
+        let mut pods = pods;
+        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for pod in pods {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let shard = mapping
+                .get(&name)
+                .copied()
+                .filter(|s| !by_shard.contains_key(s));
+            let key = shard.unwrap_or_else(|| {
+                unmapped += 1;
+                unmapped - 1
+            });
+            by_shard.insert(key, pod);
+        }
+        Ok(by_shard)
+    }
+
+    /// Scales the controller's Deployment to `replicas` as `kubectl scale` does (its scale
+    /// subresource), and returns: no pod restarts, new ones start (under dynamic cluster
+    /// distribution only).
+    pub async fn scale(&mut self, replicas: u32) -> Result<(), HarnessError> {
+        assert!(self.options.dynamic, "only the Deployment is scaled alone");
+        self.options.replicas = replicas;
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let patch = serde_json::json!({"spec": {"replicas": replicas}});
+        api.patch_scale(CONTROLLER, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
     }
 
     /// The metrics URL of controller `ordinal`'s pod, once it has an address.
@@ -310,11 +382,32 @@ impl ArgoCd {
     }
 
     /// Whether the StatefulSet has rolled to its spec: every pod of the update revision, none
-    /// more, all Ready; if not, what it is at.
+    /// more, all Ready; if not, what it is at. Under dynamic cluster distribution, whether the
+    /// Deployment's pods are as many as its replicas, all of its template and Ready.
     pub async fn rolled(&self) -> Result<(), String> {
-        let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), NAMESPACE);
         let replicas = self.options.replicas;
         let wanted = i32::try_from(replicas).unwrap_or(i32::MAX);
+        if self.options.dynamic {
+            let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), NAMESPACE);
+            let deployment = deployments
+                .get(CONTROLLER)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = deployment.status.clone().unwrap_or_default();
+            let pods = self.pods().await.map_err(|e| e.to_string())?;
+            let ready = pods.values().filter(|p| pod_ready(p)).count();
+            let rolled = status.observed_generation >= deployment.metadata.generation
+                && status.updated_replicas == Some(wanted)
+                && status.ready_replicas == Some(wanted)
+                && pods.len() == replicas as usize
+                && ready == pods.len();
+            return if rolled {
+                Ok(())
+            } else {
+                Err(format!("{status:?}; {ready} of {} pods Ready", pods.len()))
+            };
+        }
+        let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), NAMESPACE);
         let set = sets.get(CONTROLLER).await.map_err(|e| e.to_string())?;
         let status = set.status.clone().unwrap_or_default();
         let pods = self.pods().await.map_err(|e| e.to_string())?;
@@ -390,13 +483,29 @@ impl ArgoCd {
             "text".into(),
         ];
         let args = serde_json::to_string(&args).unwrap_or_default();
+        // A Deployment's pods read its replicas from the API; the flag is what turns it on.
+        let (kind, service, replicas_env, replicas_value) = if options.dynamic {
+            (
+                "Deployment",
+                String::new(),
+                "ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION",
+                "true".to_string(),
+            )
+        } else {
+            (
+                "StatefulSet",
+                format!("  serviceName: {CONTROLLER}\n"),
+                "ARGOCD_CONTROLLER_REPLICAS",
+                replicas.to_string(),
+            )
+        };
         format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: argocd-cm, namespace: {NAMESPACE}, {part_of}}}\ndata: {{cluster.inClusterEnabled: \"{in_cluster}\"}}\n\
 ---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: argocd-cmd-params-cm, namespace: {NAMESPACE}, {part_of}}}\ndata: {{controller.sharding.algorithm: {algorithm}}}\n\
 ---\napiVersion: v1\nkind: Secret\nmetadata: {{name: argocd-secret, namespace: {NAMESPACE}, {part_of}}}\nstringData: {{server.secretkey: shardwise-e2e}}\n\
 ---\napiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {{name: default, namespace: {NAMESPACE}}}\nspec: {{sourceRepos: ['*'], destinations: [{{server: '*', namespace: '*', name: '*'}}], clusterResourceWhitelist: [{{group: '*', kind: '*'}}]}}\n\
 ---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {CONTROLLER}, namespace: {NAMESPACE}}}\n\
----\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {CONTROLLER}, namespace: {NAMESPACE}}}\nspec:\n  replicas: {replicas}\n  serviceName: {CONTROLLER}\n  selector: {{matchLabels: {{app.kubernetes.io/name: {CONTROLLER}}}}}\n  template:\n    metadata:\n      labels: {{app.kubernetes.io/name: {CONTROLLER}}}\n      annotations: {{e2e.shardwise.io/sharding-algorithm: {algorithm}}}\n    spec:\n      serviceAccountName: {CONTROLLER}\n      terminationGracePeriodSeconds: 30\n      containers:\n      - name: {CONTROLLER}\n        image: {ARGOCD_IMAGE}\n        command: [argocd-application-controller]\n        args: {args}\n        ports: [{{name: metrics, containerPort: {METRICS_PORT}}}]\n        readinessProbe: {{httpGet: {{path: /healthz, port: {METRICS_PORT}}}, initialDelaySeconds: 1, periodSeconds: 2}}\n        env:\n        - {{name: ARGOCD_CONTROLLER_REPLICAS, value: \"{replicas}\"}}\n        - name: ARGOCD_CONTROLLER_SHARDING_ALGORITHM\n          valueFrom: {{configMapKeyRef: {{name: argocd-cmd-params-cm, key: controller.sharding.algorithm, optional: true}}}}\n        - name: POD_NAME\n          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}\n        - {{name: HOME, value: /tmp}}\n"
+---\napiVersion: apps/v1\nkind: {kind}\nmetadata: {{name: {CONTROLLER}, namespace: {NAMESPACE}}}\nspec:\n  replicas: {replicas}\n{service}  selector: {{matchLabels: {{app.kubernetes.io/name: {CONTROLLER}}}}}\n  template:\n    metadata:\n      labels: {{app.kubernetes.io/name: {CONTROLLER}}}\n      annotations: {{e2e.shardwise.io/sharding-algorithm: {algorithm}}}\n    spec:\n      serviceAccountName: {CONTROLLER}\n      terminationGracePeriodSeconds: 30\n      containers:\n      - name: {CONTROLLER}\n        image: {ARGOCD_IMAGE}\n        command: [argocd-application-controller]\n        args: {args}\n        ports: [{{name: metrics, containerPort: {METRICS_PORT}}}]\n        readinessProbe: {{httpGet: {{path: /healthz, port: {METRICS_PORT}}}, initialDelaySeconds: 1, periodSeconds: 2}}\n        env:\n        - {{name: {replicas_env}, value: \"{replicas_value}\"}}\n        - name: ARGOCD_CONTROLLER_SHARDING_ALGORITHM\n          valueFrom: {{configMapKeyRef: {{name: argocd-cmd-params-cm, key: controller.sharding.algorithm, optional: true}}}}\n        - name: POD_NAME\n          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}\n        - {{name: HOME, value: /tmp}}\n"
         )
     }
 }
