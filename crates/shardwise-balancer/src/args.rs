@@ -62,8 +62,9 @@ pub struct BalanceArgs {
           value_parser = clap::value_parser!(u32).range(0..=86_400))]
     pub min_move_interval: u32,
     /// Percent of the fleet's load (apps, or resources) that moves may carry within any hour
+    /// (above 100: more than the whole fleet's, for fleets that may move that often)
     #[arg(long, value_name = "PERCENT", default_value_t = 10,
-          value_parser = clap::value_parser!(u32).range(1..=100))]
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub hourly_move_budget: u32,
     /// Seconds a cluster stays where it is while a sync operation runs on one of its
     /// Applications, from the operation's start (a move off a shard no pod serves does not wait)

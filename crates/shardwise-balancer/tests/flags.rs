@@ -55,7 +55,7 @@ fn damping_that_cannot_work_is_refused() {
         "shardwise-balancer: --load-trigger (1.02) is below --target-balance (1.03): moves would start where they must stop"
     );
     let err = refused(&["--hourly-move-budget", "0"]);
-    assert!(err.contains("0 is not in 1..=100"), "{err}");
+    assert!(err.contains("0 is not in 1..=10000"), "{err}");
     let err = refused(&["--min-move-interval", "90000"]);
     assert!(err.contains("90000 is not in 0..=86400"), "{err}");
     let err = refused(&["--sync-wait=86401"]);

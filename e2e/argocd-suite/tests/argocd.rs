@@ -18,7 +18,7 @@ use argocd_support::{
     planned_owners, shardwise_cli, start_balancer_as,
 };
 use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, NAMESPACE, Owners};
-use shardwise_e2e::{Environment, wait_for};
+use shardwise_e2e::{Environment, Process, wait_for};
 
 /// The tests that time what Argo CD does take turns: on two cores, four Argo CDs at once made a
 /// controller take over 5 s to see a key. The resync test, idle most of its time and timed
@@ -545,18 +545,24 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     let violations = observer.violations();
     assert!(
         violations.is_empty(),
-        "{} samples of apps owned by two controllers, or by none while their controller was Ready, outside the grace after a change of their cluster (of {} samples), e.g. {:?}",
+        "{} samples of apps owned by two controllers, or by none while their controller was Ready, outside the grace after a change of their cluster (of {} samples), e.g. {:?}\n{}",
         violations.len(),
         observer.samples,
-        &violations[..violations.len().min(8)]
+        &violations[..violations.len().min(8)],
+        argocd.sharding_log()
     );
     // Each step's balance, as Argo CD's controllers reported it when the step settled.
     for step in &steps {
         assert!(
             step.balance <= TARGET,
-            "{}: settled at max/mean {:.3}, over the target {TARGET}",
+            "{}: settled at max/mean {:.3}, over the target {TARGET}\n{}",
             step.name,
-            step.balance
+            step.balance,
+            balancers
+                .iter()
+                .map(Process::report)
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     eprintln!(

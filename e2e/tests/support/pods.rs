@@ -105,12 +105,53 @@ pub async fn wait_gone(
 ) -> Result<(), String> {
     wait_for(&format!("pod {name} ({uid}) gone"), timeout, || async {
         match pods.get_opt(name).await.map_err(|e| e.to_string())? {
-            Some(pod) if pod.metadata.uid.as_deref() == Some(uid) => {
-                Err(format!("pod {name} ({uid}) still exists"))
-            }
+            Some(pod) if pod.metadata.uid.as_deref() == Some(uid) => Err(format!(
+                "pod {name} ({uid}) still exists: {}",
+                describe_stop(&pod)
+            )),
             _ => Ok(()),
         }
     })
     .await
     .map_err(|e| e.to_string())
+}
+
+/// Where a pod is on its way out: whether it was deleted (and when), its phase, and each
+/// container's state, so that a pod that does not go says whether nobody deleted it or its
+/// node has not finished stopping it.
+fn describe_stop(pod: &Pod) -> String {
+    let deleted = pod.metadata.deletion_timestamp.as_ref().map_or_else(
+        || "not deleted".to_string(),
+        |t| {
+            format!(
+                "deleted at {} with {}s grace",
+                t.0,
+                pod.metadata
+                    .deletion_grace_period_seconds
+                    .unwrap_or_default()
+            )
+        },
+    );
+    let status = pod.status.clone().unwrap_or_default();
+    let containers: Vec<String> = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| {
+            let state = c.state.clone().unwrap_or_default();
+            let state = if state.running.is_some() {
+                "running".to_string()
+            } else if let Some(t) = state.terminated {
+                format!("terminated ({})", t.exit_code)
+            } else {
+                "waiting".to_string()
+            };
+            format!("{} {state}", c.name)
+        })
+        .collect();
+    format!(
+        "{deleted}, phase {}, containers [{}]",
+        status.phase.unwrap_or_default(),
+        containers.join(", ")
+    )
 }

@@ -77,7 +77,7 @@ pub fn balancer(env: &Environment, kubeconfig: &Path, name: &str, metrics: u16) 
         .args(["--interval", "1"])
         // Undamped, so that each pass spends its moves (the pass's own tests check damping).
         .args(["--load-trigger", "1.03", "--min-move-interval", "0"])
-        .args(["--hourly-move-budget", "100"])
+        .args(["--hourly-move-budget", "10000"])
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--health-addr", &format!("127.0.0.1:{health}")])
         .env("POD_NAMESPACE", "argocd")

@@ -326,8 +326,10 @@ impl ArgoCd {
 
     /// The metrics of every controller pod whose process runs, by ordinal, scraped side by
     /// side. A pod whose process has exited (or not started) owns nothing and is left out, as is
-    /// one that does not listen yet (Argo CD serves its metrics before it reconciles anything);
-    /// any other failure fails the scrape: an owner must not go unseen.
+    /// one that does not listen yet (Argo CD serves its metrics before it reconciles anything).
+    /// A Ready pod that is not being deleted has listened (its probe is on the same port): a
+    /// refused connection there is retried for up to 2 s, and then fails the scrape, as does
+    /// any other failure: an owner must not go unseen.
     pub async fn scrape(&self) -> Result<BTreeMap<u32, Metrics>, HarnessError> {
         let running = |pod: &Pod| {
             container_pid(
@@ -340,7 +342,21 @@ impl ArgoCd {
             let ip = pod.status.as_ref()?.pod_ip.clone()?;
             running(&pod)?;
             Some(async move {
-                let answer = scrape(&format!("http://{ip}:{METRICS_PORT}/metrics")).await;
+                let url = format!("http://{ip}:{METRICS_PORT}/metrics");
+                let listens = pod_ready(&pod) && pod.metadata.deletion_timestamp.is_none();
+                let mut attempts = 0;
+                let answer = loop {
+                    let answer = scrape(&url).await;
+                    match &answer {
+                        Err(MetricsError::Scrape { reason, .. })
+                            if listens && reason.contains("(Connect)") && attempts < 10 =>
+                        {
+                            attempts += 1;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        _ => break answer,
+                    }
+                };
                 (ordinal, pod, answer)
             })
         });
@@ -351,7 +367,9 @@ impl ArgoCd {
                     all.insert(ordinal, metrics);
                 }
                 Err(_) if running(&pod).is_none() => {}
-                Err(MetricsError::Scrape { reason, .. }) if reason.contains("(Connect)") => {}
+                Err(MetricsError::Scrape { reason, .. })
+                    if reason.contains("(Connect)")
+                        && !(pod_ready(&pod) && pod.metadata.deletion_timestamp.is_none()) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -448,6 +466,23 @@ impl ArgoCd {
                 let lines: Vec<&str> = text.lines().collect();
                 let tail = lines[lines.len().saturating_sub(20)..].join("\n");
                 parts.push(format!("{}:\n{tail}", log.display()));
+            }
+        }
+        parts.join("\n")
+    }
+
+    /// What each controller logged about shards and clusters (its sharding's decisions), pod
+    /// by pod: what explains an owner the suite did not expect.
+    pub fn sharding_log(&self) -> String {
+        let mut parts = Vec::new();
+        for dir in pod_dirs(&self.env_dir, NAMESPACE, &format!("{CONTROLLER}-")) {
+            for log in container_logs(&dir, CONTROLLER) {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.contains("shard") || l.contains("Shard"))
+                    .collect();
+                parts.push(format!("{}:\n{}", log.display(), lines.join("\n")));
             }
         }
         parts.join("\n")
