@@ -6,7 +6,8 @@ mod install;
 
 pub use git::GitServer;
 pub use install::{
-    ARGOCD_IMAGE, ArgoCd, ArgoCdOptions, CONTROLLER, NAMESPACE, Owners, argocd_binary, owners_of,
+    ARGOCD_IMAGE, ArgoCd, ArgoCdOptions, CONTROLLER, NAMESPACE, Owners, UNMAPPED, argocd_binary,
+    owners_of,
 };
 
 use std::collections::BTreeMap;

@@ -536,6 +536,11 @@ pub struct Observer {
     serving: std::collections::BTreeSet<String>,
     /// (pod UID, cluster): the pods that have listed an app of the cluster.
     taken: std::collections::BTreeSet<(String, String)>,
+    /// Which shard each controller pod had at the last sample, by pod name (under dynamic
+    /// cluster distribution, as `argocd-app-controller-shard-cm` maps them).
+    shards: BTreeMap<String, u32>,
+    /// When that mapping was seen to change, or to leave a pod unmapped.
+    reshuffles: Vec<Instant>,
     /// Key changes seen since the last [`Observer::step`].
     pub key_writes: u64,
     pub samples: u64,
@@ -571,6 +576,18 @@ impl Observer {
             .owners()
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
+        let shards: BTreeMap<String, u32> = pods
+            .iter()
+            .map(|(s, p)| (p.metadata.name.clone().unwrap_or_default(), *s))
+            .collect();
+        if (shards != self.shards && self.samples > 0)
+            || shards
+                .values()
+                .any(|s| *s >= shardwise_e2e::argocd::UNMAPPED)
+        {
+            self.reshuffles.push(started);
+        }
+        self.shards = shards;
         let listing: std::collections::BTreeSet<u32> = owners.values().flatten().copied().collect();
         let uid = |o: &u32| pods.get(o).and_then(|p| p.metadata.uid.clone());
         self.serving.extend(listing.iter().filter_map(uid));
@@ -668,8 +685,15 @@ impl Observer {
     /// names had a pod serving, with no change of its cluster in the [`CHANGE_GRACE`] before
     /// it.
     pub fn violations(&self) -> Vec<String> {
+        self.violations_beyond(Duration::ZERO)
+    }
+
+    /// [`Observer::violations`] but those within `reshuffle` of Argo CD moving a shard between
+    /// its own pods.
+    pub fn violations_beyond(&self, reshuffle: Duration) -> Vec<String> {
         self.odd
             .iter()
+            .filter(|odd| reshuffle.is_zero() || !self.in_reshuffle(odd.at, reshuffle))
             .filter(|odd| odd.owners.len() > 1 || !odd.owner_down)
             .filter(|odd| {
                 !self
@@ -696,6 +720,24 @@ impl Observer {
     /// Samples of an app owned by two controllers.
     pub fn two_owner_samples(&self) -> usize {
         self.odd.iter().filter(|o| o.owners.len() > 1).count()
+    }
+
+    /// Whether a sample at `at` came within `window` after Argo CD itself moved a shard from
+    /// one pod to another (dynamic cluster distribution: each pod claims a shard in
+    /// `argocd-app-controller-shard-cm` at every readiness probe, and the pod that held it
+    /// drops it only at its own next probe), or while a pod had no shard there.
+    fn in_reshuffle(&self, at: Instant, window: Duration) -> bool {
+        self.reshuffles
+            .iter()
+            .any(|t| *t <= at && at <= *t + window)
+    }
+
+    /// Samples of an app owned by two controllers within `window` of a reshuffle.
+    pub fn two_owner_samples_in_reshuffles(&self, window: Duration) -> usize {
+        self.odd
+            .iter()
+            .filter(|o| o.owners.len() > 1 && self.in_reshuffle(o.at, window))
+            .count()
     }
 
     /// Samples of an app owned by no controller while the controller its key names had no pod
