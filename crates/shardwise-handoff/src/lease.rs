@@ -253,6 +253,29 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_is_valid_up_to_its_expiry_exclusive_and_only_while_held() {
+        let start = Instant::now();
+        let mut observer = LeaseObserver::new();
+        observer.observe("held", record(Some("a"), "1"), start);
+        observer.observe("released", record(None, "1"), start);
+        let expiry = start + Duration::from_secs(15);
+        let just_before = expiry - Duration::from_millis(1);
+        // A released lease is never valid, even within its duration.
+        assert_eq!(
+            observer.valid_leases(just_before).collect::<Vec<_>>(),
+            vec!["held"]
+        );
+        assert!(!observer.is_valid("released", just_before));
+        // At its expiry a lease is expired, not valid: the instant it ends belongs to the
+        // next holder, and no planner may wait for it again.
+        assert_eq!(observer.valid_leases(expiry).count(), 0);
+        assert!(!observer.is_valid("held", expiry));
+        assert_eq!(observer.expired_holders(expiry), vec!["held".to_string()]);
+        assert_eq!(observer.next_expiry(just_before), Some(expiry));
+        assert_eq!(observer.next_expiry(expiry), None);
+    }
+
+    #[test]
     fn timing_at_each_limit_is_valid_and_one_millisecond_past_it_is_not() {
         // At every limit: a lease of 1 s, a renew deadline exactly 1 s shorter than the lease
         // (the fence's margin before the lease can expire elsewhere), a retry period just
