@@ -24,7 +24,8 @@ ROWS=(
     "keep-working-after-handover|-p shardwise-runtime --lib|owner::gate::tests::a_drain_is_acknowledged_once_work_has_stopped|a record handed over (its drain acknowledged) admitted work"
     "renew-after-expiry|-p shardwise-runtime --test lease|a_lost_lease_is_taken_again_under_a_new_incarnation_after_it_expired|the same incarnation came back"
     "drop-destination-write|-p shardwise-e2e-suites --test e2e_controller|three_replicas_reconcile_the_whole_fleet_each_its_own_share|Synced without their content in the destination"
-    "skip-balancer-refresh|-p shardwise-balancer --test balance|the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys|moved clusters' apps are refreshed"
+    "skip-balancer-refresh|-p shardwise-balancer --test balance|the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys|apps refreshed"
+    "skip-balancer-refresh|-p shardwise-balancer --test faults|moves_cut_off_before_their_refresh_are_refreshed_within_two_passes_of_the_faults_ending|0 apps refreshed"
     "balancer-key-above-pod-count|-p shardwise-balancer --bin shardwise-balancer|pass::tests::no_cluster_has_two_owners_at_any_step_of_a_rollout_up_and_down|is owned by two controllers"
 )
 
