@@ -748,6 +748,8 @@ mod memory_tests {
                 .collect(),
             shards: members.live(),
         };
+        // What a planner taking over remembers of this fleet: each unit weighs its apps.
+        assert_eq!(PlanMemory::of_current(&units, &items, &members), remembered);
         let quiet = plan_whole(&config, &units, &items, &members, Some(&remembered)).unwrap();
         assert!(quiet.unit_actions.is_empty(), "{:?}", quiet.unit_actions);
         let converging = plan_whole(&config, &units, &items, &members, None).unwrap();
@@ -903,8 +905,24 @@ mod slicing_tests {
         }
         let max = per_shard.values().copied().max().unwrap();
         assert!(max <= 115, "max {max} of a mean of 100: {per_shard:?}");
-        // A planner that takes over moves nothing either.
+        // A planner that takes over moves nothing either. Its memory weighs each slice of the
+        // hot unit by the apps in the slice's range, which add up to the unit's.
         let takeover = PlanMemory::of_current(&units, &items, &members);
+        let hot_apps: Vec<u64> = items
+            .iter()
+            .filter(|i| i.unit == hot.key)
+            .map(|i| app_key(&i.uid))
+            .collect();
+        for s in &hot.slices {
+            let inside = hot_apps.iter().filter(|k| s.range.contains(**k)).count() as u64;
+            assert_eq!(
+                takeover.loads.get(&slice_id(&hot.uid, s.range)),
+                Some(&inside),
+                "{:?}",
+                s.range
+            );
+        }
+        assert_eq!(takeover.shards, members.live());
         let p = plan(&config, &slicing, &units, &items, &members, Some(&takeover)).unwrap();
         assert!(p.unit_actions.is_empty(), "{:?}", p.unit_actions);
         assert!(p.item_labels.is_empty());
