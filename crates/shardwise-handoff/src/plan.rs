@@ -923,6 +923,24 @@ mod slicing_tests {
             );
         }
         assert_eq!(takeover.shards, members.live());
+        // The hot unit loses a quarter of its apps but stays heavy: its standing cut stays
+        // (a fresh halving of what is left would be coarser), and no slice is made or retired.
+        let fewer: Vec<ItemView> = items
+            .iter()
+            .enumerate()
+            .filter(|(n, i)| i.unit != hot.key || n % 4 != 0)
+            .map(|(_, i)| i.clone())
+            .collect();
+        let p = plan(&config, &slicing, &units, &fewer, &members, Some(&takeover)).unwrap();
+        assert!(
+            p.unit_actions.iter().all(|(key, action)| *key != hot.key
+                || !matches!(
+                    action,
+                    SliceAction::Create { .. } | SliceAction::Retire { .. }
+                )),
+            "{:?}",
+            p.unit_actions
+        );
         let p = plan(&config, &slicing, &units, &items, &members, Some(&takeover)).unwrap();
         assert!(p.unit_actions.is_empty(), "{:?}", p.unit_actions);
         assert!(p.item_labels.is_empty());
