@@ -458,6 +458,30 @@ mod tests {
     use crate::drain::PlannerAction;
     use shard_assign::StrategyKind;
 
+    #[test]
+    fn an_item_of_a_missing_unit_keeps_its_token_and_gets_a_live_reporter() {
+        // The item's token names a unit that does not exist, and its spec names another that
+        // does not exist either: which unit the token meant is not known from metadata, so
+        // the token stays; only the shard that reports on it is written.
+        let item = ItemView {
+            key: ObjectKey::new("fleet", "orphan"),
+            uid: "uid-orphan".to_string(),
+            unit: ObjectKey::new("fleet", "gone"),
+            shard: None,
+            unit_token: Some(unit_token("fleet", "renamed")),
+        };
+        let live = members(2, &[0, 1]).live();
+        let labels = item_labels(std::slice::from_ref(&item), &BTreeSet::new(), &live);
+        assert_eq!(labels.len(), 1, "{labels:?}");
+        assert_eq!(labels[0].unit_token, unit_token("fleet", "renamed"));
+        assert!(labels[0].shard.is_some_and(|s| live.contains(s)));
+        // Of a unit that exists, the token is its unit's, and no shard is named.
+        let exists = ObjectKey::new("fleet", "gone");
+        let labels = item_labels(&[item], &BTreeSet::from([&exists]), &live);
+        assert_eq!(labels[0].unit_token, unit_token("fleet", "gone"));
+        assert_eq!(labels[0].shard, None);
+    }
+
     /// A pass that places whole units only.
     pub(super) fn plan_whole(
         config: &StrategyConfig,

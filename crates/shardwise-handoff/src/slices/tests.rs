@@ -716,3 +716,42 @@ fn the_search_finds_clocks_drifting_beyond_the_bound() {
 fn the_search_finds_a_clock_stopped_while_paused() {
     finds(Settings::correct().with_defect(Defect::ClockStopsWhenPaused));
 }
+
+#[test]
+fn a_record_already_retiring_is_not_retired_again() {
+    // A cluster cut into halves on shard 0: the whole's record retires (a drain to its own
+    // shard) while both halves, also on shard 0, cover it.
+    let holder = Incarnation(7);
+    let record = |range: KeyRange, drain_to: Option<ShardId>| SliceRecord {
+        range,
+        record: UnitRecord {
+            owner: Some(0),
+            holder: Some(holder),
+            epoch: 1,
+            drain_to,
+            drained_epoch: None,
+        },
+    };
+    let (low, high) = KeyRange::WHOLE.halves().unwrap();
+    let desired = [(low, 0), (high, 0)];
+    let holder_of = |s: ShardId| (s == 0).then_some(holder);
+    let fresh = [
+        record(KeyRange::WHOLE, None),
+        record(low, None),
+        record(high, None),
+    ];
+    assert_eq!(
+        slice_actions(&fresh, &desired, holder_of),
+        vec![SliceAction::Retire {
+            range: KeyRange::WHOLE
+        }]
+    );
+    // Once its retirement is written, the next pass waits for the owner's release: writing it
+    // again would only wake the owner for nothing.
+    let retiring = [
+        record(KeyRange::WHOLE, Some(0)),
+        record(low, None),
+        record(high, None),
+    ];
+    assert_eq!(slice_actions(&retiring, &desired, holder_of), vec![]);
+}
