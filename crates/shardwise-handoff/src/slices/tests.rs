@@ -755,3 +755,30 @@ fn a_record_already_retiring_is_not_retired_again() {
     ];
     assert_eq!(slice_actions(&retiring, &desired, holder_of), vec![]);
 }
+
+#[test]
+fn no_slice_is_cut_from_a_record_while_its_move_is_under_way() {
+    // The whole cluster is on its way from shard 0 to shard 1, and the layout now wants it in
+    // halves: the halves wait until the move has finished, so that no record is cut from one
+    // whose owner is still draining it.
+    let holders = [Incarnation(7), Incarnation(8)];
+    let holder_of = |s: ShardId| holders.get(s as usize).copied();
+    let moving = [SliceRecord {
+        range: KeyRange::WHOLE,
+        record: UnitRecord {
+            owner: Some(0),
+            holder: Some(holders[0]),
+            epoch: 1,
+            drain_to: Some(1),
+            drained_epoch: None,
+        },
+    }];
+    let (low, high) = KeyRange::WHOLE.halves().unwrap();
+    let actions = slice_actions(&moving, &[(low, 1), (high, 1)], holder_of);
+    assert!(
+        actions
+            .iter()
+            .all(|a| !matches!(a, SliceAction::Create { .. })),
+        "{actions:?}"
+    );
+}
