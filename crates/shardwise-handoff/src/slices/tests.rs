@@ -782,3 +782,63 @@ fn no_slice_is_cut_from_a_record_while_its_move_is_under_way() {
         "{actions:?}"
     );
 }
+
+#[test]
+fn covers_needs_every_key_of_the_range() {
+    let (low, high) = KeyRange::WHOLE.halves().unwrap();
+    let (hl, hh) = high.halves().unwrap();
+    assert!(covers(&[high, low], KeyRange::WHOLE));
+    assert!(covers(&[KeyRange::WHOLE], high));
+    assert!(covers(&[hh, low, hl], KeyRange::WHOLE));
+    assert!(!covers(&[low], KeyRange::WHOLE));
+    // A gap in the middle: the quarter between the parts.
+    assert!(!covers(&[low, hh], KeyRange::WHOLE));
+    assert!(!covers(&[], low));
+}
+
+/// Which stale record an ancestor covers: any record whose holder is not live; a live record
+/// only when the ancestor is live under the same owner and holder (it folds into it).
+#[test]
+fn a_stale_record_is_covered_by_an_ancestor_only_as_it_folds_into_it() {
+    let holders = [Incarnation(7), Incarnation(8)];
+    let holder_of = |s: ShardId| holders.get(s as usize).copied();
+    let record = |range: KeyRange, owner: ShardId, holder: Incarnation| SliceRecord {
+        range,
+        record: UnitRecord {
+            owner: Some(owner),
+            holder: Some(holder),
+            epoch: 1,
+            drain_to: None,
+            drained_epoch: None,
+        },
+    };
+    let (low, high) = KeyRange::WHOLE.halves().unwrap();
+    let (hl, _) = high.halves().unwrap();
+    // The layout wants the low half alone, so `high` (an ancestor of `hl`) is stale too.
+    let desired = [(low, 0)];
+    let actions_on = |records: &[SliceRecord], range: KeyRange| -> Vec<SliceAction> {
+        slice_actions(records, &desired, holder_of)
+            .into_iter()
+            .filter(|a| a.range() == range)
+            .collect()
+    };
+    // Live under the ancestor's live owner and holder: it folds into it, and retires.
+    let folds = [record(high, 0, holders[0]), record(hl, 0, holders[0])];
+    assert_eq!(
+        actions_on(&folds, hl),
+        vec![SliceAction::Retire { range: hl }]
+    );
+    // Live, under an ancestor of another live shard: not covered, it stays as it is.
+    let other = [record(high, 1, holders[1]), record(hl, 0, holders[0])];
+    assert_eq!(actions_on(&other, hl), vec![]);
+    // Live, under an ancestor that names its holder but a shard that holder does not hold
+    // (not live): not covered either.
+    let stale_ancestor = [record(high, 1, holders[0]), record(hl, 0, holders[0])];
+    assert_eq!(actions_on(&stale_ancestor, hl), vec![]);
+    // Not live (its holder is gone): any ancestor covers it, and it is deleted.
+    let gone = [record(high, 1, holders[1]), record(hl, 0, Incarnation(99))];
+    assert_eq!(
+        actions_on(&gone, hl),
+        vec![SliceAction::Delete { range: hl }]
+    );
+}
