@@ -226,6 +226,42 @@ mod tests {
     }
 
     #[test]
+    fn one_count_is_a_valid_range() {
+        let fixed = Sizing::new(1000.0, 3, 3).unwrap();
+        assert_eq!(fixed.needed(9000.0, 1), 3);
+        assert!(Sizing::new(1000.0, 4, 3).is_err());
+    }
+
+    #[test]
+    fn the_need_in_force_when_the_down_window_began_still_counts() {
+        let windows = Windows {
+            up: minutes(5),
+            down: minutes(10),
+        };
+        let mut s = Stabilizer::new(windows);
+        // 7 needed, and set, at 0; nothing new until 3 is needed at 11 min: 7 was in force
+        // when the down window (1 to 11 min) began, so the count stays 7.
+        assert_eq!(s.recommend(minutes(0), 7, 7), 7);
+        assert_eq!(s.recommend(minutes(11), 3, 7), 7);
+        // A whole window of 3 since: down to 3.
+        assert_eq!(s.recommend(minutes(21), 3, 7), 3);
+    }
+
+    #[test]
+    fn the_needs_kept_are_those_of_the_longer_window() {
+        let windows = Windows {
+            up: minutes(5),
+            down: minutes(10),
+        };
+        let mut s = Stabilizer::new(windows);
+        for tick in 0..720u64 {
+            s.recommend(Duration::from_secs(10 * tick), 2 + (tick % 3) as u32, 3);
+        }
+        // Ten minutes of needs 10 s apart, and the one in force when they began.
+        assert!(s.seen.len() <= 62, "{} needs kept", s.seen.len());
+    }
+
+    #[test]
     fn the_need_is_the_load_over_the_target_within_bounds_and_tolerance() {
         let sizing = Sizing::new(1000.0, 1, 4).unwrap();
         assert_eq!(sizing.needed(500.0, 1), 1);
