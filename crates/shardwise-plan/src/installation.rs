@@ -530,7 +530,9 @@ pub fn dynamic_pod(
             created.0.as_second() > written.0.as_second()
         }
         _ => false,
-    };
+    } || shardwise_runtime::failpoints::seeded(
+        shardwise_runtime::failpoints::TRUST_DYNAMIC_COUNT,
+    );
     ControllerPod::of(
         pod,
         mapping.get(&hostname).copied(),

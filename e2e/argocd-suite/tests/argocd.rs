@@ -677,7 +677,11 @@ async fn under_dynamic_distribution_a_scale_without_restarts_gives_no_app_two_ow
         "the old pods run on: {old:?} then {now:?}"
     );
     // The old pods' count cannot be told from the Deployment: the balancer writes nothing.
-    assert_eq!(argocd_support::keys(&env).await, keys_before);
+    let keys_after = argocd_support::keys(&env).await;
+    assert_eq!(
+        keys_after, keys_before,
+        "the balancer wrote keys while pods that read them with the old count ran"
+    );
     // Argo CD's own part: on a scale, the pods claim shards in the shard ConfigMap anew (one
     // whose view of the Deployment still says 3 resets a mapping of 4), and a shard's previous
     // pod drops it only at its next readiness probe. Two owners then, with no key written,
