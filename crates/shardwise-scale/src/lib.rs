@@ -225,6 +225,14 @@ mod tests {
         Duration::from_secs(60 * m)
     }
 
+    /// A stabilizer with windows of `up` and `down` minutes.
+    fn stabilizer(up: u64, down: u64) -> Stabilizer {
+        Stabilizer::new(Windows {
+            up: minutes(up),
+            down: minutes(down),
+        })
+    }
+
     #[test]
     fn one_count_is_a_valid_range() {
         let fixed = Sizing::new(1000.0, 3, 3).unwrap();
@@ -234,11 +242,7 @@ mod tests {
 
     #[test]
     fn the_need_in_force_when_the_down_window_began_still_counts() {
-        let windows = Windows {
-            up: minutes(5),
-            down: minutes(10),
-        };
-        let mut s = Stabilizer::new(windows);
+        let mut s = stabilizer(5, 10);
         // 7 needed, and set, at 0; nothing new until 3 is needed at 11 min: 7 was in force
         // when the down window (1 to 11 min) began, so the count stays 7.
         assert_eq!(s.recommend(minutes(0), 7, 7), 7);
@@ -249,11 +253,7 @@ mod tests {
 
     #[test]
     fn the_needs_kept_are_those_of_the_longer_window() {
-        let windows = Windows {
-            up: minutes(5),
-            down: minutes(10),
-        };
-        let mut s = Stabilizer::new(windows);
+        let mut s = stabilizer(5, 10);
         for tick in 0..720u64 {
             s.recommend(Duration::from_secs(10 * tick), 2 + (tick % 3) as u32, 3);
         }
@@ -310,10 +310,7 @@ mod tests {
 
     #[test]
     fn an_up_window_waits_for_a_lasting_need() {
-        let mut count = Stabilizer::new(Windows {
-            up: minutes(2),
-            down: minutes(5),
-        });
+        let mut count = stabilizer(2, 5);
         assert_eq!(count.recommend(minutes(0), 1, 1), 1);
         assert_eq!(count.recommend(minutes(1), 3, 1), 1);
         assert_eq!(count.recommend(minutes(2), 3, 1), 1, "the need at 0 was 1");

@@ -67,7 +67,7 @@ pub use binary::{
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
 pub use faults::{ErrorFault, FaultCounters, FaultError, Faults};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
-pub use nodes::{LABELLER_IMAGE, SHARDWISE_IMAGE, pod_link, pod_ready};
+pub use nodes::{LABELLER_IMAGE, SHARDWISE_IMAGE, pod_link, pod_ready, pod_serving};
 pub use process::{Process, ProcessError, ProcessSpec};
 pub use real::{RealApiServer, control_plane_binary};
 pub use shardwise_e2e_node::NodeAgent;

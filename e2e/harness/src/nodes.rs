@@ -37,6 +37,12 @@ pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Whether `pod` is Ready and not being deleted: it serves, and goes on serving until it is
+/// told to stop.
+pub fn pod_serving(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod_ready(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
 /// The image of the chart (and of the Dockerfile), whose binaries this workspace builds.
 pub const SHARDWISE_IMAGE: &str = "ghcr.io/shardwise/shardwise";
 

@@ -601,7 +601,7 @@ impl Observer {
         }
         let serving: std::collections::BTreeSet<u32> = pods
             .iter()
-            .filter(|(_, p)| p.metadata.deletion_timestamp.is_none() && shardwise_e2e::pod_ready(p))
+            .filter(|(_, p)| shardwise_e2e::pod_serving(p))
             .filter(|(_, p)| {
                 p.metadata
                     .uid

@@ -25,7 +25,7 @@ use super::git::GitServer;
 use crate::pods::{container_logs, container_pid, pod_dirs};
 use crate::{
     Environment, HarnessError, Metrics, MetricsError, Process, ProcessSpec, free_port, pod_ready,
-    scrape, wait_for,
+    pod_serving, scrape, wait_for,
 };
 
 /// Argo CD's namespace.
@@ -127,7 +127,9 @@ fn ordinal(name: &str) -> Option<u32> {
 const SHARD_CM: &str = "argocd-app-controller-shard-cm";
 
 /// The shard of each controller pod, by pod name, as `argocd-app-controller-shard-cm` maps
-/// them (its `shardControllerMapping`, a JSON list).
+/// them (its `shardControllerMapping`, a JSON list). Read here on its own rather than with
+/// `shardwise_plan::installation::shard_mapping`: the harness is the suite's ground truth for
+/// the reader it checks.
 fn shard_mapping(cm: &k8s_openapi::api::core::v1::ConfigMap) -> BTreeMap<String, u32> {
     let entries: Vec<serde_json::Value> = cm
         .data
@@ -343,7 +345,7 @@ impl ArgoCd {
             running(&pod)?;
             Some(async move {
                 let url = format!("http://{ip}:{METRICS_PORT}/metrics");
-                let listens = pod_ready(&pod) && pod.metadata.deletion_timestamp.is_none();
+                let listens = pod_serving(&pod);
                 let mut attempts = 0;
                 let answer = loop {
                     let answer = scrape(&url).await;
@@ -357,19 +359,18 @@ impl ArgoCd {
                         _ => break answer,
                     }
                 };
-                (ordinal, pod, answer)
+                (ordinal, pod, listens, answer)
             })
         });
         let mut all = BTreeMap::new();
-        for (ordinal, pod, answer) in futures::future::join_all(scrapes).await {
+        for (ordinal, pod, listens, answer) in futures::future::join_all(scrapes).await {
             match answer {
                 Ok(metrics) => {
                     all.insert(ordinal, metrics);
                 }
                 Err(_) if running(&pod).is_none() => {}
                 Err(MetricsError::Scrape { reason, .. })
-                    if reason.contains("(Connect)")
-                        && !(pod_ready(&pod) && pod.metadata.deletion_timestamp.is_none()) => {}
+                    if reason.contains("(Connect)") && !listens => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -460,31 +461,40 @@ impl ArgoCd {
     pub fn report(&self) -> String {
         let mut parts = vec![self.redis.report(), self.repo_server.report()];
         parts.push(self.git.daemon().report());
-        for dir in pod_dirs(&self.env_dir, NAMESPACE, &format!("{CONTROLLER}-")) {
-            for log in container_logs(&dir, CONTROLLER) {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-                parts.push(format!("{}:\n{tail}", log.display()));
-            }
+        for (log, text) in self.controller_logs() {
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+            parts.push(format!("{}:\n{tail}", log.display()));
         }
         parts.join("\n")
+    }
+
+    /// Every run of every controller pod's container: its log file and what it holds.
+    fn controller_logs(&self) -> Vec<(PathBuf, String)> {
+        pod_dirs(&self.env_dir, NAMESPACE, &format!("{CONTROLLER}-"))
+            .iter()
+            .flat_map(|dir| container_logs(dir, CONTROLLER))
+            .map(|log| {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                (log, text)
+            })
+            .collect()
     }
 
     /// What each controller logged about shards and clusters (its sharding's decisions), pod
     /// by pod: what explains an owner the suite did not expect.
     pub fn sharding_log(&self) -> String {
-        let mut parts = Vec::new();
-        for dir in pod_dirs(&self.env_dir, NAMESPACE, &format!("{CONTROLLER}-")) {
-            for log in container_logs(&dir, CONTROLLER) {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let parts: Vec<String> = self
+            .controller_logs()
+            .into_iter()
+            .map(|(log, text)| {
                 let lines: Vec<&str> = text
                     .lines()
                     .filter(|l| l.contains("shard") || l.contains("Shard"))
                     .collect();
-                parts.push(format!("{}:\n{}", log.display(), lines.join("\n")));
-            }
-        }
+                format!("{}:\n{}", log.display(), lines.join("\n"))
+            })
+            .collect();
         parts.join("\n")
     }
 
