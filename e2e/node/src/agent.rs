@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube_runtime::watcher;
+use kube_runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::watch;
@@ -82,6 +82,21 @@ pub enum AgentError {
 
 /// How often the Lease is renewed and the Ready condition refreshed (the kubelet's default).
 const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// How long a one-off request may go unanswered before the agent gives up on it (and retries
+/// it where it retries). kube's client sets no read timeout: a request that a restarting
+/// kube-apiserver took and never answered held a deleted pod's final delete for good (the
+/// chaos suite's kube-apiserver restart, 2026-12-06), so the pod was never gone.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `request`, failed with a service error if it has no answer within [`REQUEST_TIMEOUT`].
+pub(crate) async fn bounded<T>(
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    tokio::time::timeout(REQUEST_TIMEOUT, request)
+        .await
+        .unwrap_or_else(|elapsed| Err(kube::Error::Service(Box::new(elapsed))))
+}
 
 /// A running node agent. Dropping it (or [`NodeAgent::stop`]) kills every container it runs
 /// and removes every sandbox.
@@ -323,8 +338,7 @@ async fn patch_node_status(
             "operatingSystem": "linux", "architecture": std::env::consts::ARCH,
         },
     }});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
+    bounded(nodes.patch_status(name, &PatchParams::default(), &Patch::Strategic(&status)))
         .await
         .map(|_| ())
 }
@@ -350,13 +364,12 @@ async fn heartbeat(
         }
         lease.metadata.managed_fields = None;
         lease.metadata.resource_version = None;
-        if let Err(e) = leases
-            .patch(
-                &config.name,
-                &PatchParams::apply("shardwise-node").force(),
-                &Patch::Apply(&lease),
-            )
-            .await
+        if let Err(e) = bounded(leases.patch(
+            &config.name,
+            &PatchParams::apply("shardwise-node").force(),
+            &Patch::Apply(&lease),
+        ))
+        .await
         {
             tracing::warn!(node = %config.name, error = %e, "cannot renew the node lease");
         }
@@ -375,7 +388,11 @@ async fn watch_pods(
 ) {
     let api: Api<Pod> = Api::all(config.client.clone());
     let selector = format!("spec.nodeName={}", config.name);
-    let mut events = watcher(api, watcher::Config::default().fields(&selector)).boxed();
+    // Backed off as client-go's reflector is: without it, a kube-apiserver that is down turns
+    // the watch into a loop of refused connections that keeps a core busy.
+    let mut events = watcher(api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
     // The UIDs seen in the current list, to find pods deleted while the watch was down.
     let mut listing: Option<Vec<String>> = None;
     loop {

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
+use crate::agent::bounded;
 use crate::container::{Exit, Launcher, Running};
 use crate::image::ImageTable;
 use crate::plan::{NodeFacts, PlanError, PodContext, plan};
@@ -723,8 +724,7 @@ impl Worker {
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec,
         }))
         .map_err(|e| e.to_string())?;
-        accounts
-            .create_token_request(account, &PostParams::default(), &request)
+        bounded(accounts.create_token_request(account, &PostParams::default(), &request))
             .await
             .map_err(|e| format!("token for serviceaccount {account}: {e}"))?
             .status
@@ -767,13 +767,12 @@ impl Worker {
             return;
         }
         let pods: Api<Pod> = Api::namespaced(self.rt.client.clone(), &self.namespace);
-        match pods
-            .patch_status(
-                &self.name,
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
+        match bounded(pods.patch_status(
+            &self.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        ))
+        .await
         {
             Ok(pod) => {
                 self.pod.status = pod.status;
@@ -815,7 +814,9 @@ impl Worker {
     /// gone or replaced, or the agent stops.
     async fn terminate_gracefully(&mut self, events: &mut UnboundedReceiver<PodEvent>) {
         let grace = self.grace();
+        tracing::debug!(pod = %self.name, ?grace, "deletion seen: stopping the containers");
         self.stop_all(grace).await;
+        tracing::debug!(pod = %self.name, "containers stopped: final status, then delete");
         self.report().await;
         self.teardown();
         let pods: Api<Pod> = Api::namespaced(self.rt.client.clone(), &self.namespace);
@@ -829,9 +830,12 @@ impl Worker {
         };
         let mut backoff = self.rt.initial_backoff;
         loop {
-            match pods.delete(&self.name, &params).await {
+            match bounded(pods.delete(&self.name, &params)).await {
                 // 404: gone; 409: the name now belongs to another pod.
-                Ok(_) => return,
+                Ok(_) => {
+                    tracing::debug!(pod = %self.name, "deleted");
+                    return;
+                }
                 Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => return,
                 Err(e) => tracing::debug!(pod = %self.name, error = %e, "final delete failed"),
             }
@@ -866,7 +870,7 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     for name in names {
-        match api.get_opt(&name).await {
+        match bounded(api.get_opt(&name)).await {
             Ok(Some(object)) => {
                 known.insert(name, object);
             }

@@ -477,8 +477,21 @@ pub fn realistic_manifests(index: u32) -> String {
     )
 }
 
+/// Prints the harness's and node agents' logs into the test's output when `RUST_LOG` is set
+/// (e.g. `RUST_LOG=shardwise_e2e_node=debug`): what a node agent did with a pod that would not
+/// go is otherwise invisible. Once per test binary; a subscriber already set is kept.
+fn init_logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 impl Fleet {
     pub async fn start(options: FleetOptions) -> Result<Self> {
+        init_logs();
         #[cfg(feature = "test-server")]
         let runner = if options.test_server {
             Runner::Played
