@@ -507,6 +507,25 @@ pub fn max_over_mean(loads: &[u64]) -> f64 {
 /// at the change, never before it.
 pub const CHANGE_GRACE: Duration = Duration::from_secs(10);
 
+/// How long `pod` has been Ready by its Ready condition's last transition (the server's
+/// clock, which is this machine's), `None` when it is not Ready.
+///
+/// A controller Ready for less than [`CHANGE_GRACE`] has not settled: one that had become
+/// Ready a second before listed none of the 24 apps its key named (2026-12-06, a 3 -> 4
+/// rollout), after listing some of them at the sample before, while its cluster informer
+/// and sharding were still starting.
+fn ready_for(pod: &k8s_openapi::api::core::v1::Pod, now: jiff::Timestamp) -> Option<Duration> {
+    let ready = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let since = ready.last_transition_time.as_ref()?.0;
+    Some(Duration::try_from(now.duration_since(since)).unwrap_or_default())
+}
+
 /// One sample of an app owned by no controller or by several.
 struct Odd {
     at: Instant,
@@ -515,9 +534,11 @@ struct Odd {
     cluster: String,
     owners: Vec<u32>,
     /// The controller its cluster's key names had no pod serving the cluster at the sample:
-    /// none Ready, or a new one that has not yet listed any app of that cluster (being
-    /// replaced and still syncing that cluster's cache, or down). The app then has no owner by
-    /// Argo CD's own doing; a pod that never takes its cluster shows in the steps' settling.
+    /// none Ready, one Ready for less than [`CHANGE_GRACE`], one deleted while the sample
+    /// read the owners (read before and after), or one that has not yet listed
+    /// any app of that cluster (being replaced and still syncing that cluster's cache, or
+    /// down). The app then has no owner by Argo CD's own doing; a pod that never takes its
+    /// cluster shows in the steps' settling.
     owner_down: bool,
     /// The key and the controller pods as the sample saw them, for messages.
     seen: String,
@@ -572,8 +593,15 @@ impl Observer {
             .pods()
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
-        let owners = argocd
-            .owners()
+        let scraped = argocd
+            .scrape()
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
+        let owners = shardwise_e2e::argocd::owners_of(&scraped);
+        // Read again: a pod deleted while it was scraped (its process gone, so not scraped)
+        // served at the first read. A pod serves the sample only if both reads say so.
+        let pods_after = argocd
+            .pods()
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", argocd.report()));
         let shards: BTreeMap<String, u32> = pods
@@ -599,9 +627,16 @@ impl Observer {
                 self.taken.insert((u, cluster.clone()));
             }
         }
+        let now = jiff::Timestamp::now();
         let serving: std::collections::BTreeSet<u32> = pods
             .iter()
+            .filter(|(o, p)| {
+                pods_after.get(o).is_some_and(|after| {
+                    after.metadata.uid == p.metadata.uid && shardwise_e2e::pod_serving(after)
+                })
+            })
             .filter(|(_, p)| shardwise_e2e::pod_serving(p))
+            .filter(|(_, p)| ready_for(p, now).is_some_and(|d| d >= CHANGE_GRACE))
             .filter(|(_, p)| {
                 p.metadata
                     .uid
@@ -650,10 +685,17 @@ impl Observer {
                     }
                     _ => serving.len() < pods.len() || pods.is_empty(),
                 };
+                // Per pod: Ready, and how many apps it listed (None: not scraped).
                 let seen = format!(
-                    "key {key:?}; pods serving {serving:?} of {:?}",
+                    "key {key:?}; pods serving {serving:?} of {:?} (ordinal, Ready, apps listed)",
                     pods.iter()
-                        .map(|(o, p)| (*o, shardwise_e2e::pod_ready(p)))
+                        .map(|(o, p)| (
+                            *o,
+                            shardwise_e2e::pod_ready(p),
+                            scraped
+                                .contains_key(o)
+                                .then(|| { owners.values().filter(|by| by.contains(o)).count() })
+                        ))
                         .collect::<Vec<_>>()
                 );
                 self.odd.push(Odd {
