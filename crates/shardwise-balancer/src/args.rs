@@ -44,9 +44,24 @@ pub struct BalanceArgs {
     /// or consistent-hashing
     #[arg(long, value_name = "NAME", value_parser = argocd_algorithm_named)]
     pub current_strategy: Option<(StrategyKind, &'static str)>,
-    /// What an Application weighs: 1 (apps) or its managed resources (resources)
+    /// What a cluster weighs: its Applications (apps), the resources they manage (resources),
+    /// or what its controller measures it costs (measured: reconcile and resource-event time
+    /// and cached objects, from each controller's /metrics; apps until a rate is measured)
     #[arg(long, value_enum, default_value_t = Load::Apps)]
     pub load: Load,
+    /// With --load measured: the time constant, in seconds, of the moving average that
+    /// smooths each cluster's measured time, so that one sync's burst moves nothing
+    #[arg(long, value_name = "SECONDS", default_value_t = 600,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub load_window: u32,
+    /// With --load measured: the share of a cluster's weight that comes from the objects its
+    /// controller caches (memory) rather than from the time it spends (CPU), 0 to 1
+    #[arg(long, value_name = "SHARE", default_value_t = 0.5, value_parser = share)]
+    pub load_memory_weight: f64,
+    /// With --load measured: the port of the application controllers' /metrics (Argo CD's
+    /// --metrics-port)
+    #[arg(long, value_name = "PORT", default_value_t = 8082)]
+    pub controller_metrics_port: u16,
     #[command(flatten)]
     pub strategy: StrategyFlags,
     /// Seconds between passes; each pass may spend the move budget (--max-extra-moves) once
@@ -137,14 +152,26 @@ pub enum Load {
     Apps,
     /// One per resource an Application manages (`status.resources`).
     Resources,
+    /// What the controllers measure a cluster costs, per app, against the fleet's average.
+    Measured,
 }
 
 impl From<Load> for ArgoCdLoad {
     fn from(load: Load) -> Self {
         match load {
-            Load::Apps => ArgoCdLoad::Apps,
+            // Measured weights multiply the app counts.
+            Load::Apps | Load::Measured => ArgoCdLoad::Apps,
             Load::Resources => ArgoCdLoad::Resources,
         }
+    }
+}
+
+/// A share from 0 to 1, with a message that says so.
+fn share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        Ok(x) => Err(format!("must be from 0 to 1, got {x}")),
+        Err(_) => Err(format!("must be a number from 0 to 1, got {text:?}")),
     }
 }
 

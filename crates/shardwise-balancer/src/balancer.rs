@@ -28,7 +28,9 @@ use shardwise_plan::read::{ArgoCdQuery, Read, read_argocd};
 use shardwise_plan::writer;
 use thiserror::Error;
 
-use crate::args::BalanceArgs;
+use crate::args::{BalanceArgs, Load};
+use crate::measured::{self, Meter};
+use crate::scrape;
 
 /// Argo CD's nouns: its clusters are the units, its Applications the items.
 const NOUNS: Nouns = Nouns {
@@ -119,6 +121,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
         health: Health::default(),
         band,
         coverage,
+        meter: Meter::new(Duration::from_secs(args.load_window.into())),
     };
     loop {
         let held = tokio::select! {
@@ -193,6 +196,8 @@ struct Balancer<'a> {
     band: Hysteresis,
     /// Which clusters a live controller reconciles, as last read.
     coverage: CoverageMetrics,
+    /// With `--load measured`: what each cluster costs its controller, smoothed.
+    meter: Meter,
 }
 
 /// How long the balancer lets Argo CD's controllers see new keys before it refreshes the moved
@@ -232,7 +237,7 @@ impl Balancer<'_> {
             controller_pods: true,
         };
         let Read {
-            fleet,
+            mut fleet,
             replicas,
             replicas_origin,
             to,
@@ -291,6 +296,16 @@ impl Balancer<'_> {
                 ));
             }
         };
+        if args.load == Load::Measured {
+            let scraped = scrape::controllers(&pods, args.controller_metrics_port).await;
+            messages.extend(scraped.failed.iter().map(|f| {
+                (false, format!("a controller's metrics could not be read, so this pass measures its clusters as before: {f}"))
+            }));
+            self.meter.observe(scraped.scrapes, Instant::now());
+            let weighing = measured::weigh(&mut fleet, &self.meter, args.load_memory_weight);
+            debug!(?weighing, "clusters weighed by their measured cost");
+            messages.extend(weighing.fallback.map(|why| (false, why)));
+        }
         let shards = self.health.observe(
             replicas,
             &pods,

@@ -130,6 +130,7 @@ pub(crate) fn ready_pod(shard: ShardId, replicas: u32) -> ControllerPod {
         replicas: Some(replicas),
         ready: true,
         terminating: false,
+        ..ControllerPod::default()
     }
 }
 

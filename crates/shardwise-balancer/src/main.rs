@@ -8,8 +8,10 @@
 mod args;
 mod balancer;
 mod controllers;
+mod measured;
 mod metrics;
 mod pass;
+mod scrape;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -101,3 +101,21 @@ fn failures_while_starting_exit_1_and_say_what_failed() {
         "{err}"
     );
 }
+
+#[test]
+fn a_measured_load_that_cannot_work_is_refused() {
+    let err = refused(&["--load", "measured", "--load-memory-weight", "1.5"]);
+    assert!(err.contains("must be from 0 to 1, got 1.5"), "{err}");
+    let err = refused(&["--load-memory-weight", "half"]);
+    assert!(
+        err.contains("must be a number from 0 to 1, got \"half\""),
+        "{err}"
+    );
+    let err = refused(&["--load-window", "90000"]);
+    assert!(err.contains("90000 is not in 0..=86400"), "{err}");
+    let err = refused(&["--load", "cpu"]);
+    assert!(
+        err.contains("[possible values: apps, resources, measured]"),
+        "{err}"
+    );
+}

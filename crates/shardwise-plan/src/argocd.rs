@@ -139,6 +139,7 @@ pub fn fleet(
             index.by_name.entry(name).or_default().push(position);
         }
         index.secret_names.push(secret_name);
+        fleet.servers.insert(id.clone(), server.clone());
         index.servers.push(server);
         fleet.clusters.push(Cluster {
             id,
@@ -154,6 +155,9 @@ pub fn fleet(
             .insert(IN_CLUSTER_SERVER.into(), fleet.clusters.len());
         index.secret_names.push(String::new());
         index.servers.push(IN_CLUSTER_SERVER.into());
+        fleet
+            .servers
+            .insert(IN_CLUSTER_ID.into(), IN_CLUSTER_SERVER.into());
         fleet.clusters.push(Cluster {
             id: IN_CLUSTER_ID.into(),
             name: IN_CLUSTER_NAME.into(),

@@ -188,6 +188,7 @@ mod tests {
             replicas: Some(replicas),
             ready,
             terminating: false,
+            ..ControllerPod::default()
         }
     }
 

@@ -376,10 +376,14 @@ fn flag_values(argv: &[String], name: &str, boolean: bool) -> Vec<String> {
 }
 
 /// An application controller pod as its process shards: what it read when it started.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ControllerPod {
     /// The pod's name.
     pub name: String,
+    /// The pod's UID: a replaced pod's metrics start from zero.
+    pub uid: String,
+    /// The pod's address, once it has one: where its metrics are scraped.
+    pub ip: Option<String>,
     /// The shard it serves, or `None` when it serves none.
     pub shard: Option<ShardId>,
     /// The replica count its process reads `shard` keys with, or `None` when it cannot be told.
@@ -399,6 +403,8 @@ impl ControllerPod {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
         Self {
             name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
             shard,
             replicas,
             ready,

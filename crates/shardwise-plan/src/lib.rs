@@ -84,6 +84,9 @@ pub struct LiveFleet {
     /// Argo CD: by id, the Applications whose `destination.server` is exactly the cluster's
     /// server, the count Argo CD's consistent-hashing weighs the cluster by.
     pub server_apps: BTreeMap<String, u64>,
+    /// Argo CD: by cluster id, the cluster's server (trimmed as Argo CD trims it): how its
+    /// controllers' metrics name it.
+    pub servers: BTreeMap<String, String>,
     /// Argo CD: by cluster id, the Applications (namespace, name) whose destination resolves to
     /// the cluster: what the balancer asks Argo CD to refresh when the cluster moves.
     pub cluster_apps: BTreeMap<String, Vec<(String, String)>>,
