@@ -22,6 +22,7 @@ use crate::container::Launcher;
 use crate::image::ImageTable;
 use crate::plan::NodeFacts;
 use crate::pod::{PodEvent, PodRuntime, ServiceEndpoint, run_pod};
+use crate::request::bounded;
 use crate::sandbox::Bridge;
 
 /// How a node agent is set up.
@@ -82,21 +83,6 @@ pub enum AgentError {
 
 /// How often the Lease is renewed and the Ready condition refreshed (the kubelet's default).
 const HEARTBEAT: Duration = Duration::from_secs(10);
-
-/// How long a one-off request may go unanswered before the agent gives up on it (and retries
-/// it where it retries). kube's client sets no read timeout: a request that a restarting
-/// kube-apiserver took and never answered held a deleted pod's final delete for good (the
-/// chaos suite's kube-apiserver restart, 2026-12-06), so the pod was never gone.
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `request`, failed with a service error if it has no answer within [`REQUEST_TIMEOUT`].
-pub(crate) async fn bounded<T>(
-    request: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, kube::Error> {
-    tokio::time::timeout(REQUEST_TIMEOUT, request)
-        .await
-        .unwrap_or_else(|elapsed| Err(kube::Error::Service(Box::new(elapsed))))
-}
 
 /// A running node agent. Dropping it (or [`NodeAgent::stop`]) kills every container it runs
 /// and removes every sandbox.

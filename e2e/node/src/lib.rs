@@ -20,6 +20,7 @@ pub mod plan;
 mod pod;
 pub mod probe;
 pub mod quantity;
+mod request;
 pub mod sandbox;
 pub mod status;
 pub mod volumes;

@@ -18,11 +18,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
-use crate::agent::bounded;
 use crate::container::{Exit, Launcher, Running};
 use crate::image::ImageTable;
 use crate::plan::{NodeFacts, PlanError, PodContext, plan};
 use crate::probe::{Probe, Tracker, check};
+use crate::request::bounded;
 use crate::sandbox::{Bridge, Sandbox};
 use crate::status::{ContainerObservation, PodObservation, State, Termination, status_patch};
 use crate::volumes::{VolumeSources, contents, write_atomically};
