@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::controllers::Health;
-use crate::metrics::CoverageMetrics;
+use crate::metrics::{CoverageMetrics, MeasuredMetrics};
 use crate::pass::{self, Inputs, Pass, Pending};
 use shardwise_plan::LiveFleet;
 use shardwise_plan::api::Connection;
@@ -72,6 +72,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::planner_only(METRICS_LABEL, NOUNS, &mut registry);
     let coverage = CoverageMetrics::register(&mut registry);
+    let measured_metrics = MeasuredMetrics::register(&mut registry);
     let telemetry = Telemetry {
         registry: std::sync::Arc::new(registry),
         metrics: metrics.clone(),
@@ -122,6 +123,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
         band,
         coverage,
         meter: Meter::new(Duration::from_secs(args.load_window.into())),
+        measured_metrics,
     };
     loop {
         let held = tokio::select! {
@@ -154,6 +156,7 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
             .set(0);
         balancer.metrics.clear_planner();
         balancer.coverage.clear();
+        balancer.measured_metrics.clear();
         if stop.is_cancelled() {
             break;
         }
@@ -198,6 +201,8 @@ struct Balancer<'a> {
     coverage: CoverageMetrics,
     /// With `--load measured`: what each cluster costs its controller, smoothed.
     meter: Meter,
+    /// With `--load measured`: what the last pass measured.
+    measured_metrics: MeasuredMetrics,
 }
 
 /// How long the balancer lets Argo CD's controllers see new keys before it refreshes the moved
@@ -304,6 +309,16 @@ impl Balancer<'_> {
             self.meter.observe(scraped.scrapes, Instant::now());
             let weighing = measured::weigh(&mut fleet, &self.meter, args.load_memory_weight);
             debug!(?weighing, "clusters weighed by their measured cost");
+            let weights: Vec<(String, Option<u32>)> = fleet
+                .clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.weight))
+                .collect();
+            self.measured_metrics.set(
+                &weights,
+                (weighing.measured, weighing.objects),
+                scraped.failed.len(),
+            );
             messages.extend(weighing.fallback.map(|why| (false, why)));
         }
         let shards = self.health.observe(

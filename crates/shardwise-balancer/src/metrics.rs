@@ -75,6 +75,81 @@ impl CoverageMetrics {
     }
 }
 
+/// With `--load measured`: what the last pass measured.
+#[derive(Clone, Default)]
+pub(crate) struct MeasuredMetrics {
+    weight: Family<ClusterLabels, Gauge>,
+    measured_clusters: Family<NoLabels, Gauge>,
+    objects: Family<NoLabels, Gauge>,
+    unread_controllers: Family<NoLabels, Gauge>,
+}
+
+impl MeasuredMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        let r = registry.sub_registry_with_prefix("shardwise");
+        r.register(
+            "argocd_cluster_weight",
+            "With --load measured: the weight of one of the cluster's apps, 1000 for an app of the fleet's average measured cost",
+            metrics.weight.clone(),
+        );
+        r.register(
+            "argocd_measured_clusters",
+            "With --load measured: clusters with apps weighed by their measured cost (0: every cluster weighs its apps)",
+            metrics.measured_clusters.clone(),
+        );
+        r.register(
+            "argocd_measured_objects",
+            "With --load measured: objects the controllers cache for the measured clusters",
+            metrics.objects.clone(),
+        );
+        r.register(
+            "argocd_unread_controllers",
+            "With --load measured: running controller pods whose /metrics the last pass could not read",
+            metrics.unread_controllers.clone(),
+        );
+        metrics
+    }
+
+    /// Shows the weights of `clusters` (name, weight), the clusters measured and their cached
+    /// objects, and the controllers not read; only the current clusters keep a series.
+    pub(crate) fn set(
+        &self,
+        clusters: &[(String, Option<u32>)],
+        (measured, objects): (usize, f64),
+        unread: usize,
+    ) {
+        self.weight.clear();
+        for (cluster, weight) in clusters {
+            if let Some(weight) = weight {
+                self.weight
+                    .get_or_create(&ClusterLabels {
+                        cluster: cluster.clone(),
+                    })
+                    .set(i64::from(*weight));
+            }
+        }
+        self.measured_clusters
+            .get_or_create(&NoLabels {})
+            .set(i64::try_from(measured).unwrap_or(i64::MAX));
+        // Counts of objects: whole numbers, as Argo CD reports them.
+        self.objects
+            .get_or_create(&NoLabels {})
+            .set(objects.round() as i64);
+        self.unread_controllers
+            .get_or_create(&NoLabels {})
+            .set(i64::try_from(unread).unwrap_or(i64::MAX));
+    }
+
+    /// No series: a balancer that does not lead, or does not measure, says nothing.
+    pub(crate) fn clear(&self) {
+        self.weight.clear();
+        self.measured_clusters.clear();
+        self.objects.clear();
+        self.unread_controllers.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use prometheus_client::encoding::text::encode;
@@ -134,6 +209,32 @@ mod tests {
             lines
                 .iter()
                 .any(|l| l == "shardwise_argocd_unreconciled_apps{} 2")
+        );
+        metrics.clear();
+        assert!(exposed(&registry).is_empty());
+    }
+
+    #[test]
+    fn measured_weights_counts_and_unread_controllers_are_shown_and_cleared() {
+        let mut registry = Registry::default();
+        let metrics = MeasuredMetrics::register(&mut registry);
+        metrics.set(
+            &[("a".into(), Some(1500)), ("b".into(), None)],
+            (1, 120.0),
+            2,
+        );
+        let lines = exposed(&registry);
+        for line in [
+            "shardwise_argocd_cluster_weight{cluster=\"a\"} 1500",
+            "shardwise_argocd_measured_clusters{} 1",
+            "shardwise_argocd_measured_objects{} 120",
+            "shardwise_argocd_unread_controllers{} 2",
+        ] {
+            assert!(lines.iter().any(|l| l == line), "{line} not in {lines:?}");
+        }
+        assert!(
+            !lines.iter().any(|l| l.contains("cluster=\"b\"")),
+            "{lines:?}"
         );
         metrics.clear();
         assert!(exposed(&registry).is_empty());

@@ -328,8 +328,23 @@ async fn settle(
                 observer.step();
                 return step;
             }
+            let differ: Vec<String> = expected
+                .keys()
+                .chain(owners.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .filter(|app| owners.get(*app) != expected.get(*app))
+                .take(6)
+                .map(|app| {
+                    format!(
+                        "{app} owned by {:?}, plan says {:?}",
+                        owners.get(app),
+                        expected.get(app)
+                    )
+                })
+                .collect();
             last = format!(
-                "the balancer at rest; apps per controller {apps:?} (max/mean {balance:.3}); owners as plan reads the keys: {}; moved clusters not yet reconciled by their new controller: {unreconciled:?}",
+                "the balancer at rest; apps per controller {apps:?} (max/mean {balance:.3}); owners as plan reads the keys: {} {differ:?}; moved clusters not yet reconciled by their new controller: {unreconciled:?}",
                 owners == expected
             );
         } else {
@@ -1040,4 +1055,86 @@ async fn a_dead_controllers_clusters_are_rescued_after_the_grace_and_go_back_whe
         "controller 1 back: its clusters home and owned there {:.1} s after the uncordon",
         back.elapsed().as_secs_f64()
     );
+}
+
+/// `--load measured` on real controllers: the balancer reads every controller's own
+/// `/metrics`, finds each cluster there by its Secret's server, and weighs every cluster with
+/// apps by what its controller reports; then it balances that load, and Argo CD follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_measured_load_the_balancer_weighs_every_cluster_by_what_its_controller_reports() {
+    let _serial = SERIAL.lock().await;
+    // Apps per cluster from 1 to 6, so that a weight per app from the measured time differs
+    // from the count alone.
+    let clusters: Vec<ClusterSpec> = (0..6)
+        .map(|i| ClusterSpec::new(&format!("w{i}"), i % 2, Auth::Token, i as u32 + 1))
+        .collect();
+    let with_apps = clusters.iter().filter(|c| c.apps > 0).count() as f64;
+    let env = environment(2, &clusters);
+    let argocd = install(&env, ArgoCdOptions::default()).await;
+    let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    settle_owners(&mut Observer::default(), &env, &argocd, &fleet).await;
+    let (balancer, port) = argocd_support::start_balancer(
+        &env,
+        &[
+            "--load",
+            "measured",
+            "--load-window",
+            "0",
+            "--target-balance",
+            "1.10",
+        ],
+    )
+    .await;
+    let metrics = format!("http://127.0.0.1:{port}/metrics");
+    let weights = wait_for(
+        "every cluster with apps weighed by its measured time and objects, every controller read",
+        Duration::from_secs(120),
+        || async {
+            let m = shardwise_e2e::scrape(&metrics)
+                .await
+                .map_err(|e| e.to_string())?;
+            let measured = m.sum("shardwise_argocd_measured_clusters", &[]);
+            let unread = m.sum("shardwise_argocd_unread_controllers", &[]);
+            // Argo CD lists a controller's cluster caches in its metrics every 30 s.
+            let objects = m.sum("shardwise_argocd_measured_objects", &[]);
+            let weights: BTreeMap<String, f64> = m
+                .matching("shardwise_argocd_cluster_weight", &[])
+                .filter_map(|s| Some((s.labels.get("cluster")?.clone(), s.value)))
+                .collect();
+            if measured == with_apps && unread == 0.0 && objects > 0.0 {
+                Ok(weights)
+            } else {
+                Err(format!(
+                    "{measured} of {with_apps} clusters measured, {unread} controllers unread, {objects} cached objects, weights {weights:?}"
+                ))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", balancer.report()));
+    eprintln!("measured weights per app (1000: the fleet's average app): {weights:?}");
+    // Apps-weighted, the weights average to an average app: the time is the controllers'.
+    let apps: BTreeMap<String, f64> =
+        fleet
+            .app_cluster
+            .values()
+            .fold(BTreeMap::new(), |mut n, c| {
+                *n.entry(c.clone()).or_default() += 1.0;
+                n
+            });
+    let (load, count) = apps.iter().fold((0.0, 0.0), |(l, n), (c, a)| {
+        (l + a * weights.get(c).copied().unwrap_or(0.0), n + a)
+    });
+    assert!(
+        ((load / count) - 1000.0).abs() < 5.0,
+        "apps-weighted mean weight {:.1}, weights {weights:?}, apps {apps:?}",
+        load / count
+    );
+    assert!(
+        weights.values().any(|w| (*w - 1000.0).abs() >= 1.0),
+        "every cluster weighs an average app: nothing measured tells them apart ({weights:?})"
+    );
+    let mut observer = Observer::default();
+    observer.sample(&env, &argocd, &fleet).await;
+    settle(&mut observer, &env, &argocd, &fleet, &[port], "measured").await;
 }
