@@ -528,33 +528,15 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     // the StatefulSet controller rolls the pods while the balancer runs: sampled all along, no
     // app may have two owners (but within the grace after a key write), nor none while the
     // controller its key names is Ready.
-    for (replicas, name) in [(4, "3 -> 4 replicas"), (3, "4 -> 3 replicas")] {
-        argocd.reconfigure(&env, replicas, "legacy").await.unwrap();
-        let samples = observer.samples;
-        let rolled = Instant::now();
-        loop {
-            observer.sample(&env, &argocd, &fleet).await;
-            if argocd.rolled().await.is_ok() {
-                break;
-            }
-            assert!(
-                rolled.elapsed() < Duration::from_secs(300),
-                "{name}: not rolled in 300 s: {:?}\n{}",
-                argocd.rolled().await,
-                argocd.report()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        eprintln!(
-            "{name}: rolled in {:.1} s, {} samples during the rollout",
-            rolled.elapsed().as_secs_f64(),
-            observer.samples - samples
-        );
-        assert!(
-            observer.samples - samples >= 5,
-            "{name}: the rollout was sampled too rarely"
-        );
+    let mut with_balancer = Vec::new();
+    for (replicas, name) in REPLICA_CHANGES {
+        let (unowned, two) = (observer.unowned_app_seconds(), observer.two_owner_samples());
+        roll(&mut observer, &env, &mut argocd, &fleet, replicas, name).await;
         steps.push(settle(&mut observer, &env, &argocd, &fleet, &ports, name).await);
+        with_balancer.push((
+            observer.unowned_app_seconds() - unowned,
+            observer.two_owner_samples() - two,
+        ));
     }
 
     let violations = observer.violations();
@@ -624,9 +606,81 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
             && writes.by_holder.values().sum::<usize>() > 0,
         "the balancers wrote keys"
     );
+    // Argo CD alone doing the same changes, in the same run: the balancers stopped (each
+    // releases the Lease), every key removed, Argo CD's legacy algorithm placing the clusters.
     for process in &mut balancers {
-        process.kill().unwrap();
+        let status = process.stop(Duration::from_secs(30)).await.unwrap();
+        assert!(status.success(), "a balancer stops cleanly: {status}");
     }
+    shardwise_cli(
+        &env,
+        &["plan", "--source", "argocd", "--apply", "--unpin", "--yes"],
+    );
+    let mut alone = Observer::default();
+    settle_owners(&mut alone, &env, &argocd, &fleet).await;
+    let mut without = Vec::new();
+    for (replicas, name) in REPLICA_CHANGES {
+        let (unowned, two) = (alone.unowned_app_seconds(), alone.two_owner_samples());
+        roll(&mut alone, &env, &mut argocd, &fleet, replicas, name).await;
+        settle_owners(&mut alone, &env, &argocd, &fleet).await;
+        without.push((
+            alone.unowned_app_seconds() - unowned,
+            alone.two_owner_samples() - two,
+        ));
+    }
+    eprintln!(
+        "longest a shard went without a Ready controller pod: {:.1} s with the balancer, {:.1} s alone (what --down-grace must exceed)",
+        observer.longest_unserved().as_secs_f64(),
+        alone.longest_unserved().as_secs_f64()
+    );
+    for (((_, name), (unowned, two)), (alone_unowned, alone_two)) in
+        REPLICA_CHANGES.iter().zip(&with_balancer).zip(&without)
+    {
+        eprintln!(
+            "{name}, rolled and settled: with the balancer {unowned:.1} app-seconds unowned and {two} app samples with two owners; Argo CD alone {alone_unowned:.1} and {alone_two}"
+        );
+    }
+}
+
+/// The replica changes the user makes in the balancer test, StatefulSet and
+/// `ARGOCD_CONTROLLER_REPLICAS` together.
+const REPLICA_CHANGES: [(u32, &str); 2] = [(4, "3 -> 4 replicas"), (3, "4 -> 3 replicas")];
+
+/// Changes the StatefulSet's replicas (and `ARGOCD_CONTROLLER_REPLICAS`) to `replicas` and
+/// samples while the StatefulSet controller rolls the pods, until they are rolled.
+async fn roll(
+    observer: &mut Observer,
+    env: &Environment,
+    argocd: &mut ArgoCd,
+    fleet: &ArgoFleet,
+    replicas: u32,
+    name: &str,
+) {
+    argocd.reconfigure(env, replicas, "legacy").await.unwrap();
+    let samples = observer.samples;
+    let rolled = Instant::now();
+    loop {
+        observer.sample(env, argocd, fleet).await;
+        if argocd.rolled().await.is_ok() {
+            break;
+        }
+        assert!(
+            rolled.elapsed() < Duration::from_secs(300),
+            "{name}: not rolled in 300 s: {:?}\n{}",
+            argocd.rolled().await,
+            argocd.report()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "{name}: rolled in {:.1} s, {} samples during the rollout",
+        rolled.elapsed().as_secs_f64(),
+        observer.samples - samples
+    );
+    assert!(
+        observer.samples - samples >= 5,
+        "{name}: the rollout was sampled too rarely"
+    );
 }
 
 /// How long after Argo CD moved a shard between its own pods (the shard ConfigMap changed) a

@@ -568,6 +568,14 @@ pub struct Observer {
     /// Key changes seen since the last [`Observer::step`].
     pub key_writes: u64,
     pub samples: u64,
+    /// Apps owned by no controller, times the time since the sample before, summed.
+    unowned_app_seconds: f64,
+    /// When the last sample read the owners.
+    last_at: Option<Instant>,
+    /// Since when each shard below the replica count has had no serving pod.
+    unserved_since: BTreeMap<u32, Instant>,
+    /// The longest time a shard below the replica count went without a serving pod.
+    longest_unserved: Duration,
 }
 
 impl Observer {
@@ -649,6 +657,23 @@ impl Observer {
             .map(|(o, _)| *o)
             .collect();
         let (at, wall) = (Instant::now(), jiff::Timestamp::now());
+        let replicas = argocd.options().replicas;
+        for shard in 0..replicas {
+            let served = pods.get(&shard).is_some_and(|p| {
+                shardwise_e2e::pod_serving(p)
+                    && pods_after.get(&shard).is_some_and(|after| {
+                        after.metadata.uid == p.metadata.uid && shardwise_e2e::pod_serving(after)
+                    })
+            });
+            if served {
+                if let Some(since) = self.unserved_since.remove(&shard) {
+                    self.longest_unserved = self.longest_unserved.max(at.duration_since(since));
+                }
+            } else {
+                self.unserved_since.entry(shard).or_insert(at);
+            }
+        }
+        self.unserved_since.retain(|shard, _| *shard < replicas);
         let after = keys(env).await;
         let clusters: std::collections::BTreeSet<String> = before
             .keys()
@@ -675,6 +700,15 @@ impl Observer {
             self.keys_since = Some(started);
         }
         self.samples += 1;
+        let unowned = fleet
+            .app_cluster
+            .keys()
+            .filter(|app| owners.get(*app).is_none_or(Vec::is_empty))
+            .count();
+        if let Some(last) = self.last_at {
+            self.unowned_app_seconds += unowned as f64 * at.duration_since(last).as_secs_f64();
+        }
+        self.last_at = Some(at);
         for (app, cluster) in &fleet.app_cluster {
             let owned_by = owners.get(app).cloned().unwrap_or_default();
             if owned_by.len() != 1 {
@@ -797,6 +831,18 @@ impl Observer {
     /// Samples of an app owned by no controller or by two (excused or not).
     pub fn odd_samples(&self) -> usize {
         self.odd.len()
+    }
+
+    /// The longest time a shard below the replica count went without a Ready, not deleting
+    /// pod, as the samples saw it (a gap still open at the last sample does not count).
+    pub fn longest_unserved(&self) -> Duration {
+        self.longest_unserved
+    }
+
+    /// App-seconds without an owner since the first sample: each sample's apps owned by no
+    /// controller times the time since the sample before.
+    pub fn unowned_app_seconds(&self) -> f64 {
+        self.unowned_app_seconds
     }
 }
 
