@@ -1192,3 +1192,130 @@ async fn with_measured_load_the_balancer_weighs_every_cluster_by_what_its_contro
     observer.sample(&env, &argocd, &fleet).await;
     settle(&mut observer, &env, &argocd, &fleet, &[port], "measured").await;
 }
+
+/// `--sync-wait` on real Argo CD: a cluster whose Applications have a sync operation running
+/// (a PreSync hook Job that never completes: the destinations run no Job controller) stays on
+/// its shard for the wait from the operation's start, though the balancer wants it moved, and
+/// moves once the wait is over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_with_a_sync_running_moves_only_after_the_sync_wait() {
+    const SYNC_WAIT: u64 = 20;
+    let _serial = SERIAL.lock().await;
+    // Shard 0 carries 8 of the 10 apps: the balancer wants syncing and syncing-too moved.
+    let syncing = ["syncing", "syncing-too"];
+    let clusters = vec![
+        ClusterSpec::new(syncing[0], 0, Auth::Token, 4).pinned("0"),
+        ClusterSpec::new(syncing[1], 1, Auth::Token, 4).pinned("0"),
+        ClusterSpec::new("quiet-1", 0, Auth::Token, 1).pinned("1"),
+        ClusterSpec::new("quiet-2", 1, Auth::Token, 1).pinned("2"),
+    ];
+    let hooks: Vec<(String, String)> = clusters
+        .iter()
+        .filter(|c| syncing.contains(&c.name.as_str()))
+        .flat_map(|c| c.app_names().collect::<Vec<_>>())
+        .map(|app| {
+            (
+                format!("apps/{app}/presync.yaml"),
+                format!(
+                    "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {app}-presync\n  annotations: {{argocd.argoproj.io/hook: PreSync}}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{{name: wait, image: registry.example.com/wait:1}}]\n"
+                ),
+            )
+        })
+        .collect();
+    let env = environment(2, &clusters);
+    let argocd = install(&env, ArgoCdOptions::default()).await;
+    let mut fleet = ArgoFleet {
+        clusters: BTreeMap::new(),
+        app_cluster: BTreeMap::new(),
+        unresolved: Vec::new(),
+    };
+    fleet.add(&env, &argocd, clusters, hooks, Vec::new()).await;
+    let hooked: Vec<String> = fleet
+        .app_cluster
+        .iter()
+        .filter(|(_, c)| syncing.contains(&c.as_str()))
+        .map(|(app, _)| app.clone())
+        .collect();
+    // Every hooked app's sync is running, held by its hook.
+    let started = wait_for(
+        "a sync running on every app of the syncing clusters",
+        Duration::from_secs(120),
+        || async {
+            let operations = argocd_support::operations(&env).await;
+            let running: Vec<jiff::Timestamp> = hooked
+                .iter()
+                .filter_map(|app| operations.get(app))
+                .filter(|(phase, _)| phase == "Running")
+                .map(|(_, started)| *started)
+                .collect();
+            if running.len() == hooked.len() {
+                Ok(running.into_iter().min().unwrap())
+            } else {
+                Err(format!(
+                    "{} of {} running: {operations:?}",
+                    running.len(),
+                    hooked.len()
+                ))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let released = started + jiff::SignedDuration::from_secs(SYNC_WAIT as i64);
+    let (balancer, port) = argocd_support::start_balancer(
+        &env,
+        &[
+            "--sync-wait",
+            &SYNC_WAIT.to_string(),
+            "--target-balance",
+            "1.10",
+        ],
+    )
+    .await;
+    let keys_of_syncing = || async {
+        let keys = argocd_support::keys(&env).await;
+        syncing
+            .iter()
+            .map(|c| keys.get(*c).cloned().flatten())
+            .collect::<Vec<_>>()
+    };
+    let pinned = vec![Some("0".to_string()); syncing.len()];
+    // Until the wait is over (a second's margin for the samples), neither moves, pass after pass.
+    let mut passes = 0.0;
+    while jiff::Timestamp::now() < released - jiff::SignedDuration::from_secs(1) {
+        assert_eq!(
+            keys_of_syncing().await,
+            pinned,
+            "a syncing cluster moved {:.1} s before its sync wait was over\n{}",
+            released
+                .duration_since(jiff::Timestamp::now())
+                .as_secs_f64(),
+            balancer.report()
+        );
+        passes = balancer_passes(&[port]).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        passes >= 5.0,
+        "the balancer made {passes} passes while the syncs held their clusters"
+    );
+    // Then one of them moves off shard 0.
+    let moved_after = wait_for(
+        "a syncing cluster moved once its wait was over",
+        Duration::from_secs(60),
+        || async {
+            let keys = keys_of_syncing().await;
+            if keys != pinned {
+                Ok(jiff::Timestamp::now().duration_since(released))
+            } else {
+                Err(format!("keys {keys:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", balancer.report()));
+    eprintln!(
+        "sync wait {SYNC_WAIT} s: the syncing clusters stayed through {passes} passes and one moved {:.1} s after the wait was over",
+        moved_after.as_secs_f64()
+    );
+}

@@ -311,6 +311,30 @@ impl ArgoFleet {
     }
 }
 
+/// The sync operation of each Application that has one: its phase and when it started, by
+/// `argocd/<app>`.
+pub async fn operations(env: &Environment) -> BTreeMap<String, (String, jiff::Timestamp)> {
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        env.control_plane().client("admin").await.unwrap(),
+        NAMESPACE,
+        &application_resource(),
+    );
+    let mut operations = BTreeMap::new();
+    for app in apps.list(&Default::default()).await.unwrap() {
+        let state = app.data.pointer("/status/operationState");
+        let phase = state.and_then(|s| s.get("phase")).and_then(Value::as_str);
+        let started = state
+            .and_then(|s| s.get("startedAt"))
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse().ok());
+        if let (Some(phase), Some(started)) = (phase, started) {
+            let name = app.metadata.name.clone().unwrap_or_default();
+            operations.insert(format!("{NAMESPACE}/{name}"), (phase.to_string(), started));
+        }
+    }
+    operations
+}
+
 fn application_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
         "argoproj.io",
@@ -425,24 +449,35 @@ pub async fn start_balancer_as(env: &Environment, account: &str, args: &[&str]) 
     let (metrics, health) = (free_port().unwrap(), free_port().unwrap());
     let binary = workspace_binary("shardwise-balancer", "shardwise-balancer").unwrap();
     // Undamped: moves for balance start above the target, as often as a pass allows, syncing
-    // or not (the suite's apps sync whenever their cluster joins or grows); the suite times
-    // moves, and the pure pass's tests check the damping.
+    // or not (the suite's apps sync whenever their cluster joins or grows) unless `args` set a
+    // --sync-wait; the suite times moves, and the pure pass's tests check the damping.
     let target = args
         .iter()
         .position(|a| *a == "--target-balance")
         .and_then(|i| args.get(i + 1))
         .copied()
         .unwrap_or("1.03");
+    let sync_wait = args
+        .iter()
+        .position(|a| *a == "--sync-wait")
+        .and_then(|i| args.get(i + 1))
+        .copied();
     let spec = ProcessSpec::new(account, binary)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--interval", "1"])
         .args(["--load-trigger", target])
         .args(["--min-move-interval", "0", "--hourly-move-budget", "10000"])
-        .args(["--sync-wait", "0"])
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--health-addr", &format!("127.0.0.1:{health}")])
         .args(args)
+        .args(
+            sync_wait
+                .is_none()
+                .then_some(["--sync-wait", "0"])
+                .into_iter()
+                .flatten(),
+        )
         .env("POD_NAMESPACE", NAMESPACE)
         .env("POD_NAME", account)
         .env("SHARDWISE_LOG", "info");
