@@ -667,6 +667,20 @@ mod tests {
         Cluster::new(id, apps)
     }
 
+    #[test]
+    fn a_slicing_switch_reads_back_its_name_and_nothing_else() {
+        for switch in SliceSwitch::ALL {
+            assert_eq!(switch.name().parse::<SliceSwitch>(), Ok(switch));
+        }
+        for text in ["", "ON", "auto ", "of"] {
+            assert_eq!(
+                text.parse::<SliceSwitch>(),
+                Err(ParseError::UnknownSliceSwitch(text.to_string())),
+                "{text:?}"
+            );
+        }
+    }
+
     fn sticky() -> StrategyConfig {
         StrategyConfig::new(StrategyKind::StickyBalanced)
     }
