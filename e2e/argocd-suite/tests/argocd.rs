@@ -50,27 +50,33 @@ fn ground_truth_clusters() -> Vec<ClusterSpec> {
 }
 
 /// Waits until the controllers report exactly `expected` as the owners of the fleet's apps.
+/// The first 8 apps whose owners as Argo CD reports them differ from `expected`, each with
+/// both, for messages.
+fn owner_differences(owners: &Owners, expected: &Owners) -> Vec<String> {
+    expected
+        .keys()
+        .chain(owners.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|app| owners.get(*app) != expected.get(*app))
+        .take(8)
+        .map(|app| {
+            format!(
+                "{app}: Argo CD {:?}, plan {:?}",
+                owners.get(app),
+                expected.get(app)
+            )
+        })
+        .collect()
+}
+
 async fn wait_for_owners(argocd: &ArgoCd, expected: &Owners, what: &str) {
     let seen = wait_for(what, OWNERS_SETTLE, || async {
         let owners = argocd.owners().await.map_err(|e| e.to_string())?;
         if &owners == expected {
             Ok(owners)
         } else {
-            let differ: Vec<String> = expected
-                .keys()
-                .chain(owners.keys())
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .filter(|app| owners.get(*app) != expected.get(*app))
-                .take(8)
-                .map(|app| {
-                    format!(
-                        "{app}: Argo CD {:?}, plan {:?}",
-                        owners.get(app),
-                        expected.get(app)
-                    )
-                })
-                .collect();
+            let differ = owner_differences(&owners, expected);
             Err(format!("{} apps differ, e.g. {differ:?}", differ.len()))
         }
     })
@@ -328,21 +334,7 @@ async fn settle(
                 observer.step();
                 return step;
             }
-            let differ: Vec<String> = expected
-                .keys()
-                .chain(owners.keys())
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .filter(|app| owners.get(*app) != expected.get(*app))
-                .take(6)
-                .map(|app| {
-                    format!(
-                        "{app} owned by {:?}, plan says {:?}",
-                        owners.get(app),
-                        expected.get(app)
-                    )
-                })
-                .collect();
+            let differ = owner_differences(&owners, &expected);
             last = format!(
                 "the balancer at rest; apps per controller {apps:?} (max/mean {balance:.3}); owners as plan reads the keys: {} {differ:?}; moved clusters not yet reconciled by their new controller: {unreconciled:?}",
                 owners == expected
