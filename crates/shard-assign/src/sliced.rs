@@ -899,6 +899,72 @@ mod tests {
         assert_eq!(shards_of(&again), shards_of(&cut));
     }
 
+    /// A placement of `hot`'s slices `cut` and of a whole cluster `c0`, each on the shard given
+    /// (by pins), finished with `target`.
+    fn finished(cut: &[(KeyRange, ShardId)], target: u64) -> SlicedAssignment {
+        let mut keys = AppKeys::new();
+        cluster("hot", 64, &mut keys);
+        let c0 = cluster("c0", 10, &mut keys);
+        let mut inputs: Vec<Cluster> = cut
+            .iter()
+            .map(|&(range, shard)| Cluster {
+                pin: Some(shard),
+                ..Cluster::new(slice_id("hot", range), count_in(&keys["hot"], range))
+            })
+            .collect();
+        inputs.push(Cluster { pin: Some(2), ..c0 });
+        let assignment = assign(&sticky(), &inputs, &ShardSet::contiguous(3), None).unwrap();
+        let ranges: Vec<KeyRange> = cut.iter().map(|&(range, _)| range).collect();
+        let units = BTreeMap::from([
+            (
+                "hot".to_string(),
+                ranges.iter().map(|&r| (r, slice_id("hot", r))).collect(),
+            ),
+            ("c0".to_string(), vec![(KeyRange::WHOLE, "c0".to_string())]),
+        ]);
+        let placed = Placed {
+            sliced: SlicedAssignment {
+                assignment,
+                slicing: Slicing::default().with("hot", ranges).unwrap(),
+                units,
+            },
+            held: BTreeSet::new(),
+        };
+        placed.finish(target, &keys)
+    }
+
+    #[test]
+    fn halves_that_share_a_shard_are_one_slice_again_while_it_fits_the_target() {
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        let (high_a, high_b) = high.halves().unwrap();
+        let apps =
+            |s: &SlicedAssignment, range| s.assignment.placements()[&slice_id("hot", range)].apps;
+        // The quarters of the high half share shard 1; the low half is not their sibling.
+        let merged = finished(&[(low, 1), (high_a, 1), (high_b, 1)], 64);
+        // Folded pairwise up to the whole cluster, its apps and load those of all its parts.
+        assert_eq!(merged.slicing, Slicing::default());
+        assert_eq!(merged.units["hot"], [(KeyRange::WHOLE, "hot".to_string())]);
+        let hot = &merged.assignment.placements()["hot"];
+        assert_eq!(
+            (hot.shard, hot.apps, hot.load, hot.pinned),
+            (1, 64, 64, false)
+        );
+        assert_eq!(merged.assignment.placements().len(), 2);
+        let shard_1 = merged.assignment.shard_loads()[&1];
+        assert_eq!((shard_1.clusters, shard_1.load), (1, 64));
+        assert_eq!(merged.assignment.shard_loads()[&2].clusters, 1);
+        // The whole would exceed the target: only the quarters fold, into the high half.
+        let folded = finished(&[(low, 1), (high_a, 1), (high_b, 1)], 63);
+        assert_eq!(folded.slicing.slices_of("hot"), [low, high]);
+        assert_eq!(folded.assignment.shard_of(&slice_id("hot", high)), Some(1));
+        assert_eq!(apps(&folded, low) + apps(&folded, high), 64);
+        assert_eq!(folded.assignment.shard_loads()[&1].clusters, 2);
+        // Halves on two shards stay apart, whatever the target; so do cousins on one shard.
+        let apart = finished(&[(low, 0), (high_a, 1), (high_b, 0)], 64);
+        assert_eq!(apart.slicing.slices_of("hot"), [low, high_a, high_b]);
+        assert_eq!(apart.assignment.shard_loads()[&0].clusters, 2);
+    }
+
     #[test]
     fn a_scale_down_of_a_skewed_fleet_is_refined_to_the_target_balance() {
         // Zipf-distributed app counts (exponent 1.5): the first cluster holds 40% of the apps.

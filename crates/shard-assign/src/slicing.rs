@@ -547,6 +547,82 @@ mod tests {
     }
 
     #[test]
+    fn every_range_knows_its_place_its_bounds_its_halves_and_its_parent() {
+        // Bounds computed apart from the code under test, in 128 bits: range `index` of depth
+        // `d` holds the keys [index * 2^(64-d), (index + 1) * 2^(64-d)).
+        for depth in 0..=MAX_DEPTH {
+            let count = 1u64 << depth;
+            for index in [0, count / 3, count / 2, count - 1] {
+                let range = KeyRange::new(depth, index).unwrap();
+                assert_eq!((range.depth(), range.index()), (depth, index));
+                let width = 1u128 << (64 - u32::from(depth));
+                let first = u128::from(index) * width;
+                assert_eq!(u128::from(range.start()), first, "{range}");
+                assert_eq!(u128::from(range.last()), first + width - 1, "{range}");
+                match range.halves() {
+                    Some((low, high)) => {
+                        assert!(depth < MAX_DEPTH);
+                        assert_eq!((low.depth(), low.index()), (depth + 1, 2 * index));
+                        assert_eq!((high.depth(), high.index()), (depth + 1, 2 * index + 1));
+                        assert_eq!(low.start(), range.start());
+                        assert_eq!(u128::from(low.last()) + 1, u128::from(high.start()));
+                        assert_eq!(high.last(), range.last());
+                        assert_eq!((low.parent(), high.parent()), (Some(range), Some(range)));
+                    }
+                    None => assert_eq!(depth, MAX_DEPTH, "{range}"),
+                }
+                let parent = range.parent();
+                assert_eq!(parent.is_none(), depth == 0, "{range}");
+                if let Some(parent) = parent {
+                    assert_eq!((parent.depth(), parent.index()), (depth - 1, index / 2));
+                    assert!(range.within(parent) && !parent.within(range));
+                }
+            }
+        }
+        assert_eq!(KeyRange::new(MAX_DEPTH + 1, 0), None);
+    }
+
+    /// A cluster of `apps` apps of `weight`, and its keys in `keys`.
+    fn weighed(id: &str, apps: u64, weight: u32, keys: &mut AppKeys) -> Cluster {
+        let mut k: Vec<u64> = (0..apps).map(|n| app_key(&format!("{id}/{n}"))).collect();
+        k.sort_unstable();
+        keys.insert(id.to_string(), k);
+        Cluster {
+            weight: Some(weight),
+            ..Cluster::new(id, apps)
+        }
+    }
+
+    #[test]
+    fn only_a_slice_over_the_target_with_two_apps_or_more_is_cut_and_only_when_enabled() {
+        let mut keys = AppKeys::new();
+        let whole = Slicing::default();
+        // Two clusters of the target's load each (20 over 2 shards): at the target is not over.
+        let even = [
+            weighed("a", 10, 1, &mut keys),
+            weighed("b", 10, 1, &mut keys),
+        ];
+        assert_eq!(per_shard_target(&even, 2), 10);
+        assert!(slice_fleet(&even, &keys, 2, &whole, &SliceConfig::enabled()).is_empty());
+        // One app of load 100 against a target of 55: over, but one app cannot be parted.
+        let solo = [
+            weighed("solo", 1, 100, &mut keys),
+            weighed("c", 10, 1, &mut keys),
+        ];
+        assert_eq!(per_shard_target(&solo, 2), 55);
+        assert!(slice_fleet(&solo, &keys, 2, &whole, &SliceConfig::enabled()).is_empty());
+        // A hot cluster is cut when slicing is on, never when it is off.
+        let hot = [
+            weighed("hot", 90, 1, &mut keys),
+            weighed("d", 10, 1, &mut keys),
+        ];
+        let cut = slice_fleet(&hot, &keys, 2, &whole, &SliceConfig::enabled());
+        assert!(cut.slices_of("hot").len() > 1, "{cut:?}");
+        assert!(slice_fleet(&hot, &keys, 2, &whole, &SliceConfig::disabled()).is_empty());
+        assert!(slice_fleet(&hot, &keys, 0, &whole, &SliceConfig::enabled()).is_empty());
+    }
+
+    #[test]
     fn a_shard_selector_joins_ranges_and_leaves_out_the_whole_key_space() {
         let (low, high) = KeyRange::WHOLE.halves().unwrap();
         let (high_a, high_b) = high.halves().unwrap();

@@ -180,6 +180,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_the_strategies_that_ignore_app_counts_are_not_load_aware() {
+        for kind in StrategyKind::every() {
+            let ignores_counts =
+                matches!(kind, StrategyKind::LegacyModulo | StrategyKind::RoundRobin);
+            assert_eq!(kind.is_load_aware(), !ignores_counts, "{kind}");
+        }
+    }
+
+    #[test]
     fn names_round_trip() {
         for kind in StrategyKind::every() {
             assert_eq!(kind.name().parse::<StrategyKind>().unwrap(), kind);
