@@ -185,6 +185,25 @@ mod tests {
             let ignores_counts =
                 matches!(kind, StrategyKind::LegacyModulo | StrategyKind::RoundRobin);
             assert_eq!(kind.is_load_aware(), !ignores_counts, "{kind}");
+            // Only sticky-balanced reads where clusters were.
+            assert_eq!(
+                kind.uses_previous(),
+                kind == StrategyKind::StickyBalanced,
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn virtual_nodes_are_taken_from_one_up_to_the_maximum() {
+        let with = |virtual_nodes| StrategyConfig {
+            virtual_nodes,
+            ..StrategyConfig::new(StrategyKind::BoundedLoad)
+        };
+        assert!(with(1).validate().is_ok());
+        assert!(with(StrategyConfig::MAX_VIRTUAL_NODES).validate().is_ok());
+        for bad in [0, StrategyConfig::MAX_VIRTUAL_NODES + 1] {
+            assert!(with(bad).validate().is_err(), "{bad}");
         }
     }
 
@@ -192,6 +211,7 @@ mod tests {
     fn names_round_trip() {
         for kind in StrategyKind::every() {
             assert_eq!(kind.name().parse::<StrategyKind>().unwrap(), kind);
+            assert_eq!(kind.to_string(), kind.name());
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.name()));
         }
