@@ -25,15 +25,15 @@ def rule_set(rules: list[dict[str, Any]]) -> set[Rule]:
     }
 
 
-def docs_balancer_rules() -> set[Rule]:
-    """The rules of the `shardwise-argocd-balancer` Role that docs/argocd.md gives."""
+def docs_balancer_rules(name: str = "shardwise-argocd-balancer") -> set[Rule]:
+    """The rules of the Role `name` that docs/argocd.md gives."""
     text = (ROOT / "docs" / "argocd.md").read_text()
     for block in re.findall(r"^```yaml\n(.*?)^```", text, re.M | re.S):
         role = yaml.safe_load(block)
         if isinstance(role, dict) and role.get("kind") == "Role":
-            if role["metadata"]["name"] == "shardwise-argocd-balancer":
+            if role["metadata"]["name"] == name:
                 return rule_set(role["rules"])
-    raise AssertionError("docs/argocd.md has no yaml block of the Role shardwise-argocd-balancer")
+    raise AssertionError(f"docs/argocd.md has no yaml block of the Role {name}")
 
 
 def is_balancer(o: dict[str, Any]) -> bool:
@@ -93,6 +93,11 @@ def check_balancer(
         f"--min-move-interval={b['minMoveInterval']}",
         f"--hourly-move-budget={b['hourlyMoveBudget']}",
         f"--sync-wait={b['syncWait']}",
+        *(["--manage-replicas"] if b["manageReplicas"] else []),
+        f"--load-per-replica={b['loadPerReplica']}",
+        f"--min-replicas={b['minReplicas']}",
+        f"--max-replicas={b['maxReplicas']}",
+        f"--scale-down-window={b['scaleDownWindow']}",
         f"--metrics-addr={c['listenAddress']}:{c['metricsPort']}",
         f"--health-addr={c['listenAddress']}:{c['healthPort']}",
         f"--refresh-moved-apps={str(b['refreshMovedApps']).lower()}",
@@ -157,6 +162,9 @@ def check_balancer(
         # docs/argocd.md's Role refreshes moved Applications; without that, no patch on them.
         refresh = {("argoproj.io", "applications", "patch")}
         wanted = docs_rules if b["refreshMovedApps"] else docs_rules - refresh
+        # docs/argocd.md's second Role: --manage-replicas writes the controller's StatefulSet.
+        if b["manageReplicas"]:
+            wanted = wanted | docs_balancer_rules("shardwise-argocd-balancer-replicas")
         f.check(
             granted == wanted,
             f"{where}: the balancer's roles grant {sorted(granted - wanted)} beyond docs/argocd.md's Role "

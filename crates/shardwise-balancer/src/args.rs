@@ -8,6 +8,7 @@ use shard_assign::{Hysteresis, Ratio, StrategyConfig, StrategyFlags, StrategyKin
 use shardwise_plan::argocd::ArgoCdLoad;
 use shardwise_plan::installation::argocd_algorithm_named;
 use shardwise_runtime::args::LogFormat;
+use shardwise_scale::Sizing;
 
 use crate::pass::Damping;
 
@@ -91,6 +92,28 @@ pub struct BalanceArgs {
     /// rollout, so that a rollout rescues nothing
     #[arg(long, value_name = "SECONDS", default_value_t = 120, value_parser = seconds)]
     pub down_grace: u32,
+    /// Change the controller's replica count (its StatefulSet's replicas and
+    /// ARGOCD_CONTROLLER_REPLICAS together) to what the load needs, one pod at a time, each
+    /// pod's clusters moved to the others before it restarts: no app with two owners or none.
+    /// Needs `patch` on the StatefulSet; not with dynamic cluster distribution
+    #[arg(long)]
+    pub manage_replicas: bool,
+    /// With --manage-replicas: the load one controller should carry, in the unit of --load
+    /// (apps; resources; measured: apps weighed by what they cost against the average)
+    #[arg(long, value_name = "LOAD", default_value_t = 2_000.0)]
+    pub load_per_replica: f64,
+    /// With --manage-replicas: the fewest controllers (2 or more: one does not shard)
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(2..=1_000))]
+    pub min_replicas: u32,
+    /// With --manage-replicas: the most controllers
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(2..=1_000))]
+    pub max_replicas: u32,
+    /// With --manage-replicas: seconds the load must have needed fewer controllers before
+    /// the count goes down (to the most needed over that time); up goes at once
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = seconds)]
+    pub scale_down_window: u32,
     /// This process's name in the Lease (default: $POD_NAME, else the host name), to which a
     /// random suffix is added
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
@@ -133,6 +156,16 @@ impl BalanceArgs {
             ));
         }
         Ok(Hysteresis::new(self.load_trigger, target))
+    }
+
+    /// The replica count's sizing under `--manage-replicas`, or why these flags cannot work.
+    pub fn sizing(&self) -> Result<Sizing, String> {
+        Sizing::new(self.load_per_replica, self.min_replicas, self.max_replicas).map_err(|e| {
+            format!(
+                "--load-per-replica {}, --min-replicas {}, --max-replicas {}: {e}",
+                self.load_per_replica, self.min_replicas, self.max_replicas
+            )
+        })
     }
 
     /// The minimum time between moves of a cluster and the hourly budget.

@@ -30,7 +30,9 @@ use thiserror::Error;
 
 use crate::args::{BalanceArgs, Load};
 use crate::measured::{self, Meter};
+use crate::replicas::{self, Action};
 use crate::scrape;
+use shardwise_scale::{Sizing, Stabilizer, Windows};
 
 /// Argo CD's nouns: its clusters are the units, its Applications the items.
 const NOUNS: Nouns = Nouns {
@@ -54,16 +56,22 @@ pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
     let strategy = args.config(STRATEGY);
     strategy.validate().map_err(|e| Refused(e.to_string()))?;
     let band = args.band().map_err(Refused)?;
+    let sizing = args.sizing().map_err(Refused)?;
     shardwise_runtime::args::init_logging(&args.log, args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(balance(args, strategy, band))
+    runtime.block_on(balance(args, strategy, band, sizing))
 }
 
-async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis) -> Result<()> {
+async fn balance(
+    args: &BalanceArgs,
+    strategy: StrategyConfig,
+    band: Hysteresis,
+    sizing: Sizing,
+) -> Result<()> {
     let listeners = http::Listeners::bind(args.metrics_addr, args.health_addr).await?;
     let connection = Connection::new(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let stop = CancellationToken::new();
@@ -124,6 +132,12 @@ async fn balance(args: &BalanceArgs, strategy: StrategyConfig, band: Hysteresis)
         coverage,
         meter: Meter::new(Duration::from_secs(args.load_window.into())),
         measured_metrics,
+        sizing,
+        stabilizer: Stabilizer::new(Windows {
+            up: Duration::ZERO,
+            down: Duration::from_secs(args.scale_down_window.into()),
+        }),
+        started: Instant::now(),
     };
     loop {
         let held = tokio::select! {
@@ -203,6 +217,66 @@ struct Balancer<'a> {
     meter: Meter,
     /// With `--load measured`: what the last pass measured.
     measured_metrics: MeasuredMetrics,
+    /// With `--manage-replicas`: the replicas a load needs.
+    sizing: Sizing,
+    /// With `--manage-replicas`: the count to set from the needs seen.
+    stabilizer: Stabilizer,
+    /// The stabilizer's clock's origin.
+    started: Instant,
+}
+
+/// The controller's StatefulSet under `--manage-replicas`, as one pass read it.
+struct Managed {
+    set: k8s_openapi::api::apps::v1::StatefulSet,
+    workload: replicas::Workload,
+    /// The replica count the load needs, stabilized.
+    wanted: u32,
+}
+
+impl Managed {
+    /// The next step of the change, from the pods as read at `now` and what each listed. A
+    /// pod holds apps while it lists one of a cluster the balancer moves: the apps of one it
+    /// cannot move (Argo CD's own cluster without a Secret, a Secret that keeps its key) wait
+    /// for their pod's restart.
+    fn plan(
+        &self,
+        read: (&LiveFleet, &[k8s_openapi::api::core::v1::Secret]),
+        pods: &[shardwise_plan::installation::ControllerPod],
+        listed: &BTreeMap<String, BTreeSet<String>>,
+        health: &Health,
+        now: Instant,
+    ) -> replicas::Plan {
+        let (fleet, secrets) = read;
+        let movable = pass::movable(secrets, fleet);
+        let balanced: BTreeSet<String> = fleet
+            .cluster_apps
+            .iter()
+            .filter(|(id, _)| movable.contains(*id))
+            .flat_map(|(_, apps)| apps)
+            .map(|(namespace, name)| format!("{namespace}/{name}"))
+            .collect();
+        let pods: Vec<replicas::Pod> = pods
+            .iter()
+            .filter_map(|p| {
+                let ordinal = p.name.rsplit_once('-')?.1.parse().ok()?;
+                Some(replicas::Pod {
+                    ordinal,
+                    count: p.replicas,
+                    settled: p.ready && !p.terminating && health.settled(p, now, replicas::SETTLE),
+                    holding: listed
+                        .get(&p.uid)
+                        .is_none_or(|apps| !apps.is_disjoint(&balanced)),
+                })
+            })
+            .collect();
+        let keyed: BTreeSet<_> = fleet
+            .clusters
+            .iter()
+            .filter(|c| movable.contains(&c.id))
+            .filter_map(|c| c.pin)
+            .collect();
+        replicas::plan(self.wanted, &self.workload, &pods, &keyed)
+    }
 }
 
 /// How long the balancer lets Argo CD's controllers see new keys before it refreshes the moved
@@ -301,8 +375,19 @@ impl Balancer<'_> {
                 ));
             }
         };
-        if args.load == Load::Measured {
-            let scraped = scrape::controllers(&pods, args.controller_metrics_port).await;
+        // What each controller pod reconciles, by UID (absent: not read): whether a pod about
+        // to restart still holds apps.
+        let mut listed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let scraped = if args.load == Load::Measured || args.manage_replicas {
+            let mut scraped = scrape::controllers(&pods, args.controller_metrics_port).await;
+            for (uid, scrape) in &mut scraped.scrapes {
+                listed.insert(uid.clone(), std::mem::take(&mut scrape.apps));
+            }
+            Some(scraped)
+        } else {
+            None
+        };
+        if let Some(scraped) = scraped.filter(|_| args.load == Load::Measured) {
             messages.extend(scraped.failed.iter().map(|f| {
                 (false, format!("a controller's metrics could not be read, so this pass measures its clusters as before: {f}"))
             }));
@@ -321,12 +406,26 @@ impl Balancer<'_> {
             );
             messages.extend(weighing.fallback.map(|why| (false, why)));
         }
-        let shards = self.health.observe(
-            replicas,
+        let managed = if args.manage_replicas {
+            self.manage(&fleet, &mut messages).await?
+        } else {
+            None
+        };
+        let now = Instant::now();
+        let mut shards = self.health.observe(
+            managed.as_ref().map_or(replicas, |m| m.wanted),
             &pods,
-            Instant::now(),
+            now,
             Duration::from_secs(args.down_grace.into()),
         );
+        let step = managed.map(|m| {
+            let step = m.plan((&fleet, &secrets), &pods, &listed, &self.health, now);
+            let agreed = shards.agreed;
+            for &shard in step.draining.iter().filter(|&&s| s < agreed) {
+                shards.drain(shard);
+            }
+            (m, step)
+        });
         let pass = pass::decide(&Inputs {
             fleet: &fleet,
             secrets: &secrets,
@@ -356,15 +455,119 @@ impl Balancer<'_> {
                 args.down_grace
             )));
         }
+        let change = match step {
+            Some((managed, step)) => match step.action {
+                Action::Steady => None,
+                Action::Wait(why) => {
+                    messages.push((false, format!("--manage-replicas: waiting: {why}")));
+                    None
+                }
+                Action::Refuse(why) => {
+                    messages.push((
+                        true,
+                        format!("--manage-replicas: the replica count is left alone: {why}"),
+                    ));
+                    None
+                }
+                Action::Write(change) => Some((managed, change)),
+            },
+            None => None,
+        };
         self.report(messages);
         let refreshing = self.args.refresh_moved_apps && !self.args.dry_run;
-        let (moved, written) = self.write(&pass, fence, refreshing).await;
+        let (moved, mut written) = self.write(&pass, fence, refreshing).await;
         self.record(&pass);
         if refreshing {
             // Those written before a failure too: their refresh is due all the same.
             self.refresh(&pass.pending, moved, &fleet, fence).await;
         }
+        if let (Some((managed, change)), Ok(())) = (change, &written) {
+            written = self.change_replicas(&managed, change, fence).await;
+        }
         written
+    }
+
+    /// With `--manage-replicas`: the controller's StatefulSet and the count its load needs, or
+    /// `None` (and a message) when there is no StatefulSet to manage.
+    async fn manage(
+        &mut self,
+        fleet: &LiveFleet,
+        messages: &mut Vec<(bool, String)>,
+    ) -> Result<Option<Managed>> {
+        let args = self.args;
+        let Some(set) = self
+            .connection
+            .statefulset(&args.namespace, &args.statefulset)
+            .await?
+        else {
+            messages.push((true, format!(
+                "--manage-replicas: no StatefulSet {}/{} (dynamic cluster distribution runs a Deployment): the replica count is left alone",
+                args.namespace, args.statefulset
+            )));
+            return Ok(None);
+        };
+        let workload = replicas::Workload::of(&set);
+        // The load in the unit of --load: measured weights are thousandths of an average app.
+        let load: f64 = fleet
+            .clusters
+            .iter()
+            .map(|c| match (args.load, c.weight) {
+                (Load::Measured, Some(w)) => c.apps as f64 * f64::from(w) / 1000.0,
+                _ => c.load() as f64,
+            })
+            .sum();
+        let current = workload.replicas;
+        let needed = self.sizing.needed(load, current);
+        let wanted = self
+            .stabilizer
+            .recommend(self.started.elapsed(), needed, current);
+        self.metrics.set_desired_replicas(wanted);
+        Ok(Some(Managed {
+            set,
+            workload,
+            wanted,
+        }))
+    }
+
+    /// Writes `change` to the controller's StatefulSet, behind the fence.
+    async fn change_replicas(
+        &self,
+        managed: &Managed,
+        change: replicas::Change,
+        fence: &Fence,
+    ) -> Result<()> {
+        let args = self.args;
+        let what = format!(
+            "StatefulSet {}/{}: replicas and {} {}, partition {}{}",
+            args.namespace,
+            args.statefulset,
+            shardwise_plan::installation::REPLICAS_ENV,
+            change.replicas,
+            change.partition,
+            if change.changing { "" } else { ", change over" }
+        );
+        if args.dry_run {
+            info!("dry run: would set {what}");
+            return Ok(());
+        }
+        if fence.check().is_err() {
+            return Err(anyhow!("the balancer's lease is lost: {what} not written"));
+        }
+        let sets: kube::Api<k8s_openapi::api::apps::v1::StatefulSet> =
+            kube::Api::namespaced(self.connection.client().clone(), &args.namespace);
+        sets.patch(
+            &args.statefulset,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(replicas::patch(&managed.set, change)),
+        )
+        .await
+        .with_context(|| format!("cannot write {what}"))?;
+        info!(
+            from = managed.workload.replicas,
+            to = managed.wanted,
+            "--manage-replicas: set {what}"
+        );
+        Ok(())
     }
 
     /// Asks Argo CD to refresh the Applications of the clusters moved (`moved`, this pass's

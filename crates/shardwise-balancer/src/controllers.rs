@@ -32,8 +32,22 @@ pub struct Shards {
     /// Shards below `agreed` without a Ready pod for the grace period or longer: their
     /// clusters are rescued onto Ready shards until they recover.
     pub dead: BTreeSet<ShardId>,
+    /// Shards below `agreed` whose pod is to restart (`--manage-replicas`): their clusters are
+    /// moved off as from a dead shard, and come back once it serves again.
+    pub draining: BTreeSet<ShardId>,
     /// Why nothing may be written now, if so.
     pub hold: Option<String>,
+}
+
+impl Shards {
+    /// Drains `shard`: nothing stays on it or moves onto it, and its clusters leave as rescued
+    /// ones do (they come back once it is no longer drained).
+    pub fn drain(&mut self, shard: ShardId) {
+        self.ready = self.ready.iter().filter(|&s| s != shard).collect();
+        self.down.remove(&shard);
+        self.dead.remove(&shard);
+        self.draining.insert(shard);
+    }
 }
 
 /// The watchdog's memory between two looks: since when each shard has had no Ready pod, on
@@ -42,6 +56,8 @@ pub struct Shards {
 #[derive(Debug, Default)]
 pub struct Health {
     down_since: BTreeMap<ShardId, Instant>,
+    /// Since when each pod (by UID) has been Ready and not deleting, as this balancer saw it.
+    ready_since: BTreeMap<String, Instant>,
 }
 
 impl Health {
@@ -90,6 +106,13 @@ impl Health {
                 )
             });
         }
+        self.ready_since.retain(|uid, _| {
+            pods.iter()
+                .any(|p| &p.uid == uid && p.ready && !p.terminating)
+        });
+        for pod in pods.iter().filter(|p| p.ready && !p.terminating) {
+            self.ready_since.entry(pod.uid.clone()).or_insert(now);
+        }
         let serving: BTreeSet<ShardId> = pods
             .iter()
             .filter(|p| p.ready && !p.terminating)
@@ -116,8 +139,18 @@ impl Health {
             ready: serving.into_iter().collect(),
             down,
             dead,
+            draining: BTreeSet::new(),
             hold,
         }
+    }
+
+    /// Whether `pod` has been Ready, and not deleting, for `settle` or longer at `now`, as
+    /// this balancer saw it from the looks it took ([`Health::observe`]): a new leader waits
+    /// the whole time again.
+    pub fn settled(&self, pod: &ControllerPod, now: Instant, settle: Duration) -> bool {
+        self.ready_since
+            .get(&pod.uid)
+            .is_some_and(|since| now.saturating_duration_since(*since) >= settle)
     }
 }
 

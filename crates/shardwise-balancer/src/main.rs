@@ -11,6 +11,7 @@ mod controllers;
 mod measured;
 mod metrics;
 mod pass;
+mod replicas;
 mod scrape;
 
 use std::io::Write;

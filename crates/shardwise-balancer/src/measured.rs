@@ -11,7 +11,7 @@
 //! moved keeps a frozen series in its old controller and a growing one in the new, so rates
 //! are taken pod by pod and added up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use shardwise_plan::LiveFleet;
@@ -24,6 +24,8 @@ pub struct Scrape {
     pub busy_seconds: BTreeMap<String, f64>,
     /// Objects in the cluster's cache now (a gauge).
     pub objects: BTreeMap<String, f64>,
+    /// The Applications the controller reconciles (`argocd_app_info`), as `namespace/name`.
+    pub apps: BTreeSet<String>,
 }
 
 /// The series of Argo CD's controller metrics that cost a cluster time, with the label that
@@ -55,6 +57,10 @@ pub fn parse(text: &str) -> Scrape {
             && let Some(server) = labels.get(OBJECTS_SERIES.1).filter(|s| !s.is_empty())
         {
             *scrape.objects.entry(server.clone()).or_default() += value;
+        } else if name == "argocd_app_info"
+            && let (Some(namespace), Some(app)) = (labels.get("namespace"), labels.get("name"))
+        {
+            scrape.apps.insert(format!("{namespace}/{app}"));
         }
     }
     scrape
@@ -298,6 +304,7 @@ argocd_resource_events_processing_sum{server="https://a:6443"} 1
 argocd_cluster_api_resource_objects{server="https://a:6443"} 120
 argocd_cluster_api_resource_objects{server="https://b \"q\":6443"} 30
 argocd_app_info{name="x",dest_server="https://a:6443"} 1
+argocd_app_info{namespace="team",name="y",dest_server="https://a:6443",sync_status="Synced"} 1
 argocd_app_reconcile_sum{dest_server="https://c:6443"} NaN
 broken{dest_server="https://a:6443" 5
 "#;
@@ -319,12 +326,15 @@ broken{dest_server="https://a:6443" 5
                 ("https://b \"q\":6443".to_string(), 30.0),
             ])
         );
+        // The apps it reconciles; one without a namespace cannot be named.
+        assert_eq!(scrape.apps, BTreeSet::from(["team/y".to_string()]));
     }
 
     fn scrape(busy: &[(&str, f64)]) -> Scrape {
         Scrape {
             busy_seconds: busy.iter().map(|(s, v)| (s.to_string(), *v)).collect(),
             objects: BTreeMap::new(),
+            apps: BTreeSet::new(),
         }
     }
 
@@ -418,12 +428,13 @@ broken{dest_server="https://a:6443" 5
         let server = |id: &str| format!("https://{id}");
         let zero = Scrape {
             busy_seconds: busy.iter().map(|(id, _)| (server(id), 0.0)).collect(),
-            objects: BTreeMap::new(),
+            ..Scrape::default()
         };
         meter.observe(BTreeMap::from([("p".into(), zero)]), t0);
         let later = Scrape {
             busy_seconds: busy.iter().map(|(id, b)| (server(id), b * 10.0)).collect(),
             objects: objects.iter().map(|(id, o)| (server(id), *o)).collect(),
+            ..Scrape::default()
         };
         meter.observe(
             BTreeMap::from([("p".into(), later)]),

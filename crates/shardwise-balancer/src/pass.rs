@@ -227,6 +227,35 @@ fn home(cluster: &Cluster, now: Option<ShardId>, shards: &Shards) -> Option<Shar
     }
 }
 
+/// The value of annotation `key` of each Secret that has it, by Secret UID.
+fn annotated(secrets: &[Secret], key: &str) -> BTreeMap<String, String> {
+    secrets
+        .iter()
+        .filter_map(|s| Some((s.uid()?, s.annotations().get(key)?.clone())))
+        .collect()
+}
+
+/// The clusters whose Secret says to keep its key ([`KEEP_SHARD_ANNOTATION`]), by UID.
+fn kept(secrets: &[Secret]) -> BTreeSet<String> {
+    annotated(secrets, KEEP_SHARD_ANNOTATION)
+        .into_iter()
+        .filter(|(_, v)| argocd::parse_go_bool(v) == Some(true))
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// The clusters the balancer moves, by id: those of a cluster Secret it may write, not
+/// annotated [`KEEP_SHARD_ANNOTATION`]. Argo CD's own cluster without a Secret is not one.
+pub fn movable(secrets: &[Secret], fleet: &LiveFleet) -> BTreeSet<String> {
+    let kept = kept(secrets);
+    argocd::pin_targets(secrets, fleet)
+        .0
+        .into_iter()
+        .map(|t| t.id)
+        .filter(|id| !kept.contains(id))
+        .collect()
+}
+
 /// Decides one pass. Every cluster Argo CD shards gets a key (so that Argo CD's algorithm no
 /// longer decides), except those annotated with [`KEEP_SHARD_ANNOTATION`]; a key that already
 /// names the planned shard (spelled as Argo CD reads it) is not rewritten. Keys name only
@@ -259,17 +288,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         })
         .collect();
     pending.sort_by(|a, b| a.secret.cmp(&b.secret));
-    let annotated = |key: &str| -> BTreeMap<String, String> {
-        secrets
-            .iter()
-            .filter_map(|s| Some((s.uid()?, s.annotations().get(key)?.clone())))
-            .collect()
-    };
-    let kept: BTreeSet<String> = annotated(KEEP_SHARD_ANNOTATION)
-        .into_iter()
-        .filter(|(_, v)| argocd::parse_go_bool(v) == Some(true))
-        .map(|(id, _)| id)
-        .collect();
+    let annotated = |key: &str| annotated(secrets, key);
+    let kept = kept(secrets);
     let rescued: BTreeMap<String, ShardId> = annotated(RESCUED_FROM_ANNOTATION)
         .into_iter()
         .filter_map(|(id, v)| Some((id, v.trim().parse().ok()?)))
@@ -435,8 +455,12 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         };
         let home = homes.get(&t.id).copied();
         let rescued_from = match (rescued.get(&t.id), home) {
-            // Leaving a dead shard: remember it (the first one, if rescued twice).
-            (None, Some(home)) if shards.dead.contains(&home) => Some(Some(home)),
+            // Leaving a dead or draining shard: remember it (the first one, if rescued twice).
+            (None, Some(home))
+                if shards.dead.contains(&home) || shards.draining.contains(&home) =>
+            {
+                Some(Some(home))
+            }
             // Back home, or home is gone for good.
             (Some(&from), _) if from == shard || from >= shards.agreed => Some(None),
             _ => None,
@@ -1142,6 +1166,70 @@ mod tests {
                 .all(|s| !s.annotations().contains_key(RESCUED_FROM_ANNOTATION))
         );
         assert!(argocd.pass().writes.is_empty());
+    }
+
+    #[test]
+    fn a_draining_shards_clusters_leave_at_once_ready_pod_or_not_and_come_back_after() {
+        let mut argocd = ArgoCd::new(&[10; 9], 3);
+        argocd.settle();
+        let on = |argocd: &ArgoCd, shard: &str| -> BTreeSet<String> {
+            argocd
+                .secrets
+                .iter()
+                .map(|s| s.name_any())
+                .filter(|n| argocd.key(n).as_deref() == Some(shard))
+                .collect()
+        };
+        let home = on(&argocd, "2");
+        assert_eq!(home.len(), 3);
+        // Its pod Ready, but about to restart: every cluster leaves in one pass, as a rescue,
+        // and none goes onto it.
+        let mut shards = all_ready(3);
+        shards.drain(2);
+        assert!(!shards.ready.contains(2) && shards.draining.contains(&2));
+        argocd.shards = Some(shards.clone());
+        let drain = argocd.pass();
+        assert_eq!(drain.moved_clusters, 3, "{drain:?}");
+        assert!(
+            drain
+                .writes
+                .iter()
+                .all(|w| w.rescued_from == Some(Some(2)) && w.moves && w.shard != 2)
+        );
+        argocd.write(&drain);
+        assert!(on(&argocd, "2").is_empty());
+        assert!(argocd.pass().writes.is_empty());
+        // Drained no more: the same three come back, annotations gone.
+        argocd.shards = Some(all_ready(3));
+        let back = argocd.pass();
+        assert!(
+            back.writes
+                .iter()
+                .all(|w| w.rescued_from == Some(None) && w.shard == 2)
+        );
+        argocd.write(&back);
+        assert_eq!(on(&argocd, "2"), home);
+    }
+
+    #[test]
+    fn only_the_clusters_of_secrets_the_balancer_writes_are_movable() {
+        let mut argocd = ArgoCd::new(&[10, 10, 10], 3);
+        argocd.secrets[0]
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(KEEP_SHARD_ANNOTATION.into(), "true".into());
+        argocd.secrets.push(secret("orphan", Some("-1")));
+        argocd.add_apps("orphan", 5);
+        let fleet = argocd.fleet();
+        let movable = movable(&argocd.secrets, &fleet);
+        let names: BTreeSet<&str> = fleet
+            .clusters
+            .iter()
+            .filter(|c| movable.contains(&c.id))
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, BTreeSet::from(["c01", "c02"]));
     }
 
     #[test]

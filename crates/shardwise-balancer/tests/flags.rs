@@ -119,3 +119,28 @@ fn a_measured_load_that_cannot_work_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn replica_bounds_that_cannot_work_are_refused() {
+    let err = refused(&["--manage-replicas", "--min-replicas", "1"]);
+    assert!(err.contains("1 is not in 2..=1000"), "{err}");
+    let err = refused(&[
+        "--manage-replicas",
+        "--min-replicas",
+        "5",
+        "--max-replicas",
+        "4",
+    ]);
+    assert!(
+        err.contains("--min-replicas 5, --max-replicas 4")
+            && err.contains("1 <= min <= max, got 5..4"),
+        "{err}"
+    );
+    let err = refused(&["--load-per-replica", "0"]);
+    assert!(
+        err.contains("--load-per-replica 0") && err.contains("positive number"),
+        "{err}"
+    );
+    let err = refused(&["--scale-down-window", "0"]);
+    assert!(err.contains("from 1 to 3600"), "{err}");
+}

@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, EnvVarSource, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvVar, EnvVarSource, Pod, PodSpec, PodTemplateSpec,
+};
 use shard_assign::{ShardId, StrategyKind};
 
 use super::argocd::parse_go_bool;
@@ -15,7 +17,8 @@ use super::argocd::parse_go_bool;
 pub const CMD_PARAMS_CM: &str = "argocd-cmd-params-cm";
 /// The controller's container in Argo CD's manifests.
 const CONTAINER: &str = "argocd-application-controller";
-const REPLICAS_ENV: &str = "ARGOCD_CONTROLLER_REPLICAS";
+/// The variable that gives each controller its replica count.
+pub const REPLICAS_ENV: &str = "ARGOCD_CONTROLLER_REPLICAS";
 const ALGORITHM_ENV: &str = "ARGOCD_CONTROLLER_SHARDING_ALGORITHM";
 const NAMESPACES_ENV: &str = "ARGOCD_APPLICATION_NAMESPACES";
 const DYNAMIC_ENV: &str = "ARGOCD_ENABLE_DYNAMIC_CLUSTER_DISTRIBUTION";
@@ -328,23 +331,24 @@ fn env<'a>(workload: &Workload<'a>) -> &'a [EnvVar] {
 }
 
 fn container_env(spec: Option<&PodSpec>) -> &[EnvVar] {
+    controller_container(spec)
+        .and_then(|c| c.env.as_deref())
+        .unwrap_or_default()
+}
+
+/// The application controller's container of a pod spec: the one named as in Argo CD's
+/// manifests, else the first.
+pub fn controller_container(spec: Option<&PodSpec>) -> Option<&Container> {
     let containers = spec.map_or(&[][..], |s| &s.containers[..]);
     containers
         .iter()
         .find(|c| c.name == CONTAINER)
         .or_else(|| containers.first())
-        .and_then(|c| c.env.as_deref())
-        .unwrap_or_default()
 }
 
 /// The controller container's arguments after its program: the rest of `command`, then `args`.
 fn container_argv(spec: Option<&PodSpec>) -> Vec<String> {
-    let containers = spec.map_or(&[][..], |s| &s.containers[..]);
-    let Some(container) = containers
-        .iter()
-        .find(|c| c.name == CONTAINER)
-        .or_else(|| containers.first())
-    else {
+    let Some(container) = controller_container(spec) else {
         return Vec::new();
     };
     let command = container.command.iter().flatten().skip(1);

@@ -22,6 +22,9 @@ pub const SKIP_BALANCER_REFRESH: &str = "skip-balancer-refresh";
 /// The Argo CD balancer places clusters on every shard of the count asked for, ignoring the
 /// counts the running controller pods read keys with (a key at or above a pod's count).
 pub const BALANCER_KEY_ABOVE_POD_COUNT: &str = "balancer-key-above-pod-count";
+/// The Argo CD balancer's `--manage-replicas` neither moves a pod's clusters off before the
+/// StatefulSet controller replaces it nor waits for it to drop them.
+pub const RESTART_UNDRAINED_CONTROLLER: &str = "restart-undrained-controller";
 /// Under Argo CD's dynamic cluster distribution, the reader takes every controller pod to read
 /// keys with the Deployment's current count, pods started before it was written too.
 pub const TRUST_DYNAMIC_COUNT: &str = "trust-dynamic-count";

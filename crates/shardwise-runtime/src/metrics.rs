@@ -497,6 +497,14 @@ impl Metrics {
         self.planner_pass.get_or_create(&NoLabels {}).set(seconds);
     }
 
+    /// Sets `shardwise_desired_replicas`, for a planner that sizes a workload of its own
+    /// (Argo CD's balancer under `--manage-replicas`).
+    pub fn set_desired_replicas(&self, replicas: u32) {
+        self.desired_replicas
+            .get_or_create(&NoLabels {})
+            .set(i64::from(replicas));
+    }
+
     /// Removes the metrics only the planner exports, when this replica stops being it.
     pub fn clear_planner(&self) {
         self.balance.clear();

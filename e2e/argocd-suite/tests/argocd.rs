@@ -17,7 +17,7 @@ use argocd_support::{
     apps_per_controller, balancer_user, current_shards, environment, install, max_over_mean, plan,
     planned_owners, shardwise_cli, start_balancer_as,
 };
-use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, NAMESPACE, Owners};
+use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, NAMESPACE, Owners, documented_role};
 use shardwise_e2e::{Environment, Process, wait_for};
 
 /// The tests that time what Argo CD does take turns: on two cores, four Argo CDs at once made a
@@ -630,6 +630,185 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
     {
         eprintln!(
             "{name}, rolled and settled: with the balancer {unowned:.1} app-seconds unowned and {two} app samples with two owners; Argo CD alone {alone_unowned:.1} and {alone_two}"
+        );
+    }
+}
+
+/// The Role docs/argocd.md gives the balancer for `--manage-replicas`.
+const REPLICAS_ROLE: &str = "shardwise-argocd-balancer-replicas";
+
+/// The annotation the balancer keeps on the StatefulSet while it changes the replica count.
+const REPLICA_CHANGE_ANNOTATION: &str = "shardwise.io/replica-change";
+
+/// Whether the controller's StatefulSet is at rest at `replicas`: no change of the balancer's
+/// under way, no partition left; what it is at, if not.
+async fn replicas_at_rest(env: &Environment, replicas: u32) -> Result<(), String> {
+    let sets: kube::Api<k8s_openapi::api::apps::v1::StatefulSet> = kube::Api::namespaced(
+        env.control_plane().client("admin").await.unwrap(),
+        NAMESPACE,
+    );
+    let set = sets
+        .get(shardwise_e2e::argocd::CONTROLLER)
+        .await
+        .map_err(|e| e.to_string())?;
+    let spec = set.spec.clone().unwrap_or_default();
+    let partition = spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+        .and_then(|r| r.partition)
+        .unwrap_or(0);
+    let changing = set
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLICA_CHANGE_ANNOTATION).cloned());
+    if spec.replicas == Some(i32::try_from(replicas).unwrap())
+        && partition == 0
+        && changing.is_none()
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "replicas {:?}, partition {partition}, change annotation {changing:?}",
+            spec.replicas
+        ))
+    }
+}
+
+/// `--manage-replicas`: the balancer itself takes Argo CD from 3 controllers to 4 and back,
+/// one pod at a time, each pod's clusters moved to the others and dropped before the
+/// StatefulSet controller replaces it. Sampled all along: no app with two owners outside the
+/// grace of a key write, and no app unowned.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_manage_replicas_the_balancer_changes_the_count_pod_by_pod_and_no_app_goes_unowned() {
+    let _serial = SERIAL.lock().await;
+    let clusters = balancer_clusters();
+    let env = environment(2, &clusters);
+    let options = ArgoCdOptions {
+        app_resync: Duration::from_secs(30),
+        app_resync_jitter: Duration::ZERO,
+        ..ArgoCdOptions::default()
+    };
+    let mut argocd = install(&env, options).await;
+    let fleet = ArgoFleet::create(&env, &argocd, clusters, 0).await;
+    settle_owners(&mut Observer::default(), &env, &argocd, &fleet).await;
+    let binding = format!(
+        "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {REPLICAS_ROLE}, namespace: {NAMESPACE}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {REPLICAS_ROLE}}}\nsubjects: [{{kind: ServiceAccount, name: {BALANCER}, namespace: {NAMESPACE}}}]\n"
+    );
+    env.control_plane()
+        .apply_yaml(
+            "admin",
+            &format!("{}{binding}", documented_role(REPLICAS_ROLE)),
+        )
+        .await
+        .unwrap();
+
+    let mut observer = Observer::default();
+    observer.sample(&env, &argocd, &fleet).await;
+    let mut balancer: Option<Process> = None;
+    let mut figures = Vec::new();
+    for (replicas, name) in [
+        (3, "adoption at 3 controllers"),
+        (4, "3 -> 4 by the balancer"),
+        (3, "4 -> 3 by the balancer"),
+    ] {
+        // A balancer sized to `replicas` (a load it reads the same, bounds that force the count).
+        if let Some(mut old) = balancer.take() {
+            let status = old.stop(Duration::from_secs(30)).await.unwrap();
+            assert!(status.success(), "a balancer stops cleanly: {status}");
+        }
+        let count = replicas.to_string();
+        let (process, port) = start_balancer_as(
+            &env,
+            BALANCER,
+            &[
+                "--manage-replicas",
+                "--min-replicas",
+                &count,
+                "--max-replicas",
+                &count,
+                "--scale-down-window",
+                "1",
+                "--target-balance",
+                &TARGET.to_string(),
+            ],
+        )
+        .await;
+        balancer = Some(process);
+        argocd.follow_replicas(replicas);
+        let (unowned, beyond, two, samples) = (
+            observer.unowned_by_cluster().clone(),
+            observer.unowned_beyond_grace().clone(),
+            observer.two_owner_samples(),
+            observer.samples,
+        );
+        let started = Instant::now();
+        loop {
+            observer.sample(&env, &argocd, &fleet).await;
+            let rest = replicas_at_rest(&env, replicas).await;
+            let rolled = argocd.rolled().await;
+            if rest.is_ok() && rolled.is_ok() {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(600),
+                "{name}: not done in 600 s: {rest:?}, {rolled:?}\n{}\n{}",
+                balancer.as_ref().map(Process::report).unwrap_or_default(),
+                argocd.report()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let changed_in = started.elapsed();
+        let step = settle(&mut observer, &env, &argocd, &fleet, &[port], name).await;
+        assert!(
+            step.balance <= TARGET,
+            "{name}: settled at max/mean {:.3}",
+            step.balance
+        );
+        let pods = argocd.pods().await.unwrap();
+        assert_eq!(pods.len(), replicas as usize, "{name}: {pods:?}");
+        // App-seconds unowned in this step, by cluster: all, and beyond the grace of a key write.
+        let since = |now: &BTreeMap<String, f64>, then: &BTreeMap<String, f64>| {
+            now.iter()
+                .map(|(c, s)| (c.clone(), s - then.get(c).copied().unwrap_or(0.0)))
+                .filter(|(_, s)| *s > 0.0)
+                .collect::<BTreeMap<String, f64>>()
+        };
+        figures.push((
+            name,
+            changed_in,
+            observer.samples - samples,
+            observer.two_owner_samples() - two,
+            since(observer.unowned_by_cluster(), &unowned),
+            since(observer.unowned_beyond_grace(), &beyond),
+        ));
+    }
+    for (name, changed_in, samples, two, unowned, beyond) in &figures {
+        eprintln!(
+            "{name}: changed and rolled in {:.1} s, {samples} samples: {two} app samples with two owners (each within {:?} of a key write); app-seconds unowned by cluster {unowned:?}, of which beyond that grace {beyond:?}",
+            changed_in.as_secs_f64(),
+            argocd_support::CHANGE_GRACE
+        );
+    }
+    let violations = observer.violations();
+    assert!(
+        violations.is_empty(),
+        "{} samples of apps owned by two controllers, or by none while their controller was Ready, outside the grace after a change of their cluster, e.g. {:?}\n{}",
+        violations.len(),
+        &violations[..violations.len().min(8)],
+        argocd.sharding_log()
+    );
+    // No pod is replaced while it holds a movable cluster: an app of one goes unowned only in
+    // the moment each controller takes to see a key write. Argo CD's own cluster has no
+    // Secret, so no key: its apps stay with pod 0 and wait for its restart.
+    for (name, _, _, _, _, beyond) in &figures {
+        let movable: Vec<(&String, &f64)> =
+            beyond.iter().filter(|(c, _)| *c != "in-cluster").collect();
+        assert!(
+            movable.is_empty(),
+            "{name}: app-seconds without an owner beyond {:?} after a key write, by cluster: {movable:?}",
+            argocd_support::CHANGE_GRACE
         );
     }
 }

@@ -605,6 +605,11 @@ pub struct Observer {
     pub samples: u64,
     /// Apps owned by no controller, times the time since the sample before, summed.
     unowned_app_seconds: f64,
+    /// The same, by cluster.
+    unowned_by_cluster: BTreeMap<String, f64>,
+    /// The same, by cluster, but for samples within [`CHANGE_GRACE`] after a change of the
+    /// app's cluster (a key write takes each controller a moment to see).
+    unowned_beyond_grace: BTreeMap<String, f64>,
     /// When the last sample read the owners.
     last_at: Option<Instant>,
     /// Since when each shard below the replica count has had no serving pod.
@@ -735,13 +740,28 @@ impl Observer {
             self.keys_since = Some(started);
         }
         self.samples += 1;
-        let unowned = fleet
+        let unowned: Vec<&String> = fleet
             .app_cluster
-            .keys()
-            .filter(|app| owners.get(*app).is_none_or(Vec::is_empty))
-            .count();
+            .iter()
+            .filter(|(app, _)| owners.get(*app).is_none_or(Vec::is_empty))
+            .map(|(_, cluster)| cluster)
+            .collect();
         if let Some(last) = self.last_at {
-            self.unowned_app_seconds += unowned as f64 * at.duration_since(last).as_secs_f64();
+            let seconds = at.duration_since(last).as_secs_f64();
+            self.unowned_app_seconds += unowned.len() as f64 * seconds;
+            for cluster in unowned {
+                *self.unowned_by_cluster.entry(cluster.clone()).or_default() += seconds;
+                let changed = self
+                    .changes
+                    .iter()
+                    .any(|(t, c)| c == cluster && *t <= at && at <= *t + CHANGE_GRACE);
+                if !changed {
+                    *self
+                        .unowned_beyond_grace
+                        .entry(cluster.clone())
+                        .or_default() += seconds;
+                }
+            }
         }
         self.last_at = Some(at);
         for (app, cluster) in &fleet.app_cluster {
@@ -878,6 +898,17 @@ impl Observer {
     /// controller times the time since the sample before.
     pub fn unowned_app_seconds(&self) -> f64 {
         self.unowned_app_seconds
+    }
+
+    /// [`Observer::unowned_app_seconds`] by cluster name (clusters never unowned left out).
+    pub fn unowned_by_cluster(&self) -> &BTreeMap<String, f64> {
+        &self.unowned_by_cluster
+    }
+
+    /// [`Observer::unowned_by_cluster`] but the samples within [`CHANGE_GRACE`] after a
+    /// change of the cluster.
+    pub fn unowned_beyond_grace(&self) -> &BTreeMap<String, f64> {
+        &self.unowned_beyond_grace
     }
 }
 

@@ -242,6 +242,12 @@ impl ArgoCd {
         &self.options
     }
 
+    /// Expects `replicas` controllers from now on, the StatefulSet being changed by someone
+    /// else (the balancer's `--manage-replicas`): [`ArgoCd::rolled`] then waits for that count.
+    pub fn follow_replicas(&mut self, replicas: u32) {
+        self.options.replicas = replicas;
+    }
+
     /// The controller's pods, by ordinal (under dynamic cluster distribution, by the shard
     /// `argocd-app-controller-shard-cm` maps them to, and from [`UNMAPPED`] on in name order
     /// for pods it does not map): those being deleted too, whose processes still run.
