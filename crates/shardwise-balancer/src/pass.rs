@@ -1614,6 +1614,171 @@ mod tests {
         (too_soon, over)
     }
 
+    /// The loads of a drifting day at pass `n` (of 2,880, one every 30 s): 24 clusters of 20 to
+    /// 89, the first six growing fourfold over the day, each within ±5 % noise.
+    fn drifting_loads(n: u64, random: &mut rand_chacha::ChaCha8Rng) -> Vec<u64> {
+        use rand::Rng;
+        (0..24u64)
+            .map(|i| {
+                let base = 20 + 3 * i;
+                let drifted = if i < 6 {
+                    base + 3 * base * n / 2_880
+                } else {
+                    base
+                };
+                drifted * random.random_range(950..=1050) / 1000
+            })
+            .collect()
+    }
+
+    /// Longest-processing-time partitions under two-phase hysteresis, as argocd-autoscaler
+    /// describes its evaluator (this is a reading of its design, not its code): each poll
+    /// proposes greedy-minimum's partition of the loads as they are (phase one); the partition
+    /// proposed most often over the stabilization period is applied once it has stayed the most
+    /// proposed for the whole period (phase two).
+    struct LptHysteresis {
+        stabilization: usize,
+        proposals: std::collections::VecDeque<Vec<ShardId>>,
+        most_wanted: Option<(Vec<ShardId>, usize)>,
+        current: Vec<ShardId>,
+    }
+
+    impl LptHysteresis {
+        /// One poll over `loads` on `shards` shards: the load moved.
+        fn poll(&mut self, loads: &[u64], shards: u32) -> u64 {
+            let clusters: Vec<Cluster> = loads
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| Cluster::new(format!("c{i:02}"), l))
+                .collect();
+            let lpt = assign(
+                &StrategyConfig::new(StrategyKind::GreedyMinimum),
+                &clusters,
+                &shard_assign::ShardSet::contiguous(shards),
+                None,
+            )
+            .unwrap();
+            let proposal: Vec<ShardId> = clusters
+                .iter()
+                .map(|c| lpt.shard_of(&c.id).unwrap())
+                .collect();
+            if self.current.is_empty() {
+                self.current = proposal.clone();
+            }
+            self.proposals.push_back(proposal);
+            if self.proposals.len() > self.stabilization {
+                self.proposals.pop_front();
+            }
+            let mut counts: BTreeMap<&Vec<ShardId>, usize> = BTreeMap::new();
+            for p in &self.proposals {
+                *counts.entry(p).or_default() += 1;
+            }
+            let top = counts.values().copied().max().unwrap_or(0);
+            let mode = self
+                .proposals
+                .iter()
+                .rev()
+                .find(|p| counts[p] == top)
+                .cloned()
+                .unwrap();
+            let polls = match self.most_wanted.take() {
+                Some((wanted, polls)) if wanted == mode => polls + 1,
+                _ => 1,
+            };
+            self.most_wanted = Some((mode.clone(), polls));
+            if polls < self.stabilization || mode == self.current {
+                return 0;
+            }
+            let moved = (0..loads.len())
+                .filter(|&i| mode[i] != self.current[i])
+                .map(|i| loads[i])
+                .sum();
+            self.current = mode;
+            moved
+        }
+    }
+
+    fn shard_loads(loads: &[u64], placement: &[ShardId], shards: u32) -> Vec<u64> {
+        (0..shards)
+            .map(|s| {
+                (0..loads.len())
+                    .filter(|&i| placement[i] == s)
+                    .map(|i| loads[i])
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Balance and churn over the drifting day: the balancer at its defaults against LPT under
+    /// two-phase hysteresis (a 10-minute stabilization), on the same
+    /// loads, side by side. `cargo test -p shardwise-balancer --bin shardwise-balancer
+    /// lpt -- --nocapture` prints the figures (docs/benchmarks.md).
+    #[test]
+    fn over_a_drifting_day_the_balancer_moves_less_than_lpt_under_two_phase_hysteresis() {
+        use rand::SeedableRng;
+        let shards = 3;
+        let damping = Damping {
+            min_move_interval: 1_800,
+            hourly_budget_percent: 10,
+            sync_wait: 0,
+        };
+        let mut random = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut argocd = damped(&drifting_loads(0, &mut random), shards, damping);
+        let mut lpt = LptHysteresis {
+            stabilization: 20,
+            proposals: Default::default(),
+            most_wanted: None,
+            current: Vec::new(),
+        };
+        let (mut balancer_moved, mut lpt_moved) = (0u64, 0u64);
+        let (mut balancer_balance, mut lpt_balance) = (Vec::new(), Vec::new());
+        // Both see each cluster's mean over the last hour, as argocd-autoscaler reads its
+        // metrics over an hour (it takes a p95).
+        let mut hour: std::collections::VecDeque<Vec<u64>> = Default::default();
+        for n in 0..2_880 {
+            hour.push_back(drifting_loads(n, &mut random));
+            if hour.len() > 120 {
+                hour.pop_front();
+            }
+            let loads: Vec<u64> = (0..24)
+                .map(|i| hour.iter().map(|l| l[i]).sum::<u64>() / hour.len() as u64)
+                .collect();
+            for (i, &l) in loads.iter().enumerate() {
+                argocd.loads.insert(format!("c{i:02}"), l);
+            }
+            balancer_moved += argocd.tick().iter().map(|(_, l)| l).sum::<u64>();
+            balancer_balance.push(max_over_mean(&argocd_loads(&argocd)));
+            lpt_moved += lpt.poll(&loads, shards);
+            lpt_balance.push(max_over_mean(&shard_loads(&loads, &lpt.current, shards)));
+        }
+        let mean = |b: &[f64]| b.iter().sum::<f64>() / b.len() as f64;
+        let worst = |b: &[f64]| b.iter().copied().fold(0.0, f64::max);
+        eprintln!(
+            "| approach | max/mean, mean over the day | max/mean, worst | load moved per hour |\n|---|---:|---:|---:|\n| shardwise-balancer (defaults) | {:.3} | {:.3} | {:.1} |\n| LPT, two-phase hysteresis | {:.3} | {:.3} | {:.1} |\nratio, balancer / LPT: mean balance {:.3}, load moved {:.3}",
+            mean(&balancer_balance),
+            worst(&balancer_balance),
+            balancer_moved as f64 / 24.0,
+            mean(&lpt_balance),
+            worst(&lpt_balance),
+            lpt_moved as f64 / 24.0,
+            mean(&balancer_balance) / mean(&lpt_balance),
+            balancer_moved as f64 / lpt_moved.max(1) as f64,
+        );
+        assert!(
+            lpt_moved > 0,
+            "LPT under hysteresis moved nothing: the day does not drift"
+        );
+        assert!(
+            balancer_moved < lpt_moved,
+            "the balancer moved {balancer_moved}, LPT under hysteresis {lpt_moved}"
+        );
+        assert!(
+            mean(&balancer_balance) <= Hysteresis::DEFAULT_TRIGGER.as_f64(),
+            "the balancer's mean max/mean {:.3} is above its trigger",
+            mean(&balancer_balance)
+        );
+    }
+
     #[test]
     fn noisy_loads_for_a_day_move_no_cluster_within_the_minimum_time_nor_past_the_budget() {
         let target = StrategyConfig::DEFAULT_TARGET_BALANCE;
