@@ -387,10 +387,22 @@ impl Balancer<'_> {
         } else {
             None
         };
-        if let Some(scraped) = scraped.filter(|_| args.load == Load::Measured) {
+        if let Some(scraped) = &scraped {
+            let consequence = match (args.load == Load::Measured, args.manage_replicas) {
+                (true, true) => {
+                    "this pass measures its clusters as before, and --manage-replicas takes its pod to still hold them"
+                }
+                (true, false) => "this pass measures its clusters as before",
+                _ => "--manage-replicas takes its pod to still hold its clusters",
+            };
             messages.extend(scraped.failed.iter().map(|f| {
-                (false, format!("a controller's metrics could not be read, so this pass measures its clusters as before: {f}"))
+                (
+                    false,
+                    format!("a controller's metrics could not be read, so {consequence}: {f}"),
+                )
             }));
+        }
+        if let Some(scraped) = scraped.filter(|_| args.load == Load::Measured) {
             self.meter.observe(scraped.scrapes, Instant::now());
             let weighing = measured::weigh(&mut fleet, &self.meter, args.load_memory_weight);
             debug!(?weighing, "clusters weighed by their measured cost");
