@@ -133,10 +133,7 @@ async fn balance(
         meter: Meter::new(Duration::from_secs(args.load_window.into())),
         measured_metrics,
         sizing,
-        stabilizer: Stabilizer::new(Windows {
-            up: Duration::ZERO,
-            down: Duration::from_secs(args.scale_down_window.into()),
-        }),
+        stabilizer: stabilizer(args),
         started: Instant::now(),
     };
     loop {
@@ -147,6 +144,10 @@ async fn balance(
         let Ok(incarnation) = held else {
             break;
         };
+        // A leader starts from what it sees itself: since when shards are down and pods Ready,
+        // and the needs behind the replica count, are timed afresh (late, never early).
+        balancer.health = Health::default();
+        balancer.stabilizer = stabilizer(args);
         let fence = Fence::new(holding.clone(), incarnation);
         balancer
             .metrics
@@ -183,6 +184,15 @@ async fn balance(
         .context("the HTTP server failed")?
         .context("cannot serve /metrics and the probes")?;
     Ok(())
+}
+
+/// The replica count's stabilizer under `--manage-replicas`: up at once, down after the
+/// window.
+fn stabilizer(args: &BalanceArgs) -> Stabilizer {
+    Stabilizer::new(Windows {
+        up: Duration::ZERO,
+        down: Duration::from_secs(args.scale_down_window.into()),
+    })
 }
 
 /// Cancels `token` on SIGTERM or SIGINT.
@@ -234,6 +244,16 @@ struct Managed {
 }
 
 impl Managed {
+    /// The count keys are placed for: the one wanted, unless the StatefulSet cannot be
+    /// changed (then its own: no shard is emptied for a change that cannot happen).
+    fn target(&self) -> u32 {
+        if self.workload.rolling {
+            self.wanted
+        } else {
+            self.workload.replicas
+        }
+    }
+
     /// The next step of the change, from the pods as read at `now` and what each listed. A
     /// pod holds apps while it lists one of a cluster the balancer moves: the apps of one it
     /// cannot move (Argo CD's own cluster without a Secret, a Secret that keeps its key) wait
@@ -262,10 +282,18 @@ impl Managed {
                 Some(replicas::Pod {
                     ordinal,
                     count: p.replicas,
+                    updated: self
+                        .workload
+                        .update_revision
+                        .as_ref()
+                        .is_none_or(|r| p.revision.as_ref() == Some(r)),
                     settled: p.ready && !p.terminating && health.settled(p, now, replicas::SETTLE),
-                    holding: listed
-                        .get(&p.uid)
-                        .is_none_or(|apps| !apps.is_disjoint(&balanced)),
+                    // A pod above its own count serves shard 0 beside shard 0's pod: what it
+                    // lists is not its shard's, and replacing it leaves nothing unowned.
+                    holding: p.shard == Some(ordinal)
+                        && listed
+                            .get(&p.uid)
+                            .is_none_or(|apps| !apps.is_disjoint(&balanced)),
                 })
             })
             .collect();
@@ -425,7 +453,7 @@ impl Balancer<'_> {
         };
         let now = Instant::now();
         let mut shards = self.health.observe(
-            managed.as_ref().map_or(replicas, |m| m.wanted),
+            managed.as_ref().map_or(replicas, Managed::target),
             &pods,
             now,
             Duration::from_secs(args.down_grace.into()),

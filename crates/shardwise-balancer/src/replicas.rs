@@ -55,6 +55,11 @@ pub struct Workload {
     pub rolling: bool,
     /// Whether [`CHANGE_ANNOTATION`] is on it: a change of the balancer's is under way.
     pub changing: bool,
+    /// Whether the StatefulSet controller has seen its current spec (its observed generation
+    /// caught up): until then, which pods are of the current template cannot be told.
+    pub observed: bool,
+    /// The revision of its current template (`status.updateRevision`).
+    pub update_revision: Option<String>,
 }
 
 /// One controller pod as the replica manager sees it.
@@ -64,6 +69,8 @@ pub struct Pod {
     pub ordinal: u32,
     /// The replica count it reads keys with, if known.
     pub count: Option<u32>,
+    /// Made from the StatefulSet's current template (its update revision).
+    pub updated: bool,
     /// Ready, not being deleted, for [`SETTLE`] or longer.
     pub settled: bool,
     /// Whether it may still reconcile apps of a balanced cluster: its `argocd_app_info` lists
@@ -134,10 +141,8 @@ fn undrained() -> bool {
 }
 
 fn next(wanted: u32, workload: &Workload, pods: &[Pod], keyed: &BTreeSet<ShardId>) -> Plan {
-    let at_rest = !workload.changing
-        && workload.replicas == wanted
-        && workload.env == Some(wanted)
-        && workload.partition == 0;
+    // A partition or a rollout that is not the balancer's own is left to whoever made it.
+    let at_rest = !workload.changing && workload.replicas == wanted && workload.env == Some(wanted);
     if at_rest {
         return Plan::new(Action::Steady);
     }
@@ -175,44 +180,61 @@ fn next(wanted: u32, workload: &Workload, pods: &[Pod], keyed: &BTreeSet<ShardId
             changing: true,
         }));
     }
+    if !workload.observed {
+        return Plan::new(Action::Wait(
+            "the StatefulSet controller has not yet seen the last change".into(),
+        ));
+    }
     if let Some(leaving) = pods.iter().find(|p| p.ordinal >= wanted) {
         return Plan::new(Action::Wait(format!(
             "pod {} of the old count is still going",
             leaving.ordinal
         )));
     }
-    let mut draining = BTreeSet::new();
-    for ordinal in (0..wanted).rev() {
-        let pod = pods.iter().find(|p| p.ordinal == ordinal);
-        let done = pod.is_some_and(|p| p.count == Some(wanted) && p.settled);
-        if done {
-            continue;
-        }
-        draining.insert(ordinal);
-        let action = if ordinal >= workload.partition {
-            // The StatefulSet controller replaces it, or it starts, or it settles.
-            Action::Wait(format!(
-                "pod {ordinal} starts with {wanted} replicas and settles ({} s Ready)",
+    // Done: of the StatefulSet's current template (its count, and whatever else it changed),
+    // and settled.
+    let done = |ordinal: u32| {
+        pods.iter()
+            .find(|p| p.ordinal == ordinal)
+            .is_some_and(|p| p.count == Some(wanted) && p.updated && p.settled)
+    };
+    let undone: Vec<u32> = (0..wanted).filter(|&o| !done(o)).collect();
+    // Pods at or above the partition are being replaced, starting or settling: all stay
+    // drained until they are done, whatever this balancer saw of them before.
+    let mut draining: BTreeSet<ShardId> = undone
+        .iter()
+        .copied()
+        .filter(|&o| o >= workload.partition)
+        .collect();
+    if !draining.is_empty() {
+        return Plan {
+            action: Action::Wait(format!(
+                "pod(s) {draining:?} start with {wanted} replicas and settle ({} s Ready)",
                 SETTLE.as_secs()
-            ))
-        } else if drained(ordinal) {
-            Action::Write(Change {
-                replicas: wanted,
-                partition: ordinal,
-                changing: true,
-            })
-        } else {
-            Action::Wait(format!(
-                "shard {ordinal} still holds clusters; its pod restarts with {wanted} replicas once it holds none"
-            ))
+            )),
+            draining,
         };
-        return Plan { draining, action };
     }
-    Plan::new(Action::Write(Change {
-        replicas: wanted,
-        partition: 0,
-        changing: false,
-    }))
+    let Some(&ordinal) = undone.last() else {
+        return Plan::new(Action::Write(Change {
+            replicas: wanted,
+            partition: 0,
+            changing: false,
+        }));
+    };
+    draining.insert(ordinal);
+    let action = if drained(ordinal) {
+        Action::Write(Change {
+            replicas: wanted,
+            partition: ordinal,
+            changing: true,
+        })
+    } else {
+        Action::Wait(format!(
+            "shard {ordinal} still holds clusters; its pod restarts with {wanted} replicas once it holds none"
+        ))
+    };
+    Plan { draining, action }
 }
 
 impl Workload {
@@ -243,6 +265,11 @@ impl Workload {
                 .annotations
                 .as_ref()
                 .is_some_and(|a| a.contains_key(CHANGE_ANNOTATION)),
+            observed: set
+                .status
+                .as_ref()
+                .is_some_and(|s| s.observed_generation >= set.metadata.generation),
+            update_revision: set.status.as_ref().and_then(|s| s.update_revision.clone()),
         }
     }
 }
@@ -255,7 +282,11 @@ pub fn patch(set: &StatefulSet, change: Change) -> Value {
         .map_or("argocd-application-controller", |c| c.name.as_str());
     let annotation = change.changing.then(|| change.replicas.to_string());
     json!({
-        "metadata": {"annotations": {CHANGE_ANNOTATION: annotation}},
+        "metadata": {
+            // Written only over the StatefulSet this plan was made from.
+            "resourceVersion": set.metadata.resource_version,
+            "annotations": {CHANGE_ANNOTATION: annotation},
+        },
         "spec": {
             "replicas": change.replicas,
             "updateStrategy": {
@@ -286,6 +317,8 @@ mod tests {
             partition: 0,
             rolling: true,
             changing: false,
+            observed: true,
+            update_revision: None,
         }
     }
 
@@ -294,21 +327,28 @@ mod tests {
         Pod {
             ordinal,
             count: Some(count),
+            updated: true,
             settled: true,
             holding: false,
         }
     }
 
     /// What the StatefulSet controller does with `change`: the workload written, and the
-    /// pods at or above the partition replaced by unsettled pods of the new count (those
-    /// above the replicas gone).
+    /// pods at or above the partition that are not of the template written replaced by
+    /// unsettled pods of it (those above the replicas gone).
     fn apply(workload: &mut Workload, pods: &mut Vec<Pod>, change: Change) {
+        // A new count is a new template: every pod is of the old one until replaced.
+        if workload.env != Some(change.replicas) {
+            pods.iter_mut().for_each(|p| p.updated = false);
+        }
         *workload = Workload {
             replicas: change.replicas,
             env: Some(change.replicas),
             partition: change.partition,
             rolling: true,
             changing: change.changing,
+            observed: true,
+            update_revision: None,
         };
         pods.retain(|p| p.ordinal < change.replicas);
         for ordinal in change.partition..change.replicas {
@@ -317,7 +357,7 @@ mod tests {
                 ..pod(ordinal, change.replicas)
             };
             match pods.iter_mut().find(|p| p.ordinal == ordinal) {
-                Some(p) if p.count == Some(change.replicas) => {}
+                Some(p) if p.updated => {}
                 Some(p) => *p = fresh,
                 None => pods.push(fresh),
             }
@@ -448,12 +488,14 @@ mod tests {
             partition: 3,
             rolling: true,
             changing: true,
+            observed: true,
+            update_revision: None,
         };
         let mut pods = vec![pod(0, 3), pod(1, 3), pod(2, 3), pod(3, 4)];
         pods[3].settled = false;
         let none = BTreeSet::new();
         let step = plan(4, &workload, &pods, &none);
-        assert!(matches!(step.action, Action::Wait(ref w) if w.contains("pod 3")));
+        assert!(matches!(step.action, Action::Wait(ref w) if w.contains("pod(s) {3}")));
         pods[3].settled = true;
         pods[2].holding = true;
         let step = plan(4, &workload, &pods, &none);
@@ -484,7 +526,7 @@ mod tests {
         };
         let step = plan(4, &lowered, &pods, &none);
         assert_eq!(step.draining, BTreeSet::from([2]));
-        assert!(matches!(step.action, Action::Wait(ref w) if w.contains("pod 2")));
+        assert!(matches!(step.action, Action::Wait(ref w) if w.contains("pod(s) {2}")));
         // A missing pod holds nothing: drained at once.
         pods[2].settled = true;
         pods.remove(1);
@@ -505,6 +547,8 @@ mod tests {
             partition: 2,
             rolling: true,
             changing: true,
+            observed: true,
+            update_revision: None,
         };
         let mut pods = vec![pod(0, 3), pod(1, 3), pod(2, 4), pod(3, 4)];
         let plans = drive(&mut workload, &mut pods, 3);
@@ -525,7 +569,7 @@ mod tests {
     #[test]
     fn the_statefulset_is_read_and_written_in_one_patch() {
         let set: StatefulSet = serde_json::from_value(json!({
-            "metadata": {"name": "argocd-application-controller", "annotations": {CHANGE_ANNOTATION: "4"}},
+            "metadata": {"name": "argocd-application-controller", "resourceVersion": "7", "generation": 2, "annotations": {CHANGE_ANNOTATION: "4"}},
             "spec": {
                 "replicas": 4,
                 "selector": {},
@@ -536,6 +580,7 @@ mod tests {
                     {"name": "argocd-application-controller", "env": [{"name": REPLICAS_ENV, "value": " 4"}]},
                 ]}},
             },
+            "status": {"replicas": 4, "observedGeneration": 2, "updateRevision": "r2"},
         }))
         .unwrap();
         assert_eq!(
@@ -546,7 +591,24 @@ mod tests {
                 partition: 2,
                 rolling: true,
                 changing: true,
+                observed: true,
+                update_revision: Some("r2".into()),
             }
+        );
+        // A spec the StatefulSet controller has not seen yet, and no step taken meanwhile.
+        let mut unseen = set.clone();
+        unseen.metadata.generation = Some(3);
+        let unseen = Workload::of(&unseen);
+        assert!(!unseen.observed);
+        let step = plan(
+            4,
+            &unseen,
+            &[pod(0, 4), pod(1, 4), pod(2, 4), pod(3, 4)],
+            &BTreeSet::new(),
+        );
+        assert!(
+            matches!(step.action, Action::Wait(ref w) if w.contains("not yet seen")),
+            "{step:?}"
         );
         let body = patch(
             &set,
@@ -560,6 +622,7 @@ mod tests {
             body["metadata"]["annotations"][CHANGE_ANNOTATION],
             Value::Null
         );
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
         assert_eq!(body["spec"]["replicas"], 3);
         assert_eq!(
             body["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
@@ -595,6 +658,58 @@ mod tests {
                 }
             )["metadata"]["annotations"][CHANGE_ANNOTATION],
             "2"
+        );
+    }
+
+    #[test]
+    fn a_count_read_from_a_config_map_is_written_and_every_pod_restarts_drained() {
+        // The count is right but not a number in the template: writing it is a new template,
+        // so every pod restarts, each drained first, though each already reads 3.
+        let mut workload = Workload {
+            env: None,
+            ..at_rest(3)
+        };
+        let mut pods = vec![pod(0, 3), pod(1, 3), pod(2, 3)];
+        let plans = drive(&mut workload, &mut pods, 3);
+        every_restart_is_drained(&plans, 3);
+        let partitions: Vec<u32> = plans
+            .iter()
+            .filter_map(|p| match p.action {
+                Action::Write(c) => Some(c.partition),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(partitions, [3, 2, 1, 0, 0]);
+        assert_eq!(workload, at_rest(3));
+        assert!(pods.iter().all(|p| p.updated && p.settled));
+    }
+
+    #[test]
+    fn a_balancer_that_takes_over_midway_keeps_every_unsettled_pod_drained() {
+        // 3 -> 4 under way, pods 3 and 2 replaced; a new leader has seen neither settle.
+        let workload = Workload {
+            replicas: 4,
+            env: Some(4),
+            partition: 2,
+            rolling: true,
+            changing: true,
+            observed: true,
+            update_revision: None,
+        };
+        let mut pods = vec![pod(0, 3), pod(1, 3), pod(2, 4), pod(3, 4)];
+        pods[2].settled = false;
+        pods[3].settled = false;
+        let step = plan(4, &workload, &pods, &BTreeSet::new());
+        assert_eq!(step.draining, BTreeSet::from([2, 3]));
+        assert!(matches!(step.action, Action::Wait(_)), "{step:?}");
+        // A user's own partition, no change of the balancer's under way: left alone.
+        let theirs = Workload {
+            partition: 2,
+            ..at_rest(4)
+        };
+        assert_eq!(
+            plan(4, &theirs, &pods, &BTreeSet::new()),
+            Plan::new(Action::Steady)
         );
     }
 

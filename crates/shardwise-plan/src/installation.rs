@@ -396,6 +396,8 @@ pub struct ControllerPod {
     pub ready: bool,
     /// It is being deleted: its process runs (and reconciles) until it exits.
     pub terminating: bool,
+    /// The StatefulSet revision it was made from (its `controller-revision-hash` label).
+    pub revision: Option<String>,
 }
 
 impl ControllerPod {
@@ -413,6 +415,11 @@ impl ControllerPod {
             replicas,
             ready,
             terminating: pod.metadata.deletion_timestamp.is_some(),
+            revision: pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("controller-revision-hash").cloned()),
         }
     }
 }
