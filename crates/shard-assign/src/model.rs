@@ -341,3 +341,35 @@ impl Assignment {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_placement_read_back_from_labels_has_every_cluster_and_no_load() {
+        let read: PreviousPlacement = [("a".to_string(), 2), ("b".to_string(), 0)]
+            .into_iter()
+            .collect();
+        assert_eq!((read.len(), read.is_empty()), (2, false));
+        assert_eq!(
+            read.get("a"),
+            Some(RecordedPlacement {
+                shard: 2,
+                load: None
+            })
+        );
+        assert_eq!(read.get("b").map(|p| p.shard), Some(0));
+        assert_eq!(read.live_shards(), None);
+        assert!(PreviousPlacement::new().is_empty());
+    }
+
+    #[test]
+    fn a_shard_set_lists_its_ids_once_in_order() {
+        let set: ShardSet = [4, 0, 2, 4].into_iter().collect();
+        assert_eq!(set.iter().collect::<Vec<_>>(), [0, 2, 4]);
+        assert_eq!(set.to_string(), "{0, 2, 4}");
+        assert_eq!(ShardSet::contiguous(1).to_string(), "{0}");
+        assert_eq!(ShardSet::contiguous(0).to_string(), "{}");
+    }
+}

@@ -132,10 +132,11 @@ impl std::str::FromStr for KeyRange {
         let first = u64::from_str_radix(first, 16).map_err(|_| invalid())?;
         let last = u64::from_str_radix(last, 16).map_err(|_| invalid())?;
         // An aligned range holds 2^(64 - depth) keys and starts at a multiple of that.
-        let span = u128::from(last) + 1 - u128::from(first.min(last));
-        if last < first || !span.is_power_of_two() {
-            return Err(invalid());
-        }
+        let span = last
+            .checked_sub(first)
+            .map(|gap| u128::from(gap) + 1)
+            .filter(|span| span.is_power_of_two())
+            .ok_or_else(invalid)?;
         let depth = 64 - span.trailing_zeros();
         let depth = u8::try_from(depth).map_err(|_| invalid())?;
         let index = if depth == 0 {
@@ -620,6 +621,19 @@ mod tests {
         assert!(cut.slices_of("hot").len() > 1, "{cut:?}");
         assert!(slice_fleet(&hot, &keys, 2, &whole, &SliceConfig::disabled()).is_empty());
         assert!(slice_fleet(&hot, &keys, 0, &whole, &SliceConfig::enabled()).is_empty());
+    }
+
+    #[test]
+    fn a_cluster_made_whole_again_leaves_the_other_cuts_as_they_are() {
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        let cut = Slicing::default()
+            .with("a", vec![high, low])
+            .and_then(|s| s.with("b", vec![low, high]))
+            .unwrap();
+        let without = cut.without("a");
+        assert_eq!(without.slices_of("a"), [KeyRange::WHOLE]);
+        assert_eq!(without.slices_of("b"), [low, high]);
+        assert_eq!(without.extra_slices(), 1);
     }
 
     #[test]
