@@ -624,12 +624,23 @@ mod tests {
     }
 
     #[test]
+    fn a_key_counts_in_the_range_it_starts_or_ends_and_in_no_other() {
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        let keys = [0, low.last(), high.start(), u64::MAX];
+        assert_eq!((count_in(&keys, low), count_in(&keys, high)), (2, 2));
+        assert_eq!(count_in(&keys[2..3], high), 1);
+        assert_eq!(count_in(&keys[1..2], low), 1);
+        assert_eq!(count_in(&keys, KeyRange::WHOLE), 4);
+    }
+
+    #[test]
     fn a_cluster_made_whole_again_leaves_the_other_cuts_as_they_are() {
         let (low, high) = KeyRange::WHOLE.halves().unwrap();
         let cut = Slicing::default()
             .with("a", vec![high, low])
             .and_then(|s| s.with("b", vec![low, high]))
             .unwrap();
+        assert_eq!(cut.extra_slices(), 2);
         let without = cut.without("a");
         assert_eq!(without.slices_of("a"), [KeyRange::WHOLE]);
         assert_eq!(without.slices_of("b"), [low, high]);
