@@ -365,6 +365,27 @@ mod tests {
     }
 
     #[test]
+    fn balance_reports_the_heaviest_the_spread_and_the_variation_over_the_mean() {
+        let b = Balance::of_loads(&[10, 20, 30]);
+        assert_eq!((b.max_over_mean, b.spread_over_mean), (1.5, 1.0));
+        assert!(
+            (b.cv - (200.0f64 / 3.0).sqrt() / 20.0).abs() < 1e-12,
+            "{b:?}"
+        );
+        let skewed = Balance::of_loads(&[0, 0, 9]);
+        assert_eq!((skewed.max_over_mean, skewed.spread_over_mean), (3.0, 3.0));
+        assert!((skewed.cv - 18f64.sqrt() / 3.0).abs() < 1e-12, "{skewed:?}");
+        let perfect = Balance {
+            max_over_mean: 1.0,
+            spread_over_mean: 0.0,
+            cv: 0.0,
+        };
+        for loads in [&[][..], &[0, 0], &[5, 5, 5]] {
+            assert_eq!(Balance::of_loads(loads), perfect, "{loads:?}");
+        }
+    }
+
+    #[test]
     fn a_shard_set_lists_its_ids_once_in_order() {
         let set: ShardSet = [4, 0, 2, 4].into_iter().collect();
         assert_eq!(set.iter().collect::<Vec<_>>(), [0, 2, 4]);

@@ -672,6 +672,16 @@ mod tests {
         for switch in SliceSwitch::ALL {
             assert_eq!(switch.name().parse::<SliceSwitch>(), Ok(switch));
         }
+        for kind in StrategyKind::every() {
+            assert_eq!(
+                SliceSwitch::Auto.slices(kind),
+                kind == StrategyKind::StickyBalanced
+            );
+            assert_eq!(SliceSwitch::On.slices(kind), slices(kind), "{kind}");
+            assert!(!SliceSwitch::Off.slices(kind));
+        }
+        assert!(!slices(StrategyKind::LegacyModulo) && slices(StrategyKind::BoundedLoad));
+        assert_eq!(SliceSwitch::On.to_string(), "on");
         for text in ["", "ON", "auto ", "of"] {
             assert_eq!(
                 text.parse::<SliceSwitch>(),
@@ -963,6 +973,62 @@ mod tests {
         let apart = finished(&[(low, 0), (high_a, 1), (high_b, 0)], 64);
         assert_eq!(apart.slicing.slices_of("hot"), [low, high_a, high_b]);
         assert_eq!(apart.assignment.shard_loads()[&0].clusters, 2);
+    }
+
+    #[test]
+    fn moves_count_the_apps_that_changed_shard_and_which_left_a_live_one() {
+        let mut keys = AppKeys::new();
+        let a = cluster("a", 64, &mut keys);
+        let b = cluster("b", 10, &mut keys);
+        let pinned = |id: &str, apps, shard| Cluster {
+            pin: Some(shard),
+            ..Cluster::new(id, apps)
+        };
+        let before = SlicedAssignment::uncut(
+            assign(
+                &sticky(),
+                &[pinned("a", 64, 0), pinned("b", 10, 1)],
+                &ShardSet::contiguous(3),
+                None,
+            )
+            .unwrap(),
+        );
+        // Shard 1 is gone: a's high half leaves live shard 0 for 2, b leaves gone shard 1.
+        let (low, high) = KeyRange::WHOLE.halves().unwrap();
+        let (low_apps, high_apps) = (count_in(&keys["a"], low), count_in(&keys["a"], high));
+        let live: ShardSet = [0, 2].into_iter().collect();
+        let after = SlicedAssignment {
+            assignment: assign(
+                &sticky(),
+                &[
+                    pinned(&slice_id("a", low), low_apps, 0),
+                    pinned(&slice_id("a", high), high_apps, 2),
+                    pinned("b", 10, 2),
+                ],
+                &live,
+                None,
+            )
+            .unwrap(),
+            slicing: Slicing::default().with("a", vec![low, high]).unwrap(),
+            units: BTreeMap::from([
+                (
+                    "a".to_string(),
+                    vec![(low, slice_id("a", low)), (high, slice_id("a", high))],
+                ),
+                ("b".to_string(), vec![(KeyRange::WHOLE, "b".to_string())]),
+            ]),
+        };
+        assert!(high_apps > 0 && low_apps > 0 && a.apps == 64 && b.apps == 10);
+        assert_eq!(
+            after.moves_since(&before, &keys),
+            SliceMoves {
+                clusters: 2,
+                voluntary_clusters: 1,
+                apps: high_apps + 10,
+                voluntary_apps: high_apps,
+            }
+        );
+        assert_eq!(before.moves_since(&before, &keys), SliceMoves::default());
     }
 
     #[test]
