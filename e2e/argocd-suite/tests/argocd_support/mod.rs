@@ -18,7 +18,9 @@ use serde_json::{Value, json};
 use shardwise_e2e::argocd::{
     ArgoCd, ArgoCdOptions, NAMESPACE, Owners, documented_role, secrets, shard_key,
 };
-use shardwise_e2e::{Environment, Identity, Process, ProcessSpec, free_port, workspace_binary};
+use shardwise_e2e::{
+    Environment, Identity, Process, ProcessSpec, free_port, wait_for, workspace_binary,
+};
 
 /// The server of Argo CD's own cluster, as Applications name it.
 pub const IN_CLUSTER: &str = "https://kubernetes.default.svc";
@@ -481,7 +483,23 @@ pub async fn start_balancer_as(env: &Environment, account: &str, args: &[&str]) 
         .env("POD_NAMESPACE", NAMESPACE)
         .env("POD_NAME", account)
         .env("SHARDWISE_LOG", "info");
-    (env.spawn(&spec).unwrap(), metrics)
+    let process = env.spawn(&spec).unwrap();
+    // Serving before anything reads its metrics: a scrape sent while the process still starts
+    // is refused (seen once in a clean-clone CI run, right after the start).
+    let url = format!("http://127.0.0.1:{metrics}/metrics");
+    wait_for(
+        &format!("balancer {account} to serve its metrics"),
+        Duration::from_secs(60),
+        || async {
+            shardwise_e2e::scrape(&url)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", process.report()));
+    (process, metrics)
 }
 
 /// The user the server authenticates a balancer started as `account` as.
