@@ -744,6 +744,15 @@ mod tests {
         fn balance(&self) -> f64 {
             self.pass().balance
         }
+
+        /// The Secrets whose key names `shard`.
+        fn on(&self, shard: &str) -> BTreeSet<String> {
+            self.secrets
+                .iter()
+                .map(|s| s.name_any())
+                .filter(|n| self.key(n).as_deref() == Some(shard))
+                .collect()
+        }
     }
 
     /// Argo CD's placement of `fleet` as it stands: apps per shard.
@@ -1097,15 +1106,7 @@ mod tests {
     fn a_dead_shards_clusters_wait_the_grace_then_are_rescued_and_go_back_when_it_recovers() {
         let mut argocd = ArgoCd::new(&[10; 9], 3);
         argocd.settle();
-        let on = |argocd: &ArgoCd, shard: &str| -> BTreeSet<String> {
-            argocd
-                .secrets
-                .iter()
-                .map(|s| s.name_any())
-                .filter(|n| argocd.key(n).as_deref() == Some(shard))
-                .collect()
-        };
-        let home = on(&argocd, "1");
+        let home = argocd.on("1");
         assert_eq!(home.len(), 3);
         let start = Instant::now();
         let grace = Duration::from_secs(60);
@@ -1128,7 +1129,7 @@ mod tests {
                 .all(|w| w.rescued_from == Some(Some(1)) && w.moves)
         );
         argocd.write(&rescue);
-        assert!(on(&argocd, "1").is_empty());
+        assert!(argocd.on("1").is_empty());
         assert_eq!(argocd_loads(&argocd)[1], 0);
         // Rescued and still dead: nothing more to write.
         assert!(argocd.pass().writes.is_empty());
@@ -1158,7 +1159,7 @@ mod tests {
                 .all(|w| w.rescued_from == Some(None) && w.shard == 1)
         );
         argocd.write(&back);
-        assert_eq!(on(&argocd, "1"), home);
+        assert_eq!(argocd.on("1"), home);
         assert!(
             argocd
                 .secrets
@@ -1172,15 +1173,7 @@ mod tests {
     fn a_draining_shards_clusters_leave_at_once_ready_pod_or_not_and_come_back_after() {
         let mut argocd = ArgoCd::new(&[10; 9], 3);
         argocd.settle();
-        let on = |argocd: &ArgoCd, shard: &str| -> BTreeSet<String> {
-            argocd
-                .secrets
-                .iter()
-                .map(|s| s.name_any())
-                .filter(|n| argocd.key(n).as_deref() == Some(shard))
-                .collect()
-        };
-        let home = on(&argocd, "2");
+        let home = argocd.on("2");
         assert_eq!(home.len(), 3);
         // Its pod Ready, but about to restart: every cluster leaves in one pass, as a rescue,
         // and none goes onto it.
@@ -1197,7 +1190,7 @@ mod tests {
                 .all(|w| w.rescued_from == Some(Some(2)) && w.moves && w.shard != 2)
         );
         argocd.write(&drain);
-        assert!(on(&argocd, "2").is_empty());
+        assert!(argocd.on("2").is_empty());
         assert!(argocd.pass().writes.is_empty());
         // Drained no more: the same three come back, annotations gone.
         argocd.shards = Some(all_ready(3));
@@ -1208,7 +1201,7 @@ mod tests {
                 .all(|w| w.rescued_from == Some(None) && w.shard == 2)
         );
         argocd.write(&back);
-        assert_eq!(on(&argocd, "2"), home);
+        assert_eq!(argocd.on("2"), home);
     }
 
     #[test]
