@@ -59,8 +59,9 @@ pub struct BalanceArgs {
     /// controller caches (memory) rather than from the time it spends (CPU), 0 to 1
     #[arg(long, value_name = "SHARE", default_value_t = 0.5, value_parser = share)]
     pub load_memory_weight: f64,
-    /// With --load measured: the port of the application controllers' /metrics (Argo CD's
-    /// --metrics-port)
+    /// The port of the application controllers' /metrics (Argo CD's --metrics-port): what
+    /// each handover asks whether a controller has let a cluster go, and --load measured and
+    /// --manage-replicas read
     #[arg(long, value_name = "PORT", default_value_t = 8082)]
     pub controller_metrics_port: u16,
     #[command(flatten)]

@@ -19,19 +19,22 @@ use tracing::{debug, info, warn};
 
 use crate::controllers::Health;
 use crate::metrics::{CoverageMetrics, MeasuredMetrics};
-use crate::pass::{self, Inputs, Pass, Pending};
+use crate::pass::{self, Inputs, KeyWrite, Pass, Pending};
 use shardwise_plan::LiveFleet;
 use shardwise_plan::api::Connection;
+use shardwise_plan::argocd::PARKED_KEY;
 use shardwise_plan::coverage;
+use shardwise_plan::installation::{self, ControllerPod};
 use shardwise_plan::planning::Current;
 use shardwise_plan::read::{ArgoCdQuery, Read, read_argocd};
 use shardwise_plan::writer;
 use thiserror::Error;
 
 use crate::args::{BalanceArgs, Load};
+use crate::handover;
 use crate::measured::{self, Meter};
 use crate::replicas::{self, Action};
-use crate::scrape;
+use crate::scrape::Scraper;
 use shardwise_scale::{Sizing, Stabilizer, Windows};
 
 /// Argo CD's nouns: its clusters are the units, its Applications the items.
@@ -135,6 +138,7 @@ async fn balance(
         sizing,
         stabilizer: stabilizer(args),
         started: Instant::now(),
+        scraper: Scraper::new(args.controller_metrics_port),
     };
     loop {
         let held = tokio::select! {
@@ -210,6 +214,32 @@ fn on_signal(token: CancellationToken) -> Result<()> {
     Ok(())
 }
 
+/// How long a handover waits for the controllers to let a parked cluster go before it writes
+/// the new key anyway. A controller sees a key change within a second as a rule and within
+/// 14 s on a machine loaded past its cores (measured on Argo CD v3.2.11, docs/argocd.md);
+/// past that, a controller that still lists the cluster has stopped reading keys, and leaving
+/// the cluster parked would leave it unowned for as long.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a handover asks the controllers whether they have let go.
+const HANDOVER_POLL: Duration = Duration::from_millis(500);
+
+/// The error of a write refused because the Lease is lost, naming what was written.
+fn lost(e: impl std::fmt::Display, written: &[String]) -> anyhow::Error {
+    anyhow!(
+        "the balancer's lease is lost ({e}): stopped after writing [{}]",
+        written.join(" ")
+    )
+}
+
+/// The error of a write that failed, naming what was written before it.
+fn failed(e: shardwise_plan::api::WriteError, w: &KeyWrite, written: &[String]) -> anyhow::Error {
+    anyhow::Error::from(e).context(format!(
+        "cannot write the shard key of Secret {:?}: stopped after writing [{}]",
+        w.target.secret,
+        written.join(" ")
+    ))
+}
+
 struct Balancer<'a> {
     args: &'a BalanceArgs,
     strategy: StrategyConfig,
@@ -233,6 +263,8 @@ struct Balancer<'a> {
     stabilizer: Stabilizer,
     /// The stabilizer's clock's origin.
     started: Instant,
+    /// Reads the controllers' metrics: measured load, drains and handovers.
+    scraper: Scraper,
 }
 
 /// The controller's StatefulSet under `--manage-replicas`, as one pass read it.
@@ -351,6 +383,7 @@ impl Balancer<'_> {
             current,
             secrets,
             controller_pods,
+            controller_selector,
             workload,
             ..
         } = read_argocd(&query, &self.connection).await?;
@@ -407,7 +440,7 @@ impl Balancer<'_> {
         // to restart still holds apps.
         let mut listed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let scraped = if args.load == Load::Measured || args.manage_replicas {
-            let mut scraped = scrape::controllers(&pods, args.controller_metrics_port).await;
+            let mut scraped = self.scraper.controllers(&pods).await;
             for (uid, scrape) in &mut scraped.scrapes {
                 listed.insert(uid.clone(), std::mem::take(&mut scrape.apps));
             }
@@ -515,7 +548,10 @@ impl Balancer<'_> {
         };
         self.report(messages);
         let refreshing = self.args.refresh_moved_apps && !self.args.dry_run;
-        let (moved, mut written) = self.write(&pass, fence, refreshing).await;
+        let selector = controller_selector.as_deref();
+        let (moved, mut written) = self
+            .write(&pass, (&fleet, &pods, selector), fence, refreshing)
+            .await;
         self.record(&pass);
         if refreshing {
             // Those written before a failure too: their refresh is due all the same.
@@ -684,13 +720,17 @@ impl Balancer<'_> {
     }
 
     /// Writes the pass's keys, one at a time, each behind the fence: a balancer that lost its
-    /// Lease sends nothing more. A write that moves a cluster marks its refresh pending in the
-    /// same patch when `refreshing`. Stops at the first failure (the next pass reads anew);
-    /// returns the moves written, by cluster id (the Secret and its new resourceVersion), and
-    /// how it ended.
+    /// Lease sends nothing more. A cluster a live controller may have now is handed over
+    /// ([`handover`]): its key parked first, and written once no controller of `pods` (listed
+    /// again with `selector` while it waits) lists its apps. A write that moves a cluster
+    /// marks its refresh pending in the same patch when `refreshing`. Stops at the first
+    /// failure (the next pass reads anew, and completes any handover left parked); returns
+    /// the moves written, by cluster id (the Secret and its new resourceVersion), and how it
+    /// ended.
     async fn write(
         &self,
         pass: &Pass,
+        (fleet, pods, selector): (&LiveFleet, &[ControllerPod], Option<&str>),
         fence: &Fence,
         refreshing: bool,
     ) -> (BTreeMap<String, (String, String)>, Result<()>) {
@@ -699,12 +739,9 @@ impl Balancer<'_> {
             debug!(balance = pass.balance, "balanced: nothing to write");
             return (moved, Ok(()));
         }
-        let shown: Vec<String> = pass
-            .writes
-            .iter()
-            .map(|w| format!("{}={}", w.target.secret, w.shard))
-            .collect();
+        let shown = |w: &KeyWrite| format!("{}={}", w.target.secret, w.shard);
         if self.args.dry_run {
+            let shown: Vec<String> = pass.writes.iter().map(shown).collect();
             info!(
                 writes = %shown.join(" "),
                 moved_clusters = pass.moved_clusters,
@@ -713,50 +750,128 @@ impl Balancer<'_> {
             );
             return (moved, Ok(()));
         }
-        for (i, w) in pass.writes.iter().enumerate() {
-            let written = || shown[..i].join(" ");
-            if fence.check().is_err() {
-                let lost = anyhow!(
-                    "the balancer's lease is lost: stopped after writing [{}]",
-                    written()
-                );
-                return (moved, Err(lost));
+        let mut written: Vec<String> = Vec::new();
+        // Parked: by cluster id, the write and the Secret's resourceVersion since the park.
+        let mut parked: BTreeMap<String, (&KeyWrite, String)> = BTreeMap::new();
+        for w in &pass.writes {
+            if let Err(e) = fence.check() {
+                return (moved, Err(lost(e, &written)));
             }
-            let annotations = w.annotations(refreshing);
-            let refresh = w.moves && refreshing;
-            match self
-                .connection
-                .write_key(
-                    &self.args.namespace,
-                    &w.target.secret,
-                    &w.target.resource_version,
-                    Some(w.shard),
-                    &annotations,
-                )
+            if w.handover {
+                match self
+                    .connection
+                    .park_key(
+                        &self.args.namespace,
+                        &w.target.secret,
+                        &w.target.resource_version,
+                        w.shard,
+                    )
+                    .await
+                {
+                    Ok(version) => {
+                        parked.insert(w.target.id.clone(), (w, version));
+                        written.push(format!("{}={PARKED_KEY}", w.target.secret));
+                    }
+                    Err(e) => return (moved, Err(failed(e, w, &written))),
+                }
+                continue;
+            }
+            if let Err(e) = self
+                .finish(w, &w.target.resource_version, refreshing, &mut moved)
                 .await
             {
-                Ok(version) if refresh => {
-                    moved.insert(w.target.id.clone(), (w.target.secret.clone(), version));
+                return (moved, Err(failed(e, w, &written)));
+            }
+            written.push(shown(w));
+        }
+        let parked_at = Instant::now();
+        let mut waiting: BTreeSet<String> = parked.keys().cloned().collect();
+        while !waiting.is_empty() {
+            if let Err(e) = fence.check() {
+                return (moved, Err(lost(e, &written)));
+            }
+            let listed = match selector {
+                Some(selector) => self
+                    .connection
+                    .pods(&self.args.namespace, selector)
+                    .await
+                    .map(|p| {
+                        p.iter()
+                            .map(|p| installation::statefulset_pod(p, &BTreeMap::new()))
+                            .collect()
+                    }),
+                None => Ok(pods.to_vec()),
+            };
+            // Pods that cannot be listed again: those read at the pass's start.
+            let pods = listed.unwrap_or_else(|e| {
+                warn!(error = %e, "cannot list Argo CD's controller pods again during a handover; asking those read at the pass's start");
+                pods.to_vec()
+            });
+            let scraped = self.scraper.pods(&pods.iter().collect::<Vec<_>>()).await;
+            let mut holding = handover::holders(&waiting, fleet, &pods, &scraped);
+            let late = parked_at.elapsed() >= HANDOVER_TIMEOUT;
+            if late {
+                for (id, why) in &holding {
+                    warn!(
+                        secret = %parked[id].0.target.secret,
+                        holders = %why.join("; "),
+                        "a parked cluster is still held {} s after its handover began: its new key is written anyway, and until the holder lets go two controllers may reconcile it",
+                        HANDOVER_TIMEOUT.as_secs()
+                    );
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    let failed = anyhow::Error::from(e).context(format!(
-                        "cannot write the shard key of Secret {:?}: stopped after writing [{}]",
-                        w.target.secret,
-                        written()
-                    ));
-                    return (moved, Err(failed));
+                holding.clear();
+            }
+            for id in waiting.iter().filter(|id| !holding.contains_key(*id)) {
+                let (w, version) = &parked[id];
+                if let Err(e) = fence.check() {
+                    return (moved, Err(lost(e, &written)));
                 }
+                if let Err(e) = self.finish(w, version, refreshing, &mut moved).await {
+                    return (moved, Err(failed(e, w, &written)));
+                }
+                written.push(shown(w));
+                debug!(secret = %w.target.secret, shard = w.shard, unowned_seconds = parked_at.elapsed().as_secs_f64(), "handed over");
+            }
+            waiting = holding.into_keys().collect();
+            if !waiting.is_empty() {
+                tokio::time::sleep(HANDOVER_POLL).await;
             }
         }
         info!(
-            writes = %shown.join(" "),
+            writes = %written.join(" "),
             moved_clusters = pass.moved_clusters,
             moved_apps = pass.moved_apps,
+            handed_over = parked.len(),
+            handover_seconds = if parked.is_empty() { 0.0 } else { parked_at.elapsed().as_secs_f64() },
             balance = pass.balance,
             "shard keys written"
         );
         (moved, Ok(()))
+    }
+
+    /// Writes `w`'s key on condition of `version`, with its annotations; records it in `moved`
+    /// when its refresh is due.
+    async fn finish(
+        &self,
+        w: &KeyWrite,
+        version: &str,
+        refreshing: bool,
+        moved: &mut BTreeMap<String, (String, String)>,
+    ) -> Result<(), shardwise_plan::api::WriteError> {
+        let version = self
+            .connection
+            .write_key(
+                &self.args.namespace,
+                &w.target.secret,
+                version,
+                Some(w.shard),
+                &w.annotations(refreshing),
+            )
+            .await?;
+        if w.moves && refreshing {
+            moved.insert(w.target.id.clone(), (w.target.secret.clone(), version));
+        }
+        Ok(())
     }
 
     fn record(&self, pass: &Pass) {

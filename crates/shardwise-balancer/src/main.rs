@@ -8,6 +8,7 @@
 mod args;
 mod balancer;
 mod controllers;
+mod handover;
 mod measured;
 mod metrics;
 mod pass;

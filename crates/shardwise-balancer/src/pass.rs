@@ -5,7 +5,8 @@
 //! keys: on each pass it reads the installation as `shardwise plan --source argocd` does, takes
 //! where Argo CD runs each cluster now as the previous placement, lets `sticky-balanced` keep
 //! clusters home and spend its move budget only while the busiest shard is above the target,
-//! and writes the keys that differ. [`decide`] is that pass without I/O, tested by feeding it
+//! and writes the keys that differ, through a handover ([`crate::handover`]) where a live
+//! controller has the cluster now. [`decide`] is that pass without I/O, tested by feeding it
 //! objects; `balancer` runs it under a Lease.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,7 +21,7 @@ use shard_assign::{
 use shardwise_runtime::metrics::ShardFigures;
 
 use shardwise_plan::LiveFleet;
-use shardwise_plan::argocd::{self, PinTarget};
+use shardwise_plan::argocd::{self, HANDOVER_ANNOTATION, PinTarget};
 use shardwise_plan::planning;
 
 use crate::controllers::Shards;
@@ -145,6 +146,11 @@ pub struct KeyWrite {
     pub rescued_from: Option<Option<ShardId>>,
     /// The write hands the cluster to another controller (or gives it one at last).
     pub moves: bool,
+    /// A controller may reconcile the cluster now (it moves off a live shard, or its owner
+    /// depends on each pod's count): the key is parked first, and written once no controller
+    /// lists the cluster's apps ([`crate::handover`]). A cluster rescued from a dead shard, or
+    /// one that does not move, is written at once.
+    pub handover: bool,
     /// [`MOVES_ANNOTATION`]'s new value, when the write moves the cluster: its moves of the last
     /// hour and this one.
     pub moves_record: Option<String>,
@@ -169,6 +175,9 @@ impl KeyWrite {
                 REFRESH_PENDING_ANNOTATION.to_string(),
                 Some(self.shard.to_string()),
             );
+        }
+        if self.handover {
+            annotations.insert(HANDOVER_ANNOTATION.to_string(), None);
         }
         annotations
     }
@@ -355,11 +364,19 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
     let mut staying: BTreeSet<String> = BTreeSet::new();
     let mut clusters = Vec::new();
     let mut homes: BTreeMap<String, ShardId> = BTreeMap::new();
+    let mut going: BTreeMap<String, ShardId> = BTreeMap::new();
     for c in &fleet.clusters {
-        let Some(placed) = now.shard_of(&c.id) else {
+        // Parked by an earlier pass for a handover: no controller has it, so it is placed
+        // anew, where it was going if it may still go there.
+        let parked = fleet.parked.get(&c.id);
+        let placed = now.shard_of(&c.id);
+        if placed.is_none() && parked.is_none() {
             continue;
-        };
-        let home = home(c, Some(placed), shards);
+        }
+        if let Some(&to) = parked.filter(|&&to| shards.ready.contains(to)) {
+            going.insert(c.id.clone(), to);
+        }
+        let home = placed.and_then(|p| home(c, Some(p), shards));
         if !balanced.contains(&c.id) {
             // Never written: it counts where it runs, if clusters may move there.
             if let Some(home) = home.filter(|h| shards.ready.contains(*h)) {
@@ -403,7 +420,11 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
             homes.insert(c.id.clone(), home);
         }
     }
-    let previous: PreviousPlacement = homes.iter().map(|(id, &s)| (id.clone(), s)).collect();
+    let previous: PreviousPlacement = homes
+        .iter()
+        .chain(&going)
+        .map(|(id, &s)| (id.clone(), s))
+        .collect();
     let place = |extra_moves: u32| {
         let config = StrategyConfig {
             max_extra_moves: extra_moves,
@@ -468,6 +489,12 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
         let key_differs = t.key.as_deref() != Some(shard.to_string().as_str());
         if key_differs || rescued_from.is_some() {
             let moves = home != Some(shard);
+            // Off a dead shard, nobody reconciles it now.
+            let handover = moves
+                && !home.is_some_and(|h| shards.dead.contains(&h))
+                && !shardwise_runtime::failpoints::seeded(
+                    shardwise_runtime::failpoints::SKIP_BALANCER_HANDOVER,
+                );
             let moves_record = moves.then(|| {
                 let mut record = history.get(&t.id).cloned().unwrap_or_default();
                 record.push(Move {
@@ -481,6 +508,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Result<Pass, AssignError> {
                 shard,
                 rescued_from,
                 moves,
+                handover,
                 moves_record,
             });
         }
@@ -718,6 +746,25 @@ mod tests {
                     .unwrap();
                 s.metadata.resource_version = Some((version + 1).to_string());
             }
+        }
+
+        /// What a balancer stopped between the two writes of a handover leaves: the key
+        /// parked, the annotation naming the shard it was going to.
+        fn park(&mut self, name: &str, to: ShardId) {
+            let s = self
+                .secrets
+                .iter_mut()
+                .find(|s| s.name_any() == name)
+                .unwrap();
+            s.data.get_or_insert_default().insert(
+                "shard".into(),
+                ByteString(argocd::PARKED_KEY.as_bytes().to_vec()),
+            );
+            s.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(HANDOVER_ANNOTATION.into(), to.to_string());
+            s.metadata.resource_version = Some("99".into());
         }
 
         /// Passes (each written) until one writes nothing: the passes that wrote, the moves.
@@ -1122,11 +1169,12 @@ mod tests {
         argocd.shards = Some(health.observe(3, &pods.0, start + grace, grace));
         let rescue = argocd.pass();
         assert_eq!(rescue.moved_clusters, 3);
+        // Nobody reconciles them now: no handover, the keys are written at once.
         assert!(
             rescue
                 .writes
                 .iter()
-                .all(|w| w.rescued_from == Some(Some(1)) && w.moves)
+                .all(|w| w.rescued_from == Some(Some(1)) && w.moves && !w.handover)
         );
         argocd.write(&rescue);
         assert!(argocd.on("1").is_empty());
@@ -1153,10 +1201,11 @@ mod tests {
         argocd.syncing.clear();
         let back = argocd.pass();
         assert_eq!(back.moved_clusters, 3);
+        // Each leaves a live controller: handed over.
         assert!(
             back.writes
                 .iter()
-                .all(|w| w.rescued_from == Some(None) && w.shard == 1)
+                .all(|w| w.rescued_from == Some(None) && w.shard == 1 && w.handover)
         );
         argocd.write(&back);
         assert_eq!(argocd.on("1"), home);
@@ -1167,6 +1216,88 @@ mod tests {
                 .all(|s| !s.annotations().contains_key(RESCUED_FROM_ANNOTATION))
         );
         assert!(argocd.pass().writes.is_empty());
+    }
+
+    #[test]
+    fn moves_off_a_live_controller_are_handed_over_and_other_writes_are_not() {
+        // Unpinned, legacy-modulo puts c00 and c02 on shard 0 and c01 on shard 1: the first
+        // pass pins them where they are (no move) and moves one of shard 0's heavy pair.
+        let mut argocd = ArgoCd::new(&[30, 1, 30, 1], 2);
+        let first = argocd.pass();
+        assert!(first.moved_clusters >= 1, "{first:?}");
+        for w in &first.writes {
+            assert_eq!(
+                w.handover, w.moves,
+                "a move off a live controller is written without a handover, or a write that moves nothing parks: {w:?}"
+            );
+            // The write that ends a handover takes the annotation away; a plain one has no
+            // annotation to take.
+            assert_eq!(
+                w.annotations(false).get(HANDOVER_ANNOTATION),
+                w.handover.then_some(&None),
+                "{w:?}"
+            );
+        }
+        // A key at or above the count: pods of different counts read it differently, so its
+        // cluster may have a controller whichever shard it goes to.
+        argocd.settle();
+        let name = argocd.on("0").into_iter().next().unwrap();
+        let s = argocd
+            .secrets
+            .iter_mut()
+            .find(|s| s.name_any() == name)
+            .unwrap();
+        s.data
+            .get_or_insert_default()
+            .insert("shard".into(), ByteString(b"7".to_vec()));
+        let pass = argocd.pass();
+        let w = pass
+            .writes
+            .iter()
+            .find(|w| w.target.secret == name)
+            .unwrap();
+        assert!(
+            w.moves && w.handover,
+            "a move off a live controller is written without a handover: {w:?}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_left_parked_is_placed_where_it_was_going_and_its_handover_completed() {
+        // Three clusters on four shards: one shard free.
+        let mut argocd = ArgoCd::new(&[10; 3], 4);
+        argocd.settle();
+        let free = (0..4u32)
+            .find(|s| argocd.on(&s.to_string()).is_empty())
+            .unwrap();
+        let name = "c01".to_string();
+        let home: ShardId = argocd.key(&name).unwrap().parse().unwrap();
+        // Parked on its way from its shard to the free one, then back: once parked, its shard
+        // and the free one are equally free, and it goes where it was going each time.
+        for to in [free, home] {
+            argocd.park(&name, to);
+            let pass = argocd.pass();
+            assert_eq!(pass.writes.len(), 1, "{pass:?}");
+            let w = &pass.writes[0];
+            assert_eq!((w.target.secret.as_str(), w.shard), (name.as_str(), to));
+            assert_eq!(w.target.resource_version, "99");
+            // Nobody has it: it moves (refreshed, recorded) and the annotation goes.
+            assert!(w.moves && w.handover && w.moves_record.is_some(), "{w:?}");
+            argocd.write(&pass);
+            assert_eq!(argocd.key(&name), Some(to.to_string()));
+            let s = argocd
+                .secrets
+                .iter()
+                .find(|s| s.name_any() == name)
+                .unwrap();
+            assert!(!s.annotations().contains_key(HANDOVER_ANNOTATION));
+            assert!(argocd.pass().writes.is_empty());
+        }
+        // Going to a shard that is gone since: placed on a live one all the same.
+        argocd.park(&name, 5);
+        let pass = argocd.pass();
+        assert_eq!(pass.writes.len(), 1, "{pass:?}");
+        assert!(pass.writes[0].shard < 4 && pass.writes[0].handover);
     }
 
     #[test]
@@ -1187,7 +1318,7 @@ mod tests {
             drain
                 .writes
                 .iter()
-                .all(|w| w.rescued_from == Some(Some(2)) && w.moves && w.shard != 2)
+                .all(|w| w.rescued_from == Some(Some(2)) && w.moves && w.shard != 2 && w.handover)
         );
         argocd.write(&drain);
         assert!(argocd.on("2").is_empty());

@@ -401,6 +401,82 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
     let took = passes().await.unwrap_or(0.0) - before;
     assert!(took <= 3.0, "the pending refresh took {took} passes");
 
+    // A handover a stopped balancer left half done (the key parked, where it was going
+    // named): the balancer in charge gives the cluster a shard again, takes the annotation
+    // away and refreshes its apps, within two passes.
+    let parked = keys
+        .shard
+        .keys()
+        .find(|c| *c != &hot && *c != &quiet)
+        .expect("a third cluster")
+        .clone();
+    let parked_apps = |all: Vec<kube::api::DynamicObject>| -> Vec<kube::api::DynamicObject> {
+        all.into_iter()
+            .filter(|a| {
+                a.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(&format!("{parked}-")))
+            })
+            .collect()
+    };
+    for app in parked_apps(apps_api.list(&Default::default()).await.unwrap().items) {
+        let name = app.metadata.name.unwrap();
+        apps_api
+            .patch(
+                &name,
+                &Default::default(),
+                &kube::api::Patch::Merge(&unmark),
+            )
+            .await
+            .unwrap();
+    }
+    let park = serde_json::json!({
+        "metadata": {"annotations": {"shardwise.io/handover-to": keys.shard[&parked].to_string()}},
+        "stringData": {"shard": "-1"},
+    });
+    api.patch(
+        &parked,
+        &Default::default(),
+        &kube::api::Patch::Merge(&park),
+    )
+    .await
+    .unwrap();
+    let before = passes().await.unwrap_or(0.0);
+    wait_for("the parked cluster handed over", SETTLE, || async {
+        let secret = api.get(&parked).await.map_err(|e| e.to_string())?;
+        let key = shard_key(&secret);
+        let annotated = secret
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("shardwise.io/handover-to"));
+        let apps = parked_apps(
+            apps_api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items,
+        );
+        let total = apps.len();
+        let done = refreshed(apps).len();
+        let placed = key
+            .as_deref()
+            .and_then(|k| k.parse::<u64>().ok())
+            .is_some_and(|k| k < REPLICAS);
+        if placed && !annotated && done == total && total > 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "key {key:?}, annotated {annotated}; {done} of {total} apps refreshed"
+            ))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", second.report()));
+    let took = passes().await.unwrap_or(0.0) - before;
+    assert!(took <= 3.0, "the parked cluster took {took} passes");
+
     second.stop(Duration::from_secs(10)).await.unwrap();
 
     // Nothing but `data.shard` of the balanced cluster Secrets was written ...

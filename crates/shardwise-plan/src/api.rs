@@ -315,6 +315,32 @@ impl Connection {
         .await
     }
 
+    /// Parks Secret `name`'s cluster for a handover: `shard` [`crate::argocd::PARKED_KEY`],
+    /// which no controller reconciles, and [`crate::argocd::HANDOVER_ANNOTATION`] naming
+    /// `to`, in one patch on condition that its resourceVersion is still `resource_version`.
+    /// Returns the new resourceVersion.
+    pub async fn park_key(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        to: ShardId,
+    ) -> Result<String, WriteError> {
+        let annotations = BTreeMap::from([(
+            crate::argocd::HANDOVER_ANNOTATION.to_string(),
+            Some(to.to_string()),
+        )]);
+        let value = ByteString(crate::argocd::PARKED_KEY.as_bytes().to_vec());
+        self.patch_secret(
+            namespace,
+            name,
+            resource_version,
+            &annotations,
+            Some(serde_json::json!({ "shard": value })),
+        )
+        .await
+    }
+
     /// Sets (`Some`) or removes (`None`) `annotations` of Secret `name`, on condition that its
     /// resourceVersion is still `resource_version`. Returns the new resourceVersion.
     pub async fn annotate_secret(

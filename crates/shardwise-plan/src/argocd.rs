@@ -31,6 +31,15 @@ const IN_CLUSTER_NAME: &str = "in-cluster";
 /// shard 0, and so does `legacy-modulo`.
 const IN_CLUSTER_ID: &str = "";
 
+/// Set by shardwise-balancer, with the `shard` key [`PARKED_KEY`], on a cluster Secret whose
+/// cluster it hands from one controller to another: the shard the cluster goes to once the
+/// controller that had it has let it go. A negative key without it is the user's own.
+pub const HANDOVER_ANNOTATION: &str = "shardwise.io/handover-to";
+
+/// The `shard` key of a cluster being handed over: negative, so that no replica of any count
+/// reconciles it.
+pub const PARKED_KEY: &str = "-1";
+
 /// A cluster Secret annotated with this (true) is reconciled by no replica.
 const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
 
@@ -110,9 +119,21 @@ pub fn fleet(
                 None
             }
             Shard::Negative(n) => {
-                fleet.warnings.push(format!(
-                    "Secret {secret_name:?} has shard {n}: no Argo CD replica reconciles cluster {shown:?} (orphaned; shown as unplaced now, and placed by each strategy below)"
-                ));
+                let handover = secret
+                    .annotations()
+                    .get(HANDOVER_ANNOTATION)
+                    .and_then(|to| to.trim().parse::<ShardId>().ok());
+                match handover {
+                    Some(to) => {
+                        fleet.notes.push(format!(
+                            "Secret {secret_name:?} has shard {n}: shardwise-balancer is handing cluster {shown:?} over to shard {to}, and no Argo CD replica reconciles it until then"
+                        ));
+                        fleet.parked.insert(id.clone(), to);
+                    }
+                    None => fleet.warnings.push(format!(
+                        "Secret {secret_name:?} has shard {n}: no Argo CD replica reconciles cluster {shown:?} (orphaned; shown as unplaced now, and placed by each strategy below)"
+                    )),
+                }
                 fleet.orphaned.insert(id.clone());
                 None
             }
@@ -132,6 +153,8 @@ pub fn fleet(
                 "Secret {secret_name:?} has {SKIP_RECONCILE}: no Argo CD replica reconciles cluster {shown:?} (shown as unplaced now, and placed by each strategy below)"
             ));
             fleet.orphaned.insert(id.clone());
+            // The user's choice, whatever the balancer was doing.
+            fleet.parked.remove(&id);
         }
         let position = fleet.clusters.len();
         index.by_server.insert(server.clone(), position);
@@ -191,8 +214,8 @@ pub struct PinTarget {
 
 /// The cluster Secrets of `fleet`'s clusters that Argo CD shards, by Secret name, and why each
 /// other cluster Secret is left as it is. A cluster no replica reconciles (negative `shard`,
-/// skip-reconcile) or one Argo CD ignores (a config it cannot read, a duplicate server, a
-/// disabled in-cluster) would change what Argo CD does with it if pinned, which no plan asks.
+/// skip-reconcile), unless the balancer parked it for a handover, or one Argo CD ignores (a
+/// config it cannot read, a duplicate server, a disabled in-cluster) would change what Argo CD does with it if pinned, which no plan asks.
 pub fn pin_targets(secrets: &[Secret], fleet: &LiveFleet) -> (Vec<PinTarget>, Vec<String>) {
     let names: BTreeMap<&str, &str> = fleet
         .clusters
@@ -211,7 +234,8 @@ pub fn pin_targets(secrets: &[Secret], fleet: &LiveFleet) -> (Vec<PinTarget>, Ve
             ));
             continue;
         };
-        if fleet.orphaned.contains(&uid) {
+        // A cluster the balancer parked is its to place; any other orphan is the user's choice.
+        if fleet.orphaned.contains(&uid) && !fleet.parked.contains_key(&uid) {
             left.push(format!(
                 "Secret {name:?} left as it is: no Argo CD replica reconciles cluster {cluster:?} (negative shard or {SKIP_RECONCILE}), and pinning it would change that"
             ));
@@ -656,6 +680,70 @@ mod tests {
         assert!(
             fleet.warnings[0].contains("argocd.argoproj.io/skip-reconcile: no Argo CD replica")
         );
+    }
+
+    #[test]
+    fn a_cluster_parked_for_a_handover_is_unreconciled_but_left_to_the_balancer() {
+        let annotated = |mut s: Secret, pairs: &[(&str, &str)]| {
+            s.metadata.annotations = Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            s
+        };
+        let parked = annotated(
+            secret(
+                "p",
+                &[("name", "p"), ("server", "https://p"), ("shard", "-1")],
+            ),
+            &[(HANDOVER_ANNOTATION, "2")],
+        );
+        // The user's own negative key, and one the balancer parked that the user then told
+        // Argo CD to skip: both the user's choice.
+        let own = secret(
+            "o",
+            &[("name", "o"), ("server", "https://o"), ("shard", "-1")],
+        );
+        let skipped = annotated(
+            secret(
+                "s",
+                &[("name", "s"), ("server", "https://s"), ("shard", "-1")],
+            ),
+            &[(HANDOVER_ANNOTATION, "1"), (SKIP_RECONCILE, "true")],
+        );
+        // An annotation that names no shard is not the balancer's.
+        let garbled = annotated(
+            secret(
+                "g",
+                &[("name", "g"), ("server", "https://g"), ("shard", "-1")],
+            ),
+            &[(HANDOVER_ANNOTATION, "two")],
+        );
+        let mut secrets = [parked, own, skipped, garbled];
+        for s in &mut secrets {
+            s.metadata.resource_version = Some("7".into());
+        }
+        let fleet = fleet(&secrets, &[], false, ArgoCdLoad::Apps).unwrap();
+        let ids = |names: &[&str]| -> BTreeSet<String> {
+            names.iter().map(|n| format!("uid-{n}")).collect()
+        };
+        assert_eq!(fleet.orphaned, ids(&["g", "o", "p", "s"]));
+        assert_eq!(fleet.parked, BTreeMap::from([("uid-p".to_string(), 2)]));
+        assert!(
+            fleet
+                .notes
+                .iter()
+                .any(|n| n.contains("handing cluster \"p\" over to shard 2")),
+            "{:?}",
+            fleet.notes
+        );
+        assert!(!fleet.warnings.iter().any(|w| w.contains("Secret \"p\"")));
+        let (targets, left) = pin_targets(&secrets, &fleet);
+        let targets: Vec<&str> = targets.iter().map(|t| t.secret.as_str()).collect();
+        assert_eq!(targets, ["p"]);
+        assert_eq!(left.len(), 3, "{left:?}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! Argo CD never says that a cluster has no controller: its Applications keep the last status
 //! they were given (Synced, Healthy) while nothing reconciles them. A cluster goes unreconciled
-//! when its Secret's key is negative or the Secret says `skip-reconcile`, when the shard its key
+//! when its Secret's key is negative (the user's choice, or shardwise-balancer's for the moment
+//! of a handover) or the Secret says `skip-reconcile`, when the shard its key
 //! (or Argo CD's algorithm) names has no pod, or when that shard's pod is not Ready; and it may
 //! go unreconciled when two Secrets with its server have different keys. Each pod
 //! reads keys with its own replica count, so a cluster is judged pod by pod: reconciled when a
@@ -11,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use shard_assign::{AssignError, StrategyConfig};
+use shard_assign::{AssignError, ShardId, StrategyConfig};
 
 use crate::LiveFleet;
 use crate::installation::ControllerPod;
@@ -106,7 +107,13 @@ pub fn coverage(
                     others.join(", ")
                 )),
                 None => (reconciled_by.is_empty() && unknown.is_empty())
-                    .then(|| why_unreconciled(c.id.as_str(), orphaned, pods, &takes)),
+                    .then(|| why_unreconciled(
+                        c.id.as_str(),
+                        orphaned,
+                        fleet.parked.get(&c.id).copied(),
+                        pods,
+                        &takes,
+                    )),
             };
             ClusterCoverage {
                 id: c.id.clone(),
@@ -124,9 +131,15 @@ pub fn coverage(
 fn why_unreconciled(
     id: &str,
     orphaned: bool,
+    parked: Option<ShardId>,
     pods: &[ControllerPod],
     takes: &impl Fn(&ControllerPod, &str) -> bool,
 ) -> String {
+    if let Some(to) = parked {
+        return format!(
+            "shardwise-balancer parked it while it hands it over to shard {to}: no controller takes it until then"
+        );
+    }
     if orphaned {
         return "its Secret has a negative shard key or skip-reconcile: no controller takes it"
             .to_string();
@@ -246,6 +259,29 @@ mod tests {
         let names: Vec<&str> = coverage.unreconciled().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["b", "d", "e", "f"]);
         assert_eq!(coverage.unreconciled_apps(), 8);
+    }
+
+    #[test]
+    fn a_cluster_parked_for_a_handover_is_unreconciled_and_says_where_it_goes() {
+        let mut fleet = fleet(&[("a", Some("0"), false), ("d", Some("-1"), false)]);
+        let d = fleet
+            .clusters
+            .iter()
+            .find(|c| c.name == "d")
+            .unwrap()
+            .id
+            .clone();
+        fleet.parked.insert(d, 1);
+        let legacy = StrategyConfig::new(StrategyKind::LegacyModulo);
+        let coverage = coverage(&fleet, &legacy, &[pod(0, 2, true), pod(1, 2, true)]).unwrap();
+        assert_eq!(why(&coverage, "a"), None);
+        assert_eq!(
+            why(&coverage, "d"),
+            Some(
+                "shardwise-balancer parked it while it hands it over to shard 1: no controller takes it until then"
+            )
+        );
+        assert_eq!(coverage.unreconciled_apps(), 2);
     }
 
     #[test]

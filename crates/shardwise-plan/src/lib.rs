@@ -81,6 +81,9 @@ pub struct LiveFleet {
     pub warnings: Vec<String>,
     /// Argo CD: ids of clusters with a negative `shard`, which no replica reconciles.
     pub orphaned: std::collections::BTreeSet<String>,
+    /// Argo CD: of the orphaned clusters, those shardwise-balancer parked while it hands them
+    /// to another controller ([`argocd::HANDOVER_ANNOTATION`]), with the shard they go to.
+    pub parked: BTreeMap<String, ShardId>,
     /// Argo CD: by id, the Applications whose `destination.server` is exactly the cluster's
     /// server, the count Argo CD's consistent-hashing weighs the cluster by.
     pub server_apps: BTreeMap<String, u64>,

@@ -52,6 +52,8 @@ pub struct Read {
     /// Argo CD's controller pods as they shard, when asked and its workload was read; why
     /// they could not be listed, if so.
     pub controller_pods: Option<Result<Vec<ControllerPod>, String>>,
+    /// The label selector [`Read::controller_pods`] were listed with: what lists them again.
+    pub controller_selector: Option<String>,
 }
 
 /// What reading a shardwise fleet takes from its caller.
@@ -129,6 +131,7 @@ pub async fn read_shardwise(
         secrets: Vec::new(),
         workload: None,
         controller_pods: None,
+        controller_selector: None,
     })
 }
 
@@ -337,6 +340,7 @@ pub async fn read_argocd(
         secrets,
         workload,
         controller_pods,
+        controller_selector: selector,
     })
 }
 

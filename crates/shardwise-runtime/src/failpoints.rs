@@ -19,6 +19,9 @@ pub const KEEP_WORKING_AFTER_HANDOVER: &str = "keep-working-after-handover";
 pub const RENEW_AFTER_EXPIRY: &str = "renew-after-expiry";
 /// The Argo CD balancer moves clusters without refreshing their Applications.
 pub const SKIP_BALANCER_REFRESH: &str = "skip-balancer-refresh";
+/// The Argo CD balancer writes a moved cluster's new key at once, without parking the cluster
+/// until the controller that has it lets it go.
+pub const SKIP_BALANCER_HANDOVER: &str = "skip-balancer-handover";
 /// The Argo CD balancer places clusters on every shard of the count asked for, ignoring the
 /// counts the running controller pods read keys with (a key at or above a pod's count).
 pub const BALANCER_KEY_ABOVE_POD_COUNT: &str = "balancer-key-above-pod-count";

@@ -853,25 +853,38 @@ impl Observer {
                     .iter()
                     .any(|(t, c)| *c == odd.cluster && *t <= odd.at && odd.at <= *t + CHANGE_GRACE)
             })
-            .map(|odd| {
-                let since = self
-                    .changes
-                    .iter()
-                    .filter(|(t, c)| *c == odd.cluster && *t <= odd.at)
-                    .map(|(t, _)| format!("{:.1} s", odd.at.duration_since(*t).as_secs_f64()))
-                    .next_back()
-                    .unwrap_or_else(|| "never".into());
-                format!(
-                    "{} (cluster {}) owned by {:?} at {} ({}); its cluster last changed {since} before",
-                    odd.app, odd.cluster, odd.owners, odd.wall, odd.seen
-                )
-            })
+            .map(|odd| self.describe(odd))
             .collect()
+    }
+
+    /// One odd sample, for a message.
+    fn describe(&self, odd: &Odd) -> String {
+        let since = self
+            .changes
+            .iter()
+            .filter(|(t, c)| *c == odd.cluster && *t <= odd.at)
+            .map(|(t, _)| format!("{:.1} s", odd.at.duration_since(*t).as_secs_f64()))
+            .next_back()
+            .unwrap_or_else(|| "never".into());
+        format!(
+            "{} (cluster {}) owned by {:?} at {} ({}); its cluster last changed {since} before",
+            odd.app, odd.cluster, odd.owners, odd.wall, odd.seen
+        )
     }
 
     /// Samples of an app owned by two controllers.
     pub fn two_owner_samples(&self) -> usize {
         self.odd.iter().filter(|o| o.owners.len() > 1).count()
+    }
+
+    /// Every sample of an app owned by two controllers, whatever changed before it, for a
+    /// message.
+    pub fn two_owners(&self) -> Vec<String> {
+        self.odd
+            .iter()
+            .filter(|o| o.owners.len() > 1)
+            .map(|odd| self.describe(odd))
+            .collect()
     }
 
     /// Whether a sample at `at` came within `window` after Argo CD itself moved a shard from
