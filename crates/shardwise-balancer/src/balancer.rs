@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::jiff::Timestamp;
 use shard_assign::{Hysteresis, StrategyConfig, StrategyKind};
 use shardwise_runtime::Nouns;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::changes;
 use crate::controllers::Health;
 use crate::metrics::{CoverageMetrics, MeasuredMetrics};
 use crate::pass::{self, Inputs, KeyWrite, Pass, Pending};
@@ -124,6 +126,7 @@ async fn balance(
         "balancer started: waiting for the lease"
     );
 
+    let changes = changes::workload(connection.client(), &args.namespace, &args.statefulset);
     let mut balancer = Balancer {
         args,
         strategy,
@@ -139,6 +142,7 @@ async fn balance(
         stabilizer: stabilizer(args),
         started: Instant::now(),
         scraper: Scraper::new(args.controller_metrics_port),
+        changes,
     };
     loop {
         let held = tokio::select! {
@@ -220,6 +224,9 @@ fn on_signal(token: CancellationToken) -> Result<()> {
 /// past that, a controller that still lists the cluster has stopped reading keys, and leaving
 /// the cluster parked would leave it unowned for as long.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a pass woken by a change of the controller's workload waits for the changes that
+/// come with it (a rollout changes the StatefulSet's status a few times in a second).
+const CHANGES_SETTLE: Duration = Duration::from_millis(250);
 /// How often a handover asks the controllers whether they have let go.
 const HANDOVER_POLL: Duration = Duration::from_millis(500);
 
@@ -265,6 +272,8 @@ struct Balancer<'a> {
     started: Instant,
     /// Reads the controllers' metrics: measured load, drains and handovers.
     scraper: Scraper,
+    /// Changes of the controller's StatefulSet or Deployment.
+    changes: changes::Changes,
 }
 
 /// The controller's StatefulSet under `--manage-replicas`, as one pass read it.
@@ -344,12 +353,21 @@ impl Managed {
 const KEYS_BEFORE_REFRESH: Duration = Duration::from_secs(1);
 
 impl Balancer<'_> {
-    /// A pass every `--interval`, until cancelled from outside.
+    /// A pass every `--interval`, and one as soon as the controller's workload changes (a
+    /// burst of changes, as a rollout makes, is met by one pass), until cancelled from outside.
     async fn passes(&mut self, fence: &Fence) {
         let mut ticks = tokio::time::interval(Duration::from_secs(self.args.interval.into()));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticks.tick().await;
+            tokio::select! {
+                _ = ticks.tick() => {}
+                Some(()) = self.changes.next() => {
+                    tokio::time::sleep(CHANGES_SETTLE).await;
+                    while let Some(Some(())) = self.changes.next().now_or_never() {}
+                    debug!("the controller's workload changed: a pass now");
+                    ticks.reset();
+                }
+            }
             if let Err(e) = self.pass(fence).await {
                 warn!(error = %format!("{e:#}"), "balancing pass failed; trying again at the next one");
                 self.metrics

@@ -7,6 +7,7 @@
 
 mod args;
 mod balancer;
+mod changes;
 mod controllers;
 mod handover;
 mod measured;

@@ -2,7 +2,8 @@
 //! with Argo CD's Application CRD and cluster Secret layout, RBAC enforced
 //! with the Role docs/argocd.md gives. Clusters come and go and apps pile onto one cluster; the
 //! keys must converge each time, and nothing is written but `data.shard` of cluster Secrets and
-//! the refresh annotation of moved clusters' Applications.
+//! the refresh annotation of moved clusters' Applications. And a scale-down is met at once,
+//! whatever the interval between passes.
 
 mod support;
 
@@ -10,13 +11,16 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use shardwise_e2e::argocd::{documented_role, secrets, shard_key, without_shard};
 use shardwise_e2e::{Environment, Identity, Poll, free_port, scrape, wait_for, wait_with};
 
-use support::{APPS, REPLICAS, SETTLE, balancer, cluster, installation, ready_controller_pods};
+use support::{
+    APPS, REPLICAS, SETTLE, balancer, balancer_every, cluster, installation, ready_controller_pods,
+};
 
 /// The identity the balancers run as.
 const BALANCER: &str = "balancer";
@@ -557,4 +561,105 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
         let application = w.path.starts_with(applications);
         assert!(lease || secret || application, "an unexpected write: {w:?}");
     }
+}
+
+// The balancer meets a change of Argo CD's controller workload at once: a scale-down leaves
+// keys that the pods of the new count read as shard 0 while the leaving pod still runs its
+// own, so their clusters must move before the next `--interval` would come.
+
+/// The keys of the scale-down test's six clusters, by name.
+async fn scaled_keys(api: &Api<Secret>) -> Vec<(String, Option<String>)> {
+    secrets(api)
+        .await
+        .into_iter()
+        .filter(|(name, _)| name.starts_with('w'))
+        .map(|(name, s)| (name, shard_key(&s)))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_scale_down_moves_the_leaving_shards_clusters_at_once_whatever_the_interval() {
+    let env = Environment::builder()
+        .identity(Identity::new(
+            BALANCER,
+            "system:serviceaccount:argocd:balancer",
+        ))
+        .start()
+        .unwrap();
+    let cp = env.control_plane();
+    cp.apply_yaml("admin", &installation()).await.unwrap();
+    ready_controller_pods(&env).await;
+    let binding = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: balancer, namespace: argocd}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: shardwise-argocd-balancer}\nsubjects: [{kind: ServiceAccount, name: balancer, namespace: argocd}]\n";
+    cp.apply_yaml(
+        "admin",
+        &format!("{}{binding}", documented_role("shardwise-argocd-balancer")),
+    )
+    .await
+    .unwrap();
+    let (mut objects, mut apps) = (String::new(), String::new());
+    for i in 0..6 {
+        let (secret, its_apps) = cluster(&format!("w{i}"), "", 0, 5);
+        objects.push_str(&secret);
+        apps.push_str(&its_apps);
+    }
+    cp.apply_yaml("admin", &format!("{objects}{apps}"))
+        .await
+        .unwrap();
+    let api: Api<Secret> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+
+    // One pass at the start, the next an hour later: only a watch can explain a second one.
+    let kubeconfig = cp.kubeconfig_path(BALANCER).unwrap();
+    let mut process = balancer_every(&env, &kubeconfig, "balancer", free_port().unwrap(), 3600);
+    wait_for("the first pass pins every cluster", SETTLE, || async {
+        let keys = scaled_keys(&api).await;
+        let on_2 = keys
+            .iter()
+            .filter(|(_, k)| k.as_deref() == Some("2"))
+            .count();
+        if keys.len() == 6 && keys.iter().all(|(_, k)| k.is_some()) && on_2 == 2 {
+            Ok(())
+        } else {
+            Err(format!("{keys:?}"))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", process.report()));
+
+    // The user scales Argo CD to 2, replicas and ARGOCD_CONTROLLER_REPLICAS together. Pod 2
+    // runs on (nothing replaces pods here) and reads key 2 as its own, the others as 0.
+    let sets: Api<StatefulSet> = Api::namespaced(cp.client("admin").await.unwrap(), "argocd");
+    let scale = serde_json::json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [
+        {"name": "c", "image": "x", "env": [{"name": "ARGOCD_CONTROLLER_REPLICAS", "value": "2"}]}
+    ]}}}});
+    let scaled = Instant::now();
+    sets.patch(
+        "argocd-application-controller",
+        &PatchParams::default(),
+        &Patch::Merge(&scale),
+    )
+    .await
+    .unwrap();
+    // Well within the hour the next pass would take, on a machine as loaded as it gets.
+    wait_for(
+        "no key names shard 2 any more (the scale-down met at once)",
+        Duration::from_secs(120),
+        || async {
+            let keys = scaled_keys(&api).await;
+            let placed = keys
+                .iter()
+                .all(|(_, k)| matches!(k.as_deref(), Some("0") | Some("1")));
+            if placed {
+                Ok(())
+            } else {
+                Err(format!("{keys:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", process.report()));
+    eprintln!(
+        "the leaving shard's clusters moved {:.2} s after the scale-down",
+        scaled.elapsed().as_secs_f64()
+    );
+    process.stop(Duration::from_secs(10)).await.unwrap();
 }

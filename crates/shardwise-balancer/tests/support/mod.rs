@@ -70,11 +70,22 @@ pub fn cluster(name: &str, extra: &str, first: u64, apps: u64) -> (String, Strin
 }
 
 pub fn balancer(env: &Environment, kubeconfig: &Path, name: &str, metrics: u16) -> Process {
+    balancer_every(env, kubeconfig, name, metrics, 1)
+}
+
+/// [`balancer`] with a pass every `interval` seconds.
+pub fn balancer_every(
+    env: &Environment,
+    kubeconfig: &Path,
+    name: &str,
+    metrics: u16,
+    interval: u32,
+) -> Process {
     let health = free_port().expect("a free port");
     let spec = ProcessSpec::new(name, env!("CARGO_BIN_EXE_shardwise-balancer"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["--interval", "1"])
+        .args(["--interval", &interval.to_string()])
         // Undamped, so that each pass spends its moves (the pass's own tests check damping).
         .args(["--load-trigger", "1.03", "--min-move-interval", "0"])
         .args(["--hourly-move-budget", "10000"])
