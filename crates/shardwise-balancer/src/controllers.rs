@@ -58,6 +58,10 @@ pub struct Health {
     down_since: BTreeMap<ShardId, Instant>,
     /// Since when each pod (by UID) has been Ready and not deleting, as this balancer saw it.
     ready_since: BTreeMap<String, Instant>,
+    /// The pod (by UID) last seen serving each shard, Ready and not deleting.
+    served_by: BTreeMap<ShardId, String>,
+    /// The shards whose pod a rollout is replacing, each with the UID of the pod replaced.
+    replaced: BTreeMap<ShardId, String>,
 }
 
 impl Health {
@@ -142,6 +146,46 @@ impl Health {
             draining: BTreeSet::new(),
             hold,
         }
+    }
+
+    /// The shards below `agreed` whose pod a rollout of the StatefulSet is replacing
+    /// (`rolling`: its update revision is not its current one): the pod that served the shard
+    /// is being deleted or gone, and no successor is Ready yet. A shard stays replaced until a
+    /// successor is Ready, even once the rollout is over. Outside a rollout a pod that goes is
+    /// not taken for a replacement: a deletion by hand or a force-deleted pod on a lost node
+    /// may leave a process that still runs, so its shard waits the grace as a down one does.
+    pub fn replacements(
+        &mut self,
+        pods: &[ControllerPod],
+        rolling: bool,
+        agreed: u32,
+    ) -> BTreeSet<ShardId> {
+        let serving = |p: &&ControllerPod| p.ready && !p.terminating;
+        let successor = |shard: ShardId, replaced: &str| {
+            pods.iter()
+                .filter(serving)
+                .any(|p| p.shard == Some(shard) && p.uid != replaced)
+        };
+        if rolling {
+            for (&shard, uid) in &self.served_by {
+                let going = pods
+                    .iter()
+                    .find(|p| &p.uid == uid)
+                    .is_none_or(|p| p.terminating);
+                if going && !successor(shard, uid) {
+                    self.replaced.entry(shard).or_insert_with(|| uid.clone());
+                }
+            }
+        }
+        self.replaced
+            .retain(|&shard, uid| shard < agreed && !successor(shard, uid));
+        self.served_by.retain(|&shard, _| shard < agreed);
+        for pod in pods.iter().filter(serving) {
+            if let Some(shard) = pod.shard.filter(|&s| s < agreed) {
+                self.served_by.insert(shard, pod.uid.clone());
+            }
+        }
+        self.replaced.keys().copied().collect()
     }
 
     /// Whether `pod` has been Ready, and not deleting, for `settle` or longer at `now`, as
@@ -250,6 +294,50 @@ mod tests {
         );
         assert_eq!(shards.ready.as_slice(), [0, 1]);
         assert_eq!(shards.down, BTreeSet::from([2]));
+    }
+
+    #[test]
+    fn a_rollout_replaces_one_shard_after_the_other_and_each_is_back_once_its_successor_is_ready() {
+        let mut health = Health::default();
+        let uid = |p: ControllerPod, uid: &str| ControllerPod {
+            uid: uid.to_string(),
+            ..p
+        };
+        let mut pods = vec![
+            uid(pod(0, 3), "a0"),
+            uid(pod(1, 3), "a1"),
+            uid(pod(2, 3), "a2"),
+        ];
+        assert!(health.replacements(&pods, false, 3).is_empty());
+        // The rollout deletes pod 2: replaced while it terminates, while it is gone, and
+        // while its successor is not Ready.
+        pods[2].terminating = true;
+        assert_eq!(health.replacements(&pods, true, 3), BTreeSet::from([2]));
+        pods.pop();
+        assert_eq!(health.replacements(&pods, true, 3), BTreeSet::from([2]));
+        let mut successor = uid(pod(2, 3), "b2");
+        successor.ready = false;
+        pods.push(successor);
+        assert_eq!(health.replacements(&pods, true, 3), BTreeSet::from([2]));
+        pods[2].ready = true;
+        assert!(health.replacements(&pods, true, 3).is_empty());
+        // Then pod 1; the rollout ends before its successor is Ready: still replaced.
+        pods[1].terminating = true;
+        assert_eq!(health.replacements(&pods, true, 3), BTreeSet::from([1]));
+        pods[1] = ControllerPod {
+            ready: false,
+            ..uid(pod(1, 3), "b1")
+        };
+        assert_eq!(health.replacements(&pods, false, 3), BTreeSet::from([1]));
+        pods[1].ready = true;
+        assert!(health.replacements(&pods, false, 3).is_empty());
+        // Outside a rollout a pod that goes is not a replacement (the grace decides), and a
+        // shard at or above the agreed count is not kept.
+        pods[0].terminating = true;
+        assert!(health.replacements(&pods, false, 3).is_empty());
+        pods[0].terminating = false;
+        pods[2].terminating = true;
+        assert!(health.replacements(&pods, true, 2).is_empty());
     }
 
     #[test]

@@ -4,10 +4,16 @@
 //! - `algorithms`: one fleet (24 clusters on 2 destination kube-apiservers, 234 Applications of
 //!   one ConfigMap each, skewed: the biggest cluster has 40, the smallest 1) on 4 controllers,
 //!   under Argo CD's `legacy`, `round-robin` and `consistent-hashing`, then under
-//!   `shardwise-balancer` (from `legacy`), side by side in one run. Each approach is measured
+//!   `shardwise-balancer` (from `legacy`) weighing apps, then weighing what each cluster costs
+//!   its controller (`--load measured`, with its start and stop thresholds and minimum time
+//!   between moves), then under the longest-processing-time assignment of the same measured
+//!   reconcile time with two-phase hysteresis (argocd-autoscaler's design: a proposal every
+//!   30 s, applied once it has been the most frequent of the last 3 for 3 polls in a row),
+//!   side by side in one run. Each approach is measured
 //!   over the same window (every app resynced twice: `--app-resync 60`, no jitter), per
 //!   controller: apps owned (`argocd_app_info`), reconcile time (busy seconds per second, from
-//!   `argocd_app_reconcile_sum`), CPU (cores, from `/proc`) and resident memory. Reported: each
+//!   `argocd_app_reconcile_sum`), CPU (cores, from `/proc`) and resident memory, and the apps
+//!   each approach moved per hour at rest (over the window and the resync before it). Reported: each
 //!   figure's max/mean over the controllers, and the balancer's against the best algorithm's.
 //!   For every cluster the balancer moved: when its new controller's cache of the cluster was
 //!   synced (`argocd_cluster_cache_age_seconds`) and when it first reconciled the cluster's apps
@@ -37,6 +43,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use argocd_support::{ArgoFleet, Auth, ClusterSpec, environment, install, start_balancer};
+use shard_assign::{Cluster, ShardSet, StrategyConfig, StrategyKind, assign};
 use shardwise_e2e::argocd::{ArgoCd, ArgoCdOptions, owners_of};
 use shardwise_e2e::procfs::{cpu_seconds, resident_bytes};
 use shardwise_e2e::{Environment, Metrics};
@@ -47,6 +54,14 @@ const RESYNC: Duration = Duration::from_secs(60);
 const WINDOW: Duration = Duration::from_secs(120);
 /// The balancer's target.
 const TARGET: f64 = 1.10;
+/// With measured load, where moves for balance start (the target is where they stop) and the
+/// least time between two moves of one cluster: the balancer's two-phase hysteresis, short
+/// enough to act within the bench.
+const MEASURED_TRIGGER: &str = "1.25";
+const MEASURED_MIN_MOVE: &str = "600";
+/// The longest-processing-time assignment's poll and stabilization (polls in a row).
+const LPT_POLL: Duration = Duration::from_secs(30);
+const LPT_STABILIZATION: usize = 3;
 /// Apps of each cluster, biggest first.
 const APPS: [u32; 24] = [
     40, 30, 24, 20, 16, 14, 12, 10, 9, 8, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 2, 1, 1,
@@ -84,6 +99,147 @@ impl Window {
 
 fn reconcile_seconds(m: &Metrics) -> f64 {
     m.sum("argocd_app_reconcile_sum", &[])
+}
+
+/// Apps the balancer serving metrics on `port` has moved so far.
+async fn moved_apps(port: u16) -> f64 {
+    shardwise_e2e::scrape(&format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .map(|m| m.sum("shardwise_planner_moves_total", &[("kind", "app")]))
+        .unwrap_or(0.0)
+}
+
+/// Each cluster's reconcile time (seconds, summed over the controllers: a cluster that moved
+/// counts on both), by cluster name, as every controller's `argocd_app_reconcile_sum` says.
+async fn reconcile_by_cluster(
+    argocd: &ArgoCd,
+    servers: &BTreeMap<String, String>,
+) -> BTreeMap<String, f64> {
+    let scraped = argocd.scrape().await.unwrap();
+    servers
+        .iter()
+        .map(|(cluster, server)| {
+            let busy = scraped
+                .values()
+                .map(|m| m.sum("argocd_app_reconcile_sum", &[("dest_server", server)]))
+                .sum();
+            (cluster.clone(), busy)
+        })
+        .collect()
+}
+
+/// The longest-processing-time assignment of `busy` (each cluster's reconcile time over the
+/// same period) on the controllers: heaviest first, each onto the least loaded shard so far
+/// (shard-assign's `greedy-minimum`).
+fn lpt(busy: &BTreeMap<String, f64>) -> BTreeMap<String, u32> {
+    let clusters: Vec<Cluster> = busy
+        .iter()
+        // Microseconds, at least 1: a cluster with apps is never free.
+        .map(|(name, seconds)| Cluster::new(name.clone(), ((seconds * 1e6) as u64).max(1)))
+        .collect();
+    let placed = assign(
+        &StrategyConfig::new(StrategyKind::GreedyMinimum),
+        &clusters,
+        &ShardSet::contiguous(CONTROLLERS),
+        None,
+    )
+    .unwrap();
+    clusters
+        .iter()
+        .map(|c| (c.id.clone(), placed.shard_of(&c.id).unwrap()))
+        .collect()
+}
+
+/// Argo CD's placement steered by a longest-processing-time assignment of the measured
+/// reconcile time under two-phase hysteresis, as plumber-cd/argocd-autoscaler designs it: every
+/// [`LPT_POLL`] a proposal from the time each cluster took since the poll before; a proposal is
+/// applied (the keys that differ written, their apps refreshed) once it has been the most
+/// frequent of the last [`LPT_STABILIZATION`] proposals for that many polls in a row. Runs for
+/// `period`; returns the apps it moved.
+async fn lpt_with_hysteresis(
+    env: &Environment,
+    argocd: &ArgoCd,
+    fleet: &ArgoFleet,
+    current: &mut BTreeMap<String, u32>,
+    period: Duration,
+) -> u64 {
+    let servers = fleet.servers(env);
+    let apps_of = |cluster: &str| {
+        fleet
+            .app_cluster
+            .values()
+            .filter(|c| c.as_str() == cluster)
+            .count()
+    };
+    let mut proposals: std::collections::VecDeque<BTreeMap<String, u32>> = Default::default();
+    let mut wanted: Option<(BTreeMap<String, u32>, usize)> = None;
+    let mut moved = 0;
+    let started = Instant::now();
+    let mut last = reconcile_by_cluster(argocd, &servers).await;
+    while started.elapsed() + LPT_POLL <= period {
+        tokio::time::sleep(LPT_POLL).await;
+        let now = reconcile_by_cluster(argocd, &servers).await;
+        let busy: BTreeMap<String, f64> = now
+            .iter()
+            .filter(|(c, _)| apps_of(c) > 0)
+            .map(|(c, t)| {
+                (
+                    c.clone(),
+                    (t - last.get(c).copied().unwrap_or(0.0)).max(0.0),
+                )
+            })
+            .collect();
+        last = now;
+        proposals.push_back(lpt(&busy));
+        if proposals.len() > LPT_STABILIZATION {
+            proposals.pop_front();
+        }
+        let count = |p: &BTreeMap<String, u32>| proposals.iter().filter(|q| *q == p).count();
+        let top = proposals.iter().map(count).max().unwrap_or(0);
+        let mode = proposals
+            .iter()
+            .rev()
+            .find(|p| count(p) == top)
+            .unwrap()
+            .clone();
+        let polls = match wanted.take() {
+            Some((w, polls)) if w == mode => polls + 1,
+            _ => 1,
+        };
+        wanted = Some((mode.clone(), polls));
+        if polls < LPT_STABILIZATION || mode == *current {
+            continue;
+        }
+        moved += apply_keys(env, fleet, current, &mode).await;
+    }
+    moved
+}
+
+/// Writes the keys of `wanted` that differ from `current` and refreshes the moved clusters'
+/// apps; returns the apps moved.
+async fn apply_keys(
+    env: &Environment,
+    fleet: &ArgoFleet,
+    current: &mut BTreeMap<String, u32>,
+    wanted: &BTreeMap<String, u32>,
+) -> u64 {
+    let mut moved = Vec::new();
+    for (cluster, &shard) in wanted {
+        if current.get(cluster) != Some(&shard) {
+            argocd_support::write_key(env, cluster, shard).await;
+            current.insert(cluster.clone(), shard);
+            moved.push(cluster.clone());
+        }
+    }
+    // As the balancer does: every controller sees the key before the refresh.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for cluster in &moved {
+        argocd_support::refresh_apps(env, &fleet.clusters[cluster]).await;
+    }
+    moved
+        .iter()
+        .map(|c| fleet.app_cluster.values().filter(|a| *a == c).count() as u64)
+        .sum()
 }
 
 /// Measures every controller over [`WINDOW`], after one resync period at rest: a controller just
@@ -265,7 +421,8 @@ fn clusters() -> Vec<ClusterSpec> {
     clusters
 }
 
-fn row(name: &str, w: &Window) -> String {
+/// One placement's row; `moved`: the apps it moved per hour at rest, `None` for a static one.
+fn row(name: &str, w: &Window, moved: Option<f64>) -> String {
     let cell = |figure: &dyn Fn(&Controller) -> f64, total: f64, unit: &str| {
         let per: Vec<String> = w
             .controllers
@@ -285,8 +442,9 @@ fn row(name: &str, w: &Window) -> String {
             }
         )
     };
+    let moved = moved.map_or_else(|| "0 (static)".to_string(), |m| format!("{m:.0}"));
     format!(
-        "| {name} | {} | {} | {} | {} |",
+        "| {name} | {} | {} | {} | {} | {moved} |",
         cell(&|c| c.apps, w.total(|c| c.apps), ""),
         cell(&|c| c.busy, w.total(|c| c.busy), "%"),
         cell(&|c| c.cpu, w.total(|c| c.cpu), "%"),
@@ -318,7 +476,7 @@ async fn algorithms(failures: &mut Vec<String>) {
         argocd.wait_rolled().await.unwrap();
         all_synced(&argocd, &fleet).await;
         let w = window(&argocd).await;
-        eprintln!("{}", row(algorithm, &w));
+        eprintln!("{}", row(algorithm, &w, None));
         windows.push((algorithm.to_string(), w));
     }
     argocd
@@ -330,12 +488,72 @@ async fn algorithms(failures: &mut Vec<String>) {
     // Moves are timed on controllers at rest: right after the rollout each one still works
     // through the reconcile of every app it owns, and a refreshed app would wait behind them.
     tokio::time::sleep(RESYNC).await;
-    let (mut balancer, _) = start_balancer(&env, &["--target-balance", &TARGET.to_string()]).await;
+    // Moves at rest are counted over what `window` takes: a resync period, then the window.
+    let per_hour = |apps: f64| apps * 3600.0 / (RESYNC + WINDOW).as_secs_f64();
+    let target = TARGET.to_string();
+    let (mut balancer, port) = start_balancer(&env, &["--target-balance", &target]).await;
     let moves = follow_moves(&env, &argocd, &fleet).await;
     all_synced(&argocd, &fleet).await;
+    let before = moved_apps(port).await;
     let w = window(&argocd).await;
-    eprintln!("{}", row("shardwise-balancer", &w));
+    let balancer_moves = per_hour(moved_apps(port).await - before);
+    eprintln!("{}", row("shardwise-balancer", &w, Some(balancer_moves)));
     balancer.kill().unwrap();
+
+    // The balancer weighing each cluster by what its controller measures (reconcile time and
+    // cached objects), with its two-phase hysteresis, from where the apps placed the clusters.
+    let (mut balancer, port) = start_balancer(
+        &env,
+        &[
+            "--load",
+            "measured",
+            "--target-balance",
+            &target,
+            "--load-trigger",
+            MEASURED_TRIGGER,
+            "--min-move-interval",
+            MEASURED_MIN_MOVE,
+        ],
+    )
+    .await;
+    let measured_moves = follow_moves(&env, &argocd, &fleet).await;
+    all_synced(&argocd, &fleet).await;
+    let measured_to_get_there = moved_apps(port).await;
+    let wm = window(&argocd).await;
+    let measured_per_hour = per_hour(moved_apps(port).await - measured_to_get_there);
+    eprintln!(
+        "{}",
+        row("shardwise-balancer, measured", &wm, Some(measured_per_hour))
+    );
+    balancer.kill().unwrap();
+
+    // The longest-processing-time assignment of the same measured time, under two-phase
+    // hysteresis: first from a resync period's reconcile time, then polled through the window.
+    let servers = fleet.servers(&env);
+    let mut current: BTreeMap<String, u32> = argocd_support::keys(&env)
+        .await
+        .into_iter()
+        .filter_map(|(c, k)| Some((c, k?.parse().ok()?)))
+        .collect();
+    let first = reconcile_by_cluster(&argocd, &servers).await;
+    tokio::time::sleep(RESYNC).await;
+    let busy: BTreeMap<String, f64> = reconcile_by_cluster(&argocd, &servers)
+        .await
+        .into_iter()
+        .filter(|(c, _)| fleet.app_cluster.values().any(|a| a == c))
+        .map(|(c, t)| {
+            let was = first.get(&c).copied().unwrap_or(0.0);
+            (c, (t - was).max(0.0))
+        })
+        .collect();
+    let lpt_to_get_there = apply_keys(&env, &fleet, &mut current, &lpt(&busy)).await;
+    all_synced(&argocd, &fleet).await;
+    let (wl, lpt_moved) = tokio::join!(
+        window(&argocd),
+        lpt_with_hysteresis(&env, &argocd, &fleet, &mut current, RESYNC + WINDOW)
+    );
+    let lpt_per_hour = per_hour(lpt_moved as f64);
+    eprintln!("{}", row("LPT, measured", &wl, Some(lpt_per_hour)));
 
     println!(
         "\n### Argo CD's controllers under its algorithms and under the balancer ({CONTROLLERS} controllers, 24 clusters, {} apps, `--app-resync 60`, {} s windows)\n",
@@ -344,13 +562,36 @@ async fn algorithms(failures: &mut Vec<String>) {
     );
     println!("Per controller, and (max/mean):\n");
     println!(
-        "| placement | apps owned | reconcile busy, % of a second | CPU, % of a core | resident MiB |"
+        "| placement | apps owned | reconcile busy, % of a second | CPU, % of a core | resident MiB | apps moved per hour at rest |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---:|");
     for (name, w) in &windows {
-        println!("{}", row(name, w));
+        println!("{}", row(name, w, None));
     }
-    println!("{}", row("shardwise-balancer (from legacy)", &w));
+    println!(
+        "{}",
+        row("shardwise-balancer (from legacy)", &w, Some(balancer_moves))
+    );
+    println!(
+        "{}",
+        row(
+            &format!(
+                "shardwise-balancer, `--load measured` (moved {measured_to_get_there:.0} apps to get there)"
+            ),
+            &wm,
+            Some(measured_per_hour)
+        )
+    );
+    println!(
+        "{}",
+        row(
+            &format!(
+                "longest processing time of the measured time, two-phase hysteresis (moved {lpt_to_get_there} apps to get there)"
+            ),
+            &wl,
+            Some(lpt_per_hour)
+        )
+    );
     let best = windows
         .iter()
         .map(|(name, w)| (name.clone(), w.max_over_mean(|c| c.apps)))
@@ -372,6 +613,15 @@ async fn algorithms(failures: &mut Vec<String>) {
         balancer_apps / best.1,
         w.max_over_mean(|c| c.busy),
         w.max_over_mean(|c| c.cpu),
+    );
+    println!(
+        "\nWith measured load, the balancer against the longest-processing-time assignment of the same measured time: reconcile busy max/mean {:.2} against {:.2} (**{:.2}x**), resident memory max/mean {:.2} against {:.2}, apps moved per hour at rest {measured_per_hour:.0} against {lpt_per_hour:.0}; {} clusters moved to get there against {lpt_to_get_there} apps.",
+        wm.max_over_mean(|c| c.busy),
+        wl.max_over_mean(|c| c.busy),
+        wm.max_over_mean(|c| c.busy) / wl.max_over_mean(|c| c.busy),
+        wm.max_over_mean(|c| c.rss),
+        wl.max_over_mean(|c| c.rss),
+        measured_moves.len(),
     );
     println!(
         "\nMoves the balancer made, each timed from when the suite saw the cluster change controller:\n"

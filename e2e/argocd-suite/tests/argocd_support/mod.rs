@@ -451,8 +451,8 @@ pub async fn start_balancer_as(env: &Environment, account: &str, args: &[&str]) 
     let (metrics, health) = (free_port().unwrap(), free_port().unwrap());
     let binary = workspace_binary("shardwise-balancer", "shardwise-balancer").unwrap();
     // Undamped: moves for balance start above the target, as often as a pass allows, syncing
-    // or not (the suite's apps sync whenever their cluster joins or grows) unless `args` set a
-    // --sync-wait; the suite times moves, and the pure pass's tests check the damping.
+    // or not (the suite's apps sync whenever their cluster joins or grows), unless `args` set
+    // these flags; the suite times moves, and the pure pass's tests check the damping.
     let target = args
         .iter()
         .position(|a| *a == "--target-balance")
@@ -464,12 +464,21 @@ pub async fn start_balancer_as(env: &Environment, account: &str, args: &[&str]) 
         .position(|a| *a == "--sync-wait")
         .and_then(|i| args.get(i + 1))
         .copied();
+    // Each undamped default unless `args` sets the flag itself.
+    let defaults = [
+        ("--interval", "1"),
+        ("--load-trigger", target),
+        ("--min-move-interval", "0"),
+        ("--hourly-move-budget", "10000"),
+    ];
+    let unset = defaults
+        .into_iter()
+        .filter(|(flag, _)| !args.contains(flag))
+        .flat_map(|(flag, value)| [flag, value]);
     let spec = ProcessSpec::new(account, binary)
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["--interval", "1"])
-        .args(["--load-trigger", target])
-        .args(["--min-move-interval", "0", "--hourly-move-budget", "10000"])
+        .args(unset)
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--health-addr", &format!("127.0.0.1:{health}")])
         .args(args)
