@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::changes;
-use crate::controllers::Health;
+use crate::controllers::{Health, Replacement};
 use crate::metrics::{CoverageMetrics, MeasuredMetrics};
 use crate::pass::{self, Inputs, KeyWrite, Pass, Pending};
 use shardwise_plan::LiveFleet;
@@ -529,16 +529,23 @@ impl Balancer<'_> {
             (m, step)
         });
         // A pod a rollout replaces: its clusters go to the other Ready shards at once, through
-        // a handover, rather than waiting unowned for its successor; they come back once the
-        // successor is Ready. Never the last Ready shard.
-        for shard in self.health.replacements(&pods, rolling, shards.agreed) {
-            if shards.ready.iter().any(|s| s != shard) {
-                if !shards.draining.contains(&shard) {
-                    messages.push((false, format!(
-                        "the rollout of {workload} is replacing the pod of shard {shard}: its clusters move to the other Ready shards until its successor is Ready"
-                    )));
+        // a handover, rather than waiting unowned for its successor, and come back once the
+        // successor has settled; one settling takes none unless no other shard can. Never the
+        // last Ready shard.
+        let replacements =
+            self.health
+                .replacements(&pods, rolling, shards.agreed, (now, replicas::SETTLE));
+        for state in [Replacement::Going, Replacement::Settling] {
+            for &(shard, _) in replacements.iter().filter(|(_, s)| *s == state) {
+                if shards.ready.iter().any(|s| s != shard) {
+                    if state == Replacement::Going && !shards.draining.contains(&shard) {
+                        messages.push((false, format!(
+                            "the rollout of {workload} is replacing the pod of shard {shard}: its clusters move to the other Ready shards until its successor has been Ready for {} s",
+                            replicas::SETTLE.as_secs()
+                        )));
+                    }
+                    shards.drain(shard);
                 }
-                shards.drain(shard);
             }
         }
         let pass = pass::decide(&Inputs {
