@@ -24,6 +24,10 @@ pub type Changes = Pin<Box<dyn Stream<Item = ()> + Send>>;
 /// watch the Role does not allow, or that fails, is logged once a failure streak and retried
 /// with kube-runtime's backoff; the passes go on at `--interval` meanwhile.
 pub fn workload(client: &Client, namespace: &str, name: &str) -> Changes {
+    if shardwise_runtime::failpoints::seeded(shardwise_runtime::failpoints::IGNORE_WORKLOAD_CHANGES)
+    {
+        return Box::pin(futures::stream::pending());
+    }
     let statefulsets = of::<StatefulSet>(client, namespace, name);
     let deployments = of::<Deployment>(client, namespace, name);
     Box::pin(futures::stream::select(statefulsets, deployments))

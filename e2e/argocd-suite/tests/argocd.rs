@@ -642,6 +642,17 @@ async fn the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_s
             "{name}, rolled and settled: with the balancer {unowned:.1} app-seconds unowned and {two} app samples with two owners; Argo CD alone {alone_unowned:.1} and {alone_two}"
         );
     }
+    // The balancer hands a replaced pod's clusters over as soon as the pod goes: its apps may
+    // not wait longer than under Argo CD alone, where a pod of the other count often claims
+    // them meanwhile (by owning them twice).
+    for (((_, name), (unowned, _)), (alone_unowned, _)) in
+        REPLICA_CHANGES.iter().zip(&with_balancer).zip(&without)
+    {
+        assert!(
+            unowned <= alone_unowned,
+            "{name}: apps went unowned {unowned:.1} app-seconds with the balancer, {alone_unowned:.1} under Argo CD alone"
+        );
+    }
 }
 
 /// The Role docs/argocd.md gives the balancer for `--manage-replicas`.
