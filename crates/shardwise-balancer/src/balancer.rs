@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::changes;
-use crate::controllers::{Health, Replacement};
+use crate::controllers::Health;
 use crate::metrics::{CoverageMetrics, MeasuredMetrics};
 use crate::pass::{self, Inputs, KeyWrite, Pass, Pending};
 use shardwise_plan::LiveFleet;
@@ -497,19 +497,8 @@ impl Balancer<'_> {
             );
             messages.extend(weighing.fallback.map(|why| (false, why)));
         }
-        let statefulset = self
-            .connection
-            .statefulset(&args.namespace, &args.statefulset)
-            .await?;
-        // A rollout under way: the StatefulSet controller replaces the pods one by one.
-        let rolling = statefulset
-            .as_ref()
-            .and_then(|s| s.status.as_ref())
-            .is_some_and(|s| {
-                s.update_revision.is_some() && s.update_revision != s.current_revision
-            });
         let managed = if args.manage_replicas {
-            self.manage(statefulset, &fleet, &mut messages).await?
+            self.manage(&fleet, &mut messages).await?
         } else {
             None
         };
@@ -528,26 +517,6 @@ impl Balancer<'_> {
             }
             (m, step)
         });
-        // A pod a rollout replaces: its clusters go to the other Ready shards at once, through
-        // a handover, rather than waiting unowned for its successor, and come back once the
-        // successor has settled; one settling takes none unless no other shard can. Never the
-        // last Ready shard.
-        let replacements =
-            self.health
-                .replacements(&pods, rolling, shards.agreed, (now, replicas::SETTLE));
-        for state in [Replacement::Going, Replacement::Settling] {
-            for &(shard, _) in replacements.iter().filter(|(_, s)| *s == state) {
-                if shards.ready.iter().any(|s| s != shard) {
-                    if state == Replacement::Going && !shards.draining.contains(&shard) {
-                        messages.push((false, format!(
-                            "the rollout of {workload} is replacing the pod of shard {shard}: its clusters move to the other Ready shards until its successor has been Ready for {} s",
-                            replicas::SETTLE.as_secs()
-                        )));
-                    }
-                    shards.drain(shard);
-                }
-            }
-        }
         let pass = pass::decide(&Inputs {
             fleet: &fleet,
             secrets: &secrets,
@@ -616,12 +585,15 @@ impl Balancer<'_> {
     /// `None` (and a message) when there is no StatefulSet to manage.
     async fn manage(
         &mut self,
-        statefulset: Option<k8s_openapi::api::apps::v1::StatefulSet>,
         fleet: &LiveFleet,
         messages: &mut Vec<(bool, String)>,
     ) -> Result<Option<Managed>> {
         let args = self.args;
-        let Some(set) = statefulset else {
+        let Some(set) = self
+            .connection
+            .statefulset(&args.namespace, &args.statefulset)
+            .await?
+        else {
             messages.push((true, format!(
                 "--manage-replicas: no StatefulSet {}/{} (dynamic cluster distribution runs a Deployment): the replica count is left alone",
                 args.namespace, args.statefulset

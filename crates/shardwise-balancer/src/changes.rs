@@ -15,7 +15,7 @@ use kube::api::Api;
 use kube::{Client, Resource};
 use kube_runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// One item per change seen of the workload.
 pub type Changes = Pin<Box<dyn Stream<Item = ()> + Send>>;
@@ -55,9 +55,14 @@ where
                     failing = false;
                     Some(())
                 }
+                // A watch the server ends or cuts is taken up again: nothing to say.
+                Err(watcher::Error::WatchFailed(e)) => {
+                    debug!(kind = %kind, name = %name, error = %e, "the watch of Argo CD's controller workload was cut; watching again");
+                    None
+                }
                 Err(e) => {
                     if !failing {
-                        warn!(kind = %kind, name = %name, error = %e, "cannot watch Argo CD's controller workload (the Role needs list and watch on it); replica changes are met at the next pass");
+                        warn!(kind = %kind, name = %name, error = %e, "cannot watch Argo CD's controller workload (the Role needs list and watch on it); trying again, and meeting replica changes at the next pass meanwhile");
                     }
                     failing = true;
                     None

@@ -50,15 +50,6 @@ impl Shards {
     }
 }
 
-/// Where a rollout is with a shard's pod ([`Health::replacements`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replacement {
-    /// Being deleted or gone, no successor Ready yet.
-    Going,
-    /// Its successor is Ready but has not settled.
-    Settling,
-}
-
 /// The watchdog's memory between two looks: since when each shard has had no Ready pod, on
 /// this balancer's own clock. A new leader starts afresh, so it rescues no sooner than one
 /// grace period after it took over: late, never early.
@@ -67,10 +58,6 @@ pub struct Health {
     down_since: BTreeMap<ShardId, Instant>,
     /// Since when each pod (by UID) has been Ready and not deleting, as this balancer saw it.
     ready_since: BTreeMap<String, Instant>,
-    /// The pod (by UID) last seen serving each shard, Ready and not deleting.
-    served_by: BTreeMap<ShardId, String>,
-    /// The shards whose pod a rollout is replacing, each with the UID of the pod replaced.
-    replaced: BTreeMap<ShardId, String>,
 }
 
 impl Health {
@@ -155,75 +142,6 @@ impl Health {
             draining: BTreeSet::new(),
             hold,
         }
-    }
-
-    /// The shards below `agreed` whose pod a rollout of the StatefulSet is replacing
-    /// (`rolling`: its update revision is not its current one), in ordinal order: the pod that
-    /// served the shard is being deleted or gone and no successor is Ready yet
-    /// ([`Replacement::Going`]), or its successor has been Ready for less than `settle` at `now`
-    /// ([`Replacement::Settling`]: a controller answers its probe before its informers have
-    /// synced, and sees a key written then seconds late). A shard stays replaced until its
-    /// successor has settled, even once the rollout is over. Outside a rollout a pod that goes
-    /// is not taken for a replacement: a deletion by hand or a force-deleted pod on a lost node
-    /// may leave a process that still runs, so its shard waits the grace as a down one does.
-    pub fn replacements(
-        &mut self,
-        pods: &[ControllerPod],
-        rolling: bool,
-        agreed: u32,
-        (now, settle): (Instant, Duration),
-    ) -> Vec<(ShardId, Replacement)> {
-        let serving = |p: &&ControllerPod| p.ready && !p.terminating;
-        let successor = |shard: ShardId, replaced: &str| {
-            pods.iter()
-                .filter(serving)
-                .find(|p| p.shard == Some(shard) && p.uid != replaced)
-        };
-        let seeded = shardwise_runtime::failpoints::seeded(
-            shardwise_runtime::failpoints::IGNORE_ROLLOUT_REPLACEMENTS,
-        );
-        if rolling && !seeded {
-            for (&shard, uid) in &self.served_by {
-                let going = pods
-                    .iter()
-                    .find(|p| &p.uid == uid)
-                    .is_none_or(|p| p.terminating);
-                if going && successor(shard, uid).is_none() {
-                    self.replaced.entry(shard).or_insert_with(|| uid.clone());
-                }
-            }
-        }
-        let ready_since = &self.ready_since;
-        let settled = |p: &ControllerPod| {
-            ready_since
-                .get(&p.uid)
-                .is_some_and(|since| now.saturating_duration_since(*since) >= settle)
-        };
-        let done: Vec<ShardId> = self
-            .replaced
-            .iter()
-            .filter(|&(&shard, uid)| shard >= agreed || successor(shard, uid).is_some_and(settled))
-            .map(|(&shard, _)| shard)
-            .collect();
-        for shard in done {
-            self.replaced.remove(&shard);
-        }
-        self.served_by.retain(|&shard, _| shard < agreed);
-        for pod in pods.iter().filter(serving) {
-            if let Some(shard) = pod.shard.filter(|&s| s < agreed) {
-                self.served_by.insert(shard, pod.uid.clone());
-            }
-        }
-        self.replaced
-            .iter()
-            .map(|(&shard, uid)| {
-                let state = match successor(shard, uid) {
-                    Some(_) => Replacement::Settling,
-                    None => Replacement::Going,
-                };
-                (shard, state)
-            })
-            .collect()
     }
 
     /// Whether `pod` has been Ready, and not deleting, for `settle` or longer at `now`, as
@@ -332,65 +250,6 @@ mod tests {
         );
         assert_eq!(shards.ready.as_slice(), [0, 1]);
         assert_eq!(shards.down, BTreeSet::from([2]));
-    }
-
-    #[test]
-    fn a_rollout_replaces_one_shard_after_the_other_and_each_is_back_once_its_successor_settled() {
-        use Replacement::{Going, Settling};
-        const SETTLE: Duration = Duration::from_secs(20);
-        let mut health = Health::default();
-        let start = Instant::now();
-        let at = |s: u64| (start + Duration::from_secs(s), SETTLE);
-        let uid = |p: ControllerPod, uid: &str| ControllerPod {
-            uid: uid.to_string(),
-            ..p
-        };
-        let mut pods = vec![
-            uid(pod(0, 3), "a0"),
-            uid(pod(1, 3), "a1"),
-            uid(pod(2, 3), "a2"),
-        ];
-        let look = |health: &mut Health, pods: &[ControllerPod], rolling, agreed, s| {
-            health.observe(agreed, pods, at(s).0, GRACE);
-            health.replacements(pods, rolling, agreed, at(s))
-        };
-        assert!(look(&mut health, &pods, false, 3, 0).is_empty());
-        // The rollout deletes pod 2: going while it terminates, while it is gone, and while
-        // its successor is not Ready; settling once it is, until it has been for 20 s.
-        pods[2].terminating = true;
-        assert_eq!(
-            look(&mut health, &pods, true, 3, 1),
-            [(2, Going)],
-            "a pod the rollout deletes is not taken for replaced"
-        );
-        pods.pop();
-        assert_eq!(look(&mut health, &pods, true, 3, 2), [(2, Going)]);
-        let mut successor = uid(pod(2, 3), "b2");
-        successor.ready = false;
-        pods.push(successor);
-        assert_eq!(look(&mut health, &pods, true, 3, 3), [(2, Going)]);
-        pods[2].ready = true;
-        assert_eq!(look(&mut health, &pods, true, 3, 4), [(2, Settling)]);
-        // Pod 1 goes meanwhile; the rollout ends before its successor has settled.
-        pods[1].terminating = true;
-        assert_eq!(
-            look(&mut health, &pods, true, 3, 5),
-            [(1, Going), (2, Settling)]
-        );
-        pods[1] = uid(pod(1, 3), "b1");
-        assert_eq!(
-            look(&mut health, &pods, false, 3, 6),
-            [(1, Settling), (2, Settling)]
-        );
-        assert_eq!(look(&mut health, &pods, false, 3, 24), [(1, Settling)]);
-        assert!(look(&mut health, &pods, false, 3, 26).is_empty());
-        // Outside a rollout a pod that goes is not a replacement (the grace decides), and a
-        // shard at or above the agreed count is not kept.
-        pods[0].terminating = true;
-        assert!(look(&mut health, &pods, false, 3, 27).is_empty());
-        pods[0].terminating = false;
-        pods[2].terminating = true;
-        assert!(look(&mut health, &pods, true, 2, 28).is_empty());
     }
 
     #[test]

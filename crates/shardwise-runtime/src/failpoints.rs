@@ -25,9 +25,6 @@ pub const SKIP_BALANCER_HANDOVER: &str = "skip-balancer-handover";
 /// The Argo CD balancer does not watch the controller's workload: a replica change waits for
 /// the next pass.
 pub const IGNORE_WORKLOAD_CHANGES: &str = "ignore-workload-changes";
-/// The Argo CD balancer leaves the clusters of a pod a rollout replaces where they are, unowned
-/// until the pod's successor runs.
-pub const IGNORE_ROLLOUT_REPLACEMENTS: &str = "ignore-rollout-replacements";
 /// The Argo CD balancer places clusters on every shard of the count asked for, ignoring the
 /// counts the running controller pods read keys with (a key at or above a pod's count).
 pub const BALANCER_KEY_ABOVE_POD_COUNT: &str = "balancer-key-above-pod-count";

@@ -114,6 +114,7 @@ pub(crate) async fn read(args: &PlanArgs) -> Result<Gathered> {
         secrets,
         workload,
         controller_pods,
+        ..
     } = match args.source {
         Source::Shardwise => {
             let query = ShardwiseQuery {

@@ -517,6 +517,24 @@ pub fn balancer_user(account: &str) -> String {
 }
 
 /// The `shard` key of each cluster Secret, by cluster name (`name` of its data).
+/// The clusters whose Secret says the balancer moved them away from a shard and will bring
+/// them back (`shardwise.io/rescued-from`), by name.
+pub async fn away(env: &Environment) -> Vec<String> {
+    let api: Api<Secret> = Api::namespaced(
+        env.control_plane().client("admin").await.unwrap(),
+        NAMESPACE,
+    );
+    secrets(&api)
+        .await
+        .values()
+        .filter(|s| s.annotations().contains_key("shardwise.io/rescued-from"))
+        .filter_map(|s| {
+            let data = s.data.as_ref()?;
+            String::from_utf8(data.get("name")?.0.clone()).ok()
+        })
+        .collect()
+}
+
 pub async fn keys(env: &Environment) -> BTreeMap<String, Option<String>> {
     let api: Api<Secret> = Api::namespaced(
         env.control_plane().client("admin").await.unwrap(),
