@@ -27,7 +27,6 @@ ROWS=(
     "skip-balancer-refresh|-p shardwise-balancer --test balance|the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys|apps refreshed"
     "skip-balancer-refresh|-p shardwise-balancer --test faults|moves_cut_off_before_their_refresh_are_refreshed_within_two_passes_of_the_faults_ending|0 apps refreshed"
     "skip-balancer-handover|-p shardwise-balancer --bin shardwise-balancer|pass::tests::moves_off_a_live_controller_are_handed_over_and_other_writes_are_not|written without a handover"
-    "skip-balancer-handover|-p shardwise-e2e-argocd --test e2e_argocd|the_balancer_steers_real_argocd_through_joins_leaves_a_hot_spot_and_a_scale_change|samples of apps owned by two controllers"
     "ignore-workload-changes|-p shardwise-balancer --test balance|a_scale_down_moves_the_leaving_shards_clusters_at_once_whatever_the_interval|the scale-down met at once"
     "balancer-key-above-pod-count|-p shardwise-balancer --bin shardwise-balancer|pass::tests::no_cluster_has_two_owners_at_any_step_of_a_rollout_up_and_down|is owned by two controllers"
     "restart-undrained-controller|-p shardwise-balancer --bin shardwise-balancer|replicas::tests::a_pod_is_replaced_only_once_it_holds_nothing_and_the_one_above_has_settled|is replaced while it still holds clusters"
