@@ -109,7 +109,8 @@ impl Metrics {
 
     /// The sum over matching samples (0 when none match).
     pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.matching(name, labels).map(|s| s.value).sum()
+        // Folded from 0.0: `Iterator::sum` of floats starts from -0.0, which prints as "-0".
+        self.matching(name, labels).fold(0.0, |sum, s| sum + s.value)
     }
 }
 
@@ -263,6 +264,8 @@ histo_bucket{le="+Inf"} +Inf
                 .is_infinite()
         );
         assert_eq!(m.get("absent", &[]), None);
+        // A sum of nothing is a zero a report prints as "0", not "-0".
+        assert_eq!(format!("{:.0}", m.sum("absent", &[])), "0");
     }
 
     #[test]
