@@ -50,15 +50,13 @@ go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" \
 cd - >/dev/null
 
 cd "$helm_module"
-# helm's own Makefile stamps its version and the Kubernetes version its client library speaks
-# (what `.Capabilities.KubeVersion` says when no cluster is asked).
-helm=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)
-client_minor=$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
-hv=helm.sh/helm/v3
-helm_ldflags="-s -w -X $hv/internal/version.version=$helm -X $hv/internal/version.gitTreeState=clean"
-for p in pkg/chartutil pkg/lint/rules; do
-    helm_ldflags+=" -X $hv/$p.k8sVersionMajor=1 -X $hv/$p.k8sVersionMinor=$client_minor"
-done
+# helm's own Makefile stamps its version, an empty build metadata (a tagged release) and the
+# tree state; helm 4 takes the Kubernetes version it reports when no cluster is asked from the
+# client-go module it was built with.
+helm=$(go list -m -f '{{.Version}}' helm.sh/helm/v4)
+hv=helm.sh/helm/v4
+helm_ldflags="-s -w -X $hv/internal/version.version=$helm -X $hv/internal/version.metadata="
+helm_ldflags+=" -X $hv/internal/version.gitTreeState=clean"
 echo "control-plane.sh: building helm $helm into $out" >&2
 CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$helm_ldflags" -o "$out/" "$hv/cmd/helm"
 cd - >/dev/null

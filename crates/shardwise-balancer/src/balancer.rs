@@ -227,8 +227,14 @@ const HANDOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a pass woken by a change of the controller's workload waits for the changes that
 /// come with it (a rollout changes the StatefulSet's status a few times in a second).
 const CHANGES_SETTLE: Duration = Duration::from_millis(250);
-/// How often a handover asks the controllers whether they have let go.
-const HANDOVER_POLL: Duration = Duration::from_millis(500);
+/// How soon a handover asks the controllers again whether they have let go, at first: the
+/// apps are unowned from the moment their holder lets go until the new key is written, and a
+/// controller lets go within tens of milliseconds as a rule. Each later ask waits twice as
+/// long, up to [`HANDOVER_POLL_MAX`], so a slow controller is not scraped ten times a second
+/// (a scrape renders one series per app it owns).
+const HANDOVER_POLL_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait between two asks of a handover.
+const HANDOVER_POLL_MAX: Duration = Duration::from_millis(500);
 
 /// The error of a write refused because the Lease is lost, naming what was written.
 fn lost(e: impl std::fmt::Display, written: &[String]) -> anyhow::Error {
@@ -345,6 +351,47 @@ impl Managed {
             .filter_map(|c| c.pin)
             .collect();
         replicas::plan(self.wanted, &self.workload, &pods, &keyed)
+    }
+
+    /// The clusters the balancer cannot move whose apps `change` leaves unowned: those listed
+    /// by a pod it restarts (the partition lowered past its ordinal) or removes (at or above
+    /// the new count), as "name (apps) on pod ordinal", in name order.
+    fn stranded(
+        &self,
+        change: replicas::Change,
+        read: (&LiveFleet, &[k8s_openapi::api::core::v1::Secret]),
+        pods: &[shardwise_plan::installation::ControllerPod],
+        listed: &BTreeMap<String, BTreeSet<String>>,
+    ) -> Vec<String> {
+        let (fleet, secrets) = read;
+        let movable = pass::movable(secrets, fleet);
+        let affected = replicas::restarted(&self.workload, change);
+        let mut stranded = Vec::new();
+        for cluster in fleet.clusters.iter().filter(|c| !movable.contains(&c.id)) {
+            let apps: BTreeSet<String> = fleet
+                .cluster_apps
+                .get(&cluster.id)
+                .into_iter()
+                .flatten()
+                .map(|(namespace, name)| format!("{namespace}/{name}"))
+                .collect();
+            for pod in pods {
+                let Some(ordinal) = pod
+                    .name
+                    .rsplit_once('-')
+                    .and_then(|(_, o)| o.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                let held = listed
+                    .get(&pod.uid)
+                    .map_or(0, |l| l.intersection(&apps).count());
+                if affected.contains(&ordinal) && held > 0 {
+                    stranded.push(format!("{} ({held} apps) on pod {ordinal}", cluster.name));
+                }
+            }
+        }
+        stranded
     }
 }
 
@@ -560,7 +607,16 @@ impl Balancer<'_> {
                     ));
                     None
                 }
-                Action::Write(change) => Some((managed, change)),
+                Action::Write(change) => {
+                    let stranded = managed.stranded(change, (&fleet, &secrets), &pods, &listed);
+                    if !stranded.is_empty() {
+                        messages.push((true, format!(
+                            "--manage-replicas: cannot move {} (no cluster Secret, or one that keeps its key): their apps are unowned while the pod restarts or goes; a Secret for the in-cluster cluster lets the balancer move it",
+                            stranded.join(", ")
+                        )));
+                    }
+                    Some((managed, change))
+                }
             },
             None => None,
         };
@@ -803,6 +859,7 @@ impl Balancer<'_> {
             written.push(shown(w));
         }
         let parked_at = Instant::now();
+        let mut poll = HANDOVER_POLL_FIRST;
         let mut waiting: BTreeSet<String> = parked.keys().cloned().collect();
         while !waiting.is_empty() {
             if let Err(e) = fence.check() {
@@ -852,7 +909,8 @@ impl Balancer<'_> {
             }
             waiting = holding.into_keys().collect();
             if !waiting.is_empty() {
-                tokio::time::sleep(HANDOVER_POLL).await;
+                tokio::time::sleep(poll).await;
+                poll = (poll * 2).min(HANDOVER_POLL_MAX);
             }
         }
         info!(

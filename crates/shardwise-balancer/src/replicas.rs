@@ -305,6 +305,15 @@ pub fn patch(set: &StatefulSet, change: Change) -> Value {
     })
 }
 
+/// The ordinals of the pods `change`, written to `workload`, restarts (the partition lowered
+/// past them) or removes (at or above its count): what they list goes unowned unless it was
+/// moved first.
+pub fn restarted(workload: &Workload, change: Change) -> BTreeSet<u32> {
+    (change.partition..workload.partition)
+        .chain(change.replicas..workload.replicas)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,6 +412,41 @@ mod tests {
                 }
                 partition = change.partition;
             }
+        }
+    }
+
+    #[test]
+    fn every_write_names_exactly_the_pods_it_restarts_or_removes() {
+        for (from, to) in [(3, 4), (4, 3), (2, 5), (5, 2)] {
+            let mut workload = at_rest(from);
+            let mut pods: Vec<Pod> = (0..from).map(|o| pod(o, from)).collect();
+            let none = BTreeSet::new();
+            for _ in 0..100 {
+                let step = plan(to, &workload, &pods, &none);
+                match step.action {
+                    Action::Steady => break,
+                    Action::Write(change) => {
+                        let named = restarted(&workload, change);
+                        let before = pods.clone();
+                        apply(&mut workload, &mut pods, change);
+                        let replaced: BTreeSet<u32> = before
+                            .iter()
+                            .filter(|b| {
+                                pods.iter()
+                                    .find(|p| p.ordinal == b.ordinal)
+                                    // Replaced: a new pod, unsettled (a template
+                                    // change alone only marks the old pods outdated).
+                                    .is_none_or(|p| p.settled != b.settled || p.count != b.count)
+                            })
+                            .map(|b| b.ordinal)
+                            .collect();
+                        assert_eq!(named, replaced, "{from} -> {to}: {change:?}");
+                    }
+                    Action::Wait(_) => pods.iter_mut().for_each(|p| p.settled = true),
+                    Action::Refuse(why) => panic!("{why}"),
+                }
+            }
+            assert_eq!(workload, at_rest(to));
         }
     }
 

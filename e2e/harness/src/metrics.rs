@@ -110,7 +110,8 @@ impl Metrics {
     /// The sum over matching samples (0 when none match).
     pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         // Folded from 0.0: `Iterator::sum` of floats starts from -0.0, which prints as "-0".
-        self.matching(name, labels).fold(0.0, |sum, s| sum + s.value)
+        self.matching(name, labels)
+            .fold(0.0, |sum, s| sum + s.value)
     }
 }
 
