@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean
+.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache
 
 all: build
 
@@ -165,3 +165,8 @@ dashboard-picture:
 
 clean:
 	$(CARGO) clean
+
+## Removes the per-user cache of built real components (kube-apiserver and its peers, etcd,
+## helm, Argo CD), which every clone on this machine shares: the next build makes them again.
+clean-cache:
+	bash -c '. scripts/lib/go-build.sh && dir=$$(components_cache) && chmod -R u+w "$$dir" 2>/dev/null; rm -rf "$$dir" && echo "removed $$dir"'

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+HELM_MODULE = ROOT / "e2e" / "helm" / "go.mod"
 CHART = ROOT / "charts" / "shardwise"
 README = CHART / "README.md"
 REGENERATE = "python3 scripts/chart_readme.py"
@@ -46,6 +47,14 @@ class Row:
 class ValuesError(Exception):
     pass
 
+
+
+def helm_tested() -> str:
+    """The helm version the suites run: helm.sh/helm/v4's in e2e/helm/go.mod."""
+    found = re.search(r"^\s*helm\.sh/helm/v4 (v\S+)", HELM_MODULE.read_text(), re.MULTILINE)
+    if not found:
+        sys.exit(f"{HELM_MODULE}: no helm.sh/helm/v4 requirement")
+    return found.group(1)
 
 def documented_keys(text: str) -> dict[str, tuple[str, str | None, str | None]]:
     """Dotted key -> (description, type override, default override), from the `# --` comments."""
@@ -165,7 +174,9 @@ def render() -> str:
 
 ## Install
 
-Kubernetes `{chart["kubeVersion"]}`, Helm 3.
+Kubernetes `{chart["kubeVersion"]}`, Helm 4. The project's suites install, upgrade, test and
+uninstall the chart with helm {helm_tested()}, built from `e2e/helm`; Helm 3 is past its
+security support and is not tested.
 
 ```sh
 helm install shardwise charts/shardwise --namespace shardwise --create-namespace

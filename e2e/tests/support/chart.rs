@@ -36,8 +36,20 @@ pub const VALUES: &[&str] = &[
     r#"metrics.readers=[{"kind":"ServiceAccount","name":"prometheus","namespace":"monitoring"}]"#,
 ];
 
-/// Runs helm with the environment's admin kubeconfig; its output when it succeeds.
+/// Runs helm with the environment's admin kubeconfig; its output when it succeeds. The first
+/// call of a test process prints which helm it is (`helm version`).
 pub fn helm(env: &Environment, args: &[&str]) -> String {
+    static VERSION: std::sync::Once = std::sync::Once::new();
+    VERSION.call_once(|| {
+        let version = Command::new(control_plane_binary("helm").unwrap())
+            .arg("version")
+            .output()
+            .unwrap();
+        eprintln!(
+            "helm version: {}",
+            String::from_utf8_lossy(&version.stdout).trim()
+        );
+    });
     let output = Command::new(control_plane_binary("helm").unwrap())
         .args(args)
         .env("KUBECONFIG", env.control_plane().kubeconfig_path_all())
