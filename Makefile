@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache
+.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
 
 all: build
 
@@ -62,9 +62,15 @@ clippy:
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 ## The API docs of every crate, with rustdoc's warnings (broken links included) as errors;
-## every library crate denies missing docs.
+## every library crate denies missing docs; and docs/architecture.md's configuration table is
+## what `shardwise-controller --help` gives.
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+	CARGO="$(CARGO)" $(PYTHON) scripts/config_table.py --check
+
+## Regenerate docs/architecture.md's configuration table from `shardwise-controller --help`.
+config-table:
+	CARGO="$(CARGO)" $(PYTHON) scripts/config_table.py
 
 ## No crate's modules import each other in a cycle (scripts/module_cycles.py lists them).
 cycles:

@@ -357,3 +357,68 @@ async fn every_command_in_the_readme_runs_as_written() {
         );
     }
 }
+
+/// The README's paragraphs outside code blocks and tables, as (first line, line count): a list
+/// item starts a paragraph of its own.
+fn paragraphs(readme: &str) -> Vec<(usize, usize)> {
+    let (mut found, mut in_code, mut current) = (Vec::new(), false, None::<(usize, usize)>);
+    for (number, line) in readme.lines().enumerate().map(|(i, l)| (i + 1, l)) {
+        let item = line.starts_with("- ")
+            || line
+                .split_once(". ")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+        let breaks = line.starts_with("```")
+            || in_code
+            || line.trim().is_empty()
+            || line.starts_with('|')
+            || line.starts_with('#')
+            || item;
+        if breaks {
+            found.extend(current.take());
+        }
+        if line.starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code
+            && !line.trim().is_empty()
+            && !line.starts_with('|')
+            && !line.starts_with('#')
+        {
+            current = Some(current.map_or((number, 1), |(first, n)| (first, n + 1)));
+        }
+    }
+    found.extend(current);
+    found
+}
+
+#[test]
+fn the_readme_reads_in_minutes_and_each_kind_of_user_finds_a_command_at_once() {
+    let long: Vec<_> = paragraphs(README)
+        .into_iter()
+        .filter(|(_, lines)| *lines > 12)
+        .collect();
+    assert!(
+        long.is_empty(),
+        "paragraphs over 12 lines (first line, lines): {long:?}"
+    );
+    // The demo on the first screen; a fleet operator's, an Argo CD operator's and a kube-rs
+    // author's first command within the first 60 lines.
+    let first = |n: usize| README.lines().take(n).collect::<Vec<_>>().join("\n");
+    assert!(
+        first(24).contains("make demo"),
+        "no `make demo` on the first screen"
+    );
+    for command in [
+        "helm install shardwise charts/shardwise",
+        "shardwise plan --load measured",
+        "shardwise plan --source argocd",
+        "#shard-your-own-controller",
+    ] {
+        assert!(
+            first(60).contains(command),
+            "{command} is not within the README's first 60 lines"
+        );
+    }
+    // The checker itself: a 13-line paragraph is found, a list of short items is not.
+    let sample = format!("{}\n\n- a\n- b\n", "x\n".repeat(13));
+    assert_eq!(paragraphs(&sample), [(1, 13), (16, 1), (17, 1)]);
+}

@@ -18,12 +18,13 @@
 
 #![deny(missing_docs)]
 
+mod settle;
 #[allow(clippy::unwrap_used)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod view;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,8 +42,8 @@ use crate::support::prometheus::{Prometheus, dashboard, export, unix_now};
 use crate::support::{Fleet, FleetOptions, NAMESPACE, fast_flags, repo_file};
 use crate::view::{Frame, ShardFigures};
 
-/// The steps the demo takes, in order.
-const STEPS: usize = 5;
+/// The steps the demo takes (`play`'s four `settle`s).
+const STEPS: usize = 4;
 
 /// Lease timings short enough that a killed replica's shard is taken over in seconds, as in
 /// the chaos suite; more requests per destination than the default so the hot cluster's
@@ -183,8 +184,9 @@ pub struct Summary {
     pub intervals: usize,
     /// The overlaps found among them, described.
     pub(crate) overlaps: Vec<String>,
-    /// Each step and how long it took to settle.
-    pub steps: Vec<(String, Duration)>,
+    /// Each step: how long it took to settle, the handoffs it caused, the longest a record
+    /// went without a live owner.
+    pub steps: Vec<Step>,
     /// The dashboard's series as Prometheus recorded them (with Prometheus only).
     pub dashboard_data: Option<PathBuf>,
 }
@@ -202,8 +204,8 @@ impl Summary {
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "summary")?;
-        for (name, took) in &self.steps {
-            writeln!(f, "  {name:<40} settled in {:>5.1} s", took.as_secs_f64())?;
+        for step in &self.steps {
+            writeln!(f, "  {step}")?;
         }
         writeln!(
             f,
@@ -239,10 +241,39 @@ impl fmt::Display for Summary {
     }
 }
 
+/// One step of the demo, as it settled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// What the step did.
+    pub name: String,
+    /// From its change until it settled.
+    pub took: Duration,
+    /// Clusters and slices seen to change owner during the step.
+    pub handoffs: u64,
+    /// The longest a cluster or slice went without a live owner during the step (its record
+    /// naming a shard with no replica process), as the frames sampled it.
+    pub longest_unowned: Duration,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<40} settled in {:>5.1} s, {} handoffs, longest without a live owner {:.1} s",
+            self.name,
+            self.took.as_secs_f64(),
+            self.handoffs,
+            self.longest_unowned.as_secs_f64()
+        )
+    }
+}
+
 /// Counters of one replica process, as last scraped.
 #[derive(Clone, Copy, Debug)]
 struct Counters {
     reconciles: f64,
+    /// Seconds its reconciles took, summed.
+    busy: f64,
     /// Owner changes of clusters or slices, and of apps.
     moves: (f64, f64),
     at: Instant,
@@ -258,14 +289,18 @@ pub struct Demo {
     /// Last counters per process id (a restarted replica starts its counters anew).
     counters: BTreeMap<u32, Counters>,
     /// Owner of every record at the previous sample, to count handoffs.
-    owners: BTreeMap<(String, KeyRange), u32>,
+    owners: settle::Owners,
+    /// Since when each record has named a shard with no replica process.
+    unowned_since: BTreeMap<(String, KeyRange), Instant>,
+    /// The longest a record went without a live owner since the step began.
+    longest_unowned: Duration,
     /// When a record last changed owner, appeared or went.
     changed: Instant,
     handoffs: u64,
     /// Killed processes: pid -> when, for the audit (a killed process's open intervals end
     /// there).
     deaths: BTreeMap<u32, u64>,
-    steps: Vec<(String, Duration)>,
+    steps: Vec<Step>,
     last_printed: Option<Instant>,
     /// Prometheus scraping the replicas, and since when (Unix seconds).
     prometheus: Option<(Prometheus, f64)>,
@@ -334,6 +369,8 @@ impl Demo {
             expected: 3,
             counters: BTreeMap::new(),
             owners: BTreeMap::new(),
+            unowned_since: BTreeMap::new(),
+            longest_unowned: Duration::ZERO,
             changed: Instant::now(),
             handoffs: 0,
             deaths: BTreeMap::new(),
@@ -487,7 +524,7 @@ impl Demo {
             writeln!(out, "{note}")?;
         }
         loop {
-            let frame = self.sample("kept running", (STEPS, STEPS)).await?;
+            let frame = self.sample("kept running", None).await?;
             if self.options.redraw {
                 write!(out, "\x1b[H\x1b[2J{}{note}", view::render(&frame))?;
                 out.flush()?;
@@ -515,8 +552,11 @@ impl Demo {
         Ok(())
     }
 
-    /// Shows frames until the fleet is settled on `live`, with the broken apps failed and
-    /// every live shard owning something.
+    /// Shows frames until the fleet is settled on `live`: the broken apps failed and every
+    /// other Synced, every live shard owning something and holding its lease, no record on a
+    /// shard whose replica is gone, every record that changed owner during the step
+    /// reconciled by its new owner since (the replicas' audit), and no owner change for
+    /// `stable`. The frame shown as settled is the read the decision was made on.
     async fn settle(
         &mut self,
         number: usize,
@@ -525,10 +565,14 @@ impl Demo {
         out: &mut dyn Write,
     ) -> Result<(), DemoError> {
         let began = Instant::now();
+        let began_nanos = audit::now_nanos();
+        let before = self.owners.clone();
+        let handoffs = self.handoffs;
+        self.longest_unowned = Duration::ZERO;
         let broken: Vec<&str> = BROKEN.iter().map(|(name, _, _)| *name).collect();
         self.last_printed = None;
         loop {
-            let frame = self.sample(phase, (number, STEPS)).await?;
+            let frame = self.sample(phase, Some((number, STEPS))).await?;
             self.show(&frame, out)?;
             let idle: Vec<u32> = frame
                 .shards
@@ -541,18 +585,36 @@ impl Demo {
                 Ok(()) if self.changed.elapsed() < self.options.stable => {
                     Err("the planner is still moving clusters".to_string())
                 }
-                Ok(()) => self.leases_held(live).await,
+                Ok(()) => match self.leases_held(live).await {
+                    Ok(()) => {
+                        let reconciled = self.reconciled_since(began_nanos)?;
+                        settle::unsettled(&before, &self.owners, live, &reconciled)
+                            .map_or(Ok(()), Err)
+                    }
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             match settled {
                 Ok(()) => {
-                    let took = began.elapsed();
+                    let step = Step {
+                        name: phase.to_string(),
+                        took: began.elapsed(),
+                        handoffs: self.handoffs - handoffs,
+                        longest_unowned: self.longest_unowned,
+                    };
                     if !self.options.redraw {
                         self.last_printed = None;
                         self.show(&frame, out)?;
                     }
-                    writeln!(out, "settled: {phase} ({:.1} s)\n", took.as_secs_f64())?;
-                    self.steps.push((phase.to_string(), took));
+                    writeln!(
+                        out,
+                        "settled: {phase} ({:.1} s; {} handoffs, the longest without a live owner {:.1} s)\n",
+                        step.took.as_secs_f64(),
+                        step.handoffs,
+                        step.longest_unowned.as_secs_f64()
+                    )?;
+                    self.steps.push(step);
                     return Ok(());
                 }
                 Err(last) if began.elapsed() > self.options.settle_timeout => {
@@ -566,6 +628,21 @@ impl Demo {
                 Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
             }
         }
+    }
+
+    /// What the replicas' audit says they reconciled since `since` (Unix nanoseconds): by
+    /// cluster name, slice range and shard.
+    fn reconciled_since(&self, since: u64) -> Result<settle::Reconciled, DemoError> {
+        let intervals =
+            audit::read(&self.fleet.audit_files(), "cluster").map_err(step("read the audit"))?;
+        Ok(intervals
+            .into_iter()
+            .filter(|i| i.start >= since)
+            .map(|i| {
+                let cluster = i.unit.rsplit('/').next().unwrap_or_default().to_string();
+                (cluster, i.range, i.shard)
+            })
+            .collect::<BTreeSet<_>>())
     }
 
     /// Owner changes the planners wrote so far: of clusters and slices, of apps.
@@ -624,7 +701,11 @@ impl Demo {
     }
 
     /// One frame: records and apps from the control plane, rates from each replica.
-    async fn sample(&mut self, phase: &str, step_of: (usize, usize)) -> Result<Frame, DemoError> {
+    async fn sample(
+        &mut self,
+        phase: &str,
+        step_of: Option<(usize, usize)>,
+    ) -> Result<Frame, DemoError> {
         // Until the planner has written a record for every cluster, there is no placement.
         let placement = self.fleet.placement().await.unwrap_or_default();
         let apps = self.apps().await?;
@@ -665,6 +746,24 @@ impl Demo {
         if owners != self.owners {
             self.changed = Instant::now();
         }
+        // A record is without a live owner while the shard it names has no replica process.
+        let now = Instant::now();
+        let running: BTreeSet<u32> = self.fleet.replicas.keys().copied().collect();
+        let unowned: BTreeSet<&(String, KeyRange)> = owners
+            .iter()
+            .filter(|(_, shard)| !running.contains(shard))
+            .map(|(key, _)| key)
+            .collect();
+        for (key, since) in &self.unowned_since {
+            if !unowned.contains(key) {
+                self.longest_unowned = self.longest_unowned.max(now.duration_since(*since));
+            }
+        }
+        self.unowned_since.retain(|key, _| unowned.contains(key));
+        for key in unowned {
+            let since = *self.unowned_since.entry(key.clone()).or_insert(now);
+            self.longest_unowned = self.longest_unowned.max(now.duration_since(since));
+        }
         self.owners = owners;
 
         let (mut synced, mut failed) = (0, 0);
@@ -690,8 +789,8 @@ impl Demo {
             }
         }
 
-        // The planner's latest plan: load per shard, and its max over mean.
-        let (mut loads, mut load_balance) = (Vec::new(), None);
+        // The planner's latest plan: its max over mean.
+        let mut load_balance = None;
         for (&ordinal, replica) in &self.fleet.replicas {
             let Some(figures) = shards.get_mut(&ordinal) else {
                 continue;
@@ -703,17 +802,11 @@ impl Demo {
             };
             figures.planner = metrics.sum("shardwise_planner_leader", &[]) == 1.0;
             if figures.planner {
-                loads = metrics
-                    .matching("shardwise_assigned_load", &[])
-                    .filter_map(|sample| {
-                        let shard: u32 = sample.labels.get("shard")?.parse().ok()?;
-                        Some((shard, sample.value))
-                    })
-                    .collect();
                 load_balance = metrics.get("shardwise_load_balance", &[]);
             }
             let now = Counters {
                 reconciles: metrics.sum("shardwise_reconciles_total", &[]),
+                busy: metrics.sum("shardwise_reconcile_duration_seconds_sum", &[]),
                 moves: (
                     metrics.sum("shardwise_planner_moves_total", &[("kind", "cluster")]),
                     metrics.sum("shardwise_planner_moves_total", &[("kind", "app")]),
@@ -726,6 +819,7 @@ impl Demo {
                 if seconds > 0.0 {
                     figures.reconciles_per_second =
                         Some((now.reconciles - before.reconciles).max(0.0) / seconds);
+                    figures.busy = Some((now.busy - before.busy).max(0.0) / seconds);
                 }
             }
             // The planner's counters vanish when it stops planning: keep the highest seen.
@@ -737,12 +831,6 @@ impl Demo {
             });
             self.counters.insert(pid, Counters { moves, ..now });
         }
-        for (shard, load) in loads {
-            if let Some(figures) = shards.get_mut(&shard) {
-                figures.load = Some(load);
-            }
-        }
-
         Ok(Frame {
             phase: phase.to_string(),
             step: step_of,

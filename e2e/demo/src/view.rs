@@ -21,9 +21,10 @@ pub struct ShardFigures {
     pub apps: usize,
     /// Reconciles per second since the previous frame (`None` before two scrapes).
     pub reconciles_per_second: Option<f64>,
-    /// Its load in the planner's latest plan, in busy seconds per second (`None` until the
-    /// planner reports one).
-    pub load: Option<f64>,
+    /// Busy seconds per second since the previous frame: the time its reconciles took over
+    /// the time that passed (`None` before two scrapes). At most its workers, whatever the
+    /// planner weighs.
+    pub busy: Option<f64>,
 }
 
 /// Everything one frame shows.
@@ -31,8 +32,8 @@ pub struct ShardFigures {
 pub struct Frame {
     /// What the demo is doing, e.g. "scale 3 -> 4".
     pub phase: String,
-    /// (this step, of steps), from 1.
-    pub step: (usize, usize),
+    /// (this step, of steps), from 1; `None` once the steps are over (`--keep`).
+    pub step: Option<(usize, usize)>,
     pub elapsed: Duration,
     /// The StatefulSet's `spec.replicas`.
     pub expected: u32,
@@ -51,19 +52,20 @@ pub struct Frame {
     pub draining: usize,
 }
 
-/// Width of the load bar of the busiest shard.
+/// Width of the bar of the busiest shard.
 const BAR: usize = 24;
 
 /// The frame as lines of text, with no terminal control codes.
 pub fn render(frame: &Frame) -> String {
     let mut out = String::new();
     let seconds = frame.elapsed.as_secs();
+    let step = frame
+        .step
+        .map_or_else(String::new, |(n, of)| format!("[{n}/{of}] "));
     let _ = writeln!(
         out,
-        "[{}/{}] {:<48} {:>02}:{:>02}",
-        frame.step.0,
-        frame.step.1,
-        frame.phase,
+        "{:<54} {:>02}:{:>02}",
+        format!("{step}{}", frame.phase),
         seconds / 60,
         seconds % 60
     );
@@ -80,19 +82,12 @@ pub fn render(frame: &Frame) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12} {:>8}  load",
+        "{:<6} {:<9} {:>8} {:>6} {:>6} {:>12} {:>8}",
         "shard", "replica", "clusters", "slices", "apps", "reconciles/s", "busy s/s"
     );
-    // The bar shows the planner's load once it reports one, and apps until then.
-    let measured = frame.shards.iter().any(|s| s.load.is_some());
-    let load = |s: &ShardFigures| {
-        if measured {
-            s.load.unwrap_or(0.0)
-        } else {
-            s.apps as f64
-        }
-    };
-    let most = frame.shards.iter().map(load).fold(0.0, f64::max);
+    // The bar is the busy column, on one scale: the busiest shard's bar is full.
+    let busy = |s: &ShardFigures| s.busy.unwrap_or(0.0);
+    let most = frame.shards.iter().map(busy).fold(0.0, f64::max);
     for s in &frame.shards {
         let role = match (s.running, s.planner, s.shard < frame.expected) {
             (true, true, _) => "planner",
@@ -105,7 +100,7 @@ pub fn render(frame: &Frame) -> String {
             value.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
         };
         let bar = if most > 0.0 {
-            (load(s) / most * BAR as f64).ceil() as usize
+            (busy(s) / most * BAR as f64).ceil() as usize
         } else {
             0
         };
@@ -118,7 +113,7 @@ pub fn render(frame: &Frame) -> String {
             s.slices,
             s.apps,
             figure(s.reconciles_per_second, 1),
-            figure(s.load, 2),
+            figure(s.busy, 2),
             "#".repeat(bar)
         );
     }
@@ -131,7 +126,7 @@ pub fn render(frame: &Frame) -> String {
     if let Some(load_balance) = frame.load_balance {
         let _ = writeln!(
             out,
-            "max/mean over live shards: load {load_balance:.2}, apps {}: the planner balances measured load (reconcile time and cache memory), so apps may differ",
+            "max/mean over live shards: planned load {load_balance:.2}, apps {}: the planner balances measured load (reconcile time and cache memory), so apps may differ",
             max_over_mean(&apps).map_or_else(|| "-".to_string(), |b| format!("{b:.2}"))
         );
     }
@@ -163,7 +158,7 @@ mod tests {
             slices: 0,
             apps,
             reconciles_per_second: None,
-            load: None,
+            busy: None,
         }
     }
 
@@ -171,9 +166,10 @@ mod tests {
         let mut planner = shard(0, true, 400);
         planner.planner = true;
         planner.reconciles_per_second = Some(12.345);
+        planner.busy = Some(0.9);
         Frame {
             phase: "scale 3 -> 2".into(),
-            step: (3, 5),
+            step: Some((3, 4)),
             elapsed: Duration::from_secs(75),
             expected: 2,
             shards: vec![planner, shard(1, false, 200), shard(2, true, 100)],
@@ -195,25 +191,36 @@ mod tests {
 
     #[test]
     fn each_shard_shows_its_role_figures_and_a_bar_scaled_to_the_busiest() {
-        let text = render(&frame());
+        let mut frame = frame();
+        frame.shards[1].busy = Some(0.45);
+        let text = render(&frame);
         let planner: Vec<&str> = row(&text, "0").split_whitespace().collect();
-        assert_eq!(planner[..7], ["0", "planner", "8", "0", "400", "12.3", "-"]);
+        assert_eq!(
+            planner[..7],
+            ["0", "planner", "8", "0", "400", "12.3", "0.90"]
+        );
         assert_eq!(planner[7].len(), BAR);
         let starting: Vec<&str> = row(&text, "1").split_whitespace().collect();
-        assert_eq!(starting[..7], ["1", "starting", "4", "0", "200", "-", "-"]);
+        assert_eq!(
+            starting[..7],
+            ["1", "starting", "4", "0", "200", "-", "0.45"]
+        );
         assert_eq!(starting[7].len(), BAR / 2);
+        // Not measured yet: no figure, no bar.
+        let leaving: Vec<&str> = row(&text, "2").split_whitespace().collect();
+        assert_eq!(leaving[5..], ["-", "-"]);
         // Above the StatefulSet's count but still running: on its way out.
         assert!(row(&text, "2").contains("leaving"));
     }
 
     #[test]
-    fn once_the_planner_measures_the_bars_show_load_and_the_balance_line_says_why_apps_differ() {
+    fn the_bars_show_busy_time_in_one_unit_and_the_balance_line_says_why_apps_differ() {
         let mut frame = frame();
         frame.expected = 3;
         frame.shards[1].running = true;
         // Shard 0 holds the most apps, but its apps are cheap: shard 1 is the busiest.
-        for (shard, load) in frame.shards.iter_mut().zip([0.30, 0.60, 0.30]) {
-            shard.load = Some(load);
+        for (shard, busy) in frame.shards.iter_mut().zip([0.30, 0.60, 0.30]) {
+            shard.busy = Some(busy);
         }
         frame.load_balance = Some(1.5);
         let text = render(&frame);
@@ -229,10 +236,10 @@ mod tests {
         assert_eq!(columns("1")[7].len(), BAR);
         let header = text.lines().nth(2).unwrap_or_default();
         assert_eq!(header.matches("apps").count(), 1, "{header}");
-        assert!(header.ends_with("busy s/s  load"), "{header}");
+        assert!(header.ends_with("busy s/s"), "{header}");
         // Apps 400 / 200 / 100 over three live shards: max/mean 1.71.
         assert!(
-            text.contains("max/mean over live shards: load 1.50, apps 1.71: the planner balances measured load"),
+            text.contains("max/mean over live shards: planned load 1.50, apps 1.71: the planner balances measured load"),
             "{text}"
         );
     }
@@ -241,7 +248,7 @@ mod tests {
     fn the_header_and_footer_say_where_the_fleet_is() {
         let text = render(&frame());
         let first = text.lines().next().unwrap_or_default();
-        assert!(first.starts_with("[3/5] scale 3 -> 2"), "{first}");
+        assert!(first.starts_with("[3/4] scale 3 -> 2"), "{first}");
         assert!(first.ends_with("01:15"), "{first}");
         assert!(
             text.contains("replicas running: 2   planner: shard 0"),
@@ -257,12 +264,24 @@ mod tests {
     fn a_fleet_with_no_apps_and_no_planner_yet_renders() {
         let text = render(&Frame {
             phase: "start".into(),
-            step: (1, 5),
+            step: Some((1, 4)),
             expected: 3,
             shards: vec![shard(0, true, 0)],
             ..Frame::default()
         });
         assert!(text.contains("planner: none yet"), "{text}");
         assert!(!row(&text, "0").contains('#'), "{text}");
+    }
+
+    #[test]
+    fn after_the_steps_the_frame_has_no_step_number() {
+        let text = render(&Frame {
+            phase: "kept running".into(),
+            step: None,
+            expected: 2,
+            ..Frame::default()
+        });
+        let first = text.lines().next().unwrap_or_default();
+        assert!(first.starts_with("kept running "), "{first}");
     }
 }
