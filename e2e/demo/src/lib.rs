@@ -251,7 +251,7 @@ pub struct Step {
     /// Clusters and slices seen to change owner during the step.
     pub handoffs: u64,
     /// The longest a cluster or slice went without a live owner during the step (its record
-    /// naming a shard with no replica process), as the frames sampled it.
+    /// naming a shard whose lease no replica holds), as the frames sampled it.
     pub longest_unowned: Duration,
 }
 
@@ -290,7 +290,7 @@ pub struct Demo {
     counters: BTreeMap<u32, Counters>,
     /// Owner of every record at the previous sample, to count handoffs.
     owners: settle::Owners,
-    /// Since when each record has named a shard with no replica process.
+    /// Since when each record has named a shard whose lease no replica holds.
     unowned_since: BTreeMap<(String, KeyRange), Instant>,
     /// The longest a record went without a live owner since the step began.
     longest_unowned: Duration,
@@ -630,6 +630,36 @@ impl Demo {
         }
     }
 
+    /// The shards whose Lease a replica holds now: a holder, and a renewal within its
+    /// duration (a released Lease has no holder; a killed replica's holds until it expires).
+    async fn held_leases(&self) -> Result<BTreeSet<u32>, DemoError> {
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(self.fleet.admin.clone(), NAMESPACE);
+        let now = std::time::SystemTime::now();
+        let prefix = format!("{}-shard-", support::STATEFULSET);
+        Ok(leases
+            .list(&ListParams::default())
+            .await
+            .map_err(step("list the shard leases"))?
+            .items
+            .into_iter()
+            .filter_map(|lease| {
+                let shard = lease
+                    .metadata
+                    .name
+                    .as_deref()?
+                    .strip_prefix(&prefix)?
+                    .parse()
+                    .ok()?;
+                let spec = lease.spec?;
+                spec.holder_identity.filter(|h| !h.is_empty())?;
+                let renewed = std::time::SystemTime::from(spec.renew_time?.0);
+                let valid = Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?);
+                (renewed + valid > now).then_some(shard)
+            })
+            .collect())
+    }
+
     /// What the replicas' audit says they reconciled since `since` (Unix nanoseconds): by
     /// cluster name, slice range and shard.
     fn reconciled_since(&self, since: u64) -> Result<settle::Reconciled, DemoError> {
@@ -746,24 +776,6 @@ impl Demo {
         if owners != self.owners {
             self.changed = Instant::now();
         }
-        // A record is without a live owner while the shard it names has no replica process.
-        let now = Instant::now();
-        let running: BTreeSet<u32> = self.fleet.replicas.keys().copied().collect();
-        let unowned: BTreeSet<&(String, KeyRange)> = owners
-            .iter()
-            .filter(|(_, shard)| !running.contains(shard))
-            .map(|(key, _)| key)
-            .collect();
-        for (key, since) in &self.unowned_since {
-            if !unowned.contains(key) {
-                self.longest_unowned = self.longest_unowned.max(now.duration_since(*since));
-            }
-        }
-        self.unowned_since.retain(|key, _| unowned.contains(key));
-        for key in unowned {
-            let since = *self.unowned_since.entry(key.clone()).or_insert(now);
-            self.longest_unowned = self.longest_unowned.max(now.duration_since(since));
-        }
         self.owners = owners;
 
         let (mut synced, mut failed) = (0, 0);
@@ -791,6 +803,7 @@ impl Demo {
 
         // The planner's latest plan: its max over mean.
         let mut load_balance = None;
+        let holding = self.held_leases().await?;
         for (&ordinal, replica) in &self.fleet.replicas {
             let Some(figures) = shards.get_mut(&ordinal) else {
                 continue;
@@ -804,6 +817,7 @@ impl Demo {
             if figures.planner {
                 load_balance = metrics.get("shardwise_load_balance", &[]);
             }
+
             let now = Counters {
                 reconciles: metrics.sum("shardwise_reconciles_total", &[]),
                 busy: metrics.sum("shardwise_reconcile_duration_seconds_sum", &[]),
@@ -831,6 +845,26 @@ impl Demo {
             });
             self.counters.insert(pid, Counters { moves, ..now });
         }
+        // A record is without a live owner while no replica holds the lease of the shard it
+        // names (gone, killed, or restarted and waiting for its old lease to expire).
+        let now = Instant::now();
+        let unowned: BTreeSet<(String, KeyRange)> = self
+            .owners
+            .iter()
+            .filter(|(_, shard)| !holding.contains(shard))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for (key, since) in &self.unowned_since {
+            if !unowned.contains(key) {
+                self.longest_unowned = self.longest_unowned.max(now.duration_since(*since));
+            }
+        }
+        self.unowned_since.retain(|key, _| unowned.contains(key));
+        for key in unowned {
+            let since = *self.unowned_since.entry(key).or_insert(now);
+            self.longest_unowned = self.longest_unowned.max(now.duration_since(since));
+        }
+
         Ok(Frame {
             phase: phase.to_string(),
             step: step_of,
