@@ -336,6 +336,7 @@ async fn planner_killed_during_a_rebalance() {
         .unwrap_or_else(|_| panic!("no record drained within {SETTLE:?} of the scale-up"))
         .expect("the watch of the records ended");
     c.kill(planner);
+    drop(drains);
     eprintln!(
         "[{}] planner {planner} killed with {draining} draining",
         c.name
@@ -355,10 +356,15 @@ async fn planner_killed_during_a_rebalance() {
 
 /// Every record (a cluster's, or a slice's) the planner marks for a drain, as the watches of
 /// FleetClusters and UnitSlices deliver them: each one named once a version of it carries
-/// the drain annotation, however briefly.
+/// the drain annotation, however briefly. The watches retry with a backoff: without one, a
+/// watch of a control plane that is gone (the test over) retries at once without ever
+/// yielding, and its worker thread never stops (a clean-clone CI run hung on it for 25
+/// minutes, the test's runtime unable to shut down). They end once the receiver is dropped
+/// and the next event comes.
 fn drains(fleet: &Fleet) -> tokio::sync::mpsc::UnboundedReceiver<String> {
     use futures::StreamExt;
     use kube::ResourceExt;
+    use kube_runtime::WatchStreamExt;
     use kube_runtime::watcher::{self, Event};
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let marked = |meta: &kube::api::ObjectMeta| {
@@ -369,7 +375,9 @@ fn drains(fleet: &Fleet) -> tokio::sync::mpsc::UnboundedReceiver<String> {
     let clusters = fleet.clusters_api();
     let sent = tx.clone();
     tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher::watcher(clusters, watcher::Config::default()));
+        let mut events = std::pin::pin!(
+            watcher::watcher(clusters, watcher::Config::default()).default_backoff()
+        );
         while let Some(event) = events.next().await {
             if let Ok(Event::Apply(o) | Event::InitApply(o)) = event
                 && marked(&o.metadata)
@@ -382,7 +390,8 @@ fn drains(fleet: &Fleet) -> tokio::sync::mpsc::UnboundedReceiver<String> {
     let slices: kube::Api<shardwise_runtime::slice::UnitSlice> =
         kube::Api::namespaced(fleet.admin.clone(), support::NAMESPACE);
     tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher::watcher(slices, watcher::Config::default()));
+        let mut events =
+            std::pin::pin!(watcher::watcher(slices, watcher::Config::default()).default_backoff());
         while let Some(event) = events.next().await {
             if let Ok(Event::Apply(o) | Event::InitApply(o)) = event
                 && marked(&o.metadata)

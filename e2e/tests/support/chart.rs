@@ -197,7 +197,10 @@ async fn pod_history(pods: Api<Pod>, mut stopped: tokio::sync::watch::Receiver<b
         let alive = pod.metadata.deletion_timestamp.is_none();
         alive.then(|| (name, (revision, pod_ready(pod))))
     }
-    let mut events = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));
+    // With a backoff: without one, a watch whose server is gone retries without yielding.
+    let mut events = std::pin::pin!(kube_runtime::WatchStreamExt::default_backoff(
+        watcher::watcher(pods, watcher::Config::default())
+    ));
     let mut current = Pods::new();
     let mut listing = Pods::new();
     let mut history = Vec::new();
