@@ -11,12 +11,12 @@ environment variable, its default and the first paragraph of its help.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from chartcheck.flags import controller_help
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
@@ -31,17 +31,6 @@ class Flag:
     env: str | None
     default: str | None
     help: str
-
-
-def help_text() -> str:
-    cargo = os.environ.get("CARGO", "cargo")
-    return subprocess.run(
-        [cargo, "run", "--quiet", "--locked", "-p", "shardwise-controller", "--", "--help"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
 
 
 def flags(text: str) -> list[Flag]:
@@ -108,7 +97,7 @@ def rewritten(doc: str, generated: str) -> str:
 
 def main() -> None:
     doc = DOC.read_text()
-    wanted = rewritten(doc, table(flags(help_text())))
+    wanted = rewritten(doc, table(flags(controller_help())))
     if "--check" in sys.argv[1:]:
         if wanted != doc:
             sys.exit(

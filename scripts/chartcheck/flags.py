@@ -10,16 +10,21 @@ import subprocess
 from .common import ROOT
 
 
-def controller_flags() -> dict[str, str | None]:
-    """The controller's environment variables and their defaults, from its own --help."""
+def controller_help() -> str:
+    """`shardwise-controller --help`, built with cargo (`$CARGO`) and the committed lockfile."""
     cargo = os.environ.get("CARGO", "cargo")
-    help_text = subprocess.run(
-        [cargo, "run", "--quiet", "-p", "shardwise-controller", "--", "--help"],
+    return subprocess.run(
+        [cargo, "run", "--quiet", "--locked", "-p", "shardwise-controller", "--", "--help"],
         cwd=ROOT,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
+
+
+def controller_flags() -> dict[str, str | None]:
+    """The controller's environment variables and their defaults, from its own --help."""
+    help_text = controller_help()
     flags: dict[str, str | None] = {}
     for block in re.split(r"\n(?=\s*(?:-[a-zA-Z], )?--[a-z])", help_text):
         env = re.search(r"\[env: ([A-Z_]+)=", block)

@@ -325,7 +325,7 @@ impl Managed {
         let pods: Vec<replicas::Pod> = pods
             .iter()
             .filter_map(|p| {
-                let ordinal = p.name.rsplit_once('-')?.1.parse().ok()?;
+                let ordinal = p.ordinal()?;
                 Some(replicas::Pod {
                     ordinal,
                     count: p.replicas,
@@ -376,11 +376,7 @@ impl Managed {
                 .map(|(namespace, name)| format!("{namespace}/{name}"))
                 .collect();
             for pod in pods {
-                let Some(ordinal) = pod
-                    .name
-                    .rsplit_once('-')
-                    .and_then(|(_, o)| o.parse::<u32>().ok())
-                else {
+                let Some(ordinal) = pod.ordinal() else {
                     continue;
                 };
                 let held = listed

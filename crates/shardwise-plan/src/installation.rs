@@ -401,6 +401,11 @@ pub struct ControllerPod {
 }
 
 impl ControllerPod {
+    /// Its ordinal in a StatefulSet (the number its name ends with), if it has one.
+    pub fn ordinal(&self) -> Option<u32> {
+        shardwise_handoff::identity::shard_from_pod_name(&self.name, None).ok()
+    }
+
     fn of(pod: &Pod, shard: Option<ShardId>, replicas: Option<u32>) -> Self {
         let ready = pod
             .status

@@ -76,17 +76,22 @@ mod tests {
         (low, high)
     }
 
+    /// A fleet on four shards: two whole clusters and a hot one cut in two.
+    fn four_shards(low: KeyRange, high: KeyRange) -> Owners {
+        owners(&[
+            ("a", KeyRange::WHOLE, 0),
+            ("b", KeyRange::WHOLE, 2),
+            ("hot", low, 3),
+            ("hot", high, 1),
+        ])
+    }
+
     /// The demo's 4 -> 2 as it was first judged settled: every app still Synced from before,
     /// the gone replicas' records not yet moved. The rule says no, naming them.
     #[test]
     fn a_scale_down_that_leaves_records_on_gone_replicas_has_not_settled() {
         let (low, high) = halves();
-        let before = owners(&[
-            ("a", KeyRange::WHOLE, 0),
-            ("b", KeyRange::WHOLE, 2),
-            ("hot", low, 3),
-            ("hot", high, 1),
-        ]);
+        let before = four_shards(low, high);
         let why = unsettled(&before, &before, &[0, 1], &Reconciled::new())
             .expect("records on shards 2 and 3 after a scale to 2 replicas");
         assert!(why.contains("b on shard 2"), "{why}");
@@ -96,12 +101,7 @@ mod tests {
     #[test]
     fn moved_records_settle_only_once_their_new_owner_reconciled_them() {
         let (low, high) = halves();
-        let before = owners(&[
-            ("a", KeyRange::WHOLE, 0),
-            ("b", KeyRange::WHOLE, 2),
-            ("hot", low, 3),
-            ("hot", high, 1),
-        ]);
+        let before = four_shards(low, high);
         let now = owners(&[
             ("a", KeyRange::WHOLE, 0),
             ("b", KeyRange::WHOLE, 1),
