@@ -173,6 +173,7 @@ clean:
 	$(CARGO) clean
 
 ## Removes the per-user cache of built real components (kube-apiserver and its peers, etcd,
-## helm, Argo CD), which every clone on this machine shares: the next build makes them again.
+## helm, Argo CD) and of compiled crates, which every clone on this machine shares: the next
+## build makes them again.
 clean-cache:
-	bash -c '. scripts/lib/go-build.sh && dir=$$(components_cache) && chmod -R u+w "$$dir" 2>/dev/null; rm -rf "$$dir" && echo "removed $$dir"'
+	bash -c '. scripts/lib/rust-cache.sh && use_rust_cache && { sccache --stop-server >/dev/null 2>&1 || true; } && dir=$$(shardwise_cache) && chmod -R u+w "$$dir" 2>/dev/null; rm -rf "$$dir" && echo "removed $$dir"'

@@ -28,6 +28,8 @@ command -v ip >/dev/null 2>&1 || packages+=(iproute2)
 # Argo CD's suite: its cache (Redis) and the Git source its repo server fetches (git daemon).
 command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
 command -v git >/dev/null 2>&1 || packages+=(git)
+# The per-user cache of compiled crates (.ci/run, scripts/lib/rust-cache.sh).
+command -v sccache >/dev/null 2>&1 || packages+=(sccache)
 if ((${#packages[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
