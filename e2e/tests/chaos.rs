@@ -546,7 +546,7 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
                 n => Err(format!(
                     "{n} app reconciles running, {} queued; it owns {} apps",
                     m.sum("shardwise_queue_depth", &[("kind", "app")]),
-                    m.sum("shardwise_owned_apps", &[]),
+                    m.sum("shardwise_owned_items", &[]),
                 )),
             }
         },

@@ -617,7 +617,7 @@ async fn scrape_as_the_service_monitor(env: &Environment, chart: &std::path::Pat
     );
     let apps = prometheus
         .query(&format!(
-            "sum(shardwise_owned_apps{{namespace=\"{NAMESPACE}\"}})"
+            "sum(shardwise_owned_items{{namespace=\"{NAMESPACE}\"}})"
         ))
         .await
         .unwrap();

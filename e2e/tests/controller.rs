@@ -55,8 +55,8 @@ async fn three_replicas_reconcile_the_whole_fleet_each_its_own_share() {
                     return Err(format!("shard {shard} owns no cluster"));
                 }
                 let m = scrape(metrics_url).await.map_err(|e| e.to_string())?;
-                let c = m.get("shardwise_owned_clusters", &[("shard", &label)]);
-                let a = m.get("shardwise_owned_apps", &[("shard", &label)]);
+                let c = m.get("shardwise_owned_units", &[("shard", &label)]);
+                let a = m.get("shardwise_owned_items", &[("shard", &label)]);
                 let ok = m.sum(
                     "shardwise_reconciles_total",
                     &[("kind", "app"), ("result", "success")],

@@ -587,7 +587,7 @@ impl ArgoCd {
         let metrics = scrape(&format!("http://127.0.0.1:{}/metrics", self.metrics_port))
             .await
             .expect("the balancer's metrics");
-        let apps = metrics.sum("shardwise_assigned_apps", &[]) as u64;
+        let apps = metrics.sum("shardwise_assigned_items", &[]) as u64;
         let total: u64 = self.snapshot.members.values().map(|m| m.apps).sum();
         if apps != total {
             failures.push(format!("the balancer counts {apps} apps of {total}"));

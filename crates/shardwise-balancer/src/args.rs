@@ -7,7 +7,7 @@ use clap::{Parser, ValueEnum};
 use shard_assign::{Hysteresis, Ratio, StrategyConfig, StrategyFlags, StrategyKind};
 use shardwise_plan::argocd::ArgoCdLoad;
 use shardwise_plan::installation::argocd_algorithm_named;
-use shardwise_runtime::args::LogFormat;
+use shardwise_runtime::logging::LogFormat;
 use shardwise_scale::Sizing;
 
 use crate::pass::Damping;

@@ -62,7 +62,7 @@ pub(crate) fn run(args: &BalanceArgs) -> Result<()> {
     strategy.validate().map_err(|e| Refused(e.to_string()))?;
     let band = args.band().map_err(Refused)?;
     let sizing = args.sizing().map_err(Refused)?;
-    shardwise_runtime::args::init_logging(&args.log, args.log_format);
+    shardwise_runtime::logging::init(&args.log, args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -194,10 +194,10 @@ async fn the_balancer_keeps_argocd_balanced_and_writes_only_shard_keys() {
     for shard in ["0", "1", "2"] {
         let labels = [("shard", shard)];
         assert_eq!(
-            metric(first_port, "shardwise_assigned_apps", &labels).await,
+            metric(first_port, "shardwise_assigned_items", &labels).await,
             Some(40.0)
         );
-        clusters += metric(first_port, "shardwise_assigned_clusters", &labels)
+        clusters += metric(first_port, "shardwise_assigned_units", &labels)
             .await
             .unwrap_or(0.0);
     }

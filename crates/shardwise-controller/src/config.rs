@@ -76,6 +76,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardwise_runtime::settings::SettingsError;
 
     fn parse(extra: &[&str]) -> Config {
         let base = [
@@ -115,6 +116,9 @@ mod tests {
             "{e}"
         );
         let bad_pod = parse(&["--pod-name=shardwise"]).settings().unwrap_err();
-        assert!(matches!(bad_pod, ArgsError::Identity(_)), "{bad_pod}");
+        assert!(
+            matches!(bad_pod, ArgsError::Settings(SettingsError::Identity(_))),
+            "{bad_pod}"
+        );
     }
 }

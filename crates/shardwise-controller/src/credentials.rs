@@ -12,6 +12,7 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Config;
 use kube::config::{AuthInfo, Kubeconfig};
+use rustls_pki_types::pem::{PemObject, SectionKind};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use shardwise_api::keys::{
@@ -208,8 +209,6 @@ const TOKEN: &str = "bearer token (printable ASCII without spaces)";
 const CLIENT_CERTIFICATE: &str = "base64 of PEM certificates";
 /// What a client key must be: the PEM kinds kube's TLS setup reads.
 const CLIENT_KEY: &str = "base64 of a PEM private key (PKCS#8, PKCS#1 or SEC1)";
-const PRIVATE_KEY_TAGS: [&str; 3] = ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"];
-
 /// The client configuration of a destination cluster.
 pub fn destination_config(
     spec: &FleetClusterSpec,
@@ -775,13 +774,20 @@ fn decode(data: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(data).ok()
 }
 
+/// The sections of a PEM bundle that rustls knows (certificates and keys), as kube's TLS set-up
+/// reads them; `None` when the PEM is malformed.
+fn pem_sections(pem: &[u8]) -> Option<Vec<(SectionKind, Vec<u8>)>> {
+    <(SectionKind, Vec<u8>)>::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()
+}
+
 /// The DER of the certificates in a PEM bundle; none is an error.
 fn pem_certificates(pem: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let certs: Vec<Vec<u8>> = pem::parse_many(pem)
-        .ok()?
+    let certs: Vec<Vec<u8>> = pem_sections(pem)?
         .into_iter()
-        .filter(|block| block.tag() == "CERTIFICATE")
-        .map(pem::Pem::into_contents)
+        .filter(|(kind, _)| *kind == SectionKind::Certificate)
+        .map(|(_, der)| der)
         .collect();
     (!certs.is_empty()).then_some(certs)
 }
@@ -795,16 +801,29 @@ fn check_identity(
     (key_field, key): (&'static str, &str),
 ) -> Result<(), ClusterConfigError> {
     let certs_only = decode(cert)
-        .and_then(|pem| pem::parse_many(pem).ok())
-        .is_some_and(|blocks| {
-            !blocks.is_empty() && blocks.iter().all(|b| b.tag() == "CERTIFICATE")
+        .and_then(|pem| pem_sections(&pem))
+        .is_some_and(|sections| {
+            !sections.is_empty()
+                && sections
+                    .iter()
+                    .all(|(kind, _)| *kind == SectionKind::Certificate)
         });
     if !certs_only {
         return Err(source.bad_field(cert_field, CLIENT_CERTIFICATE));
     }
     let one_key = decode(key)
-        .and_then(|pem| pem::parse_many(pem).ok())
-        .is_some_and(|blocks| blocks.len() == 1 && PRIVATE_KEY_TAGS.contains(&blocks[0].tag()));
+        .and_then(|pem| pem_sections(&pem))
+        .is_some_and(|sections| {
+            matches!(
+                sections.as_slice(),
+                [(
+                    SectionKind::PrivateKey
+                        | SectionKind::RsaPrivateKey
+                        | SectionKind::EcPrivateKey,
+                    _
+                )]
+            )
+        });
     if !one_key {
         return Err(source.bad_field(key_field, CLIENT_KEY));
     }

@@ -26,11 +26,12 @@ use crate::fleet::{FleetController, FleetMetrics};
 /// Runs one replica until SIGTERM or SIGINT, then hands its work over and returns.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let settings = config.settings()?;
+    let http = config.replica.http_settings()?;
     let controller = FleetController {
         settings: config.fleet(),
         metrics: FleetMetrics::default(),
     };
-    shardwise_runtime::run(controller, settings)
+    shardwise_runtime::run(controller, settings, http)
         .await
         .context("replica")
 }

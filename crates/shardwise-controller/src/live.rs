@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
+use kube::core::{Expression, Selector};
 use kube::{Api, Client};
 use kube_runtime::{WatchStreamExt, watcher};
 use prometheus_client::metrics::gauge::Gauge;
@@ -287,7 +288,7 @@ struct KindCache {
 /// The managed objects of one destination cluster, kind by kind.
 pub struct LiveObjects {
     client: Client,
-    selector: String,
+    selector: Selector,
     kinds: Mutex<BTreeMap<KindKey, Arc<KindCache>>>,
     drift: DriftSink,
     holding: Holding,
@@ -399,8 +400,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The label selector of one FleetCluster's managed objects.
-pub fn selector(cluster_label: &str) -> String {
-    format!("app.kubernetes.io/managed-by={MANAGED_BY},{APP_CLUSTER_LABEL}={cluster_label}")
+pub fn selector(cluster_label: &str) -> Selector {
+    Selector::from_iter([
+        Expression::Equal("app.kubernetes.io/managed-by".into(), MANAGED_BY.into()),
+        Expression::Equal(APP_CLUSTER_LABEL.into(), cluster_label.into()),
+    ])
 }
 
 /// The item key of the app an object was applied for, from its UID label.
@@ -479,7 +483,7 @@ impl LiveObjects {
         let task = follow(
             Source {
                 api: Api::all_with(self.client.clone(), resource),
-                config: watcher::Config::default().labels(&self.selector),
+                config: watcher::Config::default().labels_from(&self.selector),
                 types: TypeMeta {
                     api_version: resource.api_version.clone(),
                     kind: resource.kind.clone(),
@@ -947,7 +951,7 @@ mod tests {
         let annotations = o.metadata.annotations.unwrap();
         assert_eq!(annotations.keys().collect::<Vec<_>>(), [APP_ANNOTATION]);
         assert_eq!(
-            selector("0123"),
+            selector("0123").to_string(),
             "app.kubernetes.io/managed-by=shardwise,shardwise.io/cluster=0123"
         );
     }

@@ -260,7 +260,7 @@ impl Connection {
         statefulset: &str,
     ) -> Result<Vec<Lease>, FetchError> {
         let api = Api::namespaced(self.client.clone(), namespace);
-        let selector = shardwise_runtime::estimate::shard_lease_selector(statefulset);
+        let selector = shardwise_runtime::estimate::shard_lease_selector(statefulset).to_string();
         self.list_all(&api, Some(&selector), LEASES, Some(namespace))
             .await
     }

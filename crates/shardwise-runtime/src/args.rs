@@ -14,8 +14,10 @@
 //!
 //! let args = Args::parse_from(["labeller", "--namespace=ops", "--pod-name=labeller-2"]);
 //! let settings = args.replica.settings("labeller", WatchScope::Cluster)?;
+//! let http = args.replica.http_settings()?;
 //! assert_eq!(settings.replica.shard, 2);
 //! assert_eq!(settings.replica.statefulset, "labeller");
+//! assert!(http.metrics_secure);
 //! # Ok::<(), shardwise_runtime::args::ArgsError>(())
 //! ```
 
@@ -23,14 +25,16 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use shard_assign::{Ratio, SliceSwitch, StrategyFlags, StrategyKind};
-use shardwise_handoff::identity::IdentityError;
 use shardwise_handoff::lease::LeaseTiming;
 
+#[cfg(feature = "server")]
+use crate::http::HttpSettings;
+#[cfg(feature = "logging")]
+pub use crate::logging::LogFormat;
 use crate::settings::{
-    HttpSettings, LoadModel, LoadSettings, OwnerSettings, PlannerSettings, Replica, RequestLimit,
-    ScaleSettings, Settings, SettingsError, WatchScope,
+    LoadModel, LoadSettings, RequestLimit, ScaleSettings, Settings, SettingsError, WatchScope,
 };
 
 /// Parses a duration such as `500ms`, `10s` or `5m`.
@@ -79,22 +83,10 @@ pub(crate) fn bytes(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("must be a positive number of bytes such as 512Mi, got {text:?}"))
 }
 
-/// How logs are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
-}
-
 /// Flags that make a replica's settings unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum ArgsError {
-    /// The pod name does not give a shard (or does not match the StatefulSet's name).
-    #[error(transparent)]
-    Identity(#[from] IdentityError),
-    /// The settings the flags give cannot work together.
+    /// The settings the flags give cannot work together (or the pod name gives no shard).
     #[error(transparent)]
     Settings(#[from] SettingsError),
 }
@@ -210,28 +202,35 @@ pub struct ReplicaArgs {
     #[arg(long, env = "SHARDWISE_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
     pub(crate) shutdown_timeout: Duration,
 
+    #[cfg(feature = "server")]
     /// Address of `/metrics`.
     #[arg(long, env = "SHARDWISE_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub(crate) metrics_addr: SocketAddr,
+    #[cfg(feature = "server")]
     /// Address of `/healthz` and `/readyz` (plain HTTP, for the kubelet).
     #[arg(long, env = "SHARDWISE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub(crate) health_addr: SocketAddr,
+    #[cfg(feature = "server")]
     /// Serve `/metrics` over HTTPS, and only to requests whose bearer token the API server
     /// accepts (TokenReview) for a user allowed to `get` the path `/metrics`
     /// (SubjectAccessReview). `false`: plain HTTP, open to anyone who reaches the port.
     #[arg(long, env = "SHARDWISE_METRICS_SECURE", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub(crate) metrics_secure: bool,
+    #[cfg(feature = "server")]
     /// Directory with `tls.crt` and `tls.key` for secure metrics (a mounted kubernetes.io/tls
     /// Secret), re-read when they change. Unset: a self-signed certificate made at startup.
     #[arg(long, env = "SHARDWISE_METRICS_CERT_DIR")]
     pub(crate) metrics_cert_dir: Option<PathBuf>,
+    #[cfg(feature = "server")]
     /// Reviews per second the metrics endpoint may ask of the API server, on a client of its
     /// own: scrapes with made-up tokens cannot slow down lease renewals.
     #[arg(long, env = "SHARDWISE_METRICS_REVIEW_QPS", default_value_t = 5, value_parser = positive_u32)]
     pub(crate) metrics_review_qps: u32,
+    #[cfg(feature = "logging")]
     #[arg(long, env = "SHARDWISE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
     /// Log filter (tracing-subscriber syntax).
+    #[cfg(feature = "logging")]
     #[arg(long, env = "SHARDWISE_LOG", default_value = "info")]
     pub(crate) log: String,
     /// Append every reconcile interval (start, end, unit, shard) to this file, as JSON lines.
@@ -247,84 +246,69 @@ impl ReplicaArgs {
         controller_name: &str,
         scope: WatchScope,
     ) -> Result<Settings, ArgsError> {
-        let settings = Settings {
-            replica: Replica::new(&self.namespace, &self.pod_name, self.statefulset.as_deref())?,
-            controller_name: controller_name.to_string(),
-            scope,
-            leases: LeaseTiming {
+        let mut builder = Settings::builder(&self.namespace, &self.pod_name)
+            .controller_name(controller_name)
+            .scope(scope)
+            .leases(LeaseTiming {
                 duration: self.lease_duration,
                 renew_deadline: self.renew_deadline,
                 retry_period: self.retry_period,
-            },
-            planner: PlannerSettings {
-                strategy: self.tuning.config(self.strategy),
-                slicing: self.slicing,
-                plan_interval: self.plan_interval,
-                converge_interval: self.converge_interval,
-                limit: RequestLimit {
-                    qps: self.planner_qps,
-                    burst: self.planner_burst,
+            })
+            .strategy(self.tuning.config(self.strategy))
+            .slicing(self.slicing)
+            .plan_intervals(self.plan_interval, self.converge_interval)
+            .planner_limit(RequestLimit {
+                qps: self.planner_qps,
+                burst: self.planner_burst,
+            })
+            .load_model(self.load_model)
+            .measured_load(
+                self.load_trigger,
+                self.load_smoothing,
+                self.load_memory_weight,
+            )
+            .items_per_replica(self.items_per_replica)
+            .busy_per_replica(self.busy_per_replica)
+            .cache_per_replica(self.cache_per_replica)
+            .replicas(self.min_replicas, self.max_replicas)
+            .autoscale(
+                self.autoscale,
+                shardwise_scale::Windows {
+                    up: self.scale_up_window,
+                    down: self.scale_down_window,
                 },
-                load: LoadSettings {
-                    model: self.load_model,
-                    trigger: self.load_trigger,
-                    smoothing: self.load_smoothing,
-                    memory_weight: self.load_memory_weight,
-                },
-                scale: ScaleSettings {
-                    items_per_replica: self.items_per_replica,
-                    busy_per_replica: self.busy_per_replica,
-                    cache_per_replica: self.cache_per_replica,
-                    min: self.min_replicas,
-                    max: self.max_replicas,
-                    autoscale: self.autoscale,
-                    windows: shardwise_scale::Windows {
-                        up: self.scale_up_window,
-                        down: self.scale_down_window,
-                    },
-                },
-            },
-            owner: OwnerSettings {
-                unit_workers: 4,
-                item_workers: 8,
-                shutdown_timeout: self.shutdown_timeout,
-                item_change_delay: Duration::from_secs(2),
-                load_report_interval: self.load_report_interval,
-            },
-            control_plane: RequestLimit {
+            )
+            .control_plane_limit(RequestLimit {
                 qps: self.kube_qps,
                 burst: self.kube_burst,
-            },
-            http: HttpSettings {
-                metrics_addr: self.metrics_addr,
-                health_addr: self.health_addr,
-                metrics_secure: self.metrics_secure,
-                metrics_cert_dir: self.metrics_cert_dir.clone(),
-                metrics_review_qps: self.metrics_review_qps,
-            },
-            audit_file: self.audit_file.clone(),
+            })
+            .shutdown_timeout(self.shutdown_timeout)
+            .load_report_interval(self.load_report_interval)
+            .audit_file(self.audit_file.clone());
+        if let Some(statefulset) = &self.statefulset {
+            builder = builder.statefulset(statefulset);
+        }
+        Ok(builder.build()?)
+    }
+
+    /// How the metrics and probes are served.
+    #[cfg(feature = "server")]
+    pub fn http_settings(&self) -> Result<HttpSettings, ArgsError> {
+        let http = HttpSettings {
+            metrics_addr: self.metrics_addr,
+            health_addr: self.health_addr,
+            metrics_secure: self.metrics_secure,
+            metrics_cert_dir: self.metrics_cert_dir.clone(),
+            metrics_review_qps: self.metrics_review_qps,
         };
-        settings.validate()?;
-        Ok(settings)
+        http.validate()?;
+        Ok(http)
     }
 
-    /// Logs to stderr as the flags say (a bad filter falls back to `info`).
+    /// Logs as `--log` and `--log-format` say ([`crate::logging::init`]).
+    #[cfg(feature = "logging")]
     pub fn init_logging(&self) {
-        init_logging(&self.log, self.log_format);
-    }
-}
-
-/// Logs to stderr with the filter `log` (tracing-subscriber syntax; a bad one falls back to
-/// `info`) in `format`: what every shardwise process that runs for long does.
-pub fn init_logging(log: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_new(log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
+        crate::logging::init(&self.log, self.log_format);
     }
 }
 
@@ -364,17 +348,24 @@ mod tests {
         parse(extra).settings("test", WatchScope::Namespace("fleet".into()))
     }
 
+    #[cfg(feature = "server")]
+    fn http(extra: &[&str]) -> Result<HttpSettings, ArgsError> {
+        parse(extra).http_settings()
+    }
+
+    #[cfg(feature = "server")]
     #[test]
     fn metrics_are_secure_unless_turned_off() {
         assert!(parse(&[]).metrics_secure);
         assert!(parse(&["--metrics-secure"]).metrics_secure);
         assert!(!parse(&["--metrics-secure=false"]).metrics_secure);
-        assert!(settings(&[]).is_ok());
+        assert!(http(&[]).is_ok_and(|h| h == HttpSettings::default()));
     }
 
+    #[cfg(feature = "server")]
     #[test]
-    fn settings_that_cannot_work_together_are_refused() {
-        let e = settings(&["--metrics-addr=0.0.0.0:9000", "--health-addr=0.0.0.0:9000"])
+    fn http_settings_that_cannot_work_together_are_refused() {
+        let e = http(&["--metrics-addr=0.0.0.0:9000", "--health-addr=0.0.0.0:9000"])
             .unwrap_err()
             .to_string();
         assert!(
@@ -382,20 +373,36 @@ mod tests {
             "{e}"
         );
         assert!(
-            settings(&[
+            http(&[
                 "--metrics-secure=false",
                 "--metrics-addr=0.0.0.0:9000",
                 "--health-addr=0.0.0.0:9000",
             ])
             .is_ok()
         );
-        let unused = settings(&["--metrics-secure=false", "--metrics-cert-dir=/certs"]);
+        let unused = http(&["--metrics-secure=false", "--metrics-cert-dir=/certs"]);
         assert!(
             unused
                 .unwrap_err()
                 .to_string()
                 .contains("--metrics-cert-dir")
         );
+    }
+
+    #[test]
+    fn the_flags_defaults_are_the_builders() {
+        assert_eq!(
+            settings(&[]).unwrap(),
+            Settings::builder("fleet", "shardwise-0")
+                .controller_name("test")
+                .scope(WatchScope::Namespace("fleet".into()))
+                .build()
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn settings_that_cannot_work_together_are_refused() {
         for bad in ["0s", "500ms", "6m"] {
             let e = settings(&[&format!("--load-report-interval={bad}")])
                 .unwrap_err()

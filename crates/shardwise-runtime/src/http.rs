@@ -1,14 +1,19 @@
-//! `/metrics`, `/healthz` and `/readyz`.
+//! `/metrics`, `/healthz` and `/readyz` (the `server` feature).
 //!
 //! The probes are plain HTTP on their own port: the kubelet calls them without credentials, and
 //! they tell nothing but "ok" or "ready". The metrics are served over HTTPS to authorized
 //! scrapers only ([`auth`], [`tls`]) unless `--metrics-secure=false`.
+//!
+//! A program that serves its own metrics leaves this module out and encodes
+//! [`ShardedReplica::telemetry`](crate::ShardedReplica::telemetry)'s registry itself.
 
 pub mod auth;
 pub mod tls;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -17,8 +22,166 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Telemetry;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::clients::{RateLimitLayer, build_client};
+use crate::metrics::{Metrics, Telemetry};
 pub use crate::owner::Readiness;
+use crate::settings::{Replica, SettingsError};
+use auth::{CacheTimes, Gate, KubeReviewer};
+use tls::CertSource;
+
+/// How `/metrics` and the probes are served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// Where `/metrics` listens.
+    pub metrics_addr: SocketAddr,
+    /// Where `/healthz` and `/readyz` listen.
+    pub health_addr: SocketAddr,
+    /// HTTPS and TokenReview/SubjectAccessReview; plain HTTP otherwise.
+    pub metrics_secure: bool,
+    /// `tls.crt` and `tls.key`; self-signed when unset.
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Reviews per second the metrics endpoint may ask of the API server.
+    pub metrics_review_qps: u32,
+}
+
+impl Default for HttpSettings {
+    /// Metrics on 8080 over HTTPS (self-signed) for reviewed scrapers, the probes on 8081, 5
+    /// reviews a second.
+    fn default() -> Self {
+        Self {
+            metrics_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            health_addr: SocketAddr::from(([0, 0, 0, 0], 8081)),
+            metrics_secure: true,
+            metrics_cert_dir: None,
+            metrics_review_qps: 5,
+        }
+    }
+}
+
+impl HttpSettings {
+    /// Refuses settings that only fail later.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if self.metrics_secure && self.metrics_addr == self.health_addr {
+            return Err(SettingsError::SharedMetricsPort(self.metrics_addr));
+        }
+        if !self.metrics_secure && self.metrics_cert_dir.is_some() {
+            return Err(SettingsError::UnusedCertificate);
+        }
+        Ok(())
+    }
+}
+
+/// Why the metrics and health server could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The metrics endpoint's certificate could not be loaded or made.
+    #[error("cannot set up TLS for the metrics endpoint: {0}")]
+    Tls(#[source] tls::TlsError),
+    /// The metrics or health address could not be bound.
+    #[error("metrics and health server: {0}")]
+    Listen(#[source] BindError),
+    /// The reviews' client could not be built.
+    #[error("metrics and health server: cannot build the reviews' client: {0}")]
+    Client(#[source] kube::Error),
+    /// The server failed while serving.
+    #[error("metrics and health server: {0}")]
+    Http(#[source] std::io::Error),
+}
+
+/// A token cancelled on the first SIGTERM or SIGINT.
+pub fn shutdown_on_signal() -> std::io::Result<CancellationToken> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let token = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: shutting down"),
+            _ = int.recv() => info!("SIGINT: shutting down"),
+        }
+        cancel.cancel();
+    });
+    Ok(token)
+}
+
+/// Starts serving a replica's metrics and probes on `listeners` until `stop` is cancelled.
+pub(crate) fn serve_replica(
+    listeners: Listeners,
+    settings: &HttpSettings,
+    replica: &Replica,
+    kube_config: &kube::Config,
+    telemetry: &Telemetry,
+    readiness: &Readiness,
+    stop: &CancellationToken,
+) -> Result<JoinHandle<std::io::Result<()>>, ServeError> {
+    let access = if settings.metrics_secure {
+        secure_metrics(settings, replica, kube_config, &telemetry.metrics)?
+    } else {
+        MetricsAccess::Open
+    };
+    Ok(tokio::spawn(serve(
+        listeners,
+        access,
+        telemetry.clone(),
+        readiness.clone(),
+        stop.clone(),
+    )))
+}
+
+/// HTTPS with a certificate from the directory (or self-signed), for reviewed scrapers only.
+fn secure_metrics(
+    settings: &HttpSettings,
+    replica: &Replica,
+    kube_config: &kube::Config,
+    metrics: &Metrics,
+) -> Result<MetricsAccess<KubeReviewer>, ServeError> {
+    let source = match &settings.metrics_cert_dir {
+        Some(dir) => CertSource::Directory(dir.clone()),
+        // The names a scraper may use: the pod's stable DNS name under the StatefulSet's
+        // governing Service, and loopback for a port-forward.
+        None => CertSource::SelfSigned(vec![
+            format!(
+                "{}.{}.{}.svc",
+                replica.pod_name, replica.statefulset, replica.namespace
+            ),
+            replica.pod_name.clone(),
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+        ]),
+    };
+    let tls = tls::acceptor(&source).map_err(ServeError::Tls)?;
+    // A scrape waits for its reviews: they must fail fast when the API server is away.
+    let mut review_config = kube_config.clone();
+    review_config.connect_timeout = Some(Duration::from_secs(5));
+    review_config.read_timeout = Some(Duration::from_secs(5));
+    let qps = settings.metrics_review_qps;
+    let review_client = build_client(
+        review_config,
+        "control-plane",
+        &RateLimitLayer::new(qps, qps.saturating_mul(2)),
+        metrics,
+    )
+    .map_err(ServeError::Client)?;
+    info!(
+        certificate = if settings.metrics_cert_dir.is_some() {
+            "from a directory"
+        } else {
+            "self-signed"
+        },
+        "metrics over https, for authorized scrapers only"
+    );
+    Ok(MetricsAccess::Secure {
+        tls,
+        gate: Arc::new(Gate::new(
+            KubeReviewer::new(review_client),
+            CacheTimes::default(),
+        )),
+    })
+}
 
 #[derive(Clone, Debug)]
 struct AppState {

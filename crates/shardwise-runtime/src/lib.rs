@@ -32,7 +32,22 @@
 //!
 //! A controller is a [`Sharded`] type and a `main` that hands it to [`run`] with the settings
 //! its flags give; this is the shape of `examples/namespace-labeller`, which labels the
-//! ConfigMaps of each namespace:
+//! ConfigMaps of each namespace. A program that keeps its own client, flags, logging, signals
+//! and HTTP server builds a [`ShardedReplica`] instead, from [`settings::Settings::builder`],
+//! and drives its [`run`](ShardedReplica::run) future.
+//!
+//! # Features
+//!
+//! All on by default; without them (`default-features = false`) the runtime needs no clap,
+//! HTTP server, TLS stack, procfs or tracing-subscriber.
+//!
+//! - `clap`: [`args::ReplicaArgs`], every setting as a flag with an environment variable.
+//! - `logging`: [`logging::init`].
+//! - `rustls-tls`: [`Connection::Config`], clients built from a kube `Config` whose
+//!   connections refuse to write once a term's fence has closed.
+//! - `server`: [`http`] (metrics over HTTPS for reviewed scrapers, the probes, the process's
+//!   CPU and memory) and [`run`].
+//!
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -95,7 +110,8 @@
 //!     let args = Args::parse();
 //!     args.replica.init_logging();
 //!     let settings = args.replica.settings("labeller", WatchScope::Cluster)?;
-//!     shardwise_runtime::run(Labeller, settings).await?;
+//!     let http = args.replica.http_settings()?;
+//!     shardwise_runtime::run(Labeller, settings, http).await?;
 //!     Ok(())
 //! }
 //! ```
@@ -103,8 +119,8 @@
 //! # The public API
 //!
 //! - For a controller: [`Sharded`] and what it names ([`TermOf`], [`ContextOf`], [`Action`],
-//!   [`Nouns`], [`ObjectKey`], [`UnitPlacement`]), [`run`], [`args::ReplicaArgs`] and
-//!   [`settings`], [`objects`] (keys and typed APIs of watched objects), [`decode`] and
+//!   [`Nouns`], [`ObjectKey`], [`UnitPlacement`]), [`ShardedReplica`] and [`Connection`],
+//!   [`run`], [`args::ReplicaArgs`] and [`settings`], [`objects`] (keys and typed APIs of watched objects), [`decode`] and
 //!   [`lenient`] (objects that do not parse), [`clients`] (fenced, rate-limited clients of
 //!   other clusters), [`audit`] (the reconcile log and its overlap check) and [`metrics`] (the
 //!   series and their names).
@@ -122,16 +138,20 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "clap")]
 pub mod args;
 pub mod audit;
 pub mod clients;
 pub mod decode;
 pub mod estimate;
 pub mod failpoints;
+#[cfg(feature = "server")]
 pub mod http;
 pub mod lease;
 pub mod lenient;
 pub mod load;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub(crate) mod membership;
 pub mod metrics;
 mod nouns;
@@ -146,9 +166,13 @@ mod sharded;
 pub mod slice;
 pub(crate) mod term;
 
+pub use clients::Connection;
 pub use nouns::Nouns;
 pub use objects::{Object, key_of};
-pub use replica::{RunError, run, run_until};
+pub use owner::Readiness;
+#[cfg(feature = "server")]
+pub use replica::run;
+pub use replica::{RunError, ShardedReplica};
 pub use sharded::{Action, ContextOf, ObjectKind, Sharded, TermOf, UnitPlacement};
 pub use shardwise_handoff::plan::ObjectKey;
 pub use term::{Term, TermContext};

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::ListParams;
+use kube::core::{Expression, Selector};
 use kube::{Api, Client, ResourceExt};
 use kube_runtime::{WatchStreamExt, watcher};
 use shardwise_handoff::keys::{
@@ -79,7 +80,7 @@ impl LeaseLoads {
 /// The shard leases of one StatefulSet, observed continuously.
 pub(crate) struct ShardLeases {
     api: Api<Lease>,
-    selector: String,
+    selector: Selector,
     observer: Mutex<LeaseObserver>,
     shards: Mutex<BTreeMap<String, u32>>,
     loads: Mutex<LeaseLoads>,
@@ -98,11 +99,11 @@ impl std::fmt::Debug for ShardLeases {
 }
 
 /// The label selector of the shard Leases of `statefulset`'s replicas.
-pub fn shard_lease_selector(statefulset: &str) -> String {
-    format!(
-        "{LEASE_KIND_LABEL}={},{STATEFULSET_LABEL}={statefulset}",
-        LeaseKind::Shard.label()
-    )
+pub fn shard_lease_selector(statefulset: &str) -> Selector {
+    Selector::from_iter([
+        Expression::Equal(LEASE_KIND_LABEL.into(), LeaseKind::Shard.label().into()),
+        Expression::Equal(STATEFULSET_LABEL.into(), statefulset.into()),
+    ])
 }
 
 impl ShardLeases {
@@ -156,7 +157,7 @@ impl ShardLeases {
 
     /// Watches the leases until the task is dropped.
     pub async fn watch(self: Arc<Self>) {
-        let config = watcher::Config::default().labels(&self.selector);
+        let config = watcher::Config::default().labels_from(&self.selector);
         let mut stream = std::pin::pin!(watcher(self.api.clone(), config).default_backoff());
         while let Some(event) = stream.next().await {
             let now = Instant::now();
@@ -243,7 +244,7 @@ impl ShardLeases {
         }
         let leases = self
             .api
-            .list(&ListParams::default().labels(&self.selector))
+            .list(&ListParams::default().labels_from(&self.selector))
             .await?;
         let now = Instant::now();
         for lease in &leases.items {

@@ -1,19 +1,23 @@
-//! Prometheus metrics, labelled by shard so that dashboards can show per-shard load. Names that
-//! count units or items carry the controller's nouns ([`Nouns`]): `shardwise_owned_clusters`
-//! and `shardwise_owned_apps` for shardwise's own controller.
+//! Prometheus metrics, labelled by shard so that dashboards can show per-shard load. Names are
+//! the same for every controller on the runtime, so that one dashboard and one set of alerts
+//! serve them all: series that count units or items say which in a `kind` label, with the
+//! controller's nouns ([`Nouns`]): `shardwise_owned_units{kind="cluster"}` and
+//! `shardwise_owned_items{kind="app"}` for shardwise's own controller.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::nouns::Nouns;
+
+#[cfg(feature = "server")]
+mod process;
 pub use crate::planner::figures::ShardFigures;
 
 /// No labels: a family of one series that can be removed (planner-only metrics must vanish
@@ -151,7 +155,8 @@ impl Metrics {
         let r = registry.sub_registry_with_prefix("shardwise");
         metrics.register_replica(r);
         metrics.register_planner(r);
-        registry.register_collector(Box::new(ProcessCollector));
+        #[cfg(feature = "server")]
+        registry.register_collector(Box::new(process::ProcessCollector));
         metrics.start_at_zero();
         metrics
     }
@@ -162,7 +167,8 @@ impl Metrics {
     pub fn planner_only(label: &str, nouns: Nouns, registry: &mut Registry) -> Self {
         let metrics = Self::unregistered(label.to_string(), nouns);
         metrics.register_planner(registry.sub_registry_with_prefix("shardwise"));
-        registry.register_collector(Box::new(ProcessCollector));
+        #[cfg(feature = "server")]
+        registry.register_collector(Box::new(process::ProcessCollector));
         metrics
     }
 
@@ -209,13 +215,13 @@ impl Metrics {
     /// nouns).
     fn register_replica(&self, r: &mut Registry) {
         let Nouns { units, items, .. } = self.nouns;
-        r.register(
-            format!("owned_{units}"),
+        self.unit_kind(r).register(
+            "owned_units",
             format!("{} this shard owns", capitalized(units)),
             self.owned_units.clone(),
         );
-        r.register(
-            format!("owned_{items}"),
+        self.item_kind(r).register(
+            "owned_items",
             format!("{} this shard owns", capitalized(items)),
             self.owned_items.clone(),
         );
@@ -360,13 +366,13 @@ impl Metrics {
             "Changes of the StatefulSet's replicas made by the planner (--autoscale), by direction",
             self.replica_changes.clone(),
         );
-        r.register(
-            format!("assigned_{items}"),
+        self.item_kind(r).register(
+            "assigned_items",
             format!("{} per shard in the latest plan", capitalized(items)),
             self.assigned_items.clone(),
         );
-        r.register(
-            format!("assigned_{units}"),
+        self.unit_kind(r).register(
+            "assigned_units",
             format!("{} per shard in the latest plan", capitalized(units)),
             self.assigned_units.clone(),
         );
@@ -375,8 +381,8 @@ impl Metrics {
             format!("Slices per shard in the latest plan (a {unit} that is not cut is one slice)"),
             self.assigned_slices.clone(),
         );
-        r.register(
-            format!("shared_{units}"),
+        self.unit_kind(r).register(
+            "shared_units",
             format!(
                 "Cut {units} with a slice on this shard and on another in the latest plan: each costs this shard a cache that another shard has too"
             ),
@@ -389,11 +395,22 @@ impl Metrics {
             ),
             self.cache_copies.clone(),
         );
-        r.register(
-            format!("cut_{units}"),
+        self.unit_kind(r).register(
+            "cut_units",
             format!("{} cut into slices in the latest plan", capitalized(units)),
             self.cut_units.clone(),
         );
+    }
+
+    /// Where series that count units are registered: the same name for every controller, the
+    /// controller's unit in a `kind` label.
+    fn unit_kind<'r>(&self, r: &'r mut Registry) -> &'r mut Registry {
+        r.sub_registry_with_label(("kind".into(), self.nouns.unit.into()))
+    }
+
+    /// Where series that count items are registered, the item in a `kind` label.
+    fn item_kind<'r>(&self, r: &'r mut Registry) -> &'r mut Registry {
+        r.sub_registry_with_label(("kind".into(), self.nouns.item.into()))
     }
 
     /// Counters appear at zero from the start: `rate()` and `increase()` cannot see a series
@@ -589,46 +606,6 @@ fn capitalized(noun: &str) -> String {
     })
 }
 
-/// CPU time and resident memory of this process, read from `/proc` at scrape time.
-#[derive(Debug)]
-struct ProcessCollector;
-
-/// (CPU seconds, resident bytes) of this process, on Linux, in the kernel's own tick rate and
-/// page size.
-fn process_usage() -> Option<(f64, u64)> {
-    use procfs::WithCurrentSystemInfo;
-    let stat = procfs::process::Process::myself().ok()?.stat().ok()?;
-    let ticks = procfs::ticks_per_second() as f64;
-    Some((
-        (stat.utime + stat.stime) as f64 / ticks,
-        stat.rss_bytes().get(),
-    ))
-}
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some((cpu, resident)) = process_usage() else {
-            return Ok(());
-        };
-        let counter = ConstCounter::new(cpu);
-        let metric = encoder.encode_descriptor(
-            "process_cpu_seconds",
-            "User and system CPU time of the process",
-            None,
-            counter.metric_type(),
-        )?;
-        counter.encode(metric)?;
-        let gauge = ConstGauge::new(resident as i64);
-        let metric = encoder.encode_descriptor(
-            "process_resident_memory_bytes",
-            "Resident memory of the process",
-            None,
-            gauge.metric_type(),
-        )?;
-        gauge.encode(metric)
-    }
-}
-
 /// The registry and the metrics, shared by the HTTP server and the workers.
 #[derive(Clone, Debug)]
 pub struct Telemetry {
@@ -650,7 +627,9 @@ impl Telemetry {
         }
     }
 
-    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
+    /// The registry in the OpenMetrics text format, as `/metrics` serves it (for a program
+    /// that serves its own).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use kube::core::{Expression, Selector};
 use kube::{Api, Client, Resource};
 use kube_runtime::reflector;
 use kube_runtime::{WatchStreamExt, watcher};
@@ -63,7 +64,8 @@ impl Readiness {
         self.0.store(ready, Ordering::SeqCst);
     }
 
-    pub(crate) fn get(&self) -> bool {
+    /// Whether `/readyz` answers ready.
+    pub fn get(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 }
@@ -203,9 +205,9 @@ impl<C: Sharded> Owner<C> {
             Some(selector) => selecting(&term.client, selector),
             None => term.client.clone(),
         };
-        let config = unpaged(
-            watcher::Config::default().labels(&format!("{UNIT_LABEL} in ({})", tokens.join(","))),
-        );
+        let config = unpaged(watcher::Config::default().labels_from(
+            &Expression::In(UNIT_LABEL.into(), tokens.iter().cloned().collect()).into(),
+        ));
         let (store, writer) = reflector::store();
         let held = batch.held.clone();
         let keeps = held.clone();
@@ -648,8 +650,8 @@ fn start_watches<C: Sharded>(
     scope: &WatchScope,
     writers: Writers<C>,
 ) {
-    let selector = format!("{SHARD_LABEL}={}", owner.term.shard());
-    let config = unpaged(watcher::Config::default().labels(&selector));
+    let shard = Expression::Equal(SHARD_LABEL.into(), owner.term.shard().to_string());
+    let config = unpaged(watcher::Config::default().labels_from(&shard.clone().into()));
     let unit_watch = |config: watcher::Config, writer| {
         let events = decode_each(
             watcher(api_over::<C::Unit>(client, scope), config),
@@ -662,7 +664,9 @@ fn start_watches<C: Sharded>(
     };
     let unit_events = unit_watch(config.clone(), writers.units);
     let cut_events = unit_watch(
-        unpaged(watcher::Config::default().labels(SLICES_LABEL)),
+        unpaged(
+            watcher::Config::default().labels_from(&Expression::Exists(SLICES_LABEL.into()).into()),
+        ),
         writers.cut_units,
     );
     let orphan_events = decode_each(
@@ -676,10 +680,10 @@ fn start_watches<C: Sharded>(
     let home = &owner.term.slices;
     let slice_events = watcher(
         Api::<UnitSlice>::namespaced(client.clone(), &home.namespace),
-        watcher::Config::default().labels(&format!(
-            "{selector},{STATEFULSET_LABEL}={}",
-            home.statefulset
-        )),
+        watcher::Config::default().labels_from(&Selector::from_iter([
+            shard,
+            Expression::Equal(STATEFULSET_LABEL.into(), home.statefulset.clone()),
+        ])),
     )
     .default_backoff();
     let term = &owner.term;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::core::Expression;
 use kube::{Api, Client};
 use kube_runtime::events::Recorder;
 use kube_runtime::{WatchStreamExt, watcher};
@@ -248,7 +249,9 @@ async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
 /// Items without a unit token, in full: their unit comes from their spec until the planner has
 /// written their token (new items, and those an owner found with a stale one).
 async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
-    let config = unpaged(watcher::Config::default().labels(&format!("!{UNIT_LABEL}")));
+    let config = unpaged(
+        watcher::Config::default().labels_from(&Expression::DoesNotExist(UNIT_LABEL.into()).into()),
+    );
     let writes = planner.clone();
     follow::<C, C::Item>(
         planner,
@@ -284,8 +287,9 @@ async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
 async fn follow_slices<C: Sharded>(planner: Arc<Planner<C>>) {
     let replica = &planner.parts.replica;
     let api: Api<UnitSlice> = Api::namespaced(planner.parts.client.clone(), &replica.namespace);
-    let config =
-        watcher::Config::default().labels(&format!("{STATEFULSET_LABEL}={}", replica.statefulset));
+    let config = watcher::Config::default().labels_from(
+        &Expression::Equal(STATEFULSET_LABEL.into(), replica.statefulset.clone()).into(),
+    );
     let events = watcher(api, config).default_backoff();
     let mut events = std::pin::pin!(events);
     let mut missing_reported = false;

@@ -1,10 +1,10 @@
-//! The life of one replica: serve metrics and probes, hold the shard and planner leases, run
-//! the planner while elected and owner terms while the shard lease is held, and on SIGTERM hand
-//! everything over before returning.
+//! The life of one replica: hold the shard and planner leases, run the planner while elected
+//! and owner terms while the shard lease is held, and once told to stop hand everything over
+//! before returning. [`run`] (the `server` feature) adds what a program around it needs:
+//! a client from the environment, metrics and probes, and SIGTERM.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube_runtime::events::{Recorder, Reporter};
 use shardwise_handoff::drain::OwnerId;
@@ -15,12 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::audit::Audit;
-use crate::clients::{
-    RateLimitLayer, TermRole, build_client, build_fenced_client, term_user_agent,
-};
-use crate::http::auth::{CacheTimes, Gate, KubeReviewer};
-use crate::http::tls::CertSource;
-use crate::http::{self, MetricsAccess};
+use crate::clients::{Connection, RateLimitLayer, TermRole, term_user_agent};
 use crate::lease::{
     self, Annotations, Fence, Holding, LeaseKind, LeaseSpecification, until_held, until_lost,
 };
@@ -29,7 +24,7 @@ use crate::membership::ShardLeases;
 use crate::metrics::{Metrics, Telemetry};
 use crate::owner::{self, Exit, Readiness};
 use crate::planner;
-use crate::settings::{HttpSettings, Replica, Settings};
+use crate::settings::Settings;
 use crate::sharded::Sharded;
 use crate::term::SliceHome;
 
@@ -37,6 +32,7 @@ use crate::term::SliceHome;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// No Kubernetes configuration was found (in-cluster or kubeconfig).
+    #[cfg(feature = "server")]
     #[error("cannot configure the Kubernetes client: {0}")]
     Kubeconfig(#[source] kube::config::InferConfigError),
     /// A Kubernetes client could not be built from the configuration.
@@ -52,218 +48,181 @@ pub enum RunError {
         source: std::io::Error,
     },
     /// SIGTERM and SIGINT could not be listened for.
+    #[cfg(feature = "server")]
     #[error("cannot watch signals: {0}")]
     Signals(#[source] std::io::Error),
-    /// The metrics endpoint's certificate could not be loaded or made.
-    #[error("cannot set up TLS for the metrics endpoint: {0}")]
-    Tls(#[source] http::tls::TlsError),
-    /// The metrics or health address could not be bound.
-    #[error("metrics and health server: {0}")]
-    Listen(#[source] http::BindError),
-    /// The metrics and health server failed while serving.
-    #[error("metrics and health server: {0}")]
-    Http(#[source] std::io::Error),
+    /// The metrics and health server could not start or failed while serving.
+    #[cfg(feature = "server")]
+    #[error(transparent)]
+    Serve(#[from] crate::http::ServeError),
 }
 
-/// Runs one replica of `controller` until SIGTERM or SIGINT, then hands its work over and
-/// returns.
-pub async fn run<C: Sharded>(controller: C, settings: Settings) -> Result<(), RunError> {
-    let shutdown = CancellationToken::new();
-    on_signal(shutdown.clone())?;
-    run_until(controller, settings, shutdown).await
-}
-
-/// [`run`], until `shutdown` is cancelled (for tests and embedding).
-pub async fn run_until<C: Sharded>(
+/// One replica of a sharded controller, ready to run: the controller, its settings and its
+/// way to the control plane. Its metrics ([`telemetry`](Self::telemetry)) and readiness
+/// ([`readiness`](Self::readiness)) are the program's to serve, which [`run`] does.
+///
+/// ```no_run
+/// # use shardwise_runtime::{ShardedReplica, Sharded};
+/// # use shardwise_runtime::settings::Settings;
+/// # async fn example<C: Sharded>(controller: C) -> Result<(), Box<dyn std::error::Error>> {
+/// let client = kube::Client::try_default().await?;
+/// let settings = Settings::builder("ops", "labeller-0").build()?;
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// ShardedReplica::new(controller, settings, client).run(shutdown).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ShardedReplica<C> {
     controller: C,
     settings: Settings,
-    shutdown: CancellationToken,
+    connection: Connection,
+    telemetry: Telemetry,
+    readiness: Readiness,
+}
+
+impl<C: Sharded> ShardedReplica<C> {
+    /// A replica of `controller`, reaching the control plane through `connection` (a
+    /// `kube::Client`, or with the `rustls-tls` feature a `kube::Config`).
+    pub fn new(controller: C, settings: Settings, connection: impl Into<Connection>) -> Self {
+        let shard = settings.replica.shard;
+        let telemetry = Telemetry::new(shard, C::NOUNS, |registry| {
+            controller.register_metrics(registry, shard);
+        });
+        Self {
+            controller,
+            settings,
+            connection: connection.into(),
+            telemetry,
+            readiness: Readiness::default(),
+        }
+    }
+
+    /// The runtime's metrics and the controller's, to serve at `/metrics`.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Whether the replica is ready (it holds its shard and its caches are synced), for
+    /// `/readyz`.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
+    }
+
+    /// Runs until `shutdown` is cancelled, then hands the replica's work over (drains its
+    /// reconciles, releases its leases) and returns.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
+        let Self {
+            controller,
+            settings,
+            connection,
+            telemetry,
+            readiness,
+        } = self;
+        let replica = settings.replica.clone();
+        info!(shard = replica.shard, statefulset = %replica.statefulset, strategy = %settings.planner.strategy.kind, "starting");
+        let metrics = telemetry.metrics.clone();
+        let control_limit =
+            RateLimitLayer::new(settings.control_plane.qps, settings.control_plane.burst);
+        let client = connection
+            .client("control-plane", &control_limit, &metrics)
+            .map_err(RunError::Client)?;
+        let audit = Audit::open(replica.shard, C::NOUNS.unit, settings.audit_file.as_deref())
+            .map_err(|source| RunError::Audit {
+                path: settings.audit_file.clone(),
+                source,
+            })?;
+
+        // Unique per process: a restarted pod must wait for its previous incarnation's lease.
+        let identity = format!("{}_{:016x}", replica.pod_name, rand::random::<u64>());
+        let lease_stop = CancellationToken::new();
+        // The shard lease always carries a load report, empty until a term measures something:
+        // a report left on the lease by a previous process must not pass for this one's.
+        let (load, carried) = watch::channel(LoadReport::default().annotations());
+        let (shard_lease, shard_holding) = hold_lease(
+            &client,
+            &settings,
+            LeaseKind::Shard,
+            &identity,
+            Some(carried),
+            &lease_stop,
+        );
+        let (planner_lease, planner_holding) = hold_lease(
+            &client,
+            &settings,
+            LeaseKind::Planner,
+            &identity,
+            None,
+            &lease_stop,
+        );
+        let shard_leases =
+            ShardLeases::new(client.clone(), &replica.namespace, &replica.statefulset);
+        let lease_watch = tokio::spawn(shard_leases.clone().watch());
+        let planner = tokio::spawn(plan_while_elected::<C>(
+            connection.clone(),
+            settings.clone(),
+            metrics.clone(),
+            shard_leases,
+            planner_holding,
+            shutdown.clone(),
+        ));
+        let owners = Owners {
+            controller: Arc::new(controller),
+            connection,
+            settings,
+            control_limit,
+            metrics,
+            audit,
+            readiness,
+            load,
+        };
+        let owned = own_while_held(&owners, shard_holding, &shutdown).await;
+
+        // Work has stopped: give the leases up so that the planner moves our units at once.
+        let _ = planner.await;
+        lease_watch.abort();
+        lease_stop.cancel();
+        let _ = tokio::join!(shard_lease, planner_lease);
+        owned?;
+        info!("stopped");
+        Ok(())
+    }
+}
+
+/// Runs one replica of `controller` as a program does: a client from the environment
+/// (in-cluster, or the kubeconfig), metrics and probes served as `http` says, until SIGTERM or
+/// SIGINT; then hands its work over and returns.
+#[cfg(feature = "server")]
+pub async fn run<C: Sharded>(
+    controller: C,
+    settings: Settings,
+    http: crate::http::HttpSettings,
 ) -> Result<(), RunError> {
-    let replica = settings.replica.clone();
-    let listeners = http::Listeners::bind(settings.http.metrics_addr, settings.http.health_addr)
+    let shutdown = crate::http::shutdown_on_signal().map_err(RunError::Signals)?;
+    // Bound before any work: a taken port stops the process at once.
+    let listeners = crate::http::Listeners::bind(http.metrics_addr, http.health_addr)
         .await
-        .map_err(RunError::Listen)?;
-    info!(shard = replica.shard, statefulset = %replica.statefulset, strategy = %settings.planner.strategy.kind, "starting");
-    let telemetry = Telemetry::new(replica.shard, C::NOUNS, |registry| {
-        controller.register_metrics(registry, replica.shard);
-    });
-    let metrics = telemetry.metrics.clone();
-    let kube_config = kube::Config::infer().await.map_err(RunError::Kubeconfig)?;
-    let control_limit =
-        RateLimitLayer::new(settings.control_plane.qps, settings.control_plane.burst);
-    let client = build_client(
-        kube_config.clone(),
-        "control-plane",
-        &control_limit,
-        &metrics,
-    )
-    .map_err(RunError::Client)?;
-    let audit = Audit::open(replica.shard, C::NOUNS.unit, settings.audit_file.as_deref()).map_err(
-        |source| RunError::Audit {
-            path: settings.audit_file.clone(),
-            source,
-        },
-    )?;
-    let readiness = Readiness::default();
+        .map_err(crate::http::ServeError::Listen)?;
+    let config = kube::Config::infer().await.map_err(RunError::Kubeconfig)?;
+    let replica = ShardedReplica::new(controller, settings, config.clone());
     let http_stop = CancellationToken::new();
-    let http = serve_http(
+    let server = crate::http::serve_replica(
         listeners,
-        &settings.http,
-        &replica,
-        &kube_config,
-        &telemetry,
-        &readiness,
+        &http,
+        &replica.settings.replica,
+        &config,
+        replica.telemetry(),
+        &replica.readiness(),
         &http_stop,
     )?;
-
-    // Unique per process: a restarted pod must wait for its previous incarnation's lease.
-    let identity = format!("{}_{:016x}", replica.pod_name, rand::random::<u64>());
-    let lease_stop = CancellationToken::new();
-    // The shard lease always carries a load report, empty until a term measures something:
-    // a report left on the lease by a previous process must not pass for this one's.
-    let (load, carried) = watch::channel(LoadReport::default().annotations());
-    let (shard_lease, shard_holding) = hold_lease(
-        &client,
-        &settings,
-        LeaseKind::Shard,
-        &identity,
-        Some(carried),
-        &lease_stop,
-    );
-    let (planner_lease, planner_holding) = hold_lease(
-        &client,
-        &settings,
-        LeaseKind::Planner,
-        &identity,
-        None,
-        &lease_stop,
-    );
-    let shard_leases = ShardLeases::new(client.clone(), &replica.namespace, &replica.statefulset);
-    let lease_watch = tokio::spawn(shard_leases.clone().watch());
-    let planner = tokio::spawn(plan_while_elected::<C>(
-        kube_config.clone(),
-        settings.clone(),
-        metrics.clone(),
-        shard_leases,
-        planner_holding,
-        shutdown.clone(),
-    ));
-    let owners = Owners {
-        controller: Arc::new(controller),
-        kube_config,
-        settings,
-        control_limit,
-        metrics,
-        audit,
-        readiness,
-        load,
-    };
-    let owned = own_while_held(&owners, shard_holding, &shutdown).await;
-
-    // Work has stopped: give the leases up so that the planner moves our units at once.
-    let _ = planner.await;
-    lease_watch.abort();
-    lease_stop.cancel();
-    let _ = tokio::join!(shard_lease, planner_lease);
+    let ran = replica.run(shutdown).await;
     http_stop.cancel();
-    let served = match http.await {
-        Ok(Err(e)) => Err(RunError::Http(e)),
+    let served = match server.await {
+        Ok(Err(e)) => Err(RunError::Serve(crate::http::ServeError::Http(e))),
         _ => Ok(()),
     };
-    owned?;
-    served?;
-    info!("stopped");
-    Ok(())
-}
-
-/// SIGTERM or SIGINT cancels `token`.
-fn on_signal(token: CancellationToken) -> Result<(), RunError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: shutting down"),
-            _ = int.recv() => info!("SIGINT: shutting down"),
-        }
-        token.cancel();
-    });
-    Ok(())
-}
-
-/// Starts the metrics and health server.
-fn serve_http(
-    listeners: http::Listeners,
-    settings: &HttpSettings,
-    replica: &Replica,
-    kube_config: &kube::Config,
-    telemetry: &Telemetry,
-    readiness: &Readiness,
-    stop: &CancellationToken,
-) -> Result<JoinHandle<std::io::Result<()>>, RunError> {
-    let access = if settings.metrics_secure {
-        secure_metrics(settings, replica, kube_config, &telemetry.metrics)?
-    } else {
-        MetricsAccess::Open
-    };
-    Ok(tokio::spawn(http::serve(
-        listeners,
-        access,
-        telemetry.clone(),
-        readiness.clone(),
-        stop.clone(),
-    )))
-}
-
-/// HTTPS with a certificate from the directory (or self-signed), for reviewed scrapers only.
-fn secure_metrics(
-    settings: &HttpSettings,
-    replica: &Replica,
-    kube_config: &kube::Config,
-    metrics: &Metrics,
-) -> Result<MetricsAccess<KubeReviewer>, RunError> {
-    let source = match &settings.metrics_cert_dir {
-        Some(dir) => CertSource::Directory(dir.clone()),
-        // The names a scraper may use: the pod's stable DNS name under the StatefulSet's
-        // governing Service, and loopback for a port-forward.
-        None => CertSource::SelfSigned(vec![
-            format!(
-                "{}.{}.{}.svc",
-                replica.pod_name, replica.statefulset, replica.namespace
-            ),
-            replica.pod_name.clone(),
-            "localhost".to_string(),
-            "127.0.0.1".to_string(),
-        ]),
-    };
-    let tls = http::tls::acceptor(&source).map_err(RunError::Tls)?;
-    // A scrape waits for its reviews: they must fail fast when the API server is away.
-    let mut review_config = kube_config.clone();
-    review_config.connect_timeout = Some(Duration::from_secs(5));
-    review_config.read_timeout = Some(Duration::from_secs(5));
-    let qps = settings.metrics_review_qps;
-    let review_client = build_client(
-        review_config,
-        "control-plane",
-        &RateLimitLayer::new(qps, qps.saturating_mul(2)),
-        metrics,
-    )
-    .map_err(RunError::Client)?;
-    info!(
-        certificate = if settings.metrics_cert_dir.is_some() {
-            "from a directory"
-        } else {
-            "self-signed"
-        },
-        "metrics over https, for authorized scrapers only"
-    );
-    Ok(MetricsAccess::Secure {
-        tls,
-        gate: Arc::new(Gate::new(
-            KubeReviewer::new(review_client),
-            CacheTimes::default(),
-        )),
-    })
+    ran?;
+    served
 }
 
 /// Holds the replica's shard lease or the shared planner lease until `stop` is cancelled; its
@@ -320,7 +279,7 @@ fn hold_lease(
 
 /// Runs a planner term each time the planner lease is held, until shutdown.
 async fn plan_while_elected<C: Sharded>(
-    kube_config: kube::Config,
+    connection: Connection,
     settings: Settings,
     metrics: Metrics,
     leases: Arc<ShardLeases>,
@@ -339,13 +298,8 @@ async fn plan_while_elected<C: Sharded>(
         // Each planner term writes through its own fence: a planner frozen past its lease
         // cannot relabel anything once it runs again.
         let fence = Fence::new(holding.clone(), incarnation);
-        let client = match build_fenced_client(
-            term_config(&kube_config, &settings, TermRole::Planner, incarnation),
-            fence,
-            "control-plane",
-            &limit,
-            &metrics,
-        ) {
+        let user_agent = term_user_agent(&settings.controller_name, TermRole::Planner, incarnation);
+        let client = match connection.term_client(user_agent, fence, &limit, &metrics) {
             Ok(client) => client,
             Err(e) => {
                 // The owners' clients are built alike and fail alike: stop the replica
@@ -380,26 +334,10 @@ async fn plan_while_elected<C: Sharded>(
     }
 }
 
-/// The control plane's client configuration for a term: every request names the term in its
-/// User-Agent.
-fn term_config(
-    kube_config: &kube::Config,
-    settings: &Settings,
-    role: TermRole,
-    incarnation: shardwise_handoff::drain::Incarnation,
-) -> kube::Config {
-    let mut config = kube_config.clone();
-    config.headers.push((
-        ::http::header::USER_AGENT,
-        term_user_agent(&settings.controller_name, role, incarnation),
-    ));
-    config
-}
-
 /// What every owner term of a replica is built from.
 struct Owners<C> {
     controller: Arc<C>,
-    kube_config: kube::Config,
+    connection: Connection,
     settings: Settings,
     /// Shared by the leases and every term: one budget for the control plane.
     control_limit: RateLimitLayer,
@@ -431,15 +369,14 @@ async fn own_while_held<C: Sharded>(
         };
         metrics.lease_held.get_or_create(&labels).set(1);
         let fence = Fence::new(holding.clone(), incarnation);
-        let client = match build_fenced_client(
-            term_config(
-                &owners.kube_config,
-                settings,
-                TermRole::Owner(settings.replica.shard),
-                incarnation,
-            ),
+        let user_agent = term_user_agent(
+            &settings.controller_name,
+            TermRole::Owner(settings.replica.shard),
+            incarnation,
+        );
+        let client = match owners.connection.term_client(
+            user_agent,
             fence.clone(),
-            "control-plane",
             &owners.control_limit,
             metrics,
         ) {

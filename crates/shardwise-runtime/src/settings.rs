@@ -1,6 +1,20 @@
-//! What a replica is configured with, as plain values: the binary parses flags into these (the
-//! `args` module does it for the common flags), and each part of the runtime receives only its
-//! own.
+//! What a replica is configured with, as plain values: a program builds them with
+//! [`Settings::builder`] (or from flags, with the `clap` feature's `args` module), and each part
+//! of the runtime receives only its own.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use shardwise_runtime::settings::{Settings, WatchScope};
+//!
+//! let settings = Settings::builder("ops", "labeller-2")
+//!     .scope(WatchScope::Namespace("ops".into()))
+//!     .workers(2, 8)
+//!     .shutdown_timeout(Duration::from_secs(30))
+//!     .build()?;
+//! assert_eq!((settings.replica.statefulset.as_str(), settings.replica.shard), ("labeller", 2));
+//! # Ok::<(), shardwise_runtime::settings::SettingsError>(())
+//! ```
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +70,16 @@ impl Replica {
         })
     }
 
+    /// The namespace of the StatefulSet and of the protocol's leases.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The pod's name.
+    pub fn pod_name(&self) -> &str {
+        &self.pod_name
+    }
+
     /// The Lease of this replica's shard.
     pub(crate) fn shard_lease(&self) -> String {
         format!("{}-shard-{}", self.statefulset, self.shard)
@@ -77,8 +101,9 @@ pub struct RequestLimit {
 }
 
 /// What the planner balances.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LoadModel {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum LoadModel {
     /// Items times the unit's weight.
     Apps,
     /// The busy time owners measure, smoothed; units not measured yet count as an average
@@ -194,6 +219,28 @@ pub(crate) struct PlannerSettings {
 }
 
 impl PlannerSettings {
+    /// Sticky-balanced with its defaults, cutting where it pays (`auto`), a pass every 30 s (5 s
+    /// while above the target balance), 200 writes a second (400 at once), measured load and
+    /// the metric of the replicas it needs.
+    const DEFAULT: PlannerSettings = PlannerSettings {
+        strategy: StrategyConfig {
+            kind: shard_assign::StrategyKind::StickyBalanced,
+            virtual_nodes: StrategyConfig::DEFAULT_VIRTUAL_NODES,
+            load_factor: StrategyConfig::DEFAULT_LOAD_FACTOR,
+            max_extra_moves: StrategyConfig::DEFAULT_MAX_EXTRA_MOVES,
+            target_balance: StrategyConfig::DEFAULT_TARGET_BALANCE,
+        },
+        slicing: SliceSwitch::Auto,
+        plan_interval: Duration::from_secs(30),
+        converge_interval: Duration::from_secs(5),
+        limit: RequestLimit {
+            qps: 200,
+            burst: 400,
+        },
+        load: LoadSettings::DEFAULT,
+        scale: ScaleSettings::DEFAULT,
+    };
+
     /// How long between periodic passes: shorter while the fleet is above its target balance.
     pub fn periodic_interval(&self, above_target: bool) -> Duration {
         if above_target {
@@ -222,24 +269,21 @@ pub struct OwnerSettings {
 }
 
 impl OwnerSettings {
+    /// 4 unit and 8 item workers, 20 s to finish in-flight reconciles on shutdown, a unit
+    /// reconciled 2 s after its items change, the load report refreshed every 10 s.
+    const DEFAULT: OwnerSettings = OwnerSettings {
+        unit_workers: 4,
+        item_workers: 8,
+        shutdown_timeout: Duration::from_secs(20),
+        item_change_delay: Duration::from_secs(2),
+        load_report_interval: Duration::from_secs(10),
+    };
+
     /// The range `--load-report-interval` must be in: at least a second (the report counts
     /// every item of the shard), and at most 5 minutes (beyond it the report lags the
     /// measurement by more than the measurement's own smoothing).
     pub(crate) const LOAD_REPORT_INTERVALS: std::ops::RangeInclusive<Duration> =
         Duration::from_secs(1)..=Duration::from_secs(300);
-}
-
-/// How `/metrics` and the probes are served.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HttpSettings {
-    pub metrics_addr: SocketAddr,
-    pub health_addr: SocketAddr,
-    /// HTTPS and TokenReview/SubjectAccessReview; plain HTTP otherwise.
-    pub metrics_secure: bool,
-    /// `tls.crt` and `tls.key`; self-signed when unset.
-    pub metrics_cert_dir: Option<PathBuf>,
-    /// Reviews per second the metrics endpoint may ask of the API server.
-    pub metrics_review_qps: u32,
 }
 
 /// Everything a replica runs with.
@@ -257,14 +301,17 @@ pub struct Settings {
     pub owner: OwnerSettings,
     /// Requests of leases and owners to the control plane.
     pub(crate) control_plane: RequestLimit,
-    pub(crate) http: HttpSettings,
     /// Where the reconcile audit goes; none when unset.
     pub(crate) audit_file: Option<PathBuf>,
 }
 
-/// Settings that cannot work, said in terms of the flags that set them.
+/// Settings that cannot work, each named by its builder method's flag (`--flag-name` sets
+/// `flag_name`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingsError {
+    /// The pod name does not give a shard (or does not match the StatefulSet's name).
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
     /// Secure metrics and the probes on one address.
     #[error(
         "--metrics-addr and --health-addr are both {0}: secure metrics need a port of their own, since the kubelet probes over plain HTTP"
@@ -322,17 +369,30 @@ pub enum SettingsError {
 }
 
 impl Settings {
+    /// Settings for pod `pod_name` (`<statefulset>-<ordinal>`) in `namespace`, with the
+    /// defaults of the flags; [`SettingsBuilder::build`] checks them.
+    pub fn builder(namespace: impl Into<String>, pod_name: impl Into<String>) -> SettingsBuilder {
+        SettingsBuilder {
+            namespace: namespace.into(),
+            pod_name: pod_name.into(),
+            statefulset: None,
+            controller_name: None,
+            scope: WatchScope::Cluster,
+            leases: LeaseTiming::DEFAULT,
+            planner: PlannerSettings::DEFAULT,
+            owner: OwnerSettings::DEFAULT,
+            control_plane: RequestLimit {
+                qps: 50,
+                burst: 100,
+            },
+            audit_file: None,
+        }
+    }
+
     /// Refuses settings that only fail later.
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {
         self.leases.validate()?;
         self.planner.strategy.validate()?;
-        let http = &self.http;
-        if http.metrics_secure && http.metrics_addr == http.health_addr {
-            return Err(SettingsError::SharedMetricsPort(http.metrics_addr));
-        }
-        if !http.metrics_secure && http.metrics_cert_dir.is_some() {
-            return Err(SettingsError::UnusedCertificate);
-        }
         let interval = self.owner.load_report_interval;
         if !OwnerSettings::LOAD_REPORT_INTERVALS.contains(&interval) {
             return Err(SettingsError::LoadReportInterval(interval));
@@ -352,6 +412,183 @@ impl Settings {
             return Err(SettingsError::MemoryWeight(load.memory_weight.to_string()));
         }
         self.planner.scale.validate()
+    }
+}
+
+/// Builds [`Settings`]: every value starts at its flag's default.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct SettingsBuilder {
+    namespace: String,
+    pod_name: String,
+    statefulset: Option<String>,
+    controller_name: Option<String>,
+    scope: WatchScope,
+    leases: LeaseTiming,
+    planner: PlannerSettings,
+    owner: OwnerSettings,
+    control_plane: RequestLimit,
+    audit_file: Option<PathBuf>,
+}
+
+impl SettingsBuilder {
+    /// The StatefulSet's name, when the pod name alone cannot give it (default: the pod name
+    /// without its ordinal).
+    pub fn statefulset(mut self, name: impl Into<String>) -> Self {
+        self.statefulset = Some(name.into());
+        self
+    }
+
+    /// The controller's name in Events and User-Agents (default: the StatefulSet's).
+    pub fn controller_name(mut self, name: impl Into<String>) -> Self {
+        self.controller_name = Some(name.into());
+        self
+    }
+
+    /// Where units and items are watched (default: across the cluster).
+    pub fn scope(mut self, scope: WatchScope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// How shard and planner leases are held (default: 15 s, renewed within 10 s, tried every
+    /// 2 s).
+    pub fn leases(mut self, timing: LeaseTiming) -> Self {
+        self.leases = timing;
+        self
+    }
+
+    /// The placement strategy and its tuning (default: sticky-balanced).
+    pub fn strategy(mut self, strategy: StrategyConfig) -> Self {
+        self.planner.strategy = strategy;
+        self
+    }
+
+    /// Whether units too big for one shard are cut into slices (default: `auto`).
+    pub fn slicing(mut self, slicing: SliceSwitch) -> Self {
+        self.planner.slicing = slicing;
+        self
+    }
+
+    /// How often the planner plans at least (`plan`, default 30 s), and while the fleet is
+    /// above its target balance (`converge`, default 5 s).
+    pub fn plan_intervals(mut self, plan: Duration, converge: Duration) -> Self {
+        self.planner.plan_interval = plan;
+        self.planner.converge_interval = converge;
+        self
+    }
+
+    /// The planner's writes (default: 200 a second, 400 at once).
+    pub fn planner_limit(mut self, limit: RequestLimit) -> Self {
+        self.planner.limit = limit;
+        self
+    }
+
+    /// What the planner balances (default: measured busy time).
+    pub fn load_model(mut self, model: LoadModel) -> Self {
+        self.planner.load.model = model;
+        self
+    }
+
+    /// With measured load, how far above the mean the busiest shard may go before units move
+    /// (`load_trigger`, default 1.10), the half-life of the smoothing (`load_smoothing`,
+    /// default 15 min), and memory's share of a unit's weight (`load_memory_weight`, default
+    /// 0.2).
+    pub fn measured_load(
+        mut self,
+        trigger: Ratio,
+        smoothing: Duration,
+        memory_weight: f64,
+    ) -> Self {
+        self.planner.load.trigger = trigger;
+        self.planner.load.smoothing = smoothing;
+        self.planner.load.memory_weight = memory_weight;
+        self
+    }
+
+    /// Items one replica should carry, for the replica count the planner asks for (default:
+    /// 5,000).
+    pub fn items_per_replica(mut self, items: u32) -> Self {
+        self.planner.scale.items_per_replica = items;
+        self
+    }
+
+    /// Measured busy seconds per second one replica should carry (default: none, items alone).
+    pub fn busy_per_replica(mut self, busy: Option<f64>) -> Self {
+        self.planner.scale.busy_per_replica = busy;
+        self
+    }
+
+    /// Bytes of cache one replica should carry (default: none).
+    pub fn cache_per_replica(mut self, bytes: Option<u64>) -> Self {
+        self.planner.scale.cache_per_replica = bytes;
+        self
+    }
+
+    /// The replica counts the planner may ask for (default: 1 to 10).
+    pub fn replicas(mut self, min: u32, max: u32) -> Self {
+        self.planner.scale.min = min;
+        self.planner.scale.max = max;
+        self
+    }
+
+    /// Whether the planner sets the StatefulSet's replicas itself (default: no, the metric
+    /// only), and its stabilisation windows (default: up at once, down after 5 min).
+    pub fn autoscale(mut self, on: bool, windows: Windows) -> Self {
+        self.planner.scale.autoscale = on;
+        self.planner.scale.windows = windows;
+        self
+    }
+
+    /// Requests of the leases and owners to the control plane (default: 50 a second, 100 at
+    /// once).
+    pub fn control_plane_limit(mut self, limit: RequestLimit) -> Self {
+        self.control_plane = limit;
+        self
+    }
+
+    /// Concurrent unit and item reconciles (default: 4 and 8).
+    pub fn workers(mut self, units: u32, items: u32) -> Self {
+        self.owner.unit_workers = units;
+        self.owner.item_workers = items;
+        self
+    }
+
+    /// How long a stopping replica waits for in-flight reconciles (default: 20 s).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.owner.shutdown_timeout = timeout;
+        self
+    }
+
+    /// How often the measured load on the shard lease is refreshed (default: 10 s).
+    pub fn load_report_interval(mut self, interval: Duration) -> Self {
+        self.owner.load_report_interval = interval;
+        self
+    }
+
+    /// A file the audit of every reconcile is appended to (default: none).
+    pub fn audit_file(mut self, path: Option<PathBuf>) -> Self {
+        self.audit_file = path;
+        self
+    }
+
+    /// The settings, once they are known to work together.
+    pub fn build(self) -> Result<Settings, SettingsError> {
+        let replica = Replica::new(self.namespace, self.pod_name, self.statefulset.as_deref())?;
+        let settings = Settings {
+            controller_name: self
+                .controller_name
+                .unwrap_or_else(|| replica.statefulset.clone()),
+            replica,
+            scope: self.scope,
+            leases: self.leases,
+            planner: self.planner,
+            owner: self.owner,
+            control_plane: self.control_plane,
+            audit_file: self.audit_file,
+        };
+        settings.validate()?;
+        Ok(settings)
     }
 }
 

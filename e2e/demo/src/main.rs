@@ -133,7 +133,7 @@ async fn run(args: Args) -> Result<bool, DemoError> {
             kubeconfig.display(),
             demo.prometheus()
                 .map_or_else(String::new, |address| format!(
-                    "\nPrometheus: http://{address}/graph?g0.expr=shardwise_owned_apps\n"
+                    "\nPrometheus: http://{address}/graph?g0.expr=shardwise_owned_items\n"
                 )),
             dir.display()
         );

@@ -1,61 +1,46 @@
 //! What `/proc` says about a process the harness started: CPU time and memory, for
-//! benchmarks that measure processes rather than code.
+//! benchmarks that measure processes rather than code. Read with the procfs crate, which
+//! parses the fields and takes the kernel's own tick rate.
+
+use procfs::process::{ProcState, Process};
+
+fn process(pid: u32) -> Option<Process> {
+    Process::new(i32::try_from(pid).ok()?).ok()
+}
 
 /// CPU seconds (user and system) process `pid` has used; 0 once it is gone.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which may hold spaces, in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
+    let Some(stat) = process(pid).and_then(|p| p.stat().ok()) else {
+        return 0.0;
     };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; Linux counts
-    // them in USER_HZ, 100 a second.
-    (ticks(11) + ticks(12)) / 100.0
+    (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64
 }
 
 /// Resident memory of process `pid` now (`VmRSS`), in bytes; `None` once it is gone.
 pub fn resident_bytes(pid: u32) -> Option<u64> {
-    status_kib(pid, "VmRSS:").map(|kib| kib * 1024)
+    process(pid)?.status().ok()?.vmrss.map(|kib| kib * 1024)
 }
 
 /// Peak resident memory of process `pid` (`VmHWM`), in bytes; `None` once it is gone.
 pub fn peak_resident_bytes(pid: u32) -> Option<u64> {
-    status_kib(pid, "VmHWM:").map(|kib| kib * 1024)
+    process(pid)?.status().ok()?.vmhwm.map(|kib| kib * 1024)
 }
 
 /// Whether every thread of process `pid` is stopped (SIGSTOP delivered to each); false once it
 /// is gone. A signal reaches a busy process's threads one by one, and a thread may run on for
 /// a moment after `kill` returned.
 pub fn stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Some(tasks) = process(pid).and_then(|p| p.tasks().ok()) else {
         return false;
     };
     let mut any = false;
     for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        // The state is the first field after the command name, which is in parentheses.
-        match stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-        {
-            Some("T" | "t") => any = true,
+        match task.stat().ok().and_then(|stat| stat.state().ok()) {
+            Some(ProcState::Stopped | ProcState::Tracing) => any = true,
             _ => return false,
         }
     }
     any
-}
-
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]

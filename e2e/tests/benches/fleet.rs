@@ -199,7 +199,7 @@ async fn memory(replicas: u32) -> Memory {
     }
     let peak = peak_rss(fleet.replicas[&chosen].pid());
     let metrics = scrape(&fleet.replicas[&chosen].metrics_url).await.unwrap();
-    let owned = metrics.sum("shardwise_owned_apps", &[]);
+    let owned = metrics.sum("shardwise_owned_items", &[]);
     let cache = Cached {
         objects: metrics.sum("shardwise_cached_objects", &[]),
         bytes: metrics.sum("shardwise_cached_bytes", &[]),

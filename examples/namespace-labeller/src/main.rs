@@ -123,9 +123,10 @@ async fn main() -> anyhow::Result<()> {
     let settings = args
         .replica
         .settings("namespace-labeller", WatchScope::Cluster)?;
+    let http = args.replica.http_settings()?;
     let labeller = Labeller {
         resync_interval: args.resync_interval,
     };
-    shardwise_runtime::run(labeller, settings).await?;
+    shardwise_runtime::run(labeller, settings, http).await?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use shard_assign::{SliceSwitch, StrategyKind};
 use shardwise_sim::{Convergence, Drift, FleetSource, FleetSpec, Scenario, Simulation, SliceMode};
@@ -10,7 +10,7 @@ use shardwise_sim::{Convergence, Drift, FleetSource, FleetSpec, Scenario, Simula
 use crate::cli::{ScenarioKind, SimulateArgs, Slicing};
 use crate::limits::{self, Usage};
 use crate::plot::PlotFormat;
-use crate::{inventory, output, plot};
+use crate::{inventory, output};
 
 pub(crate) fn run(args: &SimulateArgs) -> Result<()> {
     // Every option is checked before the first seed runs, so that a refusal comes before any
@@ -31,9 +31,12 @@ pub(crate) fn run(args: &SimulateArgs) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     output::write_simulation(&mut stdout, &report, args.format)?;
     stdout.flush()?;
+    #[cfg(not(feature = "plot"))]
+    let _ = plot_format;
+    #[cfg(feature = "plot")]
     if let (Some(path), Some(format)) = (&args.plot, plot_format) {
-        plot::draw(&report, path, format)
-            .with_context(|| format!("cannot draw {}", path.display()))?;
+        crate::plot::draw(&report, path, format)
+            .map_err(|e| e.context(format!("cannot draw {}", path.display())))?;
         eprintln!("plot written to {}", path.display());
     }
     Ok(())
