@@ -9,6 +9,15 @@
 //! The plural names differ from Argo CD's `applications.argoproj.io` and Cluster API's
 //! `clusters.cluster.x-k8s.io`, so `kubectl get` stays unambiguous when they are installed side
 //! by side. [`keys`] holds the labels and annotations of what shardwise applies.
+//!
+//! ```
+//! // The CustomResourceDefinitions to install, as `shardwise crds` prints them.
+//! let names: Vec<String> = shardwise_api::crds()
+//!     .into_iter()
+//!     .filter_map(|crd| crd.metadata.name)
+//!     .collect();
+//! assert!(names.contains(&"fleetclusters.shardwise.io".to_string()));
+//! ```
 
 #![deny(missing_docs)]
 

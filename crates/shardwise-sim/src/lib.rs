@@ -7,6 +7,24 @@
 //! when asked, the time each assignment took, as medians and 95th percentiles over seeds.
 //!
 //! Everything is reproducible: a seed fixes the fleet and the scenario's draws (ChaCha8).
+//!
+//! ```
+//! use shardwise_sim::{FleetSource, FleetSpec, Simulation};
+//!
+//! // The reference experiment (10 -> 9 shards) on a small fleet, one seed.
+//! let simulation = Simulation {
+//!     fleet: FleetSource::Synthetic(FleetSpec {
+//!         clusters: 20,
+//!         apps: 500,
+//!         ..FleetSpec::REFERENCE
+//!     }),
+//!     seeds: 1,
+//!     ..Simulation::reference()
+//! };
+//! let report = simulation.run(|| {})?;
+//! assert!(!report.strategies.is_empty());
+//! # Ok::<(), shardwise_sim::SimError>(())
+//! ```
 
 #![deny(missing_docs)]
 
