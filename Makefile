@@ -79,7 +79,7 @@ cycles:
 ## The library crates as crates.io would take them (metadata, versions beside path
 ## dependencies, READMEs), unpublished. Without --no-verify each is also built alone from its
 ## package (about 4 minutes on 2 cores; docs/releasing.md).
-LIBRARY_CRATES = shard-assign shardwise-sim shardwise-handoff shardwise-scale shardwise-api shardwise-runtime shardwise-plan
+LIBRARY_CRATES = shard-assign shardwise-sim shardwise-handoff shardwise-scale shardwise-wire shardwise-api shardwise-runtime shardwise-plan
 package:
 	$(CARGO) package --no-verify --allow-dirty --locked $(addprefix -p ,$(LIBRARY_CRATES))
 

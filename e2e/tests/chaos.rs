@@ -387,7 +387,7 @@ fn drains(fleet: &Fleet) -> tokio::sync::mpsc::UnboundedReceiver<String> {
             }
         }
     });
-    let slices: kube::Api<shardwise_runtime::slice::UnitSlice> =
+    let slices: kube::Api<shardwise_wire::slice::UnitSlice> =
         kube::Api::namespaced(fleet.admin.clone(), support::NAMESPACE);
     tokio::spawn(async move {
         let mut events =

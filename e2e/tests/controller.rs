@@ -17,7 +17,7 @@ use serde_json::json;
 use shardwise_api::{ClusterPhase, FleetApp, FleetCluster, SyncPhase};
 use shardwise_e2e::{scrape, wait_for};
 use shardwise_handoff::keys::{LOAD_ANNOTATION, UNIT_LABEL, unit_token};
-use shardwise_runtime::load::{LoadReport, record_text};
+use shardwise_wire::load::{LoadReport, record_text};
 use support::{Fleet, FleetOptions, NAMESPACE, STATEFULSET, app_manifests, shard_label};
 
 const SETTLE: Duration = Duration::from_secs(120);

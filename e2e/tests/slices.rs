@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use shardwise_api::FleetCluster;
 use shardwise_e2e::wait_with;
 use shardwise_handoff::keys::{SLICE_SHARDS_ANNOTATION, SLICES_LABEL, unit_token};
-use shardwise_runtime::slice::UnitSlice;
+use shardwise_wire::slice::UnitSlice;
 use support::{Fleet, FleetOptions, NAMESPACE, raised_client_limits, shard_label};
 
 /// A bound, not a wait.

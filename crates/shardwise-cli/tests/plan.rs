@@ -17,7 +17,7 @@ use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_e2e::argocd::APPLICATION_CRD;
 use shardwise_e2e::{Environment, Identity};
 use shardwise_handoff::plan::ObjectKey;
-use shardwise_runtime::slice::{UnitSlice, UnitSliceSpec};
+use shardwise_wire::slice::{UnitSlice, UnitSliceSpec};
 
 mod common;
 use common::{RUNTIME, USAGE, failure, shard_lease, shardwise, statefulset};

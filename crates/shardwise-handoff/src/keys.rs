@@ -52,7 +52,7 @@ pub const STATEFULSET_LABEL: &str = "shardwise.io/statefulset";
 pub const LEASE_KIND_LABEL: &str = "shardwise.io/lease";
 
 /// On a shard Lease: what the records (units, or slices of cut units) of that shard cost it,
-/// as measured by its holder (versioned JSON, see `shardwise_runtime::load`). Written only by the
+/// as measured by its holder (versioned JSON, see `shardwise_wire::load`). Written only by the
 /// holder, with its renewals; the planner reads it.
 pub const LOAD_ANNOTATION: &str = "shardwise.io/load";
 

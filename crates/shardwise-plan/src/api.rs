@@ -16,7 +16,7 @@ use kube::{Api, Client, Config};
 use serde::de::DeserializeOwned;
 use shard_assign::ShardId;
 use shardwise_api::{FleetApp, FleetCluster};
-use shardwise_runtime::slice::UnitSlice;
+use shardwise_wire::slice::UnitSlice;
 use thiserror::Error;
 
 use crate::argocd::{CLUSTER_SECRET_SELECTOR, PinTarget};

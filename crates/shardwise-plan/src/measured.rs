@@ -15,9 +15,9 @@ use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::keys::{LOAD_ANNOTATION, SHARD_LABEL, SLICES_LABEL, parse_shard};
 use shardwise_handoff::plan::{ObjectKey, RecordKey, UnitView};
 use shardwise_runtime::estimate::{LeaseLoads, first_pass, slice_records};
-use shardwise_runtime::load::MeasuredLoads;
 use shardwise_runtime::objects::{key_of, record_of};
-use shardwise_runtime::slice::UnitSlice;
+use shardwise_wire::load::MeasuredLoads;
+use shardwise_wire::slice::UnitSlice;
 
 use super::LiveFleet;
 

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use shard_assign::{Cluster, KeyRange, ShardId, Slicing, count_in, recorded_cut};
 use shardwise_api::{FleetApp, FleetCluster};
 use shardwise_handoff::keys::{SHARD_LABEL, SLICES_LABEL, parse_shard};
-use shardwise_runtime::slice::UnitSlice;
+use shardwise_wire::slice::UnitSlice;
 
 use super::{FleetError, LiveFleet, some_names};
 
@@ -195,7 +195,7 @@ pub mod fixtures {
     use serde_json::{Value, json};
     use shardwise_api::{AppSource, Destination, FleetAppSpec, FleetClusterSpec};
     use shardwise_handoff::plan::ObjectKey;
-    use shardwise_runtime::slice::UnitSliceSpec;
+    use shardwise_wire::slice::UnitSliceSpec;
 
     use super::*;
 

@@ -149,7 +149,6 @@ pub mod failpoints;
 pub mod http;
 pub mod lease;
 pub mod lenient;
-pub mod load;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub(crate) mod membership;
@@ -163,7 +162,6 @@ pub mod planner_bench;
 pub(crate) mod replica;
 pub mod settings;
 mod sharded;
-pub mod slice;
 pub(crate) mod term;
 
 pub use clients::Connection;
@@ -175,4 +173,7 @@ pub use replica::run;
 pub use replica::{RunError, ShardedReplica};
 pub use sharded::{Action, ContextOf, ObjectKind, Sharded, TermOf, UnitPlacement};
 pub use shardwise_handoff::plan::ObjectKey;
+/// The wire formats, re-exported on purpose: a controller's tests and tools read them beside the
+/// runtime.
+pub use shardwise_wire::{load, slice};
 pub use term::{Term, TermContext};

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use kube::CustomResourceExt;
-use shardwise_runtime::slice::UnitSlice;
+use shardwise_wire::slice::UnitSlice;
 
 pub(crate) fn run() -> Result<()> {
     let mut crds = shardwise_api::crds();

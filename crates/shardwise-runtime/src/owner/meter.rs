@@ -171,8 +171,26 @@ impl Meter {
 
 #[cfg(test)]
 mod tests {
+    use shard_assign::KeyRange;
+    use shardwise_handoff::plan::ObjectKey;
+
     use super::*;
-    use crate::load::tests::{record, slice};
+
+    /// The whole unit `fleet/<name>`.
+    fn record(name: &str) -> RecordKey {
+        RecordKey {
+            unit: ObjectKey::new("fleet", name),
+            range: KeyRange::WHOLE,
+        }
+    }
+
+    /// The upper half of the unit `fleet/<name>`.
+    fn slice(name: &str) -> RecordKey {
+        RecordKey {
+            unit: ObjectKey::new("fleet", name),
+            range: KeyRange::WHOLE.halves().unwrap().1,
+        }
+    }
 
     impl Meter {
         /// The smoothed busy seconds per second of `record`; `None` while it is not measured

@@ -64,14 +64,15 @@ pub struct UnitSliceSpec {
     pub unit: UnitReference,
     /// The range is the keys whose top `depth` bits are `index`.
     #[schemars(range(max = 16))]
-    pub(crate) depth: u8,
+    pub depth: u8,
+    /// The range's place among the `2^depth` ranges of its depth.
     #[schemars(range(max = 65535))]
-    pub(crate) index: u64,
+    pub index: u64,
     /// The first and last key of the range, in hexadecimal (for people).
-    pub(crate) range: String,
+    pub range: String,
     /// The range as a KEP-5866 shard selector on `metadata.uid` (for people, and for API
     /// servers that filter on it).
-    pub(crate) selector: String,
+    pub selector: String,
 }
 
 /// The unit a slice belongs to.
@@ -80,7 +81,7 @@ pub struct UnitSliceSpec {
 pub struct UnitReference {
     /// Empty for a cluster-scoped unit.
     #[serde(default)]
-    pub(crate) namespace: String,
+    pub namespace: String,
     /// The unit's name.
     pub name: String,
     /// The unit's UID: a slice of a unit that was deleted and made again is not one of the new
@@ -110,7 +111,8 @@ impl UnitSliceSpec {
         KeyRange::new(self.depth, self.index).filter(|r| *r != KeyRange::WHOLE)
     }
 
-    pub(crate) fn unit_key(&self) -> ObjectKey {
+    /// The key of the unit the slice belongs to.
+    pub fn unit_key(&self) -> ObjectKey {
         ObjectKey::new(&self.unit.namespace, &self.unit.name)
     }
 }
@@ -122,7 +124,7 @@ const NAME_PREFIX: usize = 200;
 /// The name of the UnitSlice of `range` of `unit`, for the StatefulSet `statefulset`: the
 /// unit's name (cut short if need be), a hash of everything that tells units and controllers
 /// apart, the depth and the index. Always a valid object name.
-pub(crate) fn slice_name(statefulset: &str, unit: &ObjectKey, range: KeyRange) -> String {
+pub fn slice_name(statefulset: &str, unit: &ObjectKey, range: KeyRange) -> String {
     let identity = format!("{statefulset}/{}/{}", unit.namespace, unit.name);
     let hash = XxHash3_64::oneshot(identity.as_bytes()) >> 16;
     let mut prefix: String = unit

@@ -1,7 +1,7 @@
 //! Measured load as it travels: what each record (a whole unit, or one slice of a cut unit)
 //! costs the shard that owns it, published on the shard's Lease, and read back by the planner
 //! and by tools outside. Pure code, no I/O: callers pass the time. (The owner's side, the meter
-//! that measures it, is `owner::meter`.)
+//! that measures it, is shardwise-runtime's `owner::meter`.)
 //!
 //! - [`LoadReport`] is what an owner publishes in the `shardwise.io/load` annotation of its
 //!   shard Lease: the smoothed busy time and the items under management of its measured
@@ -24,7 +24,7 @@ pub struct RecordLoad {
     /// Items under management: those of the owner's cache that belong to the record.
     pub items: u64,
     /// Bytes the owner keeps for the record beyond its items (the controller's caches of what
-    /// the unit manages, [`crate::Sharded::cached_bytes`]); `None` when the controller does
+    /// the unit manages, shardwise-runtime's `Sharded::cached_bytes`); `None` when the controller does
     /// not say, and in reports of versions before it was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
@@ -32,7 +32,7 @@ pub struct RecordLoad {
 
 impl RecordLoad {
     /// Busy time and items, with no memory figure.
-    pub(crate) fn new(busy: f64, items: u64) -> Self {
+    pub fn new(busy: f64, items: u64) -> Self {
         Self {
             busy,
             items,
@@ -46,7 +46,7 @@ impl RecordLoad {
 /// shard owns (and under 100 KB with the longest names Kubernetes allows, well within its
 /// 256 KiB of annotations): it is written with every renewal of the lease and sent to every
 /// replica watching it.
-pub(crate) const MAX_REPORTED_RECORDS: usize = 256;
+pub const MAX_REPORTED_RECORDS: usize = 256;
 
 /// The version of the report's format.
 const REPORT_VERSION: u32 = 1;
@@ -58,7 +58,7 @@ pub struct LoadReport {
     pub records: BTreeMap<RecordKey, RecordLoad>,
     /// Measured records left out to keep the report small: each is at most as busy as the
     /// least busy record reported.
-    pub(crate) omitted: u64,
+    pub omitted: u64,
 }
 
 /// Why an annotation is not a report.
@@ -102,10 +102,7 @@ fn significant(value: f64) -> f64 {
 
 impl LoadReport {
     /// The busiest `max` of `records`, and how many were left out.
-    pub(crate) fn top(
-        records: impl IntoIterator<Item = (RecordKey, RecordLoad)>,
-        max: usize,
-    ) -> Self {
+    pub fn top(records: impl IntoIterator<Item = (RecordKey, RecordLoad)>, max: usize) -> Self {
         let mut records: Vec<_> = records.into_iter().collect();
         records.sort_by(|(a_key, a), (b_key, b)| {
             b.busy.total_cmp(&a.busy).then_with(|| a_key.cmp(b_key))
@@ -121,7 +118,7 @@ impl LoadReport {
     /// The compact JSON of the annotation: `{"v":1,"records":{"<ns>/<name>":{"busy":0.0123,
     /// "items":42,"bytes":81920},"<ns>/<name>#<range>":{…}},"omitted":3}` (`bytes` only when
     /// known, `omitted` only when not 0), busy times to 4 significant digits.
-    pub(crate) fn encode(&self) -> String {
+    pub fn encode(&self) -> String {
         let wire = ReportJson {
             v: REPORT_VERSION,
             records: self
@@ -164,7 +161,7 @@ impl LoadReport {
     }
 
     /// The annotations a shard lease carries for this report.
-    pub(crate) fn annotations(&self) -> BTreeMap<String, String> {
+    pub fn annotations(&self) -> BTreeMap<String, String> {
         BTreeMap::from([(LOAD_ANNOTATION.to_string(), self.encode())])
     }
 
@@ -192,7 +189,7 @@ pub fn record_text(key: &RecordKey) -> String {
 }
 
 /// Reads back [`record_text`]; `None` for anything it does not write.
-pub(crate) fn parse_record(text: &str) -> Option<RecordKey> {
+pub fn parse_record(text: &str) -> Option<RecordKey> {
     let (text, range) = match text.split_once('#') {
         Some((text, range)) => {
             let range: KeyRange = range.parse().ok()?;
@@ -218,7 +215,7 @@ pub struct Measured {
     /// The load the report gave.
     pub load: RecordLoad,
     /// The shard whose report it came from (the record may have moved since).
-    pub(crate) shard: u32,
+    pub shard: u32,
     /// The renewal time of the lease that carried the report.
     at: jiff::Timestamp,
     /// When a report last carried the record.
@@ -237,16 +234,10 @@ pub struct MeasuredLoads {
 
 impl MeasuredLoads {
     /// How long a record's value outlives the last report that carried it.
-    pub(crate) const RETAIN: Duration = Duration::from_secs(600);
+    pub const RETAIN: Duration = Duration::from_secs(600);
 
     /// Takes in the report of `shard`, carried by a lease renewed at `at`, observed at `now`.
-    pub(crate) fn apply(
-        &mut self,
-        shard: u32,
-        at: jiff::Timestamp,
-        report: &LoadReport,
-        now: Instant,
-    ) {
+    pub fn apply(&mut self, shard: u32, at: jiff::Timestamp, report: &LoadReport, now: Instant) {
         self.records
             .retain(|_, m| now.saturating_duration_since(m.seen) < Self::RETAIN);
         // A record of this shard's that the report leaves out either moved (its value stays
@@ -285,7 +276,7 @@ impl MeasuredLoads {
     }
 
     /// Every measured record, in key order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Measured)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Measured)> {
         self.records.iter()
     }
 
@@ -301,13 +292,13 @@ impl MeasuredLoads {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
 
     /// The whole unit `fleet/<name>`.
-    pub(crate) fn record(name: &str) -> RecordKey {
+    fn record(name: &str) -> RecordKey {
         RecordKey {
             unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE,
@@ -315,7 +306,7 @@ pub(crate) mod tests {
     }
 
     /// The upper half of the unit `fleet/<name>`.
-    pub(crate) fn slice(name: &str) -> RecordKey {
+    fn slice(name: &str) -> RecordKey {
         RecordKey {
             unit: ObjectKey::new("fleet", name),
             range: KeyRange::WHOLE.halves().unwrap().1,
