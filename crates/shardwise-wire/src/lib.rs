@@ -1,8 +1,8 @@
 //! What travels between the replicas of a controller on `shardwise-runtime`, its planner, and
 //! the tools that read a sharded fleet from outside (`shardwise plan`, the Argo CD balancer):
 //!
-//! - [`slice`]: the `UnitSlice` custom resource, the record of one slice of a cut unit;
-//! - [`load`]: the measured load each owner publishes on its shard Lease, and its reading.
+//! - [`slice`](mod@slice): the `UnitSlice` custom resource, the record of one slice of a cut unit;
+//! - [`load`](mod@load): the measured load each owner publishes on its shard Lease, and its reading.
 //!
 //! The labels and annotations these are written in are `shardwise_handoff::keys`. Pure types
 //! and their encodings: no client, no clock. A change of what is written here is a change of
