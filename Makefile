@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles package unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
+.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles package machete unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
 
 all: build
 
@@ -34,7 +34,7 @@ demo:
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy doc cycles package chart unit
+test: prerequisites fmt-check clippy doc cycles package machete chart unit
 
 prerequisites:
 	scripts/prerequisites.sh
@@ -82,6 +82,12 @@ cycles:
 LIBRARY_CRATES = shard-assign shardwise-sim shardwise-handoff shardwise-scale shardwise-wire shardwise-api shardwise-runtime shardwise-plan
 package:
 	$(CARGO) package --no-verify --allow-dirty --locked $(addprefix -p ,$(LIBRARY_CRATES))
+
+## No crate declares a dependency it does not use (cargo-machete; what it cannot see, a
+## derive's generated paths or a module included by path, is listed in the crate's
+## [package.metadata.cargo-machete] with the reason).
+machete:
+	$(CARGO) machete
 
 ## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each
 ## suite prints the kube-apiserver version it ran on). Argo CD's suite (its own package) runs
