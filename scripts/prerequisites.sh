@@ -8,7 +8,8 @@
 # kube-controller-manager, kube-scheduler, etcd and helm, built with Go from e2e/control-plane
 # and e2e/helm by scripts/control-plane.sh), and Argo CD's application controller and repo
 # server (built from e2e/argocd by scripts/argocd.sh, in the background) with Debian's Redis and
-# git beside them. Idempotent and quick when everything is there.
+# git beside them, sccache (the compiled-crate cache .ci/run sets up) and cargo-machete.
+# Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,7 +50,7 @@ if ! npm ls --prefix "$schema" --silent >/dev/null 2>&1; then
 fi
 
 # Unused dependencies (`make machete`), pinned: a new release may judge differently. Compiled
-# once per user (about 1 minute on 2 cores), through sccache when .ci/run has set it.
+# once per user into ~/.cargo/bin (a minute or two on 2 cores).
 machete_version=0.9.2
 if [[ "$(cargo machete --version 2>/dev/null)" != "$machete_version" ]]; then
     cargo install --quiet --locked cargo-machete --version "$machete_version"
