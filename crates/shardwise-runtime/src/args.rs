@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::Parser;
 use shard_assign::{Ratio, SliceSwitch, StrategyFlags, StrategyKind};
 use shardwise_handoff::lease::LeaseTiming;
 
@@ -91,8 +91,9 @@ pub enum ArgsError {
     Settings(#[from] SettingsError),
 }
 
-/// The flags of a replica of a sharded controller, each with an environment variable.
-#[derive(Clone, Debug, Args)]
+/// The flags of a replica of a sharded controller, each with an environment variable: a
+/// program's whole command line (`ReplicaArgs::parse()`), or flattened into its own.
+#[derive(Clone, Debug, Parser)]
 pub struct ReplicaArgs {
     /// Namespace of the leases and the StatefulSet (and of the watched objects, for a
     /// controller that watches one namespace).

@@ -147,6 +147,7 @@ pub mod estimate;
 pub mod failpoints;
 #[cfg(feature = "server")]
 pub mod http;
+pub mod kind;
 pub mod lease;
 pub mod lenient;
 #[cfg(feature = "logging")]

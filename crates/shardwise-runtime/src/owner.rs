@@ -12,6 +12,8 @@ pub(crate) mod queue;
 mod server_selection;
 mod workers;
 
+pub(crate) use workers::composed;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -109,10 +111,27 @@ impl std::fmt::Debug for OwnerParts {
 /// The monotonic clock the workers read the term's fence on: `Instant::now`, but for tests.
 type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 
+/// A program's own controller that takes each term's work ([`crate::kind`]): it is handed the
+/// term's owner when the term begins, and the runtime then watches no items and runs no workers
+/// of its own.
+pub(crate) struct Compose<C: Sharded>(pub(crate) Arc<dyn Fn(Arc<Owner<C>>) + Send + Sync>);
+
+impl<C: Sharded> Clone for Compose<C> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<C: Sharded> std::fmt::Debug for Compose<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Compose")
+    }
+}
+
 /// A term of `C`: its context and state, and the controller.
-struct Owner<C: Sharded> {
+pub(crate) struct Owner<C: Sharded> {
     controller: Arc<C>,
-    term: TermOf<C>,
+    pub(crate) term: TermOf<C>,
     settings: OwnerSettings,
     /// The records of this shard's slices, as last seen.
     slice_records: Mutex<BTreeMap<(ObjectKey, KeyRange), UnitRecord>>,
@@ -120,13 +139,15 @@ struct Owner<C: Sharded> {
     meter: Mutex<Meter>,
     load: watch::Sender<Annotations>,
     clock: Clock,
+    /// Each unit is its own only item ([`crate::kind`]).
+    own_objects: bool,
 }
 
 impl<C: Sharded> Owner<C> {
     /// Whether the term is over on the monotonic clock, as the fenced client judges it, even if
     /// the lease task has not run since (a process frozen, then resumed). For good: the lease
     /// task never renews a term past its fence.
-    fn fence_passed(&self) -> bool {
+    pub(crate) fn fence_passed(&self) -> bool {
         self.term.fence().check_at((self.clock)()).is_err()
     }
 
@@ -180,7 +201,8 @@ impl<C: Sharded> Owner<C> {
 
     /// Queues the unit (if `range` holds its own key) and its items in `range`.
     fn queue_work(&self, key: &ObjectKey, range: KeyRange) {
-        if range.contains(UNIT_KEY) {
+        // The program's own controller queues its objects itself.
+        if range.contains(UNIT_KEY) && !self.own_objects {
             self.term.unit_queue.add(key.clone());
         }
         for item in self.term.items_in(key, range) {
@@ -422,6 +444,9 @@ impl<C: Sharded> Owner<C> {
     /// The items of this shard's cache under each of `records` (the deepest that holds the
     /// item's key, as the gate admits work).
     fn items_per_record(&self, records: &BTreeSet<RecordKey>) -> BTreeMap<RecordKey, u64> {
+        if self.own_objects {
+            return records.iter().map(|record| (record.clone(), 1)).collect();
+        }
         let mut ranges: BTreeMap<&ObjectKey, Vec<KeyRange>> = BTreeMap::new();
         for record in records {
             ranges.entry(&record.unit).or_default().push(record.range);
@@ -496,10 +521,11 @@ impl<C: Sharded> Owner<C> {
 }
 
 /// Runs one term of `controller` until `fenced` resolves (lease lost) or `shutdown` is
-/// cancelled.
+/// cancelled; the program's own controller does the term's work if `compose` is given.
 pub(crate) async fn run<C: Sharded>(
     controller: Arc<C>,
     parts: OwnerParts,
+    compose: Option<Compose<C>>,
     fenced: impl std::future::Future<Output = ()>,
     shutdown: CancellationToken,
 ) -> Exit {
@@ -556,19 +582,20 @@ pub(crate) async fn run<C: Sharded>(
         meter: Mutex::new(Meter::new(MeterSettings::DEFAULT, Instant::now())),
         load: load.clone(),
         clock: Arc::new(Instant::now),
+        own_objects: compose.is_some(),
     });
-    start_watches(
-        &owner,
-        &client,
-        &scope,
-        Writers {
-            units: unit_writer,
-            cut_units: cut_unit_writer,
-            orphans: orphan_writer,
-        },
-    );
-    start_workers(&owner);
-    context.spawn(report_ready(owner.clone(), readiness.clone()));
+    let writers = Writers {
+        units: unit_writer,
+        cut_units: cut_unit_writer,
+        orphans: orphan_writer,
+    };
+    let items = compose.is_none();
+    start_watches(&owner, &client, &scope, writers, items);
+    match compose {
+        None => start_workers(&owner),
+        Some(compose) => (compose.0)(owner.clone()),
+    }
+    context.spawn(report_ready(owner.clone(), readiness.clone(), items));
     context.spawn(report_load(owner.clone(), settings.load_report_interval));
 
     let exit = wait_for_end(fenced, &shutdown).await;
@@ -641,14 +668,15 @@ fn unreadable(what: &'static str) -> impl FnMut(&Undecodable) + Send + 'static {
     }
 }
 
-/// The label-filtered watches of units and items, the watch of cut units and that of this
-/// shard's UnitSlices (managedFields dropped before the cache: a replica never reads them, and
-/// they are often bigger than the spec).
+/// The label-filtered watches of units and (`items`) items, the watch of cut units and that of
+/// this shard's UnitSlices (managedFields dropped before the cache: a replica never reads them,
+/// and they are often bigger than the spec).
 fn start_watches<C: Sharded>(
     owner: &Arc<Owner<C>>,
     client: &Client,
     scope: &WatchScope,
     writers: Writers<C>,
+    items: bool,
 ) {
     let shard = Expression::Equal(SHARD_LABEL.into(), owner.term.shard().to_string());
     let config = unpaged(watcher::Config::default().labels_from(&shard.clone().into()));
@@ -669,14 +697,6 @@ fn start_watches<C: Sharded>(
         ),
         writers.cut_units,
     );
-    let orphan_events = decode_each(
-        watcher(api_over::<C::Item>(client, scope), config),
-        writers.orphans.as_reader(),
-        unreadable(C::NOUNS.item),
-    )
-    .modify(|item: &mut C::Item| item.meta_mut().managed_fields = None)
-    .default_backoff();
-    let orphan_events = reflector::reflector(writers.orphans, orphan_events);
     let home = &owner.term.slices;
     let slice_events = watcher(
         Api::<UnitSlice>::namespaced(client.clone(), &home.namespace),
@@ -689,9 +709,19 @@ fn start_watches<C: Sharded>(
     let term = &owner.term;
     term.spawn(events::follow_units(owner.clone(), unit_events));
     term.spawn(events::follow_cut_units(owner.clone(), cut_events));
-    term.spawn(events::follow_items(owner.clone(), orphan_events, None));
-    term.spawn(watch_items(owner.clone()));
     term.spawn(events::follow_slices(owner.clone(), slice_events));
+    if items {
+        let orphan_events = decode_each(
+            watcher(api_over::<C::Item>(client, scope), config),
+            writers.orphans.as_reader(),
+            unreadable(C::NOUNS.item),
+        )
+        .modify(|item: &mut C::Item| item.meta_mut().managed_fields = None)
+        .default_backoff();
+        let orphan_events = reflector::reflector(writers.orphans, orphan_events);
+        term.spawn(events::follow_items(owner.clone(), orphan_events, None));
+        term.spawn(watch_items(owner.clone()));
+    }
 }
 
 /// How long a unit that becomes active waits for others to share its watch: a planner's pass
@@ -734,10 +764,12 @@ async fn report_load<C: Sharded>(owner: Arc<Owner<C>>, interval: Duration) {
     }
 }
 
-/// Reports ready once every cache of the term is complete, then keeps the gauges current.
-async fn report_ready<C: Sharded>(owner: Arc<Owner<C>>, readiness: Readiness) {
+/// Reports ready once every cache of the term is complete (of items, if it watches them), then
+/// keeps the gauges current.
+async fn report_ready<C: Sharded>(owner: Arc<Owner<C>>, readiness: Readiness, items: bool) {
     let term = &owner.term;
-    let synced = term.units.wait_until_ready().await.is_ok() && term.items.wait_until_ready().await;
+    let synced = term.units.wait_until_ready().await.is_ok()
+        && (!items || term.items.wait_until_ready().await);
     if synced {
         owner.controller.synced(term).await;
         readiness.set(true);

@@ -61,6 +61,8 @@ pub(crate) struct PlannerParts {
     pub metrics: Metrics,
     pub recorder: Recorder,
     pub leases: Arc<ShardLeases>,
+    /// The units are the only kind: each its own only item ([`crate::kind`]).
+    pub own_objects: bool,
 }
 
 impl std::fmt::Debug for PlannerParts {
@@ -99,10 +101,16 @@ pub(crate) async fn run<C: Sharded>(
     shutdown: CancellationToken,
 ) {
     let metrics = parts.metrics.clone();
+    let own_objects = parts.own_objects;
+    let index = if own_objects {
+        Index::of_own_objects()
+    } else {
+        Index::default()
+    };
     let planner = Arc::new(Planner::<C> {
         reporter: Reporter::new(parts.client.clone(), parts.recorder.clone()),
         parts,
-        index: Mutex::new(Index::default()),
+        index: Mutex::new(index),
         trigger: Notify::new(),
         item_writes: ItemWrites::default(),
     });
@@ -113,8 +121,10 @@ pub(crate) async fn run<C: Sharded>(
     info!("planner started");
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(follow_units(planner.clone()));
-    tasks.spawn(follow_items(planner.clone()));
-    tasks.spawn(follow_unlabelled(planner.clone()));
+    if !own_objects {
+        tasks.spawn(follow_items(planner.clone()));
+        tasks.spawn(follow_unlabelled(planner.clone()));
+    }
     tasks.spawn(follow_slices(planner.clone()));
     tasks.spawn(follow_statefulset(planner.clone()));
     tasks.spawn(plan_loop(planner.clone()));

@@ -22,7 +22,7 @@ use crate::lease::{
 use crate::load::LoadReport;
 use crate::membership::ShardLeases;
 use crate::metrics::{Metrics, Telemetry};
-use crate::owner::{self, Exit, Readiness};
+use crate::owner::{self, Compose, Exit, Readiness};
 use crate::planner;
 use crate::settings::Settings;
 use crate::sharded::Sharded;
@@ -73,12 +73,14 @@ pub enum RunError {
 /// # }
 /// ```
 #[derive(Debug)]
-pub struct ShardedReplica<C> {
+pub struct ShardedReplica<C: Sharded> {
     controller: C,
     settings: Settings,
     connection: Connection,
     telemetry: Telemetry,
     readiness: Readiness,
+    /// The program's own controller does each term's work ([`crate::kind`]).
+    compose: Option<Compose<C>>,
 }
 
 impl<C: Sharded> ShardedReplica<C> {
@@ -95,6 +97,16 @@ impl<C: Sharded> ShardedReplica<C> {
             connection: connection.into(),
             telemetry,
             readiness: Readiness::default(),
+            compose: None,
+        }
+    }
+
+    /// Hands each term's work to `compose` instead of the runtime's own watches of items and
+    /// workers.
+    pub(crate) fn composed(self, compose: Compose<C>) -> Self {
+        Self {
+            compose: Some(compose),
+            ..self
         }
     }
 
@@ -118,6 +130,7 @@ impl<C: Sharded> ShardedReplica<C> {
             connection,
             telemetry,
             readiness,
+            compose,
         } = self;
         let replica = settings.replica.clone();
         info!(shard = replica.shard, statefulset = %replica.statefulset, strategy = %settings.planner.strategy.kind, "starting");
@@ -164,6 +177,7 @@ impl<C: Sharded> ShardedReplica<C> {
             metrics.clone(),
             shard_leases,
             planner_holding,
+            compose.is_some(),
             shutdown.clone(),
         ));
         let owners = Owners {
@@ -175,6 +189,7 @@ impl<C: Sharded> ShardedReplica<C> {
             audit,
             readiness,
             load,
+            compose,
         };
         let owned = own_while_held(&owners, shard_holding, &shutdown).await;
 
@@ -284,6 +299,7 @@ async fn plan_while_elected<C: Sharded>(
     metrics: Metrics,
     leases: Arc<ShardLeases>,
     holding: watch::Receiver<Holding>,
+    own_objects: bool,
     shutdown: CancellationToken,
 ) {
     let limit = RateLimitLayer::new(settings.planner.limit.qps, settings.planner.limit.burst);
@@ -324,6 +340,7 @@ async fn plan_while_elected<C: Sharded>(
             metrics: metrics.clone(),
             recorder,
             leases: leases.clone(),
+            own_objects,
         };
         planner::run::<C>(
             parts,
@@ -335,7 +352,7 @@ async fn plan_while_elected<C: Sharded>(
 }
 
 /// What every owner term of a replica is built from.
-struct Owners<C> {
+struct Owners<C: Sharded> {
     controller: Arc<C>,
     connection: Connection,
     settings: Settings,
@@ -346,6 +363,7 @@ struct Owners<C> {
     readiness: Readiness,
     /// What the shard lease's renewals carry.
     load: watch::Sender<Annotations>,
+    compose: Option<Compose<C>>,
 }
 
 /// Runs an owner term each time the shard lease is held: a lost lease ends the term at once,
@@ -405,7 +423,15 @@ async fn own_while_held<C: Sharded>(
             load: owners.load.clone(),
         };
         let fenced = until_lost(holding.clone(), incarnation);
-        match owner::run(owners.controller.clone(), parts, fenced, shutdown.clone()).await {
+        match owner::run(
+            owners.controller.clone(),
+            parts,
+            owners.compose.clone(),
+            fenced,
+            shutdown.clone(),
+        )
+        .await
+        {
             Exit::Fenced => metrics.fenced.get_or_create(&labels).inc(),
             Exit::Shutdown => break Ok(()),
         };

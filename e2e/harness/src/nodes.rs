@@ -127,6 +127,15 @@ const LABELLER_BINARIES: &Binaries = &[(
     "namespace-labeller",
 )];
 
+/// The image of the sharded kube-runtime example (examples/configmapgen/Dockerfile).
+const CONFIGMAPGEN_IMAGE: &str = "ghcr.io/shardwise/configmapgen";
+
+const CONFIGMAPGEN_BINARIES: &Binaries = &[(
+    "/usr/local/bin/configmapgen-sharded",
+    "configmapgen",
+    "configmapgen-sharded",
+)];
+
 /// An image as the workspace's Dockerfiles build them: `binaries` on distroless, user 65532,
 /// `entrypoint` its ENTRYPOINT.
 fn distroless(binaries: &Binaries, entrypoint: &str) -> Result<Image, HarnessError> {
@@ -156,7 +165,7 @@ fn distroless(binaries: &Binaries, entrypoint: &str) -> Result<Image, HarnessErr
 }
 
 /// The images the agents run: shardwise's (`ENTRYPOINT ["/usr/local/bin/shardwise-controller"]`),
-/// the example labeller's, and busybox (the chart's `helm test` pod's).
+/// the examples' (the labeller, configmapgen), and busybox (the chart's `helm test` pod's).
 fn images(dir: &Path) -> Result<ImageTable, HarnessError> {
     let mut table = ImageTable::default();
     table.insert(
@@ -166,6 +175,10 @@ fn images(dir: &Path) -> Result<ImageTable, HarnessError> {
     table.insert(
         LABELLER_IMAGE,
         distroless(LABELLER_BINARIES, "/usr/local/bin/namespace-labeller")?,
+    );
+    table.insert(
+        CONFIGMAPGEN_IMAGE,
+        distroless(CONFIGMAPGEN_BINARIES, "/usr/local/bin/configmapgen-sharded")?,
     );
     // Argo CD's image: one binary that runs the component its argv[0] names, as the image's
     // links to it do; there once scripts/argocd.sh has built it. Its user is the image's

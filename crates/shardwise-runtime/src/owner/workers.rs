@@ -86,6 +86,29 @@ async fn gated<C: Sharded, T>(
     }
 }
 
+/// One reconcile of unit `key` by the program's own controller ([`crate::kind`]): through the
+/// gate, audited, metered and counted as the runtime's own workers' are. `None` when it did not
+/// run to its end: past the term's fence, refused by the gate (not this term's, or being
+/// handed off), or cut off by the term's end.
+pub(crate) async fn composed<C: Sharded, T, E>(
+    owner: &Arc<Owner<C>>,
+    key: &ObjectKey,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> Option<Result<T, E>> {
+    let kind = C::NOUNS.unit;
+    let started = Instant::now();
+    let gated = gated(owner, key, UNIT_KEY, kind, key, work).await;
+    let (result, outcome) = match gated {
+        Gated::Fenced | Gated::Refused => (None, "skipped"),
+        Gated::Cancelled => (None, "cancelled"),
+        Gated::Finished(Ok(done)) => (Some(Ok(done)), "success"),
+        Gated::Finished(Err(e)) => (Some(Err(e)), "error"),
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    owner.term.metrics.reconciled(kind, outcome, seconds);
+    result
+}
+
 /// A worker that found the term's fence passed: `key`, taken but not started, goes back to the
 /// front of its queue, and the worker stops (nothing of the term may start any more; whoever
 /// holds the unit next reconciles it).
@@ -441,6 +464,7 @@ mod tests {
                 meter: Mutex::new(Meter::new(MeterSettings::DEFAULT, Instant::now())),
                 load: watch::channel(Annotations::new()).0,
                 clock: Arc::new(move || now),
+                own_objects: false,
             });
             Self {
                 owner,

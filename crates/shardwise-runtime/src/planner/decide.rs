@@ -575,6 +575,48 @@ mod tests {
     }
 
     #[test]
+    fn a_kind_sharded_by_its_own_objects_places_each_as_one_and_labels_no_item() {
+        let mut index = Index::of_own_objects();
+        for name in ["a", "b", "c", "d"] {
+            index.apply_unit(unit(name, None));
+        }
+        // One being deleted is placed no more, and stands for no item.
+        index.apply_unit(crate::planner::UnitEntry {
+            deleting: true,
+            ..unit("gone", None)
+        });
+        let decision = decide(
+            &rules(&sticky()),
+            &index,
+            &members(2, &[0, 1]),
+            PassMemory::Forgotten,
+        )
+        .unwrap();
+        assert_eq!(decision.record_writes.len(), 4);
+        assert!(
+            decision.item_writes.is_empty(),
+            "{:?}",
+            decision.item_writes
+        );
+        // Each object weighs one: two on each shard.
+        let items: Vec<u64> = decision.figures.shards.values().map(|f| f.items).collect();
+        assert_eq!(items, [2, 2]);
+
+        // A relist mirrors the units it finds, and only those.
+        index.relist_units();
+        for name in ["a", "b"] {
+            index.relisted_unit(unit(name, Some(0)));
+        }
+        index.relisted_units();
+        let counts = index.item_counts();
+        let counted: Vec<&str> = counts.keys().map(|k| k.name.as_str()).collect();
+        assert_eq!(counted, ["a", "b"]);
+        assert!(counts.values().all(|&n| n == 1));
+        index.delete_unit(&ObjectKey::new("fleet", "a"));
+        assert_eq!(index.item_counts().len(), 1);
+    }
+
+    #[test]
     fn only_a_change_of_owner_is_a_move() {
         // A first placement moves nothing.
         let fresh = fresh_index(&[("a", None, 2), ("b", None, 1)]);

@@ -217,30 +217,77 @@ pub(crate) struct Index {
     /// The shards the StatefulSet asks for; `None` while it does not exist.
     expected: Option<u32>,
     statefulset_synced: bool,
+    /// Each unit is its own only item ([`crate::kind`]): no item is listed, and each unit
+    /// weighs one.
+    own_items: bool,
 }
 
 impl Index {
+    /// The index of a kind sharded by its own objects: each unit stands for one item, itself,
+    /// which carries its own token already, so that placement weighs it one and writes it no
+    /// item label.
+    pub fn of_own_objects() -> Self {
+        let mut index = Self {
+            own_items: true,
+            ..Self::default()
+        };
+        index.unlabelled.relist_done();
+        index
+    }
+
+    /// The item a unit stands for, for [`Index::of_own_objects`]: none while it is being
+    /// deleted (it is placed no more).
+    fn own_item(entry: &UnitEntry) -> Option<ItemMeta> {
+        let key = &entry.view.key;
+        (!entry.deleting).then(|| ItemMeta {
+            key: key.clone(),
+            uid: entry.view.uid.clone(),
+            shard: None,
+            token: Some(unit_token(&key.namespace, &key.name)),
+        })
+    }
+
     pub fn apply_unit(&mut self, entry: UnitEntry) -> bool {
         let key = entry.view.key.clone();
+        if self.own_items {
+            match Self::own_item(&entry) {
+                Some(item) => self.items.apply(key.clone(), item, PartialEq::eq),
+                None => self.items.delete(&key),
+            };
+        }
         self.units.apply(key, entry, UnitEntry::plans_like)
     }
 
     pub fn delete_unit(&mut self, key: &ObjectKey) -> bool {
+        if self.own_items {
+            self.items.delete(key);
+        }
         self.units.delete(key)
     }
 
     /// A relist of the units begins.
     pub fn relist_units(&mut self) {
+        if self.own_items {
+            self.items.relist();
+        }
         self.units.relist();
     }
 
     /// A unit of the relist in progress.
     pub fn relisted_unit(&mut self, entry: UnitEntry) {
+        if self.own_items
+            && let Some(item) = Self::own_item(&entry)
+        {
+            self.items.relisted(item.key.clone(), item);
+        }
         self.units.relisted(entry.view.key.clone(), entry);
     }
 
     /// The relist of the units is complete.
     pub fn relisted_units(&mut self) -> bool {
+        if self.own_items {
+            self.items.relist_done();
+        }
         self.units.relist_done()
     }
 

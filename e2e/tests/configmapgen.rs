@@ -1,0 +1,338 @@
+//! kube-rs's configmapgen controller sharded with shardwise-runtime (examples/configmapgen,
+//! `configmapgen-sharded`), run as a user runs it: its rbac.yaml and statefulset.yaml applied
+//! to a control plane that runs pods, so that the real StatefulSet controller creates three
+//! replicas, under the example's ServiceAccount with its RBAC enforced. Through a scale from 3
+//! to 2 and a SIGKILL, every generator's ConfigMap follows its content, the merged audit shows
+//! no instant at which two processes reconciled one generator, and the server received no write
+//! of a term after its lease could have expired.
+
+// Test code: a step that fails fails the test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use configmapgen::ConfigMapGenerator;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, CustomResourceExt, ResourceExt};
+use serde_json::{Value, json};
+use shardwise_e2e::{Environment, wait_for};
+use shardwise_runtime::audit;
+use support::fencing::{LeaseHistory, late_writes};
+use support::pods;
+
+const HOME: &str = "configmapgen";
+/// Generators, spread over these namespaces.
+const GENERATORS: usize = 60;
+const NAMESPACES: usize = 3;
+const SETTLE: Duration = Duration::from_secs(120);
+const SHARD: &str = "shardwise.io/shard";
+/// Where the test has each replica write its audit (an emptyDir).
+const AUDIT_DIR: &str = "/var/log/configmapgen";
+/// The sharded binary, as the node runs it.
+const PROGRAM: &str = "configmapgen-sharded";
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn example_file(name: &str) -> PathBuf {
+    support::repo_file("examples/configmapgen").join(name)
+}
+
+/// statefulset.yaml's documents, with what the test adds to the StatefulSet: `replicas`, an
+/// audit file on an emptyDir, and short leases so that it runs in seconds.
+fn manifests(replicas: u32) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(example_file("statefulset.yaml"))?;
+    let mut docs: Vec<Value> = serde_saphyr::from_multiple(&text)?;
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "StatefulSet") {
+        doc["spec"]["replicas"] = json!(replicas);
+        let pod = &mut doc["spec"]["template"]["spec"];
+        pod["volumes"] = json!([{"name": "audit", "emptyDir": {}}]);
+        let container = &mut pod["containers"][0];
+        container["volumeMounts"] = json!([{"name": "audit", "mountPath": AUDIT_DIR}]);
+        let env = container["env"]
+            .as_array_mut()
+            .ok_or("statefulset.yaml: the container has no env")?;
+        for (name, value) in [
+            ("SHARDWISE_AUDIT_FILE", format!("{AUDIT_DIR}/audit.jsonl")),
+            ("SHARDWISE_LEASE_DURATION", "6s".into()),
+            ("SHARDWISE_RENEW_DEADLINE", "4s".into()),
+            ("SHARDWISE_RETRY_PERIOD", "1s".into()),
+            ("SHARDWISE_PLAN_INTERVAL", "3s".into()),
+        ] {
+            env.push(json!({"name": name, "value": value}));
+        }
+    }
+    Ok(docs)
+}
+
+struct Deployment {
+    env: Environment,
+    admin: kube::Client,
+}
+
+impl Deployment {
+    async fn start(replicas: u32) -> Result<Self> {
+        let env = Environment::builder().nodes(1).start()?;
+        let admin = env.control_plane().client("admin").await?;
+        let deployment = Self { env, admin };
+        deployment.install_crd().await?;
+        let cp = deployment.env.control_plane();
+        for namespace in std::iter::once(HOME.to_string()).chain((0..NAMESPACES).map(team)) {
+            cp.apply_yaml(
+                "admin",
+                &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"),
+            )
+            .await?;
+        }
+        for i in 0..GENERATORS {
+            let generator = ConfigMapGenerator::new(
+                &format!("gen-{i}"),
+                configmapgen::ConfigMapGeneratorSpec {
+                    content: content(i, 1),
+                },
+            );
+            Api::<ConfigMapGenerator>::namespaced(deployment.admin.clone(), &team(i % NAMESPACES))
+                .create(&PostParams::default(), &generator)
+                .await?;
+        }
+        cp.apply_file("admin", &example_file("rbac.yaml")).await?;
+        for doc in manifests(replicas)? {
+            cp.apply_yaml("admin", &doc.to_string()).await?;
+        }
+        Ok(deployment)
+    }
+
+    /// The example's CRD, from its type, once the server serves it.
+    async fn install_crd(&self) -> Result<()> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
+        let crd = ConfigMapGenerator::crd();
+        let name = crd.name_any();
+        crds.create(&PostParams::default(), &crd).await?;
+        wait_for("the ConfigMapGenerator CRD established", SETTLE, || async {
+            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err("not established".to_string())
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// `kubectl scale` as the API sees it: the StatefulSet controller does the rest.
+    async fn scale(&self, replicas: u32) -> Result<()> {
+        let api: Api<StatefulSet> = Api::namespaced(self.admin.clone(), HOME);
+        let patch = json!({"spec": {"replicas": replicas}});
+        api.patch(HOME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until the StatefulSet runs exactly `replicas` pods, all with their process.
+    async fn pods_running(&self, replicas: u32) -> Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), HOME);
+        wait_for(
+            &format!("{replicas} configmapgen pods running"),
+            SETTLE,
+            || async {
+                let list = pods
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let running = list
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .filter(|p| {
+                        pods::container_pid(&p.name_any(), p.metadata.uid.as_deref(), PROGRAM)
+                            .is_some()
+                    })
+                    .count();
+                if list.items.len() == replicas as usize && running == replicas as usize {
+                    Ok(())
+                } else {
+                    Err(format!("{running} running of {} pods", list.items.len()))
+                }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Sets every generator's content to its `version`.
+    async fn rewrite(&self, version: u32) -> Result<()> {
+        for i in 0..GENERATORS {
+            let api: Api<ConfigMapGenerator> =
+                Api::namespaced(self.admin.clone(), &team(i % NAMESPACES));
+            let patch = json!({"spec": {"content": content(i, version)}});
+            api.patch(
+                &format!("gen-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every generator is placed on one of `0..replicas` (each of them holding
+    /// some), and its ConfigMap holds its content of `version` and is owned by it.
+    async fn settled(&self, replicas: u32, version: u32) -> Result<()> {
+        let generators: Api<ConfigMapGenerator> = Api::all(self.admin.clone());
+        let config_maps: Api<ConfigMap> = Api::all(self.admin.clone());
+        wait_for(
+            &format!("{replicas} replicas to generate version {version} of every ConfigMap"),
+            SETTLE,
+            || async {
+                let mut shards = BTreeSet::new();
+                let mut uids = BTreeMap::new();
+                for g in generators
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    let shard = g.labels().get(SHARD).and_then(|s| s.parse::<u32>().ok());
+                    let Some(shard) = shard.filter(|&s| s < replicas) else {
+                        return Err(format!("generator {} has shard {shard:?}", g.name_any()));
+                    };
+                    shards.insert(shard);
+                    let key = format!("{}/{}", g.namespace().unwrap_or_default(), g.name_any());
+                    uids.insert(key, g.uid().unwrap_or_default());
+                }
+                if shards.len() != replicas as usize || uids.len() != GENERATORS {
+                    return Err(format!("{} generators on shards {shards:?}", uids.len()));
+                }
+                let mut generated = 0;
+                for cm in config_maps
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    let key = format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any());
+                    let Some(uid) = uids.get(&key) else { continue };
+                    let i: usize = cm.name_any()["gen-".len()..]
+                        .parse()
+                        .map_err(|_| key.clone())?;
+                    let data = cm.data.as_ref().and_then(|d| d.get("content"));
+                    if data != Some(&content(i, version)) {
+                        return Err(format!("ConfigMap {key} holds {data:?}"));
+                    }
+                    let owned = cm.owner_references().iter().any(|o| &o.uid == uid);
+                    if !owned {
+                        return Err(format!("ConfigMap {key} is not owned by its generator"));
+                    }
+                    generated += 1;
+                }
+                if generated == GENERATORS {
+                    Ok(())
+                } else {
+                    Err(format!("{generated} of {GENERATORS} ConfigMaps generated"))
+                }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn team(i: usize) -> String {
+    format!("team-{i}")
+}
+
+fn content(i: usize, version: u32) -> String {
+    format!("generator {i}, version {version}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharded_kube_runtime_controller_generates_everything_through_a_scale_and_a_sigkill()
+-> Result<()> {
+    let deployment = Deployment::start(3).await?;
+    let leases = LeaseHistory::record(deployment.admin.clone(), HOME);
+    deployment.pods_running(3).await?;
+    deployment.settled(3, 1).await?;
+
+    deployment.scale(2).await?;
+    deployment.pods_running(2).await?;
+    deployment.rewrite(2).await?;
+    deployment.settled(2, 2).await?;
+
+    // Replica 1 killed outright: the StatefulSet's node starts it again, and its new process
+    // takes its shard once the old term's lease has expired.
+    let victim = format!("{HOME}-1");
+    let pid = pods::container_pid(&victim, None, PROGRAM).ok_or("no process of replica 1")?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid)?),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    let deaths = BTreeMap::from([(pid, audit::now_nanos())]);
+    deployment.rewrite(3).await?;
+    deployment.settled(2, 3).await?;
+
+    // Every replica stopped gracefully: its in-flight reconciles end in the audit.
+    deployment.scale(0).await?;
+    deployment.pods_running(0).await?;
+
+    let files = pods::audit_files(&deployment.env, HOME, HOME);
+    let intervals = audit::read(&files, shardwise_runtime::kind::NOUNS.unit)?;
+    let shards: BTreeSet<u32> = intervals.iter().map(|i| i.shard).collect();
+    assert_eq!(shards.len(), 3, "every replica reconciled: {shards:?}");
+    let reconciled: BTreeSet<&str> = intervals.iter().map(|i| i.unit.as_str()).collect();
+    for i in 0..GENERATORS {
+        let key = format!("{}/gen-{i}", team(i % NAMESPACES));
+        assert!(
+            reconciled.contains(key.as_str()),
+            "{key} was never reconciled"
+        );
+    }
+    let overlaps = audit::overlaps(&intervals, &deaths);
+    assert!(
+        overlaps.is_empty(),
+        "{} overlaps, first: {}",
+        overlaps.len(),
+        overlaps[0]
+    );
+
+    // From the server's side: every write of a replica but its lease renewals names its term,
+    // and none arrived after that term's lease could have expired.
+    let account = format!("system:serviceaccount:{HOME}:{HOME}");
+    let writes: Vec<_> = deployment
+        .env
+        .control_plane()
+        .server()
+        .writes()
+        .into_iter()
+        .filter(|w| w.user == account && !w.path.starts_with("/apis/coordination.k8s.io/"))
+        .collect();
+    let report = late_writes(&writes, &leases.renewals(), HOME);
+    assert!(
+        report.checked >= 3 * GENERATORS,
+        "{} writes checked",
+        report.checked
+    );
+    assert!(
+        report.late.is_empty() && report.unattributed.is_empty(),
+        "late {:?}, unattributed {:?}",
+        report.late,
+        report.unattributed
+    );
+    println!(
+        "{} reconciles by {} replicas, {} writes of their terms checked",
+        intervals.len(),
+        shards.len(),
+        report.checked
+    );
+    Ok(())
+}
