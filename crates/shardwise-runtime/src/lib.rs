@@ -30,7 +30,12 @@
 //!   with backoff, an audit of every reconcile, Prometheus metrics (over HTTPS for reviewed
 //!   scrapers), health probes, and a graceful handoff on SIGTERM.
 //!
-//! A controller is a [`Sharded`] type and a `main` that hands it to [`run`] with the settings
+//! The shortest way in starts from a kube-runtime `Controller` a program already has: [`kind`]
+//! shards one kind by its own objects, and hands each term of the shard's lease the watch
+//! configuration, the fenced client and the guarded reconcile that run that controller on the
+//! shard's objects only ([`kind::ShardedKind`], `examples/configmapgen`).
+//!
+//! A controller whose work divides along another kind is a [`Sharded`] type and a `main` that hands it to [`run`] with the settings
 //! its flags give; this is the shape of `examples/namespace-labeller`, which labels the
 //! ConfigMaps of each namespace. A program that keeps its own client, flags, logging, signals
 //! and HTTP server builds a [`ShardedReplica`] instead, from [`settings::Settings::builder`],
@@ -118,7 +123,8 @@
 //!
 //! # The public API
 //!
-//! - For a controller: [`Sharded`] and what it names ([`TermOf`], [`ContextOf`], [`Action`],
+//! - For a kube-runtime controller: [`kind`] ([`kind::ShardedKind`], [`kind::ShardTerm`]).
+//! - For a controller of units and items: [`Sharded`] and what it names ([`TermOf`], [`ContextOf`], [`Action`],
 //!   [`Nouns`], [`ObjectKey`], [`UnitPlacement`]), [`ShardedReplica`] and [`Connection`],
 //!   [`run`], [`args::ReplicaArgs`] and [`settings`], [`objects`] (keys and typed APIs of watched objects), [`decode`] and
 //!   [`lenient`] (objects that do not parse), [`clients`] (fenced, rate-limited clients of
