@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles package machete unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
+.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles package machete deny unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
 
 all: build
 
@@ -34,7 +34,7 @@ demo:
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy doc cycles package machete chart unit
+test: prerequisites fmt-check clippy doc cycles package machete deny chart unit
 
 prerequisites:
 	scripts/prerequisites.sh
@@ -88,6 +88,12 @@ package:
 ## [package.metadata.cargo-machete] with the reason).
 machete:
 	$(CARGO) machete
+
+## Every dependency under an allowed license, from crates.io, in one version but for the
+## listed exceptions (cargo-deny, deny.toml). Not its advisories: their database is on GitHub,
+## which CI cannot reach.
+deny:
+	$(CARGO) deny --offline check bans licenses sources
 
 ## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each
 ## suite prints the kube-apiserver version it ran on). Argo CD's suite (its own package) runs

@@ -8,7 +8,8 @@
 # kube-controller-manager, kube-scheduler, etcd and helm, built with Go from e2e/control-plane
 # and e2e/helm by scripts/control-plane.sh), and Argo CD's application controller and repo
 # server (built from e2e/argocd by scripts/argocd.sh, in the background) with Debian's Redis and
-# git beside them, sccache (the compiled-crate cache .ci/run sets up) and cargo-machete.
+# git beside them, sccache (the compiled-crate cache .ci/run sets up), cargo-machete and
+# cargo-deny.
 # Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,12 @@ fi
 machete_version=0.9.2
 if [[ "$(cargo machete --version 2>/dev/null)" != "$machete_version" ]]; then
     cargo install --quiet --locked cargo-machete --version "$machete_version"
+fi
+# Licenses, bans and sources of the dependency graph (`make deny`), pinned alike; about 3
+# minutes to compile once per user.
+deny_version=0.20.2
+if [[ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $deny_version" ]]; then
+    cargo install --quiet --locked --no-default-features cargo-deny --version "$deny_version"
 fi
 
 scripts/control-plane.sh

@@ -24,13 +24,18 @@ use kube::{Api, CustomResourceExt, ResourceExt};
 use serde_json::{Value, json};
 use shardwise_e2e::{Environment, wait_for};
 use shardwise_runtime::audit;
+use support::chart::{Sampler, longest_handoff};
 use support::fencing::{LeaseHistory, late_writes};
 use support::pods;
 
 const HOME: &str = "configmapgen";
-/// Generators, spread over these namespaces.
+/// Generators of the scale-and-kill test, spread over [`NAMESPACES`] namespaces.
 const GENERATORS: usize = 60;
 const NAMESPACES: usize = 3;
+/// How long a graceful handoff may leave a generator without a live owner (as the chart
+/// suite's rolling update): the planner moves a gone replica's objects in one pass, within its
+/// write budget (200 a second, a burst of 400).
+const HANDOFF_BOUND: Duration = Duration::from_secs(5);
 const SETTLE: Duration = Duration::from_secs(120);
 const SHARD: &str = "shardwise.io/shard";
 /// Where the test has each replica write its audit (an emptyDir).
@@ -74,13 +79,18 @@ fn manifests(replicas: u32) -> Result<Vec<Value>> {
 struct Deployment {
     env: Environment,
     admin: kube::Client,
+    generators: usize,
 }
 
 impl Deployment {
-    async fn start(replicas: u32) -> Result<Self> {
+    async fn start(replicas: u32, generators: usize) -> Result<Self> {
         let env = Environment::builder().nodes(1).start()?;
         let admin = env.control_plane().client("admin").await?;
-        let deployment = Self { env, admin };
+        let deployment = Self {
+            env,
+            admin,
+            generators,
+        };
         deployment.install_crd().await?;
         let cp = deployment.env.control_plane();
         for namespace in std::iter::once(HOME.to_string()).chain((0..NAMESPACES).map(team)) {
@@ -90,7 +100,7 @@ impl Deployment {
             )
             .await?;
         }
-        for i in 0..GENERATORS {
+        for i in 0..generators {
             let generator = ConfigMapGenerator::new(
                 &format!("gen-{i}"),
                 configmapgen::ConfigMapGeneratorSpec {
@@ -174,7 +184,7 @@ impl Deployment {
 
     /// Sets every generator's content to its `version`.
     async fn rewrite(&self, version: u32) -> Result<()> {
-        for i in 0..GENERATORS {
+        for i in 0..self.generators {
             let api: Api<ConfigMapGenerator> =
                 Api::namespaced(self.admin.clone(), &team(i % NAMESPACES));
             let patch = json!({"spec": {"content": content(i, version)}});
@@ -212,7 +222,7 @@ impl Deployment {
                     let key = format!("{}/{}", g.namespace().unwrap_or_default(), g.name_any());
                     uids.insert(key, g.uid().unwrap_or_default());
                 }
-                if shards.len() != replicas as usize || uids.len() != GENERATORS {
+                if shards.len() != replicas as usize || uids.len() != self.generators {
                     return Err(format!("{} generators on shards {shards:?}", uids.len()));
                 }
                 let mut generated = 0;
@@ -236,15 +246,54 @@ impl Deployment {
                     }
                     generated += 1;
                 }
-                if generated == GENERATORS {
+                if generated == self.generators {
                     Ok(())
                 } else {
-                    Err(format!("{generated} of {GENERATORS} ConfigMaps generated"))
+                    Err(format!(
+                        "{generated} of {} ConfigMaps generated",
+                        self.generators
+                    ))
                 }
             },
         )
         .await?;
         Ok(())
+    }
+}
+
+impl Deployment {
+    /// The merged audit of every replica that ran, once checked: `replicas` of them
+    /// reconciled, every generator was reconciled, and no two processes reconciled one
+    /// generator at once (a process killed at a time in `deaths` worked until then).
+    fn audited(
+        &self,
+        replicas: usize,
+        deaths: &BTreeMap<u32, u64>,
+    ) -> Result<Vec<audit::Interval>> {
+        let files = pods::audit_files(&self.env, HOME, HOME);
+        let intervals = audit::read(&files, shardwise_runtime::kind::NOUNS.unit)?;
+        let shards: BTreeSet<u32> = intervals.iter().map(|i| i.shard).collect();
+        assert_eq!(
+            shards.len(),
+            replicas,
+            "every replica reconciled: {shards:?}"
+        );
+        let reconciled: BTreeSet<&str> = intervals.iter().map(|i| i.unit.as_str()).collect();
+        for i in 0..self.generators {
+            let key = format!("{}/gen-{i}", team(i % NAMESPACES));
+            assert!(
+                reconciled.contains(key.as_str()),
+                "{key} was never reconciled"
+            );
+        }
+        let overlaps = audit::overlaps(&intervals, deaths);
+        assert!(
+            overlaps.is_empty(),
+            "{} overlaps, first: {}",
+            overlaps.len(),
+            overlaps[0]
+        );
+        Ok(intervals)
     }
 }
 
@@ -259,7 +308,7 @@ fn content(i: usize, version: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharded_kube_runtime_controller_generates_everything_through_a_scale_and_a_sigkill()
 -> Result<()> {
-    let deployment = Deployment::start(3).await?;
+    let deployment = Deployment::start(3, GENERATORS).await?;
     let leases = LeaseHistory::record(deployment.admin.clone(), HOME);
     deployment.pods_running(3).await?;
     deployment.settled(3, 1).await?;
@@ -334,5 +383,40 @@ async fn the_sharded_kube_runtime_controller_generates_everything_through_a_scal
         shards.len(),
         report.checked
     );
+    Ok(())
+}
+
+/// The one-kind mode's own test: 300 objects, each placed by itself, through 3 -> 4 -> 2
+/// replicas. No instant with two owners, and no generator longer than the handoff bound
+/// without a live owner (its recorded holder holding its shard's lease, no drain under way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_objects_move_through_three_four_two_replicas_without_overlap_or_orphan()
+-> Result<()> {
+    let deployment = Deployment::start(3, 300).await?;
+    deployment.pods_running(3).await?;
+    deployment.settled(3, 1).await?;
+
+    let generators: Api<ConfigMapGenerator> = Api::all(deployment.admin.clone());
+    let sampler = Sampler::of(deployment.admin.clone(), generators, HOME, HOME);
+    for (replicas, version) in [(4, 2), (2, 3)] {
+        deployment.scale(replicas).await?;
+        deployment.pods_running(replicas).await?;
+        deployment.rewrite(version).await?;
+        deployment.settled(replicas, version).await?;
+    }
+    let samples = sampler.stop().await;
+    let longest = longest_handoff(&samples.clusters);
+    println!(
+        "3 -> 4 -> 2 replicas: the longest a generator went without a live owner: {longest:.1?}"
+    );
+    assert!(
+        longest < HANDOFF_BOUND,
+        "a generator went {longest:?} without a live owner (a graceful handoff takes less than {HANDOFF_BOUND:?})"
+    );
+
+    deployment.scale(0).await?;
+    deployment.pods_running(0).await?;
+    let intervals = deployment.audited(4, &BTreeMap::new())?;
+    println!("{} reconciles by 4 replicas checked", intervals.len());
     Ok(())
 }

@@ -11,7 +11,7 @@ pub mod measured;
 mod report;
 pub(crate) mod scaling;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -40,7 +40,9 @@ use crate::objects::{api_over, key_of, merge_patch, metadata_api_over, unpaged};
 use crate::settings::{LoadModel, PlannerSettings, Replica, ScaleSettings, WatchScope};
 use crate::sharded::{ObjectKind, Sharded};
 use crate::slice::UnitSlice;
-use decide::{ControlPlaneWrite, Decision, ItemWrite, PassMemory, PlacementRules, decide};
+use decide::{
+    ControlPlaneWrite, Decision, ItemWrite, PassMemory, PlacementRules, RecordWrite, decide,
+};
 use index::{Index, ItemMeta, SliceEntry, UnitEntry, unlabelled_unit};
 use item_writes::ItemWrites;
 use measured::{AVERAGE_WEIGHT, LoadFigures, MeasuredModel, PassLoads, copy_cost};
@@ -49,6 +51,8 @@ use scaling::{Demand, Progress, Scaler, Unsettled};
 
 /// Concurrent label writes to items.
 const ITEM_WRITE_CONCURRENCY: usize = 16;
+/// Units whose records are written at once (each unit's own records one after another).
+const RECORD_WRITE_CONCURRENCY: usize = 16;
 
 /// What a planner term is built from.
 #[derive(Clone)]
@@ -783,14 +787,55 @@ async fn send<C: Sharded>(client: &Client, write: &ControlPlaneWrite) -> Result<
     }
 }
 
-/// Record writes first, one at a time, then the others; a conflict or failure plans again.
+/// Record writes first, then the others; a conflict or failure plans again. The records of one
+/// unit (its own, its slices') are written one at a time in the decision's order, those of
+/// different units [`RECORD_WRITE_CONCURRENCY`] units at a time: a pass that moves many units
+/// (a kind sharded by its own objects moves each object) is not one request's latency per unit.
 async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) -> Written {
+    let mut by_unit: BTreeMap<&ObjectKey, Vec<&RecordWrite>> = BTreeMap::new();
+    for write in &decision.record_writes {
+        by_unit.entry(&write.record.unit).or_default().push(write);
+    }
+    let units: Vec<_> = by_unit
+        .into_values()
+        .map(|writes| write_unit_records(planner, writes))
+        .collect();
+    let written = futures::stream::iter(units)
+        .buffer_unordered(RECORD_WRITE_CONCURRENCY)
+        .fold(
+            Written {
+                moves: 0,
+                item_moves: 0,
+            },
+            |total, written| async move {
+                Written {
+                    moves: total.moves + written.moves,
+                    item_moves: total.item_moves + written.item_moves,
+                }
+            },
+        )
+        .await;
+    let client = &planner.parts.client;
+    for write in &decision.other_writes {
+        if let Err(e) = send::<C>(client, write).await {
+            debug!(error = %e, ?write, "write failed; next pass retries");
+            planner.trigger.notify_one();
+        }
+    }
+    written
+}
+
+/// The record writes of one unit, in order.
+async fn write_unit_records<C: Sharded>(
+    planner: &Planner<C>,
+    writes: Vec<&RecordWrite>,
+) -> Written {
     let mut written = Written {
         moves: 0,
         item_moves: 0,
     };
     let client = &planner.parts.client;
-    for write in &decision.record_writes {
+    for write in writes {
         let record = &write.record;
         match send::<C>(client, &write.write).await {
             Ok(()) => {
@@ -815,12 +860,6 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
                 warn!(unit = %record.unit, range = %record.range, error = %e, "could not write record");
                 planner.trigger.notify_one();
             }
-        }
-    }
-    for write in &decision.other_writes {
-        if let Err(e) = send::<C>(client, write).await {
-            debug!(error = %e, ?write, "write failed; next pass retries");
-            planner.trigger.notify_one();
         }
     }
     written

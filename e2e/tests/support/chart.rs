@@ -147,6 +147,21 @@ pub struct Sampler {
 impl Sampler {
     /// Samples StatefulSet `statefulset` of `namespace`: its pods, shard Leases and FleetClusters.
     pub fn start(client: kube::Client, namespace: &str, statefulset: &str) -> Self {
+        let clusters: Api<FleetCluster> = Api::namespaced(client.clone(), namespace);
+        Self::of(client, clusters, namespace, statefulset)
+    }
+
+    /// Samples StatefulSet `statefulset` of `namespace`: its pods, shard Leases, and the units
+    /// `units` lists (wherever they are).
+    pub fn of<K>(client: kube::Client, units: Api<K>, namespace: &str, statefulset: &str) -> Self
+    where
+        K: kube::Resource
+            + Clone
+            + k8s_openapi::serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
         let (namespace, statefulset) = (namespace.to_string(), statefulset.to_string());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let pods = tokio::spawn(pod_history(
@@ -155,10 +170,9 @@ impl Sampler {
         ));
         let clusters = tokio::spawn(async move {
             let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-            let clusters: Api<FleetCluster> = Api::namespaced(client, &namespace);
             let mut samples = Vec::new();
             while !*stopped.borrow() {
-                if let Some(sample) = sample(&leases, &clusters, &statefulset).await {
+                if let Some(sample) = sample(&leases, &units, &statefulset).await {
                     samples.push(sample);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -237,15 +251,15 @@ async fn pod_history(pods: Api<Pod>, mut stopped: tokio::sync::watch::Receiver<b
     history
 }
 
-async fn sample(
-    leases: &Api<Lease>,
-    clusters: &Api<FleetCluster>,
-    statefulset: &str,
-) -> Option<Sample> {
+async fn sample<K>(leases: &Api<Lease>, units: &Api<K>, statefulset: &str) -> Option<Sample>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let at = Instant::now();
     let params = ListParams::default();
     let lease_list = leases.list(&params).await.ok()?;
-    let cluster_list = clusters.list(&params).await.ok()?;
+    // Metadata only: the record is all a sample reads.
+    let unit_list = units.list_metadata(&params).await.ok()?;
     let holders: BTreeMap<String, String> = lease_list
         .items
         .into_iter()
@@ -253,13 +267,17 @@ async fn sample(
         .collect();
     let mut owned = BTreeSet::new();
     let mut all = BTreeSet::new();
-    for cluster in cluster_list.items {
-        let name = cluster.metadata.name.clone().unwrap_or_default();
+    for unit in unit_list.items {
+        let meta = &unit.metadata;
+        let name = match &meta.namespace {
+            Some(namespace) => format!("{namespace}/{}", meta.name.clone().unwrap_or_default()),
+            None => meta.name.clone().unwrap_or_default(),
+        };
         all.insert(name.clone());
-        let annotations = cluster.metadata.annotations.clone().unwrap_or_default();
+        let annotations = meta.annotations.clone().unwrap_or_default();
         let holder = annotations.get(shardwise_handoff::keys::HOLDER_ANNOTATION);
         let draining = annotations.contains_key(shardwise_handoff::keys::DRAIN_TO_ANNOTATION);
-        let live = super::shard_label(&cluster)
+        let live = super::shard_label(&unit)
             .and_then(|shard| holders.get(&format!("{statefulset}-shard-{shard}")))
             .is_some_and(|h| Some(h) == holder);
         if live && !draining {
