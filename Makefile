@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy doc cycles package machete deny unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
+.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy features doc cycles package machete deny unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
 
 all: build
 
@@ -34,7 +34,7 @@ demo:
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy doc cycles package machete deny chart unit
+test: prerequisites fmt-check clippy features doc cycles package machete deny chart unit
 
 prerequisites:
 	scripts/prerequisites.sh
@@ -60,6 +60,12 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
+
+## The runtime as a library: without its default features it builds (clippy, no warnings) and
+## links no clap, HTTP server, TLS stack, procfs or tracing-subscriber; shardwise-plan links no
+## HTTP server or procfs (scripts/features.sh).
+features:
+	CARGO="$(CARGO)" scripts/features.sh
 
 ## The API docs of every crate, with rustdoc's warnings (broken links included) as errors;
 ## every library crate denies missing docs; and docs/architecture.md's configuration table is

@@ -21,6 +21,7 @@
 //! # Ok::<(), shardwise_runtime::args::ArgsError>(())
 //! ```
 
+#[cfg(feature = "server")]
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -310,6 +311,22 @@ impl ReplicaArgs {
     #[cfg(feature = "logging")]
     pub fn init_logging(&self) {
         crate::logging::init(&self.log, self.log_format);
+    }
+
+    /// A program's whole `main` for `controller`, named `controller_name` and watching
+    /// `scope`: logs as these flags say, then [`crate::run`] with the settings and HTTP
+    /// settings they give, until SIGTERM.
+    #[cfg(all(feature = "server", feature = "logging"))]
+    pub async fn run<C: crate::Sharded>(
+        &self,
+        controller: C,
+        controller_name: &str,
+        scope: WatchScope,
+    ) -> Result<(), crate::RunError> {
+        self.init_logging();
+        let settings = self.settings(controller_name, scope)?;
+        let http = self.http_settings()?;
+        crate::run(controller, settings, http).await
     }
 }
 

@@ -55,6 +55,10 @@ pub enum RunError {
     #[cfg(feature = "server")]
     #[error(transparent)]
     Serve(#[from] crate::http::ServeError),
+    /// The flags give settings that cannot work ([`crate::args::ReplicaArgs::run`]).
+    #[cfg(feature = "clap")]
+    #[error(transparent)]
+    Args(#[from] crate::args::ArgsError),
 }
 
 /// One replica of a sharded controller, ready to run: the controller, its settings and its

@@ -1,4 +1,4 @@
-//! `namespace-labeller`: a sharded controller on `shardwise-runtime` in about 130 lines: its
+//! `namespace-labeller`: a sharded controller on `shardwise-runtime` in 130 lines: its
 //! `Sharded` impl (45 lines), its reconcilers and its flags.
 //!
 //! It stamps every ConfigMap with a digest of its data, and every namespace with the number of
@@ -119,14 +119,12 @@ fn digest(config_map: &ConfigMap) -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    args.replica.init_logging();
-    let settings = args
-        .replica
-        .settings("namespace-labeller", WatchScope::Cluster)?;
-    let http = args.replica.http_settings()?;
     let labeller = Labeller {
         resync_interval: args.resync_interval,
     };
-    shardwise_runtime::run(labeller, settings, http).await?;
+    let scope = WatchScope::Cluster;
+    args.replica
+        .run(labeller, "namespace-labeller", scope)
+        .await?;
     Ok(())
 }
