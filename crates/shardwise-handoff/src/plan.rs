@@ -168,6 +168,16 @@ pub struct RecordKey {
     pub range: KeyRange,
 }
 
+impl RecordKey {
+    /// The record of the whole of `unit`, on the unit's own object.
+    pub fn whole(unit: ObjectKey) -> Self {
+        Self {
+            unit,
+            range: KeyRange::WHOLE,
+        }
+    }
+}
+
 /// The outcome of a planning pass.
 #[derive(Clone, Debug)]
 pub struct Plan {

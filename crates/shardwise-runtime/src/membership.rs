@@ -258,16 +258,12 @@ impl ShardLeases {
 mod tests {
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-    use shard_assign::KeyRange;
     use shardwise_handoff::plan::{ObjectKey, RecordKey};
 
     use super::*;
 
     fn record(name: &str) -> RecordKey {
-        RecordKey {
-            unit: ObjectKey::new("fleet", name),
-            range: KeyRange::WHOLE,
-        }
+        RecordKey::whole(ObjectKey::new("fleet", name))
     }
 
     /// Version `version` of shard `shard`'s lease, renewed `renewed` seconds in, carrying

@@ -299,10 +299,7 @@ mod tests {
 
     /// The whole unit `fleet/<name>`.
     fn record(name: &str) -> RecordKey {
-        RecordKey {
-            unit: ObjectKey::new("fleet", name),
-            range: KeyRange::WHOLE,
-        }
+        RecordKey::whole(ObjectKey::new("fleet", name))
     }
 
     /// The upper half of the unit `fleet/<name>`.
@@ -323,10 +320,7 @@ mod tests {
         let keys = [
             record("a"),
             slice("a"),
-            RecordKey {
-                unit: ObjectKey::new("", "cluster-scoped"),
-                range: KeyRange::WHOLE,
-            },
+            RecordKey::whole(ObjectKey::new("", "cluster-scoped")),
             RecordKey {
                 unit: ObjectKey::new("", "cluster-scoped"),
                 range: low.halves().unwrap().1,
@@ -467,10 +461,7 @@ mod tests {
         let extra = r#"{"v":1,"records":{"a":{"busy":0.5,"items":2,"objects":9}},"window":10}"#;
         let report = LoadReport::decode(extra).unwrap();
         assert_eq!(
-            report.records[&RecordKey {
-                unit: ObjectKey::new("", "a"),
-                range: KeyRange::WHOLE
-            }],
+            report.records[&RecordKey::whole(ObjectKey::new("", "a"))],
             load(0.5, 2)
         );
     }

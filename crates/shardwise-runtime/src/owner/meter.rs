@@ -178,10 +178,7 @@ mod tests {
 
     /// The whole unit `fleet/<name>`.
     fn record(name: &str) -> RecordKey {
-        RecordKey {
-            unit: ObjectKey::new("fleet", name),
-            range: KeyRange::WHOLE,
-        }
+        RecordKey::whole(ObjectKey::new("fleet", name))
     }
 
     /// The upper half of the unit `fleet/<name>`.

@@ -763,10 +763,7 @@ mod tests {
         let records = busy
             .iter()
             .map(|&(name, busy, items)| {
-                let key = RecordKey {
-                    unit: ObjectKey::new("fleet", name),
-                    range: KeyRange::WHOLE,
-                };
+                let key = RecordKey::whole(ObjectKey::new("fleet", name));
                 (key, RecordLoad::new(busy, items))
             })
             .collect();
@@ -900,10 +897,7 @@ mod tests {
             let mut records: BTreeMap<RecordKey, RecordLoad> = ["a", "b"]
                 .into_iter()
                 .map(|name| {
-                    let key = RecordKey {
-                        unit: ObjectKey::new("fleet", name),
-                        range: KeyRange::WHOLE,
-                    };
+                    let key = RecordKey::whole(ObjectKey::new("fleet", name));
                     (key, RecordLoad::new(1.0, 12))
                 })
                 .collect();
@@ -1078,13 +1072,7 @@ mod tests {
         let retire = second
             .record_writes
             .iter()
-            .find(|w| {
-                w.record
-                    == RecordKey {
-                        unit: ObjectKey::new("fleet", "hot"),
-                        range: KeyRange::WHOLE,
-                    }
-            })
+            .find(|w| w.record == RecordKey::whole(ObjectKey::new("fleet", "hot")))
             .expect("the whole record is written");
         assert_eq!(
             retire.action,

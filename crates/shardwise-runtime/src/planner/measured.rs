@@ -390,10 +390,7 @@ mod tests {
     }
 
     fn whole(name: &str) -> RecordKey {
-        RecordKey {
-            unit: ObjectKey::new("fleet", name),
-            range: KeyRange::WHOLE,
-        }
+        RecordKey::whole(ObjectKey::new("fleet", name))
     }
 
     /// What the owners report: (record, busy, items).
