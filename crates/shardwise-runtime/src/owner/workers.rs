@@ -570,6 +570,34 @@ mod tests {
         all_stopped(workers).await;
     }
 
+    /// A program's own controller ([`crate::kind`]) passes the same gate and fence as the
+    /// runtime's workers: an object the term holds is reconciled and audited; one the term does
+    /// not know, or any past the fence, is not run at all.
+    #[tokio::test]
+    async fn a_programs_reconcile_runs_only_under_the_gate_and_before_the_fence() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let calls = AtomicUsize::new(0);
+        let work = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<u8, std::convert::Infallible>(7)
+        };
+        let now = Instant::now();
+        let term = Frozen::new(now + Duration::from_secs(60), now, false);
+        let held = composed(&term.owner, &key("a"), work()).await;
+        assert_eq!(held.map(|r| r.unwrap_or_default()), Some(7));
+        let unknown = composed(&term.owner, &key("b"), work()).await;
+        assert!(unknown.is_none(), "an object the gate does not know ran");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(term.started(), ["fleet/a"]);
+
+        let fence_at = Instant::now() + Duration::from_secs(60);
+        let frozen = Frozen::new(fence_at, fence_at + Duration::from_millis(1), false);
+        let fenced = composed(&frozen.owner, &key("a"), work()).await;
+        assert!(fenced.is_none(), "a reconcile ran past the fence");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(frozen.started(), Vec::<String>::new());
+    }
+
     /// An item of a unit that did not exist was labelled with this shard; the unit now exists
     /// and is this term's, and the planner removed the label: the item leaves the watch of
     /// items labelled with this shard (a deletion there) while its unit's watch keeps it. Its
