@@ -34,7 +34,7 @@ demo:
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy features doc cycles package machete deny chart unit
+test: prerequisites fmt-check clippy features doc cycles package chart unit machete deny
 
 prerequisites:
 	scripts/prerequisites.sh
@@ -93,12 +93,14 @@ package:
 ## derive's generated paths or a module included by path, is listed in the crate's
 ## [package.metadata.cargo-machete] with the reason).
 machete:
+	scripts/cargo-tools.sh
 	$(CARGO) machete
 
 ## Every dependency under an allowed license, from crates.io, in one version but for the
 ## listed exceptions (cargo-deny, deny.toml). Not its advisories: their database is on GitHub,
 ## which CI cannot reach.
 deny:
+	scripts/cargo-tools.sh
 	$(CARGO) deny --offline check bans licenses sources
 
 ## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each

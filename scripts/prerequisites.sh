@@ -8,8 +8,8 @@
 # kube-controller-manager, kube-scheduler, etcd and helm, built with Go from e2e/control-plane
 # and e2e/helm by scripts/control-plane.sh), and Argo CD's application controller and repo
 # server (built from e2e/argocd by scripts/argocd.sh, in the background) with Debian's Redis and
-# git beside them, sccache (the compiled-crate cache .ci/run sets up), cargo-machete and
-# cargo-deny.
+# git beside them, sccache (the compiled-crate cache .ci/run sets up), and, in the background
+# too, cargo-machete and cargo-deny (scripts/cargo-tools.sh).
 # Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,19 +50,6 @@ if ! npm ls --prefix "$schema" --silent >/dev/null 2>&1; then
     npm ci --prefix "$schema" --silent --no-audit --no-fund
 fi
 
-# Unused dependencies (`make machete`), pinned: a new release may judge differently. Compiled
-# once per user into ~/.cargo/bin (a minute or two on 2 cores).
-machete_version=0.9.2
-if [[ "$(cargo machete --version 2>/dev/null)" != "$machete_version" ]]; then
-    cargo install --quiet --locked cargo-machete --version "$machete_version"
-fi
-# Licenses, bans and sources of the dependency graph (`make deny`), pinned alike; about 3
-# minutes to compile once per user.
-deny_version=0.20.2
-if [[ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $deny_version" ]]; then
-    cargo install --quiet --locked --no-default-features cargo-deny --version "$deny_version"
-fi
-
 scripts/control-plane.sh
 # Argo CD's build (about 5 minutes of both cores) runs in the background at the lowest CPU
 # priority: it takes the CPU where what follows leaves it idle (in `make test`, the lints and
@@ -72,3 +59,6 @@ scripts/control-plane.sh
 mkdir -p target/argocd
 nohup nice -n 19 scripts/argocd.sh >> target/argocd/build.log 2>&1 &
 echo "prerequisites.sh: building Argo CD in the background (log: target/argocd/build.log)" >&2
+# cargo-machete and cargo-deny alike, for the checks `make test` runs last.
+mkdir -p target/cargo-tools
+nohup nice -n 19 scripts/cargo-tools.sh >> target/cargo-tools/install.log 2>&1 &
