@@ -328,6 +328,11 @@ impl<K: Ord + Clone, L: Ord + Clone> WorkQueue<K, L> {
         self.lock().closed = true;
         self.notify.notify_waiters();
     }
+
+    /// Whether [`close`](Self::close) was called: the term is ending.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
 }
 
 #[cfg(test)]

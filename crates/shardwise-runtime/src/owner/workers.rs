@@ -97,6 +97,12 @@ pub(crate) async fn composed<C: Sharded, T, E>(
 ) -> Option<Result<T, E>> {
     let kind = C::NOUNS.unit;
     let started = Instant::now();
+    // The term is ending: a shutdown lets the work in flight finish and starts none, as the
+    // runtime's workers find their queue closed.
+    if owner.term.unit_queue.is_closed() {
+        owner.term.metrics.reconciled(kind, "skipped", 0.0);
+        return None;
+    }
     let gated = gated(owner, key, UNIT_KEY, kind, key, work).await;
     let (result, outcome) = match gated {
         Gated::Fenced | Gated::Refused => (None, "skipped"),
@@ -572,9 +578,9 @@ mod tests {
 
     /// A program's own controller ([`crate::kind`]) passes the same gate and fence as the
     /// runtime's workers: an object the term holds is reconciled and audited; one the term does
-    /// not know, or any past the fence, is not run at all.
+    /// not know, any once the term is shutting down, or any past the fence, is not run at all.
     #[tokio::test]
-    async fn a_programs_reconcile_runs_only_under_the_gate_and_before_the_fence() {
+    async fn a_programs_reconcile_runs_only_under_the_gate_before_the_fence_and_shutdown() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let calls = AtomicUsize::new(0);
         let work = || async {
@@ -589,6 +595,14 @@ mod tests {
         assert!(unknown.is_none(), "an object the gate does not know ran");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(term.started(), ["fleet/a"]);
+        // A shutdown closes the term's queue: nothing more starts, though the gate would admit.
+        term.owner.term.unit_queue.close();
+        let stopping = composed(&term.owner, &key("a"), work()).await;
+        assert!(
+            stopping.is_none(),
+            "a reconcile started during the shutdown"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
 
         let fence_at = Instant::now() + Duration::from_secs(60);
         let frozen = Frozen::new(fence_at, fence_at + Duration::from_millis(1), false);
