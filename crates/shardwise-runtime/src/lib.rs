@@ -125,7 +125,8 @@
 //!
 //! - For a kube-runtime controller: [`kind`] ([`kind::ShardedKind`], [`kind::ShardTerm`]).
 //! - For a controller of units and items: [`Sharded`] and what it names ([`TermOf`], [`ContextOf`], [`Action`],
-//!   [`Nouns`], [`ObjectKey`], [`UnitPlacement`]), [`ShardedReplica`] and [`Connection`],
+//!   [`Nouns`], [`ObjectKey`], [`UnitPlacement`], and what a term's accessors return:
+//!   [`ShardId`], [`OwnerId`], [`Incarnation`], [`KeyRange`]), [`ShardedReplica`] and [`Connection`],
 //!   [`run`], [`args::ReplicaArgs`] and [`settings`], [`objects`] (keys and typed APIs of watched objects), [`decode`] and
 //!   [`lenient`] (objects that do not parse), [`clients`] (fenced, rate-limited clients of
 //!   other clusters), [`audit`] (the reconcile log and its overlap check) and [`metrics`] (the
@@ -178,7 +179,11 @@ pub use owner::Readiness;
 #[cfg(feature = "server")]
 pub use replica::run;
 pub use replica::{RunError, ShardedReplica};
+/// What a term's accessors return ([`TermContext::shard`], [`TermContext::owner`],
+/// [`TermContext::ranges`]), re-exported on purpose from the placement and protocol crates.
+pub use shard_assign::{KeyRange, ShardId};
 pub use sharded::{Action, ContextOf, ObjectKind, Sharded, TermOf, UnitPlacement};
+pub use shardwise_handoff::drain::{Incarnation, OwnerId};
 pub use shardwise_handoff::plan::ObjectKey;
 /// The wire formats, re-exported on purpose: a controller's tests and tools read them beside the
 /// runtime.

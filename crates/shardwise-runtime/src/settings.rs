@@ -20,10 +20,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shard_assign::{AssignError, Ratio, SliceSwitch, StrategyConfig};
+use shard_assign::AssignError;
 use shardwise_handoff::identity::{IdentityError, shard_from_pod_name};
-use shardwise_handoff::lease::{LeaseTiming, TimingError};
-use shardwise_scale::Windows;
+use shardwise_handoff::lease::TimingError;
+
+/// What the builder's setters take, from the placement, protocol and sizing crates: re-exported
+/// on purpose, so that a program names them through the runtime.
+pub use shard_assign::{Ratio, SliceSwitch, StrategyConfig, StrategyKind};
+pub use shardwise_handoff::lease::LeaseTiming;
+pub use shardwise_scale::Windows;
 
 /// Where units and items are watched.
 #[derive(Clone, Debug, PartialEq, Eq)]
