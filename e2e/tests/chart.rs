@@ -315,18 +315,13 @@ async fn helm_installs_the_chart_and_its_pods_sync_the_fleet() {
         .flat_map(|d| d.writes())
         .filter(|w| w.identity == DESTINATION_IDENTITY)
         .collect();
-    let report = support::fencing::late_writes(&writes, &leases.renewals(), RELEASE);
-    assert!(
-        report.checked >= 40,
-        "{} destination writes checked",
-        report.checked
+    let checked = support::fencing::assert_no_late_writes(
+        &writes,
+        &leases.renewals(),
+        RELEASE,
+        "destination",
     );
-    assert!(
-        report.late.is_empty() && report.unattributed.is_empty(),
-        "late {:?}, unattributed {:?}",
-        report.late,
-        report.unattributed
-    );
+    assert!(checked >= 40, "{checked} destination writes checked");
 
     // The pods wrote as the chart's ServiceAccount, from kube-rs's in-cluster configuration
     // (nothing else reaches them: no kubeconfig, no environment of the agent), and nothing

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use shardwise_e2e::{Environment, wait_for};
 use shardwise_runtime::audit;
 use support::chart::{Sampler, longest_handoff};
-use support::fencing::{LeaseHistory, late_writes};
+use support::fencing::{LeaseHistory, assert_no_late_writes};
 use support::pods;
 
 const HOME: &str = "configmapgen";
@@ -365,23 +365,13 @@ async fn the_sharded_kube_runtime_controller_generates_everything_through_a_scal
         .into_iter()
         .filter(|w| w.user == account && !w.path.starts_with("/apis/coordination.k8s.io/"))
         .collect();
-    let report = late_writes(&writes, &leases.renewals(), HOME);
-    assert!(
-        report.checked >= 3 * GENERATORS,
-        "{} writes checked",
-        report.checked
-    );
-    assert!(
-        report.late.is_empty() && report.unattributed.is_empty(),
-        "late {:?}, unattributed {:?}",
-        report.late,
-        report.unattributed
-    );
+    let checked = assert_no_late_writes(&writes, &leases.renewals(), HOME, "control-plane");
+    assert!(checked >= 3 * GENERATORS, "{checked} writes checked");
     println!(
         "{} reconciles by {} replicas, {} writes of their terms checked",
         intervals.len(),
         shards.len(),
-        report.checked
+        checked
     );
     Ok(())
 }

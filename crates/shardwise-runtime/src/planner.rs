@@ -748,6 +748,7 @@ fn membership<C: Sharded>(
 }
 
 /// How many record writes that landed changed owner, and the items under those.
+#[derive(Default)]
 struct Written {
     moves: u64,
     item_moves: u64,
@@ -802,18 +803,12 @@ async fn write_records<C: Sharded>(planner: &Planner<C>, decision: &Decision) ->
         .collect();
     let written = futures::stream::iter(units)
         .buffer_unordered(RECORD_WRITE_CONCURRENCY)
-        .fold(
+        .fold(Written::default(), |total, written| async move {
             Written {
-                moves: 0,
-                item_moves: 0,
-            },
-            |total, written| async move {
-                Written {
-                    moves: total.moves + written.moves,
-                    item_moves: total.item_moves + written.item_moves,
-                }
-            },
-        )
+                moves: total.moves + written.moves,
+                item_moves: total.item_moves + written.item_moves,
+            }
+        })
         .await;
     let client = &planner.parts.client;
     for write in &decision.other_writes {
@@ -830,10 +825,7 @@ async fn write_unit_records<C: Sharded>(
     planner: &Planner<C>,
     writes: Vec<&RecordWrite>,
 ) -> Written {
-    let mut written = Written {
-        moves: 0,
-        item_moves: 0,
-    };
+    let mut written = Written::default();
     let client = &planner.parts.client;
     for write in writes {
         let record = &write.record;

@@ -149,6 +149,30 @@ pub fn late_writes(writes: &[WriteRecord], renewals: &[Renewal], statefulset: &s
     report
 }
 
+/// Panics if a write of `writes` (to `server`) names no term of a lease seen, or arrived after
+/// its term's lease could have expired; returns how many were checked.
+pub fn assert_no_late_writes(
+    writes: &[WriteRecord],
+    renewals: &[Renewal],
+    statefulset: &str,
+    server: &str,
+) -> usize {
+    let report = late_writes(writes, renewals, statefulset);
+    assert!(
+        report.unattributed.is_empty(),
+        "{} {server} writes name no term of a lease seen, e.g. {:?}",
+        report.unattributed.len(),
+        &report.unattributed[..report.unattributed.len().min(3)]
+    );
+    assert!(
+        report.late.is_empty(),
+        "{} {server} writes arrived after their term's lease expired (a write after the fence), e.g. {:?}",
+        report.late.len(),
+        &report.late[..report.late.len().min(3)]
+    );
+    report.checked
+}
+
 /// What a process frozen while it held a shard lease started once that lease had expired, as
 /// its own audit tells.
 #[derive(Debug)]

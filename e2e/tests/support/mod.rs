@@ -1217,20 +1217,7 @@ impl Fleet {
         server: &str,
         writes: Vec<shardwise_e2e::WriteRecord>,
     ) -> usize {
-        let report = fencing::late_writes(&writes, &self.leases.renewals(), STATEFULSET);
-        assert!(
-            report.unattributed.is_empty(),
-            "{} {server} writes name no term of a lease seen, e.g. {:?}",
-            report.unattributed.len(),
-            &report.unattributed[..report.unattributed.len().min(3)]
-        );
-        assert!(
-            report.late.is_empty(),
-            "{} {server} writes arrived after their term's lease expired (a write after the fence), e.g. {:?}",
-            report.late.len(),
-            &report.late[..report.late.len().min(3)]
-        );
-        report.checked
+        fencing::assert_no_late_writes(&writes, &self.leases.renewals(), STATEFULSET, server)
     }
 
     /// The StatefulSet's `spec.replicas`.
