@@ -5,7 +5,7 @@ PYTHON ?= python3
 DOCKER ?= docker
 IMAGE ?= shardwise:dev
 
-.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy features doc cycles package machete deny unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
+.PHONY: all build test prerequisites control-plane argocd fmt fmt-check clippy features doc config-table-check cycles package machete deny test-build unit bench bench-assign bench-fleet bench-apiserver bench-planner bench-scale bench-argocd simulate demo crds clean clean-cache config-table
 
 all: build
 
@@ -34,7 +34,13 @@ demo:
 ## compile and link the same code, and a release compile alone would take a tenth of CI's budget
 ## (`make image-check` runs it). Installs what is missing first (scripts/prerequisites.sh), so it
 ## works on a fresh machine.
-test: prerequisites fmt-check clippy features doc cycles package chart unit machete deny
+##
+## The checks that read the controller's and the balancer's --help (the configuration table,
+## the chart's settings) run after the workspace's test build and take both binaries from it
+## (SHARDWISE_BINARIES): on their own they would compile both packages again with the features
+## each resolves alone, about five minutes of a fresh machine's CI.
+test: export SHARDWISE_BINARIES = $(CURDIR)/target/debug
+test: prerequisites fmt-check clippy features doc cycles package test-build config-table-check chart unit machete deny
 
 prerequisites:
 	scripts/prerequisites.sh
@@ -68,10 +74,12 @@ features:
 	CARGO="$(CARGO)" scripts/features.sh
 
 ## The API docs of every crate, with rustdoc's warnings (broken links included) as errors;
-## every library crate denies missing docs; and docs/architecture.md's configuration table is
-## what `shardwise-controller --help` gives.
+## every library crate denies missing docs.
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+
+## docs/architecture.md's configuration table is what `shardwise-controller --help` gives.
+config-table-check:
 	CARGO="$(CARGO)" $(PYTHON) scripts/config_table.py --check
 
 ## Regenerate docs/architecture.md's configuration table from `shardwise-controller --help`.
@@ -105,12 +113,24 @@ deny:
 
 ## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each
 ## suite prints the kube-apiserver version it ran on). Argo CD's suite (its own package) runs
-## last, once Argo CD is built (`make argocd` waits for the build prerequisites.sh started); a
-## failure before it still fails the target.
-unit: control-plane
+## beside the others, once Argo CD is built (`make argocd` waits for the build prerequisites.sh
+## started): the workspace's suites spend most of their time waiting on leases and watches, so
+## the two side by side end some ten minutes sooner than one after the other. Its output is
+## kept in target/argocd/suite.log and printed after the others'; a failure of either fails the
+## target.
+unit: control-plane test-build
+	@mkdir -p target/argocd
+	( $(MAKE) --no-print-directory argocd && $(CARGO) test -p shardwise-e2e-argocd --locked --no-fail-fast ) \
+		> target/argocd/suite.log 2>&1 & argocd=$$!; \
 	$(CARGO) test --workspace --exclude shardwise-e2e-argocd --locked --no-fail-fast; status=$$?; \
-	$(MAKE) --no-print-directory argocd && \
-	$(CARGO) test -p shardwise-e2e-argocd --locked --no-fail-fast && exit $$status
+	wait $$argocd; argocd_status=$$?; \
+	echo "--- Argo CD's suite, run beside the tests above (target/argocd/suite.log):"; \
+	cat target/argocd/suite.log; \
+	test $$status -eq 0 && test $$argocd_status -eq 0
+
+## Compiles every test of `make unit` (and the binaries they run) without running one.
+test-build:
+	$(CARGO) test --workspace --exclude shardwise-e2e-argocd --locked --no-run
 
 ## Benchmarks with their targets; figures go to docs/benchmarks.md.
 bench: bench-assign bench-apiserver bench-planner bench-fleet bench-scale bench-argocd

@@ -6,7 +6,7 @@ environment variable, its default and the first paragraph of its help.
     scripts/config_table.py          rewrite the table in docs/architecture.md
     scripts/config_table.py --check  exit 1 if the table is not what the flags give
 
-`make config-table` runs the first; `make chart` (part of `make test`) the second.
+`make config-table` runs the first; `make config-table-check` (part of `make test`) the second.
 """
 
 from __future__ import annotations

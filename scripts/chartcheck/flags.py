@@ -1,5 +1,10 @@
-"""The settings of the controller and of `shardwise-balancer`, read from their own --help (built
-with cargo), which the chart must set from its values."""
+"""The settings of the controller and of `shardwise-balancer`, read from their own --help, which
+the chart must set from its values.
+
+The binaries are built with cargo (`$CARGO run -p ...`), unless `$SHARDWISE_BINARIES` names a
+directory that holds them: `make test` points it at the workspace's test build, which compiled
+both, so that CI does not compile the two packages a second time with their own features (a
+package built alone resolves its dependencies' features apart from the workspace's)."""
 
 from __future__ import annotations
 
@@ -10,16 +15,20 @@ import subprocess
 from .common import ROOT
 
 
+def _help(package: str, binary: str) -> str:
+    """`binary --help`, from `$SHARDWISE_BINARIES` or built with cargo and the committed lockfile."""
+    built = os.environ.get("SHARDWISE_BINARIES")
+    if built:
+        command = [os.path.join(built, binary), "--help"]
+    else:
+        cargo = os.environ.get("CARGO", "cargo")
+        command = [cargo, "run", "--quiet", "--locked", "-p", package, "--bin", binary, "--", "--help"]
+    return subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
 def controller_help() -> str:
-    """`shardwise-controller --help`, built with cargo (`$CARGO`) and the committed lockfile."""
-    cargo = os.environ.get("CARGO", "cargo")
-    return subprocess.run(
-        [cargo, "run", "--quiet", "--locked", "-p", "shardwise-controller", "--", "--help"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    """`shardwise-controller --help`."""
+    return _help("shardwise-controller", "shardwise-controller")
 
 
 def controller_flags() -> dict[str, str | None]:
@@ -36,14 +45,7 @@ def controller_flags() -> dict[str, str | None]:
 
 def balance_options() -> tuple[set[str], set[str]]:
     """The long flags and environment variables of `shardwise-balancer`, from its own --help."""
-    cargo = os.environ.get("CARGO", "cargo")
-    help_text = subprocess.run(
-        [cargo, "run", "--quiet", "-p", "shardwise-balancer", "--bin", "shardwise-balancer", "--", "--help"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    help_text = _help("shardwise-balancer", "shardwise-balancer")
     flags = set(re.findall(r"^\s*(?:-[a-zA-Z], )?(--[a-z][a-z-]*)", help_text, re.M))
     env = set(re.findall(r"\[env: ([A-Z_]+)=", help_text))
     if not {"--namespace", "--interval"} <= flags or "POD_NAME" not in env:
