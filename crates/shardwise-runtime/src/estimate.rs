@@ -6,9 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use shard_assign::{Hysteresis, ShardSet, StrategyConfig};
-use shardwise_handoff::plan::{ObjectKey, UnitView};
-use shardwise_handoff::slices::SliceRecord;
+use shard_assign::{Hysteresis, StrategyConfig};
+use shardwise_handoff::plan::ObjectKey;
+
+// What the functions below take and give, from the crates that define them.
+pub use shard_assign::ShardSet;
+pub use shardwise_handoff::plan::UnitView;
+pub use shardwise_handoff::slices::SliceRecord;
 
 use crate::load::MeasuredLoads;
 pub use crate::membership::{LeaseLoads, shard_lease_selector};

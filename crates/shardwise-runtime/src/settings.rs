@@ -20,14 +20,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shard_assign::AssignError;
-use shardwise_handoff::identity::{IdentityError, shard_from_pod_name};
-use shardwise_handoff::lease::TimingError;
+use shardwise_handoff::identity::shard_from_pod_name;
 
-/// What the builder's setters take, from the placement, protocol and sizing crates: re-exported
-/// on purpose, so that a program names them through the runtime.
-pub use shard_assign::{Ratio, SliceSwitch, StrategyConfig, StrategyKind};
-pub use shardwise_handoff::lease::LeaseTiming;
+/// What the builder's setters take and its errors carry, from the placement, protocol and sizing
+/// crates: re-exported on purpose, so that a program names them through the runtime.
+pub use shard_assign::{AssignError, Ratio, SliceSwitch, StrategyConfig, StrategyKind};
+pub use shardwise_handoff::identity::IdentityError;
+pub use shardwise_handoff::lease::{LeaseTiming, TimingError};
 pub use shardwise_scale::Windows;
 
 /// Where units and items are watched.
