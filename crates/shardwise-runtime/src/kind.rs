@@ -73,6 +73,7 @@ use crate::lease::Fence;
 use crate::metrics::Telemetry;
 use crate::nouns::Nouns;
 use crate::objects::{Object, key_of};
+use crate::owner::gate::UNIT_KEY;
 use crate::owner::{Compose, Owner, Readiness, composed};
 use crate::replica::{RunError, ShardedReplica};
 use crate::settings::Settings;
@@ -251,7 +252,7 @@ impl<K: Object> ShardTerm<K> {
             let key = key_of(object.as_ref());
             let work = reconcile(object, context);
             Box::pin(async move {
-                match composed(&owner, &key, work).await {
+                match composed(&owner, &key, UNIT_KEY, &key, work).await {
                     Some(result) => result,
                     None if owner.term.knows(&key) => Ok(Action::await_change()),
                     None => Ok(Action::requeue(UNSEEN_RETRY)),

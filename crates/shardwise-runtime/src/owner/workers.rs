@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kube::Resource;
+use shard_assign::KeyRange;
 use shardwise_handoff::keys::{UNIT_LABEL, unit_token};
 use shardwise_handoff::plan::{ObjectKey, RecordKey};
 use tracing::{debug, warn};
 
 use super::Owner;
 use super::gate::UNIT_KEY;
+use super::meter::Running;
 use super::queue::WorkQueue;
 use crate::failpoints;
 use crate::objects::{item_key, merge_patch};
@@ -69,7 +71,12 @@ async fn gated<C: Sharded, T>(
         range,
     };
     let _active = term.metrics.running(kind);
-    let running = owner.meter().begin(record, Instant::now());
+    let admitted = Admitted {
+        owner,
+        unit,
+        range,
+        running: Some(owner.meter().begin(record, Instant::now())),
+    };
     let result = tokio::select! {
         r = work => Some(r),
         _ = term.cancel.cancelled() => None,
@@ -77,25 +84,55 @@ async fn gated<C: Sharded, T>(
     // The interval ends when dropped: here, or wherever the reconcile is abandoned (a worker
     // aborted at the end of the term drops it mid-way; the meter goes with the term).
     drop(interval);
-    owner.meter().end(running, Instant::now());
-    let effect = term.gate.end(unit, range);
-    owner.apply_effect(unit, range, effect);
+    drop(admitted);
     match result {
         Some(result) => Gated::Finished(result),
         None => Gated::Cancelled,
     }
 }
 
-/// One reconcile of unit `key` by the program's own controller ([`crate::kind`]): through the
-/// gate, audited, metered and counted as the runtime's own workers' are. `None` when it did not
-/// run to its end: past the term's fence, refused by the gate (not this term's, or being
-/// handed off), or cut off by the term's end.
+/// A reconcile the gate admitted, ended at the gate and the meter when dropped: when it ran to
+/// its end, and also when the program's controller drops it mid-way within the term (a
+/// controller restarted on new ranges, [`crate::kind`]), so that a drain never waits on work
+/// that no longer runs.
+struct Admitted<'a, C: Sharded> {
+    owner: &'a Arc<Owner<C>>,
+    unit: &'a ObjectKey,
+    range: KeyRange,
+    running: Option<Running>,
+}
+
+impl<C: Sharded> Drop for Admitted<'_, C> {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            self.owner.meter().end(running, Instant::now());
+        }
+        let effect = self.owner.term.gate.end(self.unit, self.range);
+        // A drain's acknowledgement is written by a task: none can start once the runtime is
+        // gone (the term went with it).
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.owner.apply_effect(self.unit, self.range, effect);
+        }
+    }
+}
+
+/// One reconcile by the program's own controller ([`crate::kind`]) of object `key`, which is
+/// `unit` itself (`at` is [`UNIT_KEY`]) or an item of it at key `at`: through the gate,
+/// audited, metered and counted as the runtime's own workers' are. `None` when it did not run
+/// to its end: past the term's fence, refused by the gate (not this term's, or being handed
+/// off), or cut off by the term's end.
 pub(crate) async fn composed<C: Sharded, T, E>(
     owner: &Arc<Owner<C>>,
+    unit: &ObjectKey,
+    at: u64,
     key: &ObjectKey,
     work: impl std::future::Future<Output = Result<T, E>>,
 ) -> Option<Result<T, E>> {
-    let kind = C::NOUNS.unit;
+    let kind = if unit == key {
+        C::NOUNS.unit
+    } else {
+        C::NOUNS.item
+    };
     let started = Instant::now();
     // The term is ending: a shutdown lets the work in flight finish and starts none, as the
     // runtime's workers find their queue closed.
@@ -103,7 +140,7 @@ pub(crate) async fn composed<C: Sharded, T, E>(
         owner.term.metrics.reconciled(kind, "skipped", 0.0);
         return None;
     }
-    let gated = gated(owner, key, UNIT_KEY, kind, key, work).await;
+    let gated = gated(owner, unit, at, kind, key, work).await;
     let (result, outcome) = match gated {
         Gated::Fenced | Gated::Refused => (None, "skipped"),
         Gated::Cancelled => (None, "cancelled"),
@@ -589,15 +626,15 @@ mod tests {
         };
         let now = Instant::now();
         let term = Frozen::new(now + Duration::from_secs(60), now, false);
-        let held = composed(&term.owner, &key("a"), work()).await;
+        let held = composed(&term.owner, &key("a"), UNIT_KEY, &key("a"), work()).await;
         assert_eq!(held.map(|r| r.unwrap_or_default()), Some(7));
-        let unknown = composed(&term.owner, &key("b"), work()).await;
+        let unknown = composed(&term.owner, &key("b"), UNIT_KEY, &key("b"), work()).await;
         assert!(unknown.is_none(), "an object the gate does not know ran");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(term.started(), ["fleet/a"]);
         // A shutdown closes the term's queue: nothing more starts, though the gate would admit.
         term.owner.term.unit_queue.close();
-        let stopping = composed(&term.owner, &key("a"), work()).await;
+        let stopping = composed(&term.owner, &key("a"), UNIT_KEY, &key("a"), work()).await;
         assert!(
             stopping.is_none(),
             "a reconcile started during the shutdown"
@@ -606,10 +643,31 @@ mod tests {
 
         let fence_at = Instant::now() + Duration::from_secs(60);
         let frozen = Frozen::new(fence_at, fence_at + Duration::from_millis(1), false);
-        let fenced = composed(&frozen.owner, &key("a"), work()).await;
+        let fenced = composed(&frozen.owner, &key("a"), UNIT_KEY, &key("a"), work()).await;
         assert!(fenced.is_none(), "a reconcile ran past the fence");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(frozen.started(), Vec::<String>::new());
+    }
+
+    /// A program's controller restarted within the term ([`crate::kind`], on new ranges) drops
+    /// its reconciles mid-way: each dropped one ends at the gate and the meter, so that a drain
+    /// of its range does not wait for work that no longer runs.
+    #[tokio::test]
+    async fn a_reconcile_dropped_mid_way_ends_at_the_gate() {
+        let now = Instant::now();
+        let term = Frozen::new(now + Duration::from_secs(60), now, false);
+        let never = std::future::pending::<Result<(), std::convert::Infallible>>();
+        let a = key("a");
+        let mut running = Box::pin(composed(&term.owner, &a, UNIT_KEY, &a, never));
+        assert!(futures::poll!(running.as_mut()).is_pending());
+        assert_eq!(term.owner.term.gate.in_flight(), 1);
+        drop(running);
+        assert_eq!(
+            term.owner.term.gate.in_flight(),
+            0,
+            "a dropped reconcile still counts as in flight"
+        );
+        assert_eq!(term.started(), ["fleet/a"]);
     }
 
     /// An item of a unit that did not exist was labelled with this shard; the unit now exists
