@@ -113,20 +113,13 @@ deny:
 
 ## Every test once: unit tests, and the end-to-end suites on kube-apiserver and etcd (each
 ## suite prints the kube-apiserver version it ran on). Argo CD's suite (its own package) runs
-## beside the others, once Argo CD is built (`make argocd` waits for the build prerequisites.sh
-## started): the workspace's suites spend most of their time waiting on leases and watches, so
-## the two side by side end some ten minutes sooner than one after the other. Its output is
-## kept in target/argocd/suite.log and printed after the others'; a failure of either fails the
-## target.
+## last, once Argo CD is built (`make argocd` waits for the build prerequisites.sh started); a
+## failure before it still fails the target. (Beside the others it would end CI some ten
+## minutes sooner, but the load made e2e_chaos and the demo's test fail in a trial: docs/testing.md.)
 unit: control-plane test-build
-	@mkdir -p target/argocd
-	( $(MAKE) --no-print-directory argocd && $(CARGO) test -p shardwise-e2e-argocd --locked --no-fail-fast ) \
-		> target/argocd/suite.log 2>&1 & argocd=$$!; \
 	$(CARGO) test --workspace --exclude shardwise-e2e-argocd --locked --no-fail-fast; status=$$?; \
-	wait $$argocd; argocd_status=$$?; \
-	echo "--- Argo CD's suite, run beside the tests above (target/argocd/suite.log):"; \
-	cat target/argocd/suite.log; \
-	test $$status -eq 0 && test $$argocd_status -eq 0
+	$(MAKE) --no-print-directory argocd && \
+	$(CARGO) test -p shardwise-e2e-argocd --locked --no-fail-fast && exit $$status
 
 ## Compiles every test of `make unit` (and the binaries they run) without running one.
 test-build:

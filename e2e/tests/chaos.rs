@@ -570,9 +570,10 @@ async fn frozen_with_work_in_flight_writes_nothing_after_its_lease() {
 
     // From the destinations' side: every write names its term, and none is late.
     eprintln!(
-        "[{}] {in_flight} app reconciles running at the freeze, frozen {:.1} s",
+        "[{}] {in_flight} app reconciles running at the freeze, frozen {:.1} s, on a CPU again {:?} after SIGCONT",
         c.name,
         (resumed_at - frozen_at) as f64 / 1e9,
+        c.fleet.resume_delay(pid),
     );
     // From the frozen process's own audit: read once its next term holds the lease (the gauge
     // `wait_lease` reads may still show the frozen term's), so that it covers all the time the

@@ -769,10 +769,7 @@ impl Demo {
                 owners.insert((cluster.clone(), range), shard);
             }
         }
-        self.handoffs += owners
-            .iter()
-            .filter(|(key, shard)| self.owners.get(*key).is_some_and(|before| before != *shard))
-            .count() as u64;
+        self.handoffs += settle::handoffs(&self.owners, &owners);
         if owners != self.owners {
             self.changed = Instant::now();
         }

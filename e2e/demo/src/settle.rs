@@ -59,9 +59,40 @@ fn shown(cluster: &str, range: KeyRange) -> String {
     }
 }
 
+/// The handoffs between two samples: the records of `now` whose keys another shard owned in
+/// `before`: a record whose owner changed, or a new one (a cut, a merge) that a record of
+/// another shard covered or overlapped. A cluster cut and its slice moved between two samples
+/// is one; a slice that stays with the owner of the whole it was cut from is none.
+pub fn handoffs(before: &Owners, now: &Owners) -> u64 {
+    now.iter()
+        .filter(
+            |((cluster, range), shard)| match before.get(&(cluster.clone(), *range)) {
+                Some(previous) => previous != *shard,
+                None => before.iter().any(|((c, r), previous)| {
+                    c == cluster && (r.within(*range) || range.within(*r)) && previous != *shard
+                }),
+            },
+        )
+        .count() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A whole cluster cut and one half moved between two samples is one handoff; the half
+    /// that stayed, none; a record that only changed owner, one; nothing else, none.
+    #[test]
+    fn handoffs_count_keys_that_changed_shard_even_through_a_cut() {
+        let (low, high) = halves();
+        let before = owners(&[("a", KeyRange::WHOLE, 0), ("b", KeyRange::WHOLE, 1)]);
+        let now = owners(&[("a", low, 0), ("a", high, 3), ("b", KeyRange::WHOLE, 2)]);
+        assert_eq!(handoffs(&before, &now), 2);
+        assert_eq!(handoffs(&now, &now), 0);
+        // Merged back onto one shard: the half that was elsewhere moved.
+        let merged = owners(&[("a", KeyRange::WHOLE, 0), ("b", KeyRange::WHOLE, 2)]);
+        assert_eq!(handoffs(&now, &merged), 1);
+    }
 
     fn owners(records: &[(&str, KeyRange, u32)]) -> Owners {
         records

@@ -16,6 +16,20 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64
 }
 
+/// Nanoseconds the threads of process `pid` have run on a CPU, from the scheduler's own
+/// accounting (`/proc/<pid>/task/*/schedstat`: exact, where the CPU time above is sampled at
+/// each clock tick); `None` once it is gone.
+pub fn runtime_nanos(pid: u32) -> Option<u64> {
+    let tasks = process(pid)?.tasks().ok()?;
+    Some(
+        tasks
+            .flatten()
+            .filter_map(|task| task.schedstat().ok())
+            .map(|stat| stat.sum_exec_runtime)
+            .sum(),
+    )
+}
+
 /// Resident memory of process `pid` now (`VmRSS`), in bytes; `None` once it is gone.
 pub fn resident_bytes(pid: u32) -> Option<u64> {
     process(pid)?.status().ok()?.vmrss.map(|kib| kib * 1024)
