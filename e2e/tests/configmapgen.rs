@@ -4,7 +4,9 @@
 //! replicas, under the example's ServiceAccount with its RBAC enforced. Through a scale from 3
 //! to 2 and a SIGKILL, every generator's ConfigMap follows its content, the merged audit shows
 //! no instant at which two processes reconciled one generator, and the server received no write
-//! of a term after its lease could have expired.
+//! of a term after its lease could have expired. Then 300 generators through 3 -> 4 -> 2
+//! replicas, placed by labels, and by ranges of their UIDs with kube-apiserver's shardSelector
+//! (KEP-5866) on and off.
 
 // Test code: a step that fails fails the test.
 #![allow(clippy::unwrap_used)]
@@ -24,6 +26,7 @@ use kube::{Api, CustomResourceExt, ResourceExt};
 use serde_json::{Value, json};
 use shardwise_e2e::{Environment, wait_for};
 use shardwise_runtime::audit;
+use shardwise_runtime::kind::Placement;
 use support::chart::{Sampler, longest_handoff};
 use support::fencing::{LeaseHistory, assert_no_late_writes};
 use support::pods;
@@ -49,9 +52,10 @@ fn example_file(name: &str) -> PathBuf {
     support::repo_file("examples/configmapgen").join(name)
 }
 
-/// statefulset.yaml's documents, with what the test adds to the StatefulSet: `replicas`, an
-/// audit file on an emptyDir, and short leases so that it runs in seconds.
-fn manifests(replicas: u32) -> Result<Vec<Value>> {
+/// statefulset.yaml's documents, with what the test adds to the StatefulSet: `replicas`, the
+/// placement, an audit file on an emptyDir, info logs, and short leases so that it runs in
+/// seconds.
+fn manifests(replicas: u32, placement: Placement) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(example_file("statefulset.yaml"))?;
     let mut docs: Vec<Value> = serde_saphyr::from_multiple(&text)?;
     for doc in docs.iter_mut().filter(|d| d["kind"] == "StatefulSet") {
@@ -69,6 +73,8 @@ fn manifests(replicas: u32) -> Result<Vec<Value>> {
             ("SHARDWISE_RENEW_DEADLINE", "4s".into()),
             ("SHARDWISE_RETRY_PERIOD", "1s".into()),
             ("SHARDWISE_PLAN_INTERVAL", "3s".into()),
+            ("SHARDWISE_PLACEMENT", placement_flag(placement).into()),
+            ("RUST_LOG", "info".into()),
         ] {
             env.push(json!({"name": name, "value": value}));
         }
@@ -76,22 +82,57 @@ fn manifests(replicas: u32) -> Result<Vec<Value>> {
     Ok(docs)
 }
 
+fn placement_flag(placement: Placement) -> &'static str {
+    match placement {
+        Placement::Labels => "labels",
+        Placement::UidRanges => "uid-ranges",
+    }
+}
+
+/// What the audit names the unit of a reconcile by.
+fn unit_field(placement: Placement) -> &'static str {
+    match placement {
+        Placement::Labels => shardwise_runtime::kind::NOUNS.unit,
+        Placement::UidRanges => shardwise_runtime::kind::UID_RANGE_NOUNS.unit,
+    }
+}
+
 struct Deployment {
     env: Environment,
     admin: kube::Client,
     generators: usize,
+    placement: Placement,
 }
 
 impl Deployment {
-    async fn start(replicas: u32, generators: usize) -> Result<Self> {
-        let env = Environment::builder().nodes(1).start()?;
+    async fn start(replicas: u32, generators: usize, placement: Placement) -> Result<Self> {
+        Self::start_on(replicas, generators, placement, false).await
+    }
+
+    /// [`Self::start`], on a kube-apiserver with KEP-5866's `ShardedListAndWatch` gate on if
+    /// `server_selects`.
+    async fn start_on(
+        replicas: u32,
+        generators: usize,
+        placement: Placement,
+        server_selects: bool,
+    ) -> Result<Self> {
+        let mut builder = Environment::builder().nodes(1);
+        if server_selects {
+            builder = builder.apiserver_args(["--feature-gates=ShardedListAndWatch=true"]);
+        }
+        let env = builder.start()?;
         let admin = env.control_plane().client("admin").await?;
         let deployment = Self {
             env,
             admin,
             generators,
+            placement,
         };
         deployment.install_crd().await?;
+        if placement == Placement::UidRanges {
+            deployment.install_shardwise_crds().await?;
+        }
         let cp = deployment.env.control_plane();
         for namespace in std::iter::once(HOME.to_string()).chain((0..NAMESPACES).map(team)) {
             cp.apply_yaml(
@@ -112,7 +153,7 @@ impl Deployment {
                 .await?;
         }
         cp.apply_file("admin", &example_file("rbac.yaml")).await?;
-        for doc in manifests(replicas)? {
+        for doc in manifests(replicas, placement)? {
             cp.apply_yaml("admin", &doc.to_string()).await?;
         }
         Ok(deployment)
@@ -137,6 +178,25 @@ impl Deployment {
             } else {
                 Err("not established".to_string())
             }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// shardwise's CRDs (deploy/crds.yaml), for the UnitSlices of placement by UID ranges, once
+    /// the server serves UnitSlices.
+    async fn install_shardwise_crds(&self) -> Result<()> {
+        let cp = self.env.control_plane();
+        cp.apply_file("admin", &support::repo_file("deploy/crds.yaml"))
+            .await?;
+        let slices: Api<shardwise_runtime::slice::UnitSlice> =
+            Api::namespaced(self.admin.clone(), HOME);
+        wait_for("UnitSlices served", SETTLE, || async {
+            slices
+                .list(&ListParams::default())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         })
         .await?;
         Ok(())
@@ -209,12 +269,27 @@ impl Deployment {
             || async {
                 let mut shards = BTreeSet::new();
                 let mut uids = BTreeMap::new();
+                let ranges = match self.placement {
+                    Placement::Labels => Vec::new(),
+                    Placement::UidRanges => support::ranges::records(&self.admin, HOME, HOME)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                };
                 for g in generators
                     .list(&ListParams::default())
                     .await
                     .map_err(|e| e.to_string())?
                 {
-                    let shard = g.labels().get(SHARD).and_then(|s| s.parse::<u32>().ok());
+                    let shard = match self.placement {
+                        Placement::Labels => {
+                            g.labels().get(SHARD).and_then(|s| s.parse::<u32>().ok())
+                        }
+                        Placement::UidRanges => {
+                            support::ranges::record_of(&ranges, &g.uid().unwrap_or_default())
+                                .filter(|r| !r.draining)
+                                .and_then(|r| r.shard)
+                        }
+                    };
                     let Some(shard) = shard.filter(|&s| s < replicas) else {
                         return Err(format!("generator {} has shard {shard:?}", g.name_any()));
                     };
@@ -271,14 +346,22 @@ impl Deployment {
         deaths: &BTreeMap<u32, u64>,
     ) -> Result<Vec<audit::Interval>> {
         let files = pods::audit_files(&self.env, HOME, HOME);
-        let intervals = audit::read(&files, shardwise_runtime::kind::NOUNS.unit)?;
+        let intervals = audit::read(&files, unit_field(self.placement))?;
         let shards: BTreeSet<u32> = intervals.iter().map(|i| i.shard).collect();
         assert_eq!(
             shards.len(),
             replicas,
             "every replica reconciled: {shards:?}"
         );
-        let reconciled: BTreeSet<&str> = intervals.iter().map(|i| i.unit.as_str()).collect();
+        // The generator is the unit with labels, the reconciled key of the StatefulSet's ranges
+        // with UID ranges.
+        let reconciled: BTreeSet<&str> = intervals
+            .iter()
+            .map(|i| match self.placement {
+                Placement::Labels => i.unit.as_str(),
+                Placement::UidRanges => i.key.as_str(),
+            })
+            .collect();
         for i in 0..self.generators {
             let key = format!("{}/gen-{i}", team(i % NAMESPACES));
             assert!(
@@ -308,7 +391,7 @@ fn content(i: usize, version: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharded_kube_runtime_controller_generates_everything_through_a_scale_and_a_sigkill()
 -> Result<()> {
-    let deployment = Deployment::start(3, GENERATORS).await?;
+    let deployment = Deployment::start(3, GENERATORS, Placement::Labels).await?;
     let leases = LeaseHistory::record(deployment.admin.clone(), HOME);
     deployment.pods_running(3).await?;
     deployment.settled(3, 1).await?;
@@ -376,18 +459,22 @@ async fn the_sharded_kube_runtime_controller_generates_everything_through_a_scal
     Ok(())
 }
 
-/// The one-kind mode's own test: 300 objects, each placed by itself, through 3 -> 4 -> 2
-/// replicas. No instant with two owners, and no generator longer than the handoff bound
-/// without a live owner (its recorded holder holding its shard's lease, no drain under way).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_hundred_objects_move_through_three_four_two_replicas_without_overlap_or_orphan()
--> Result<()> {
-    let deployment = Deployment::start(3, 300).await?;
+/// The one-kind mode's own test: 300 objects through 3 -> 4 -> 2 replicas. No instant with two
+/// owners, and no generator longer than the handoff bound without a live owner (the record it
+/// falls under held by the term that holds its shard's lease, no drain under way). Returns the
+/// replicas' logs.
+async fn three_hundred_objects(placement: Placement, server_selects: bool) -> Result<String> {
+    let deployment = Deployment::start_on(3, 300, placement, server_selects).await?;
     deployment.pods_running(3).await?;
     deployment.settled(3, 1).await?;
 
     let generators: Api<ConfigMapGenerator> = Api::all(deployment.admin.clone());
-    let sampler = Sampler::of(deployment.admin.clone(), generators, HOME, HOME);
+    let sampler = match placement {
+        Placement::Labels => Sampler::of(deployment.admin.clone(), generators, HOME, HOME),
+        Placement::UidRanges => {
+            Sampler::of_ranges(deployment.admin.clone(), generators, HOME, HOME)
+        }
+    };
     for (replicas, version) in [(4, 2), (2, 3)] {
         deployment.scale(replicas).await?;
         deployment.pods_running(replicas).await?;
@@ -395,9 +482,27 @@ async fn three_hundred_objects_move_through_three_four_two_replicas_without_over
         deployment.settled(replicas, version).await?;
     }
     let samples = sampler.stop().await;
+    if placement == Placement::UidRanges {
+        let api: Api<ConfigMapGenerator> = Api::all(deployment.admin.clone());
+        for g in api.list_metadata(&ListParams::default()).await? {
+            let written = g
+                .labels()
+                .keys()
+                .chain(g.annotations().keys())
+                .any(|k| k.starts_with("shardwise.io/"));
+            assert!(
+                !written,
+                "generator {} was written: {:?}",
+                g.name_any(),
+                g.metadata
+            );
+        }
+    }
     let longest = longest_handoff(&samples.clusters);
     println!(
-        "3 -> 4 -> 2 replicas: the longest a generator went without a live owner: {longest:.1?}"
+        "{} (shardSelector {}), 3 -> 4 -> 2 replicas: the longest a generator went without a live owner: {longest:.1?}",
+        placement_flag(placement),
+        if server_selects { "on" } else { "off" }
     );
     assert!(
         longest < HANDOFF_BOUND,
@@ -408,5 +513,44 @@ async fn three_hundred_objects_move_through_three_four_two_replicas_without_over
     deployment.pods_running(0).await?;
     let intervals = deployment.audited(4, &BTreeMap::new())?;
     println!("{} reconciles by 4 replicas checked", intervals.len());
+    let logs = pods::pod_dirs(deployment.env.dir(), HOME, &format!("{HOME}-"))
+        .iter()
+        .flat_map(|dir| pods::container_logs(dir, HOME))
+        .filter_map(|log| std::fs::read_to_string(log).ok())
+        .collect();
+    Ok(logs)
+}
+
+/// Each generator placed by a label on it: every API server selects by label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_objects_placed_by_labels_move_through_three_four_two_replicas() -> Result<()>
+{
+    three_hundred_objects(Placement::Labels, false).await?;
+    Ok(())
+}
+
+/// The generators placed by ranges of their UIDs, nothing written to them, on a kube-apiserver
+/// that serves KEP-5866's shardSelector: each replica's controller asks for its ranges alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_objects_placed_by_uid_ranges_move_with_the_servers_shard_selector()
+-> Result<()> {
+    let logs = three_hundred_objects(Placement::UidRanges, true).await?;
+    assert!(
+        logs.contains("the API server selects the objects of slices by key range"),
+        "no replica found the server selecting by key range"
+    );
+    Ok(())
+}
+
+/// The same without the gate: the server sends every generator to every replica, and the
+/// reconcile wrapper keeps each to its ranges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_objects_placed_by_uid_ranges_move_without_the_servers_shard_selector()
+-> Result<()> {
+    let logs = three_hundred_objects(Placement::UidRanges, false).await?;
+    assert!(
+        logs.contains("the API server does not select objects by key range"),
+        "a replica found a server without the gate selecting by key range"
+    );
     Ok(())
 }

@@ -33,7 +33,9 @@
 //! The shortest way in starts from a kube-runtime `Controller` a program already has: [`kind`]
 //! shards one kind by its own objects, and hands each term of the shard's lease the watch
 //! configuration, the fenced client and the guarded reconcile that run that controller on the
-//! shard's objects only ([`kind::ShardedKind`], `examples/configmapgen`).
+//! shard's objects only ([`kind::ShardedKind`], `examples/configmapgen`). The objects are placed
+//! by a label on each, or by ranges of their UIDs with nothing written to them
+//! ([`kind::Placement`]).
 //!
 //! A controller whose work divides along another kind is a [`Sharded`] type and a `main` that hands it to [`run`] with the settings
 //! its flags give; this is the shape of `examples/namespace-labeller`, which labels the
@@ -155,6 +157,7 @@ pub mod failpoints;
 #[cfg(feature = "server")]
 pub mod http;
 pub mod kind;
+mod layout;
 pub mod lease;
 pub mod lenient;
 #[cfg(feature = "logging")]

@@ -41,9 +41,11 @@ use self::gate::{Gate, Misses, UNIT_KEY};
 use self::items::{Batch, ItemStores};
 use self::meter::{Meter, MeterSettings};
 use self::queue::WorkQueue;
+pub(crate) use self::server_selection::selecting_collection;
 use self::server_selection::{selecting, server_selects};
 use crate::audit::Audit;
 use crate::decode::decode_each;
+use crate::layout::Layout;
 use crate::lease::{Annotations, Fence};
 use crate::lenient::Undecodable;
 use crate::load::{LoadReport, MAX_REPORTED_RECORDS, RecordLoad};
@@ -114,11 +116,18 @@ type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 /// A program's own controller that takes each term's work ([`crate::kind`]): it is handed the
 /// term's owner when the term begins, and the runtime then watches no items and runs no workers
 /// of its own.
-pub(crate) struct Compose<C: Sharded>(pub(crate) Arc<dyn Fn(Arc<Owner<C>>) + Send + Sync>);
+pub(crate) struct Compose<C: Sharded> {
+    pub(crate) run: Arc<dyn Fn(Arc<Owner<C>>) + Send + Sync>,
+    /// How the program's objects make units and items.
+    pub(crate) layout: Layout,
+}
 
 impl<C: Sharded> Clone for Compose<C> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        Self {
+            run: self.run.clone(),
+            layout: self.layout,
+        }
     }
 }
 
@@ -139,14 +148,22 @@ pub(crate) struct Owner<C: Sharded> {
     meter: Mutex<Meter>,
     load: watch::Sender<Annotations>,
     clock: Clock,
-    /// Each unit is its own only item ([`crate::kind`]).
-    own_objects: bool,
+    /// How the objects make units and items.
+    pub(crate) layout: Layout,
+    /// Counts the records fed to the gate: a program's controller that follows this term's
+    /// ranges ([`crate::kind`]) looks at them again after each.
+    pub(crate) observed: watch::Sender<u64>,
 }
 
 impl<C: Sharded> Owner<C> {
     /// Whether the term is over on the monotonic clock, as the fenced client judges it, even if
     /// the lease task has not run since (a process frozen, then resumed). For good: the lease
     /// task never renews a term past its fence.
+    /// How long a shutdown waits for the term's work in flight.
+    pub(crate) fn shutdown_timeout(&self) -> Duration {
+        self.settings.shutdown_timeout
+    }
+
     pub(crate) fn fence_passed(&self) -> bool {
         self.term.fence().check_at((self.clock)()).is_err()
     }
@@ -179,6 +196,7 @@ impl<C: Sharded> Owner<C> {
         spec_changed: bool,
     ) -> bool {
         let observed = self.term.gate.observe(key, range, record);
+        self.observed.send_modify(|count| *count += 1);
         self.apply_effect(key, range, observed.effect);
         if observed.unit_removed {
             self.term.items.remove(key);
@@ -202,7 +220,7 @@ impl<C: Sharded> Owner<C> {
     /// Queues the unit (if `range` holds its own key) and its items in `range`.
     fn queue_work(&self, key: &ObjectKey, range: KeyRange) {
         // The program's own controller queues its objects itself.
-        if range.contains(UNIT_KEY) && !self.own_objects {
+        if range.contains(UNIT_KEY) && !self.layout.composed() {
             self.term.unit_queue.add(key.clone());
         }
         for item in self.term.items_in(key, range) {
@@ -444,7 +462,8 @@ impl<C: Sharded> Owner<C> {
     /// The items of this shard's cache under each of `records` (the deepest that holds the
     /// item's key, as the gate admits work).
     fn items_per_record(&self, records: &BTreeSet<RecordKey>) -> BTreeMap<RecordKey, u64> {
-        if self.own_objects {
+        // The program's controller holds the objects: each record counts as one.
+        if self.layout.composed() {
             return records.iter().map(|record| (record.clone(), 1)).collect();
         }
         let mut ranges: BTreeMap<&ObjectKey, Vec<KeyRange>> = BTreeMap::new();
@@ -466,7 +485,7 @@ impl<C: Sharded> Owner<C> {
 
     /// Whether the API server selects items by key range; a failed probe counts as no (the
     /// replica keeps only its ranges' items either way).
-    async fn probe_server_selection(&self) -> bool {
+    pub(crate) async fn probe_server_selection(&self) -> bool {
         let term = &self.term;
         let selects = match server_selects(&term.client, &term.slices.namespace).await {
             Ok(selects) => selects,
@@ -582,7 +601,8 @@ pub(crate) async fn run<C: Sharded>(
         meter: Mutex::new(Meter::new(MeterSettings::DEFAULT, Instant::now())),
         load: load.clone(),
         clock: Arc::new(Instant::now),
-        own_objects: compose.is_some(),
+        observed: watch::channel(0).0,
+        layout: compose.as_ref().map_or(Layout::UnitsAndItems, |c| c.layout),
     });
     let writers = Writers {
         units: unit_writer,
@@ -593,7 +613,7 @@ pub(crate) async fn run<C: Sharded>(
     start_watches(&owner, &client, &scope, writers, items);
     match compose {
         None => start_workers(&owner),
-        Some(compose) => (compose.0)(owner.clone()),
+        Some(compose) => (compose.run)(owner.clone()),
     }
     context.spawn(report_ready(owner.clone(), readiness.clone(), items));
     context.spawn(report_load(owner.clone(), settings.load_report_interval));
@@ -680,9 +700,18 @@ fn start_watches<C: Sharded>(
 ) {
     let shard = Expression::Equal(SHARD_LABEL.into(), owner.term.shard().to_string());
     let config = unpaged(watcher::Config::default().labels_from(&shard.clone().into()));
+    let home = &owner.term.slices;
+    let (unit_scope, unit_fields) =
+        owner
+            .layout
+            .unit_watch(&home.namespace, &home.statefulset, scope);
     let unit_watch = |config: watcher::Config, writer| {
+        let config = match &unit_fields {
+            Some(fields) => config.fields(fields),
+            None => config,
+        };
         let events = decode_each(
-            watcher(api_over::<C::Unit>(client, scope), config),
+            watcher(api_over::<C::Unit>(client, &unit_scope), config),
             owner.term.units.clone(),
             unreadable(C::NOUNS.unit),
         )
@@ -697,7 +726,6 @@ fn start_watches<C: Sharded>(
         ),
         writers.cut_units,
     );
-    let home = &owner.term.slices;
     let slice_events = watcher(
         Api::<UnitSlice>::namespaced(client.clone(), &home.namespace),
         watcher::Config::default().labels_from(&Selector::from_iter([

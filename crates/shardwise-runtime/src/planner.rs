@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::core::Expression;
 use kube::{Api, Client};
@@ -24,12 +25,13 @@ use kube_runtime::events::Recorder;
 use kube_runtime::{WatchStreamExt, watcher};
 use shard_assign::KeyRange;
 use shardwise_handoff::drain::PlannerAction;
-use shardwise_handoff::keys::{STATEFULSET_LABEL, UNIT_LABEL};
+use shardwise_handoff::keys::{STATEFULSET_LABEL, UNIT_LABEL, unit_token};
 use shardwise_handoff::plan::{Membership, ObjectKey, PlanError, PlanMemory};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::layout::Layout;
 use crate::load::MeasuredLoads;
 use crate::membership::{ShardLeases, expected_shards};
 use crate::metrics::{
@@ -65,8 +67,8 @@ pub(crate) struct PlannerParts {
     pub metrics: Metrics,
     pub recorder: Recorder,
     pub leases: Arc<ShardLeases>,
-    /// The units are the only kind: each its own only item ([`crate::kind`]).
-    pub own_objects: bool,
+    /// How the objects make units and items.
+    pub layout: Layout,
 }
 
 impl std::fmt::Debug for PlannerParts {
@@ -105,11 +107,11 @@ pub(crate) async fn run<C: Sharded>(
     shutdown: CancellationToken,
 ) {
     let metrics = parts.metrics.clone();
-    let own_objects = parts.own_objects;
-    let index = if own_objects {
-        Index::of_own_objects()
-    } else {
-        Index::default()
+    let layout = parts.layout;
+    let index = match layout {
+        Layout::UnitsAndItems => Index::default(),
+        Layout::OwnObjects => Index::of_own_objects(),
+        Layout::KeyRanges => Index::of_key_ranges(),
     };
     let planner = Arc::new(Planner::<C> {
         reporter: Reporter::new(parts.client.clone(), parts.recorder.clone()),
@@ -125,9 +127,16 @@ pub(crate) async fn run<C: Sharded>(
     info!("planner started");
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(follow_units(planner.clone()));
-    if !own_objects {
-        tasks.spawn(follow_items(planner.clone()));
-        tasks.spawn(follow_unlabelled(planner.clone()));
+    match layout {
+        Layout::UnitsAndItems => {
+            tasks.spawn(follow_items(planner.clone()));
+            tasks.spawn(follow_unlabelled(planner.clone()));
+        }
+        // Every object is an item of the one unit: none needs its unit from its spec.
+        Layout::KeyRanges => {
+            tasks.spawn(follow_items(planner.clone()));
+        }
+        Layout::OwnObjects => {}
     }
     tasks.spawn(follow_slices(planner.clone()));
     tasks.spawn(follow_statefulset(planner.clone()));
@@ -155,10 +164,11 @@ pub(crate) async fn run<C: Sharded>(
 async fn follow<C: Sharded, K: Object>(
     planner: Arc<Planner<C>>,
     kind: ObjectKind,
+    scope: &WatchScope,
     config: watcher::Config,
     handle: impl Fn(&mut Index, Change<K>) -> bool,
 ) {
-    let api = api_over::<K>(&planner.parts.client, &planner.parts.scope);
+    let api = api_over::<K>(&planner.parts.client, scope);
     let events = watcher(api, config).default_backoff();
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
@@ -207,10 +217,21 @@ enum Change<K> {
 }
 
 async fn follow_units<C: Sharded>(planner: Arc<Planner<C>>) {
+    let parts = &planner.parts;
+    let (scope, fields) = parts.layout.unit_watch(
+        &parts.replica.namespace,
+        &parts.replica.statefulset,
+        &parts.scope,
+    );
     let config = unpaged(watcher::Config::default());
+    let config = match &fields {
+        Some(fields) => config.fields(fields),
+        None => config,
+    };
     follow::<C, C::Unit>(
-        planner,
+        planner.clone(),
         ObjectKind::Unit,
+        &scope,
         config,
         |index, change| match change {
             Change::Relist => {
@@ -231,7 +252,24 @@ async fn follow_units<C: Sharded>(planner: Arc<Planner<C>>) {
 
 /// Every item's metadata: its UID, shard label and unit token are all placement needs (the
 /// token names its unit). Not the items in full: an app's manifests are most of its weight.
+/// With [`Layout::KeyRanges`] every object is an item of the one unit, whatever it carries.
 async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
+    let parts = &planner.parts;
+    let sole_token = parts
+        .layout
+        .sole_unit(&parts.replica.namespace, &parts.replica.statefulset)
+        .map(|unit| unit_token(&unit.namespace, &unit.name));
+    let meta_of = |metadata: &ObjectMeta| {
+        let meta = ItemMeta::of(metadata);
+        match &sole_token {
+            Some(token) => ItemMeta {
+                token: Some(token.clone()),
+                shard: None,
+                ..meta
+            },
+            None => meta,
+        }
+    };
     let api = metadata_api_over::<C::Item>(&planner.parts.client, &planner.parts.scope);
     let events = watcher(api, unpaged(watcher::Config::default())).default_backoff();
     let mut events = std::pin::pin!(events);
@@ -239,11 +277,11 @@ async fn follow_items<C: Sharded>(planner: Arc<Planner<C>>) {
         match event {
             Ok(watcher::Event::Init) => planner.index().relist_items(),
             Ok(watcher::Event::InitApply(item)) => {
-                planner.index().relisted_item(ItemMeta::of(&item.metadata));
+                planner.index().relisted_item(meta_of(&item.metadata));
             }
             Ok(watcher::Event::InitDone) => planner.update(Index::relisted_items),
             Ok(watcher::Event::Apply(item)) => {
-                let meta = ItemMeta::of(&item.metadata);
+                let meta = meta_of(&item.metadata);
                 let echo = planner.item_writes.echoes(
                     &meta.key,
                     &meta.uid,
@@ -267,9 +305,11 @@ async fn follow_unlabelled<C: Sharded>(planner: Arc<Planner<C>>) {
         watcher::Config::default().labels_from(&Expression::DoesNotExist(UNIT_LABEL.into()).into()),
     );
     let writes = planner.clone();
+    let scope = planner.parts.scope.clone();
     follow::<C, C::Item>(
         planner,
         ObjectKind::Item,
+        &scope,
         config,
         |index, change| match change {
             Change::Relist => {
@@ -377,7 +417,10 @@ async fn plan_loop<C: Sharded>(planner: Arc<Planner<C>>) {
     leases.wait_synced().await;
     let mut memory: Option<PlanMemory> = None;
     let load = settings.load;
-    let mut measured = (load.model == LoadModel::Measured).then(|| {
+    // The ranges of one kind's objects weigh their objects: the program's controller reports no
+    // cost per object that a measured model could use.
+    let measures = load.model == LoadModel::Measured && planner.parts.layout != Layout::KeyRanges;
+    let mut measured = measures.then(|| {
         MeasuredModel::new(
             load.trigger,
             settings.strategy.target_balance,
@@ -592,16 +635,18 @@ fn decide_pass<C: Sharded>(
     });
     let rules = PlacementRules {
         strategy: &parts.settings.strategy,
-        slicing: parts.settings.slicing,
+        slicing: parts.layout.slicing(parts.settings.slicing),
         namespace: &parts.replica.namespace,
         statefulset: &parts.replica.statefulset,
         weights: loads.as_ref().map(|l| &l.placing),
-        copy_cost: copy_cost(
-            C::COPY_BYTES,
-            reports,
-            item_weight,
-            parts.settings.load.memory_weight,
-        ),
+        copy_cost: parts.layout.copy_cost(|| {
+            copy_cost(
+                C::COPY_BYTES,
+                reports,
+                item_weight,
+                parts.settings.load.memory_weight,
+            )
+        }),
     };
     let recall = recall(memory, periodic, loads.as_ref());
     let deciding = Instant::now();

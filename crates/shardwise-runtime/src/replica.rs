@@ -16,6 +16,7 @@ use tracing::{error, info};
 
 use crate::audit::Audit;
 use crate::clients::{Connection, RateLimitLayer, TermRole, term_user_agent};
+use crate::layout::Layout;
 use crate::lease::{
     self, Annotations, Fence, Holding, LeaseKind, LeaseSpecification, until_held, until_lost,
 };
@@ -55,6 +56,12 @@ pub enum RunError {
     #[cfg(feature = "server")]
     #[error(transparent)]
     Serve(#[from] crate::http::ServeError),
+    /// Objects placed by ranges of their UIDs ([`crate::kind::Placement::UidRanges`]) with a
+    /// strategy that cannot cut a unit into ranges.
+    #[error(
+        "objects placed by UID ranges need a strategy that cuts units into ranges; {0} cannot (use sticky-balanced)"
+    )]
+    Uncut(shard_assign::StrategyKind),
     /// The flags give settings that cannot work ([`crate::args::ReplicaArgs::run`]).
     #[cfg(feature = "clap")]
     #[error(transparent)]
@@ -112,6 +119,10 @@ impl<C: Sharded> ShardedReplica<C> {
             compose: Some(compose),
             ..self
         }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// The runtime's metrics and the controller's, to serve at `/metrics`.
@@ -181,7 +192,7 @@ impl<C: Sharded> ShardedReplica<C> {
             metrics.clone(),
             shard_leases,
             planner_holding,
-            compose.is_some(),
+            compose.as_ref().map_or(Layout::UnitsAndItems, |c| c.layout),
             shutdown.clone(),
         ));
         let owners = Owners {
@@ -303,7 +314,7 @@ async fn plan_while_elected<C: Sharded>(
     metrics: Metrics,
     leases: Arc<ShardLeases>,
     holding: watch::Receiver<Holding>,
-    own_objects: bool,
+    layout: Layout,
     shutdown: CancellationToken,
 ) {
     let limit = RateLimitLayer::new(settings.planner.limit.qps, settings.planner.limit.burst);
@@ -344,7 +355,7 @@ async fn plan_while_elected<C: Sharded>(
             metrics: metrics.clone(),
             recorder,
             leases: leases.clone(),
-            own_objects,
+            layout,
         };
         planner::run::<C>(
             parts,

@@ -186,6 +186,48 @@ impl Sampler {
         }
     }
 
+    /// Samples StatefulSet `statefulset` of `namespace` whose replicas own ranges of the UIDs of
+    /// the objects `objects` lists: its pods, shard Leases, and the records of the ranges
+    /// ([`super::ranges`]). An object is owned when the record it falls under is held by the
+    /// term that holds its shard's Lease, with no handoff under way.
+    pub fn of_ranges<K>(
+        client: kube::Client,
+        objects: Api<K>,
+        namespace: &str,
+        statefulset: &str,
+    ) -> Self
+    where
+        K: kube::Resource
+            + Clone
+            + k8s_openapi::serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let (namespace, statefulset) = (namespace.to_string(), statefulset.to_string());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let pods = tokio::spawn(pod_history(
+            Api::namespaced(client.clone(), &namespace),
+            stopped.clone(),
+        ));
+        let clusters = tokio::spawn(async move {
+            let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+            let mut samples = Vec::new();
+            while !*stopped.borrow() {
+                let sample =
+                    sample_ranges(&client, &leases, &objects, &namespace, &statefulset).await;
+                samples.extend(sample);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        });
+        Self {
+            stop,
+            clusters,
+            pods,
+        }
+    }
+
     pub async fn stop(self) -> Samples {
         let _ = self.stop.send(true);
         Samples {
@@ -281,6 +323,56 @@ where
             .and_then(|shard| holders.get(&format!("{statefulset}-shard-{shard}")))
             .is_some_and(|h| Some(h) == holder);
         if live && !draining {
+            owned.insert(name);
+        }
+    }
+    Some(Sample {
+        at,
+        owned,
+        clusters: all,
+    })
+}
+
+async fn sample_ranges<K>(
+    client: &kube::Client,
+    leases: &Api<Lease>,
+    objects: &Api<K>,
+    namespace: &str,
+    statefulset: &str,
+) -> Option<Sample>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let at = Instant::now();
+    let params = ListParams::default();
+    let lease_list = leases.list(&params).await.ok()?;
+    let records = super::ranges::records(client, namespace, statefulset)
+        .await
+        .ok()?;
+    let object_list = objects.list_metadata(&params).await.ok()?;
+    let holders: BTreeMap<String, String> = lease_list
+        .items
+        .into_iter()
+        .filter_map(|l| Some((l.metadata.name?, l.spec?.holder_identity?)))
+        .collect();
+    let mut owned = BTreeSet::new();
+    let mut all = BTreeSet::new();
+    for object in object_list.items {
+        let meta = &object.metadata;
+        let name = format!(
+            "{}/{}",
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default()
+        );
+        all.insert(name.clone());
+        let record = super::ranges::record_of(&records, meta.uid.as_deref().unwrap_or_default());
+        let live = record.is_some_and(|r| {
+            let shard = r.shard.map(|s| format!("{statefulset}-shard-{s}"));
+            !r.draining
+                && r.holder.is_some()
+                && shard.and_then(|s| holders.get(&s)) == r.holder.as_ref()
+        });
+        if live {
             owned.insert(name);
         }
     }

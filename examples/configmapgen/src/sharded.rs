@@ -18,8 +18,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use kube_runtime::controller::{Action, Controller};
 use kube_runtime::watcher;
-use shardwise_runtime::kind::{ShardTerm, ShardedKind};
-use shardwise_runtime::{args::ReplicaArgs, http::shutdown_on_signal, settings::WatchScope};
+use shardwise_runtime::kind::{KindArgs, ShardTerm};
+use shardwise_runtime::{http::shutdown_on_signal, settings::WatchScope};
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +73,8 @@ fn error_policy(_: Arc<ConfigMapGenerator>, _: &Error, _: Arc<Data>) -> Action {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt::init();
-    let settings = ReplicaArgs::parse().settings("configmapgen", WatchScope::Cluster)?;
-    let replica = ShardedKind::new(settings, Client::try_default().await?);
+    let client = Client::try_default().await?;
+    let replica = KindArgs::parse().replica("configmapgen", WatchScope::Cluster, client)?;
     replica.run(shutdown_on_signal()?, control).await?;
     Ok(())
 }

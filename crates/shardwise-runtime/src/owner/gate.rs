@@ -156,6 +156,16 @@ impl Gate {
             .unwrap_or_default()
     }
 
+    /// The ranges of `unit` on which work may start.
+    pub fn active_ranges(&self, unit: &ObjectKey) -> Vec<KeyRange> {
+        self.machines().get(unit).map_or_else(Vec::new, |r| {
+            r.iter()
+                .filter(|(_, m)| m.may_start())
+                .map(|(range, _)| *range)
+                .collect()
+        })
+    }
+
     /// Every record known here (owned, draining or released), as the planner names them.
     pub fn records(&self) -> BTreeSet<RecordKey> {
         self.machines()

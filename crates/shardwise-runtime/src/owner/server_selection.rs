@@ -49,6 +49,25 @@ pub(crate) fn selecting(client: &Client, selector: &str) -> Client {
     let service = AddSelector {
         client: client.clone(),
         selector: Arc::from(selector),
+        collection: None,
+    };
+    Client::new(service, client.default_namespace())
+}
+
+/// [`selecting`], but only for lists and watches of one collection: those under `prefix` (the
+/// group and version's path, `/apis/<group>/<version>/` or `/api/v1/`) whose path ends with
+/// `/<plural>`, in every namespace or one. Other kinds are left alone: a program's client also
+/// lists what its objects own, whose UIDs are not the ones the shard owns ranges of.
+pub(crate) fn selecting_collection(
+    client: &Client,
+    selector: &str,
+    prefix: &str,
+    plural: &str,
+) -> Client {
+    let service = AddSelector {
+        client: client.clone(),
+        selector: Arc::from(selector),
+        collection: Some(Arc::new((prefix.to_string(), format!("/{plural}")))),
     };
     Client::new(service, client.default_namespace())
 }
@@ -57,6 +76,16 @@ pub(crate) fn selecting(client: &Client, selector: &str) -> Client {
 struct AddSelector {
     client: Client,
     selector: Arc<str>,
+    /// The path's prefix and end that the selector is added to; every path if none.
+    collection: Option<Arc<(String, String)>>,
+}
+
+/// Whether a request of `path` gets the selector, for a client of `collection` (its path's
+/// prefix and end; every path if none).
+fn selects(collection: Option<&(String, String)>, path: &str) -> bool {
+    collection.is_none_or(|(prefix, end)| {
+        path.starts_with(prefix.as_str()) && path.ends_with(end.as_str())
+    })
 }
 
 impl Service<Request<Body>> for AddSelector {
@@ -71,7 +100,11 @@ impl Service<Request<Body>> for AddSelector {
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let client = self.client.clone();
-        let request = with_selector(request, &self.selector);
+        let request = if selects(self.collection.as_deref(), request.uri().path()) {
+            with_selector(request, &self.selector)
+        } else {
+            Ok(request)
+        };
         Box::pin(async move { client.send(request.map_err(kube::Error::HttpError)?).await })
     }
 }
@@ -127,6 +160,29 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("shardSelector".to_string(), selector.clone())]
         );
+    }
+
+    /// A program's client selects only its own kind's collection: not one object of it, and
+    /// not another kind (what its objects own).
+    #[test]
+    fn a_collection_client_selects_only_its_collection() {
+        let collection = (
+            "/apis/examples.shardwise.io/v1/".to_string(),
+            "/configmapgenerators".to_string(),
+        );
+        let selects = |path| selects(Some(&collection), path);
+        assert!(selects(
+            "/apis/examples.shardwise.io/v1/configmapgenerators"
+        ));
+        assert!(selects(
+            "/apis/examples.shardwise.io/v1/namespaces/a/configmapgenerators"
+        ));
+        assert!(!selects(
+            "/apis/examples.shardwise.io/v1/namespaces/a/configmapgenerators/g"
+        ));
+        assert!(!selects("/api/v1/namespaces/a/configmaps"));
+        assert!(!selects("/apis/other.io/v1/configmapgenerators"));
+        assert!(super::selects(None, "/api/v1/namespaces/a/configmaps"));
     }
 
     #[test]

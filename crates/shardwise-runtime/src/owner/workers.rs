@@ -309,6 +309,7 @@ mod tests {
 
     use super::*;
     use crate::audit::Audit;
+    use crate::layout::Layout;
     use crate::lease::{Annotations, Fence, Holding};
     use crate::metrics::Metrics;
     use crate::nouns::Nouns;
@@ -507,7 +508,8 @@ mod tests {
                 meter: Mutex::new(Meter::new(MeterSettings::DEFAULT, Instant::now())),
                 load: watch::channel(Annotations::new()).0,
                 clock: Arc::new(move || now),
-                own_objects: false,
+                observed: watch::channel(0).0,
+                layout: Layout::UnitsAndItems,
             });
             Self {
                 owner,

@@ -1127,6 +1127,61 @@ mod tests {
         assert!(third.figures.cut_units == 1 && third.figures.cache_copies >= 1);
     }
 
+    /// One kind placed by ranges of its objects' UIDs (`Layout::KeyRanges`): the one unit, the
+    /// StatefulSet, is cut across every live shard even where slicing is configured off, and no
+    /// object is written (each carries its unit, as the planner's watch gives it).
+    #[test]
+    fn the_objects_of_one_kind_placed_by_key_ranges_reach_every_shard_and_none_is_written() {
+        use crate::layout::Layout;
+        let mut index = Index::default();
+        index.set_expected(Some(3));
+        index.apply_unit(unit("objects", Some(0)));
+        for i in 0..300 {
+            let mut view = item(&format!("object-{i}"), "objects", None);
+            view.uid = spread_uid(i);
+            index.apply_view(view);
+        }
+        let strategy = sticky();
+        let layout = Layout::KeyRanges;
+        let rules = PlacementRules {
+            slicing: layout.slicing(SliceSwitch::Off),
+            copy_cost: layout.copy_cost(|| 1_000),
+            ..rules(&strategy)
+        };
+        let decision = decide(
+            &rules,
+            &index,
+            &members(3, &[0, 1, 2]),
+            PassMemory::Forgotten,
+        )
+        .unwrap();
+        assert!(
+            decision.item_writes.is_empty(),
+            "{:?}",
+            decision.item_writes
+        );
+        let headed: BTreeSet<ShardId> = decision
+            .record_writes
+            .iter()
+            .filter_map(|w| match w.action {
+                SliceAction::Create { drain_to, .. } => Some(drain_to.unwrap_or(0)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            headed,
+            BTreeSet::from([0, 1, 2]),
+            "{:?}",
+            decision.record_writes
+        );
+        // Where slicing is configured, the layout of units and items keeps it.
+        assert_eq!(
+            Layout::UnitsAndItems.slicing(SliceSwitch::Off),
+            SliceSwitch::Off
+        );
+        assert_eq!(Layout::UnitsAndItems.copy_cost(|| 1_000), 1_000);
+    }
+
     #[test]
     fn unit_slices_of_a_unit_that_is_gone_are_deleted() {
         let mut index = index(&[("a", Some(0), 2)]);

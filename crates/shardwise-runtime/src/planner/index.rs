@@ -235,6 +235,14 @@ impl Index {
         index
     }
 
+    /// The index of one kind placed by ranges of its objects' keys: the planner's watch gives
+    /// every object the one unit's token, so none waits for a watch of objects without one.
+    pub fn of_key_ranges() -> Self {
+        let mut index = Self::default();
+        index.unlabelled.relist_done();
+        index
+    }
+
     /// The item a unit stands for, for [`Index::of_own_objects`]: none while it is being
     /// deleted (it is placed no more).
     fn own_item(entry: &UnitEntry) -> Option<ItemMeta> {
