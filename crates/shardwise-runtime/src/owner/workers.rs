@@ -108,9 +108,10 @@ impl<C: Sharded> Drop for Admitted<'_, C> {
             self.owner.meter().end(running, Instant::now());
         }
         let effect = self.owner.term.gate.end(self.unit, self.range);
-        // A drain's acknowledgement is written by a task: none can start once the runtime is
-        // gone (the term went with it).
-        if tokio::runtime::Handle::try_current().is_ok() {
+        // An ended term acknowledges nothing: its lease is released or lost, and the planner
+        // moves its records without it (an acknowledgement could only fail at the fence, and
+        // be retried for nothing). Nor can a task start once the runtime is gone.
+        if !self.owner.term.cancel.is_cancelled() && tokio::runtime::Handle::try_current().is_ok() {
             self.owner.apply_effect(self.unit, self.range, effect);
         }
     }
