@@ -162,28 +162,12 @@ impl Sampler {
             + Send
             + 'static,
     {
-        let (namespace, statefulset) = (namespace.to_string(), statefulset.to_string());
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let pods = tokio::spawn(pod_history(
-            Api::namespaced(client.clone(), &namespace),
-            stopped.clone(),
-        ));
-        let clusters = tokio::spawn(async move {
-            let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-            let mut samples = Vec::new();
-            while !*stopped.borrow() {
-                if let Some(sample) = sample(&leases, &units, &statefulset).await {
-                    samples.push(sample);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            samples
-        });
-        Self {
-            stop,
-            clusters,
-            pods,
-        }
+        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let statefulset = statefulset.to_string();
+        Self::sampling(client, namespace, move || {
+            let (leases, units, statefulset) = (leases.clone(), units.clone(), statefulset.clone());
+            async move { sample(&leases, &units, &statefulset).await }
+        })
     }
 
     /// Samples StatefulSet `statefulset` of `namespace` whose replicas own ranges of the UIDs of
@@ -204,19 +188,32 @@ impl Sampler {
             + Send
             + 'static,
     {
-        let (namespace, statefulset) = (namespace.to_string(), statefulset.to_string());
+        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let (home, statefulset) = (namespace.to_string(), statefulset.to_string());
+        let reader = client.clone();
+        Self::sampling(client, namespace, move || {
+            let (client, leases, objects) = (reader.clone(), leases.clone(), objects.clone());
+            let (home, statefulset) = (home.clone(), statefulset.clone());
+            async move { sample_ranges(&client, &leases, &objects, &home, &statefulset).await }
+        })
+    }
+
+    /// Follows the pods of `namespace` and takes a sample with `sample` every 100 ms, until
+    /// stopped.
+    fn sampling<F, Fut>(client: kube::Client, namespace: &str, sample: F) -> Self
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Option<Sample>> + Send,
+    {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let pods = tokio::spawn(pod_history(
-            Api::namespaced(client.clone(), &namespace),
+            Api::namespaced(client, namespace),
             stopped.clone(),
         ));
         let clusters = tokio::spawn(async move {
-            let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
             let mut samples = Vec::new();
             while !*stopped.borrow() {
-                let sample =
-                    sample_ranges(&client, &leases, &objects, &namespace, &statefulset).await;
-                samples.extend(sample);
+                samples.extend(sample().await);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             samples
