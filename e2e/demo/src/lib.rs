@@ -39,7 +39,7 @@ use shardwise_runtime::audit;
 use thiserror::Error;
 
 use crate::support::prometheus::{Prometheus, dashboard, export, unix_now};
-use crate::support::{Fleet, FleetOptions, NAMESPACE, fast_flags, repo_file};
+use crate::support::{Fleet, FleetOptions, NAMESPACE, Placement, fast_flags, repo_file};
 use crate::view::{Frame, ShardFigures};
 
 /// The steps the demo takes (`play`'s four `settle`s).
@@ -288,6 +288,10 @@ pub struct Demo {
     expected: u32,
     /// Last counters per process id (a restarted replica starts its counters anew).
     counters: BTreeMap<u32, Counters>,
+    /// The records as last read whole: a read taken while a cluster is being cut or merged
+    /// (its slices listed apart from it) fails, and a frame then shows the last one, so a
+    /// move is never counted against an empty placement.
+    placement: Placement,
     /// Owner of every record at the previous sample, to count handoffs.
     owners: settle::Owners,
     /// Since when each record has named a shard whose lease no replica holds.
@@ -368,6 +372,7 @@ impl Demo {
             started: Instant::now(),
             expected: 3,
             counters: BTreeMap::new(),
+            placement: Placement::default(),
             owners: BTreeMap::new(),
             unowned_since: BTreeMap::new(),
             longest_unowned: Duration::ZERO,
@@ -736,8 +741,12 @@ impl Demo {
         phase: &str,
         step_of: Option<(usize, usize)>,
     ) -> Result<Frame, DemoError> {
-        // Until the planner has written a record for every cluster, there is no placement.
-        let placement = self.fleet.placement().await.unwrap_or_default();
+        // A read fails until the planner has written a record for every cluster, and while a
+        // cluster is cut or merged (a slice not yet labelled, or old and new slices overlap).
+        if let Ok(placement) = self.fleet.placement().await {
+            self.placement = placement;
+        }
+        let placement = self.placement.clone();
         let apps = self.apps().await?;
 
         let mut shards: BTreeMap<u32, ShardFigures> = (0..self.expected)
