@@ -148,12 +148,10 @@ bench-fleet: control-plane
 	$(CARGO) bench -p shardwise-e2e-suites --bench fleet
 
 ## Argo CD's largest published test, 50,000 apps on 500 clusters at 3, 6, 9 and 12 replicas
-## (longer than the rest of bench-fleet together), on the in-memory test API server: on 2 cores
-## kube-apiserver bounds it, not the controllers (docs/benchmarks.md has both runs).
-## ARGS=--real runs it on kube-apiserver and etcd.
-bench-scale:
-	$(if $(findstring --real,$(ARGS)),scripts/control-plane.sh)
-	$(CARGO) bench -p shardwise-e2e-suites --features test-server --bench fleet -- scale $(ARGS)
+## (longer than the rest of bench-fleet together), on kube-apiserver and etcd, with what each
+## app synced costs the control plane. ARGS="--apps=5000 --replicas=3,6" runs a smaller one.
+bench-scale: control-plane
+	$(CARGO) bench -p shardwise-e2e-suites --bench fleet -- scale $(ARGS)
 
 ## The Argo CD balancer (a real `shardwise-balancer`) against Argo CD's algorithms: one fleet of
 ## 100 clusters and 10,000 apps through adoption, clusters joining and leaving, a hot spot and

@@ -1,6 +1,7 @@
 //! Test clusters (one kube-apiserver each) and the environment of a control plane plus
 //! destination clusters.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -543,6 +544,32 @@ impl Environment {
                 cluster: self.control_plane.name.clone(),
                 reason: "the test server has no etcd to restart".into(),
             }),
+        }
+    }
+
+    /// etcd's process and URL; an error on the test server, which has none.
+    pub(crate) fn etcd(&self) -> Result<(u32, String), HarnessError> {
+        match &self.backend {
+            Backend::Real(shared) => Ok((shared.etcd_pid(), shared.etcd_url().to_string())),
+            #[cfg(feature = "test-server")]
+            Backend::Test => Err(HarnessError::TestServer {
+                cluster: self.control_plane.name.clone(),
+                reason: "the test server has no etcd to measure".into(),
+            }),
+        }
+    }
+
+    /// The requests the control plane's kube-apiserver received in `[from, to)`, by user and
+    /// kind, from its audit log (none on the test server).
+    pub(crate) fn requests_by_user(
+        &self,
+        from: std::time::SystemTime,
+        to: std::time::SystemTime,
+    ) -> BTreeMap<String, BTreeMap<crate::RequestKind, u64>> {
+        match &self.backend {
+            Backend::Real(_) => self.control_plane.server().requests_by_user(from, to),
+            #[cfg(feature = "test-server")]
+            Backend::Test => BTreeMap::new(),
         }
     }
 

@@ -50,6 +50,7 @@ pub mod argocd;
 mod binary;
 mod client;
 mod cluster;
+mod cost;
 mod faults;
 mod metrics;
 mod nodes;
@@ -65,6 +66,7 @@ pub use binary::{
     BUILD_FEATURES_VAR, BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_binary,
 };
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
+pub use cost::{ControlPlaneCost, ControlPlaneReading, RequestKind};
 pub use faults::{ErrorFault, FaultCounters, FaultError, Faults};
 pub use metrics::{Metrics, MetricsError, Sample, scrape};
 pub use nodes::{LABELLER_IMAGE, SHARDWISE_IMAGE, pod_link, pod_ready, pod_serving};

@@ -38,13 +38,12 @@
 //!   created afterwards, each timed to Synced (target < 2 s).
 //!
 //! - `scale`: Argo CD's largest published test, 50,000 apps on 500 clusters, with 3, 6, 9 and 12
-//!   replicas and the throughput section's settings: time until every app is Synced, apps/s,
-//!   efficiency against 3 replicas (target ≥ 0.8 at 12), the planner's peak memory and pass
-//!   time, and the cores the controllers and the API servers kept busy (this machine has 2).
-//!   Every run audited. It runs on the in-memory test API server (feature `test-server`, as
-//!   `make bench-scale` builds it): on kube-apiserver and etcd the control plane's kube-apiserver
-//!   alone held a whole core of the two and bounded the run, not the controllers
-//!   (docs/benchmarks.md has both). `-- scale --real` runs it on kube-apiserver.
+//!   replicas and the throughput section's settings, on kube-apiserver and etcd: time until
+//!   every app is Synced (followed by one watch), apps/s, efficiency against 3 replicas (target
+//!   ≥ 0.8 at 12), the planner's peak memory and pass time, the cores the controllers kept busy,
+//!   and what the control plane spent per app synced: kube-apiserver's and etcd's CPU, etcd's
+//!   log bytes, and the requests by verb and resource, the controllers' apart from the bench's
+//!   (the audit log). Every run audited. `-- scale --apps=N --replicas=3,6` runs a smaller one.
 //!
 //! - `chart`: charts/shardwise installed with helm on a node, so that the real StatefulSet
 //!   controller runs 3 replicas (1,000 apps, 20 clusters, default leases): from `helm install` to
@@ -72,7 +71,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::api::ListParams;
 use shardwise_api::SyncPhase;
-use shardwise_e2e::{Poll, scrape, wait_for, wait_with};
+use shardwise_e2e::{scrape, wait_for};
 use shardwise_handoff::keys::DRAIN_TO_ANNOTATION;
 use shardwise_runtime::audit;
 use support::{
@@ -81,32 +80,9 @@ use support::{
 
 const LONG: Duration = Duration::from_secs(1200);
 
-/// Apps Synced at their current generation.
-async fn synced(fleet: &Fleet) -> usize {
-    let Ok(list) = fleet.apps_api().list(&ListParams::default()).await else {
-        return 0;
-    };
-    list.items.iter().filter(|a| is_synced(a)).count()
-}
-
 /// [`support::wait_synced`] within [`LONG`].
 async fn wait_synced(fleet: &Fleet, total: usize) {
     support::wait_synced(fleet, total, LONG).await;
-}
-
-/// [`wait_synced`], listing every app once per `interval`.
-async fn wait_synced_every(fleet: &Fleet, total: usize, interval: Duration) {
-    let poll = Poll::timeout(LONG).every(interval);
-    wait_with(&format!("{total} apps Synced"), poll, || async {
-        let n = synced(fleet).await;
-        if n >= total {
-            Ok(())
-        } else {
-            Err(format!("{n} Synced"))
-        }
-    })
-    .await
-    .unwrap();
 }
 
 // ---------------------------------------------------------------- throughput
@@ -1157,9 +1133,52 @@ async fn cluster_move() -> Move {
 
 // ---------------------------------------------------------------- scale
 
-/// Argo CD's largest published test: 50,000 apps on 500 clusters.
-const SCALE_APPS: u32 = 50_000;
-const SCALE_CLUSTERS: u32 = 500;
+/// The `scale` section's fleet: Argo CD's largest published test by default, 50,000 apps on
+/// 500 clusters at 3, 6, 9 and 12 replicas; `--apps=N` (a cluster per 100 apps) and
+/// `--replicas=3,6` make a smaller one.
+struct ScaleSize {
+    apps: u32,
+    clusters: u32,
+    replicas: Vec<u32>,
+}
+
+impl ScaleSize {
+    fn from_args(args: &[String]) -> Result<Self, String> {
+        let value = |flag: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(&format!("{flag}=")).map(str::to_string))
+        };
+        let apps = match value("--apps") {
+            Some(n) => n
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n >= 100)
+                .ok_or_else(|| format!("--apps={n}: a whole number of at least 100"))?,
+            None => 50_000,
+        };
+        let replicas = match value("--replicas") {
+            Some(list) => list
+                .split(',')
+                .map(|n| n.trim().parse::<u32>().ok().filter(|n| *n >= 1))
+                .collect::<Option<Vec<u32>>>()
+                .filter(|r| !r.is_empty())
+                .ok_or_else(|| {
+                    format!("--replicas={list}: replica counts of at least 1, comma-separated")
+                })?,
+            None => vec![3, 6, 9, 12],
+        };
+        Ok(Self {
+            apps,
+            clusters: apps / 100,
+            replicas,
+        })
+    }
+}
+
+/// The user the controllers' replicas send their requests as.
+const CONTROLLER_USER: &str = "system:serviceaccount:shardwise:shardwise";
+/// The user the bench's own requests (its watch of the apps, its reads) are sent as.
+const BENCH_USER: &str = "admin";
 
 /// One run of the `scale` section.
 struct ScaleRun {
@@ -1172,32 +1191,19 @@ struct ScaleRun {
     /// CPU seconds the controller processes used, over the run's wall time: the cores they kept
     /// busy (2 on this machine at most, the API servers' share apart).
     controller_cores: f64,
-    /// The same for the processes serving every request the controllers send: etcd and the
-    /// kube-apiservers, or this process, where the test API servers run (with the bench's own
-    /// checks, a LIST of every app every 2 s).
-    server_cores: f64,
+    /// What the control plane served from the replicas' start until every app was Synced.
+    cost: shardwise_e2e::ControlPlaneCost,
 }
 
-/// The total CPU seconds of `pids`.
-fn cpu_seconds_of(pids: &[u32]) -> f64 {
-    pids.iter()
-        .map(|pid| shardwise_e2e::procfs::cpu_seconds(*pid))
-        .sum()
-}
-
-/// 50,000 apps on 500 clusters, `replicas` replicas, the throughput section's settings (10 ms
-/// on every destination request, default workers and limits), audited; on the test API server
-/// unless `real`.
-async fn scale(replicas: u32, real: bool) -> ScaleRun {
-    // main refuses the section when the test server is not built in and `--real` was not given.
-    debug_assert!(real || cfg!(feature = "test-server"));
+/// `apps` apps on `clusters` clusters, `replicas` replicas, on kube-apiserver and etcd, the
+/// throughput section's settings (10 ms on every destination request, default workers and
+/// limits), audited; the bench follows the apps with one watch.
+async fn scale(replicas: u32, size: &ScaleSize) -> ScaleRun {
     let fleet = Fleet::start(FleetOptions {
         runner: Runner::Played,
-        #[cfg(feature = "test-server")]
-        test_server: !real,
         replicas,
-        clusters: SCALE_CLUSTERS,
-        apps: SCALE_APPS,
+        clusters: size.clusters,
+        apps: size.apps,
         audit: true,
         // Measured: a fleet whose apps have their tokens, as after the planner's first pass
         // over them. Without, the planner's 50,000 first writes at --planner-qps (200/s) bound
@@ -1207,13 +1213,11 @@ async fn scale(replicas: u32, real: bool) -> ScaleRun {
     })
     .await
     .unwrap();
-    let servers = fleet.env.server_processes();
-    let servers_before = cpu_seconds_of(&servers);
-    // A list of 50,000 apps costs the process serving it about as much as the controllers'
-    // work of a second: every 50 ms it would be most of what this process measures.
-    wait_synced_every(&fleet, SCALE_APPS as usize, Duration::from_secs(2)).await;
+    let before = fleet.env.control_plane_reading().await.unwrap();
+    wait_synced(&fleet, size.apps as usize).await;
     let seconds = fleet.started.elapsed().as_secs_f64();
-    let server_cpu = cpu_seconds_of(&servers) - servers_before;
+    let after = fleet.env.control_plane_reading().await.unwrap();
+    let cost = after.cost_since(&before, &fleet.env);
     let planner = fleet.planner(LONG).await.unwrap();
     let metrics = scrape(&fleet.replicas[&planner].metrics_url).await.unwrap();
     let planner_pass = metrics.sum("shardwise_planner_pass_seconds", &[]);
@@ -1225,7 +1229,11 @@ async fn scale(replicas: u32, real: bool) -> ScaleRun {
         .sum();
     fleet.audited_without_overlap();
     eprintln!(
-        "scale: {replicas} replicas, {SCALE_APPS} apps Synced in {seconds:.1} s; planner pass {planner_pass:.3} s"
+        "scale: {replicas} replicas, {} apps Synced in {seconds:.1} s; kube-apiserver {:.1} CPU s, etcd {:.1} CPU s, {:.0} requests",
+        size.apps,
+        cost.apiserver_cpu,
+        cost.etcd_cpu,
+        cost.total_requests()
     );
     ScaleRun {
         replicas,
@@ -1233,7 +1241,107 @@ async fn scale(replicas: u32, real: bool) -> ScaleRun {
         planner_rss,
         planner_pass,
         controller_cores: cpu / seconds,
-        server_cores: server_cpu / seconds,
+        cost,
+    }
+}
+
+/// The `scale` section's tables: time, rate, efficiency and what the control plane spent per
+/// app synced, then the requests per app by kind and sender.
+fn print_scale(size: &ScaleSize, runs: &[ScaleRun], failures: &mut Vec<String>) {
+    let apps = f64::from(size.apps);
+    let base = runs
+        .iter()
+        .find(|r| r.replicas == 3)
+        .map(|r| apps / r.seconds / 3.0);
+    println!(
+        "\n### Argo CD's largest published test: {} apps on {} clusters (10 ms per destination request, default workers and limits; on kube-apiserver and etcd)\n",
+        size.apps, size.clusters
+    );
+    println!(
+        "| replicas | all Synced after | apps/s | efficiency against 3 | kube-apiserver CPU per app | etcd CPU per app | requests per app (controllers) | etcd log bytes per app | controller CPU (cores) | kube-apiserver CPU (cores) | planner peak RSS | planner pass |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in runs {
+        let rate = apps / r.seconds;
+        let efficiency = base.map(|b| rate / f64::from(r.replicas) / b);
+        let controllers: u64 = r.cost.requests_of(|u| u == CONTROLLER_USER).values().sum();
+        println!(
+            "| {} | {:.1} s | {rate:.0} | {} | {:.2} ms | {:.2} ms | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} MiB | {:.3} s |",
+            r.replicas,
+            r.seconds,
+            efficiency.map_or("-".to_string(), |e| format!("**{e:.2}**")),
+            r.cost.apiserver_cpu / apps * 1000.0,
+            r.cost.etcd_cpu / apps * 1000.0,
+            controllers as f64 / apps,
+            r.cost.etcd_wal_bytes / apps,
+            r.controller_cores,
+            r.cost.apiserver_cpu / r.seconds,
+            r.planner_rss as f64 / 1_048_576.0,
+            r.planner_pass,
+        );
+        if r.replicas == 12
+            && let Some(e) = efficiency
+            && e < 0.8
+        {
+            failures.push(format!("scale: efficiency at 12 replicas {e:.2} < 0.8"));
+        }
+    }
+    println!("\nEvery run audited: no two replicas reconciled one cluster at once.");
+
+    // Requests per app synced, by kind: the controllers' at each replica count, then the
+    // bench's and the server's own (its identity leases) at the first.
+    let senders: Vec<(String, BTreeMap<shardwise_e2e::RequestKind, u64>)> = runs
+        .iter()
+        .map(|r| {
+            (
+                format!("controllers, {} replicas", r.replicas),
+                r.cost.requests_of(|u| u == CONTROLLER_USER),
+            )
+        })
+        .chain(runs.first().map(|r| {
+            (
+                format!("the bench, {} replicas", r.replicas),
+                r.cost.requests_of(|u| u == BENCH_USER),
+            )
+        }))
+        .chain(runs.first().map(|r| {
+            (
+                format!("others, {} replicas", r.replicas),
+                r.cost
+                    .requests_of(|u| u != BENCH_USER && u != CONTROLLER_USER),
+            )
+        }))
+        .collect();
+    let kinds: std::collections::BTreeSet<&shardwise_e2e::RequestKind> =
+        senders.iter().flat_map(|(_, k)| k.keys()).collect();
+    println!(
+        "\nRequests per app synced, by verb and resource (the control plane's audit log, every request received from the replicas' start until every app was Synced):\n"
+    );
+    println!(
+        "| verb | resource | {} |",
+        senders
+            .iter()
+            .map(|(s, _)| s.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---|---|{}", "---:|".repeat(senders.len()));
+    for kind in kinds {
+        let cells: Vec<String> = senders
+            .iter()
+            .map(|(_, k)| {
+                format!(
+                    "{:.4}",
+                    k.get(kind).copied().unwrap_or_default() as f64 / apps
+                )
+            })
+            .collect();
+        println!(
+            "| {} | {} | {} |",
+            kind.verb,
+            kind.resource,
+            cells.join(" | ")
+        );
     }
 }
 
@@ -1291,14 +1399,14 @@ fn main() {
     let named = |name: &str| wanted.iter().any(|w| w == name);
     // `scale` takes longer than the rest together: only when named (`make bench-scale`).
     let run = |name: &str| named(name) || (wanted.is_empty() && name != "scale");
-    let real_server = std::env::args().any(|a| a == "--real");
-    if run("scale") && !real_server && !cfg!(feature = "test-server") {
-        eprintln!(
-            "the scale section runs on the test API server: build the bench with --features test-server \
-             (make bench-scale does), or pass --real for kube-apiserver and etcd"
-        );
-        std::process::exit(2);
-    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let scale_size = match ScaleSize::from_args(&args) {
+        Ok(size) => size,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -1461,39 +1569,11 @@ fn main() {
             }
         }
         if run("scale") {
-            let server = if real_server {
-                "kube-apiserver and etcd"
-            } else {
-                "the test API server"
-            };
-            let runs: Vec<ScaleRun> = {
-                let mut runs = Vec::new();
-                for replicas in [3, 6, 9, 12] {
-                    runs.push(scale(replicas, real_server).await);
-                }
-                runs
-            };
-            let base = f64::from(SCALE_APPS) / runs[0].seconds / f64::from(runs[0].replicas);
-            println!("\n### Argo CD's largest published test: {SCALE_APPS} apps on {SCALE_CLUSTERS} clusters (10 ms per destination request, default workers and limits; on {server})\n");
-            println!("| replicas | all Synced after | apps/s | efficiency against 3 | planner peak RSS | planner pass | controller CPU (cores) | API servers' CPU (cores) |");
-            println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-            for r in &runs {
-                let rate = f64::from(SCALE_APPS) / r.seconds;
-                let efficiency = rate / f64::from(r.replicas) / base;
-                println!(
-                    "| {} | {:.1} s | {rate:.0} | **{efficiency:.2}** | {:.0} MiB | {:.3} s | {:.2} | {:.2} |",
-                    r.replicas,
-                    r.seconds,
-                    r.planner_rss as f64 / 1_048_576.0,
-                    r.planner_pass,
-                    r.controller_cores,
-                    r.server_cores
-                );
-                if r.replicas == 12 && efficiency < 0.8 {
-                    failures.push(format!("scale: efficiency at 12 replicas {efficiency:.2} < 0.8"));
-                }
+            let mut runs = Vec::new();
+            for &replicas in &scale_size.replicas {
+                runs.push(scale(replicas, &scale_size).await);
             }
-            println!("\nEvery run audited: no two replicas reconciled one cluster at once.");
+            print_scale(&scale_size, &runs, &mut failures);
         }
         if run("copies") {
             let (few, many, per_cluster) = copy_cost().await;

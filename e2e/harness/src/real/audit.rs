@@ -2,23 +2,79 @@
 //! write request (policy [`POLICY`]), read back as [`WriteRecord`]s. Tests read them to prove
 //! from the server's side what a client did, e.g. that no write of a fenced term arrived.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use shardwise_e2e_testkit::WriteRecord;
 
-/// Every write and every LIST at `Metadata` level (who, what, when, how it was answered),
+use crate::cost::RequestKind;
+
+/// Every request for a resource at `Metadata` level (who, what, when, how it was answered),
 /// nothing else: the writes are the write log, the LISTs show when a client listed again
-/// (e.g. after its watch expired).
+/// (e.g. after its watch expired), and all of them together what each client cost the server.
 pub(crate) const POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
   - level: Metadata
-    verbs: [create, update, patch, delete, deletecollection, list]
+    verbs: [create, update, patch, delete, deletecollection, list, get, watch]
   - level: None
 ";
+
+/// The requests received in `[from, to)` by user and kind, from the audit log at `path`, with
+/// the verbs kube-apiserver's `apiserver_request_total` uses (`POST` for create, `PUT` for
+/// update; a server-side apply is a `PATCH` here). A WATCH counts once it has ended.
+pub(crate) fn count_requests(
+    path: &Path,
+    from: SystemTime,
+    to: SystemTime,
+) -> BTreeMap<String, BTreeMap<RequestKind, u64>> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut counts: BTreeMap<String, BTreeMap<RequestKind, u64>> = BTreeMap::new();
+    for event in text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+    {
+        let text = |pointer: &str| event.pointer(pointer).and_then(Value::as_str);
+        if text("/stage") != Some("ResponseComplete") {
+            continue;
+        }
+        let Some(at) = text("/requestReceivedTimestamp").and_then(wall_clock) else {
+            continue;
+        };
+        if at < from || at >= to {
+            continue;
+        }
+        let verb = match text("/verb").unwrap_or_default() {
+            "create" => "POST",
+            "update" => "PUT",
+            "deletecollection" => "DELETE",
+            other => other,
+        };
+        let Some(resource) = text("/objectRef/resource") else {
+            continue;
+        };
+        let kind = RequestKind::new(
+            verb,
+            resource,
+            text("/objectRef/subresource").unwrap_or_default(),
+        );
+        *counts
+            .entry(text("/user/username").unwrap_or_default().to_string())
+            .or_default()
+            .entry(kind)
+            .or_default() += 1;
+    }
+    counts
+}
+
+/// An RFC 3339 timestamp of the audit log on this machine's wall clock.
+fn wall_clock(timestamp: &str) -> Option<SystemTime> {
+    let at: jiff::Timestamp = timestamp.parse().ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(at.as_nanosecond()).ok()?))
+}
 
 /// The requests recorded in the audit log at `path`, oldest first: writes by their HTTP method
 /// (`POST`, `PUT`, `PATCH`, `DELETE`), LISTs as `LIST`. `identity_of(user, uid)` names the
@@ -49,8 +105,7 @@ fn write_record(event: &Value, identity_of: &impl Fn(&str, &str) -> String) -> O
         _ => return None,
     };
     let text = |pointer: &str| event.pointer(pointer).and_then(Value::as_str);
-    let at: jiff::Timestamp = text("/requestReceivedTimestamp")?.parse().ok()?;
-    let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(at.as_nanosecond()).ok()?);
+    let at = wall_clock(text("/requestReceivedTimestamp")?)?;
     let uri = text("/requestURI")?;
     let pod = text("/user/extra/authentication.kubernetes.io~1pod-uid/0");
     let user = text("/user/username").unwrap_or_default();
@@ -120,6 +175,44 @@ mod tests {
         assert_eq!(r.user_agent.as_deref(), Some("shardwise/0.1 (term 1f)"));
         let seconds = r.at.duration_since(SystemTime::UNIX_EPOCH).unwrap();
         assert_eq!(seconds, Duration::from_millis(1_795_608_001_250));
+    }
+
+    /// Every request of the window is counted under its user and kind, with the metrics'
+    /// verbs; a request received before or at the window's end, or not yet answered, is not.
+    #[test]
+    fn requests_are_counted_by_user_and_kind_within_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        let event = |user: &str, verb: &str, subresource: &str, second: u32, stage: &str| {
+            serde_json::json!({
+                "kind": "Event", "level": "Metadata", "stage": stage, "verb": verb,
+                "requestURI": "/apis/shardwise.io/v1alpha1/namespaces/shardwise/fleetapps/a",
+                "objectRef": {"resource": "fleetapps", "subresource": subresource},
+                "user": {"username": user},
+                "responseStatus": {"code": 200},
+                "requestReceivedTimestamp": format!("2026-11-25T12:00:0{second}Z"),
+            })
+            .to_string()
+        };
+        let lines = [
+            event("controller", "update", "status", 0, "ResponseComplete"),
+            event("controller", "update", "status", 1, "ResponseComplete"),
+            event("controller", "update", "status", 2, "ResponseComplete"),
+            event("controller", "get", "", 2, "ResponseComplete"),
+            event("controller", "watch", "", 2, "ResponseStarted"),
+            event("admin", "create", "", 3, "ResponseComplete"),
+            event("admin", "list", "", 5, "ResponseComplete"),
+        ];
+        std::fs::write(&log, lines.join("\n")).unwrap();
+        let at = |second: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_608_000 + second);
+        let counts = count_requests(&log, at(1), at(5));
+        let kind = |verb: &str, subresource: &str| RequestKind::new(verb, "fleetapps", subresource);
+        assert_eq!(
+            counts["controller"],
+            [(kind("PUT", "status"), 2), (kind("GET", ""), 1)].into()
+        );
+        assert_eq!(counts["admin"], [(kind("POST", ""), 1)].into());
+        assert_eq!(counts.len(), 2);
     }
 
     #[test]

@@ -282,6 +282,11 @@ impl Shared {
     pub(crate) fn etcd_pid(&self) -> u32 {
         self.etcd.pid()
     }
+
+    /// etcd's client URL, where it also serves `/metrics`.
+    pub(crate) fn etcd_url(&self) -> &str {
+        self.etcd.url()
+    }
 }
 
 /// One kube-apiserver: a cluster of its own, stored in the shared etcd under its own prefix.
@@ -792,6 +797,16 @@ impl RealApiServer {
                 .or_else(|| identities.iter().find(|i| i.identity.user == user))
                 .map_or_else(|| user.to_string(), |i| i.identity.name.clone())
         })
+    }
+
+    /// The requests received in `[from, to)`, by user and kind, from the audit log.
+    pub fn requests_by_user(
+        &self,
+        from: std::time::SystemTime,
+        to: std::time::SystemTime,
+    ) -> std::collections::BTreeMap<String, std::collections::BTreeMap<crate::RequestKind, u64>>
+    {
+        audit::count_requests(&self.audit_log, from, to)
     }
 
     /// Kills kube-apiserver (SIGKILL), starts it again on the same port, and waits until it
