@@ -81,19 +81,77 @@ pub fn controller_binary() -> Result<PathBuf, BuildError> {
 /// left the binary up to date. A test run by `cargo test` may build here: Cargo releases the
 /// build directory's lock before it runs the tests.
 pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
-    type Built = BTreeMap<(String, String), Result<PathBuf, BuildError>>;
+    // Features for the binaries that run shardwise-runtime (scripts/defects.sh builds them
+    // with seeded defects), not for the others (the CLI, the node's container init), which
+    // Cargo would refuse them for.
+    let features = match std::env::var(BUILD_FEATURES_VAR) {
+        Ok(features) if runs_the_runtime(package) => features,
+        _ => String::new(),
+    };
+    workspace_binary_with_features(package, bin, &features)
+}
+
+/// Whether the workspace's package `package` depends on shardwise-runtime, from its manifest
+/// (a member of `crates/`, `examples/` or `e2e/` whose `name` it is).
+fn runs_the_runtime(package: &str) -> bool {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let named = format!("name = \"{package}\"");
+    ["crates", "examples", "e2e"]
+        .iter()
+        .filter_map(|group| std::fs::read_dir(workspace.join(group)).ok())
+        .flatten()
+        .filter_map(|member| std::fs::read_to_string(member.ok()?.path().join("Cargo.toml")).ok())
+        .find(|manifest| manifest.lines().any(|line| line.trim() == named))
+        .is_some_and(|manifest| {
+            manifest
+                .lines()
+                .any(|line| line.trim_start().starts_with("shardwise-runtime"))
+        })
+}
+
+/// [`workspace_binary`] built with `features` (as `--features` takes them; empty: none), e.g.
+/// a controller with `shardwise-runtime/failpoints` that a benchmark runs with and without a
+/// seeded defect. Built with features, the executable is copied beside Cargo's under a name of
+/// its own (`<bin>+<features>`): the next build without them replaces Cargo's.
+pub fn workspace_binary_with_features(
+    package: &str,
+    bin: &str,
+    features: &str,
+) -> Result<PathBuf, BuildError> {
+    type Built = BTreeMap<(String, String, String), Result<PathBuf, BuildError>>;
     static BUILT: Mutex<Built> = Mutex::new(BTreeMap::new());
 
     // Held through the build: a second caller waits for the first build instead of starting
     // its own.
     let mut built = BUILT.lock();
     built
-        .entry((package.to_owned(), bin.to_owned()))
-        .or_insert_with(|| build(package, bin))
+        .entry((package.to_owned(), bin.to_owned(), features.to_owned()))
+        .or_insert_with(|| {
+            let executable = build(package, bin, features)?;
+            if features.is_empty() {
+                return Ok(executable);
+            }
+            let named: String = features
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let copy = executable.with_file_name(format!("{bin}+{named}"));
+            std::fs::copy(&executable, &copy).map_err(|e| BuildError::Spawn {
+                command: format!("cp {} {}", executable.display(), copy.display()),
+                reason: e.to_string(),
+            })?;
+            Ok(copy)
+        })
         .clone()
 }
 
-fn build(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
+fn build(package: &str, bin: &str, features: &str) -> Result<PathBuf, BuildError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     // Rendered diagnostics: a compile error then reaches stderr, which the error carries,
     // instead of being one more JSON message.
@@ -111,11 +169,8 @@ fn build(package: &str, bin: &str) -> Result<PathBuf, BuildError> {
     if !cfg!(debug_assertions) {
         args.push("--release");
     }
-    // Features for shardwise's binaries (scripts/defects.sh builds them with seeded defects),
-    // not for the harness's own (the node's container init), which has none of them.
-    let features = std::env::var(BUILD_FEATURES_VAR).unwrap_or_default();
-    if !features.is_empty() && !package.starts_with("shardwise-e2e") {
-        args.extend(["--features", features.as_str()]);
+    if !features.is_empty() {
+        args.extend(["--features", features]);
     }
     let command = format!("{} {}", cargo.to_string_lossy(), args.join(" "));
     // The harness is e2e/harness of the workspace; Cargo reads the workspace's configuration
@@ -177,7 +232,24 @@ fn set_by_cargo_for_the_test(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::set_by_cargo_for_the_test;
+    use super::{runs_the_runtime, set_by_cargo_for_the_test};
+
+    /// A seeded defect's feature goes to the runtime's users only: Cargo refuses it for a
+    /// package without the dependency (the CLI since it reads UnitSlices from shardwise-wire).
+    #[test]
+    fn only_the_runtimes_users_get_its_features() {
+        for user in [
+            "shardwise-controller",
+            "shardwise-balancer",
+            "namespace-labeller",
+            "configmapgen",
+        ] {
+            assert!(runs_the_runtime(user), "{user}");
+        }
+        for other in ["shardwise-cli", "shardwise-e2e-node", "no-such-package"] {
+            assert!(!runs_the_runtime(other), "{other}");
+        }
+    }
 
     #[test]
     fn the_tests_package_variables_are_dropped_and_the_builds_settings_kept() {

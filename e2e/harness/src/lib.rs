@@ -64,6 +64,7 @@ mod wait;
 
 pub use binary::{
     BUILD_FEATURES_VAR, BuildError, CONTROLLER_BIN_VAR, controller_binary, workspace_binary,
+    workspace_binary_with_features,
 };
 pub use cluster::{Cluster, Environment, EnvironmentBuilder, FIELD_MANAGER};
 pub use cost::{ControlPlaneCost, ControlPlaneReading, RequestKind};
