@@ -291,9 +291,10 @@ impl Connection {
 
 /// Names the field manager of every write (create, update, patch) that names none, as the
 /// program's controller: without it kube-apiserver names it after the User-Agent, which names
-/// the term ([`term_user_agent`]), and every object a new term writes would gain one more
-/// `managedFields` entry (up to the server's ten per object, each a list of the fields it
-/// set), which every later read, write and watch event of it carries.
+/// the term ([`term_user_agent`]), and an object written by several terms keeps a
+/// `managedFields` entry for each term that last set some of its fields (the first one's for
+/// the fields that never changed since, the latest one's for the rest), which every later
+/// read, write and watch event of it carries.
 #[derive(Clone, Debug)]
 pub(crate) struct FieldManagerLayer {
     /// `fieldManager=<name>`, encoded for a query.

@@ -36,7 +36,8 @@ pub const RESTART_UNDRAINED_CONTROLLER: &str = "restart-undrained-controller";
 pub const TRUST_DYNAMIC_COUNT: &str = "trust-dynamic-count";
 
 /// A term's writes name no field manager: the API server then names it after the term's
-/// User-Agent, and every object keeps one `managedFields` entry per term that wrote it.
+/// User-Agent, and an object keeps a `managedFields` entry per term that last set some of its
+/// fields.
 pub const PER_TERM_FIELD_MANAGER: &str = "per-term-field-manager";
 
 /// Whether the defect `name` is seeded in this process.
