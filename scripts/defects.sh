@@ -31,6 +31,8 @@ ROWS=(
     "balancer-key-above-pod-count|-p shardwise-balancer --bin shardwise-balancer|pass::tests::no_cluster_has_two_owners_at_any_step_of_a_rollout_up_and_down|is owned by two controllers"
     "restart-undrained-controller|-p shardwise-balancer --bin shardwise-balancer|replicas::tests::a_pod_is_replaced_only_once_it_holds_nothing_and_the_one_above_has_settled|is replaced while it still holds clusters"
     "restart-undrained-controller|-p shardwise-e2e-argocd --test e2e_argocd|with_manage_replicas_the_balancer_changes_the_count_pod_by_pod_and_no_app_goes_unowned|app-seconds without an owner beyond"
+    "per-term-field-manager|-p shardwise-runtime --lib|clients::tests::a_terms_writes_name_the_programs_field_manager|a write named no field manager"
+    "per-term-field-manager|-p shardwise-e2e-suites --test e2e_controller|scaling_moves_work_to_the_shards_that_exist|the apps' status managers"
     "trust-dynamic-count|-p shardwise-e2e-argocd --test e2e_argocd|under_dynamic_distribution_a_scale_without_restarts_gives_no_app_two_owners|the balancer wrote keys while pods that read them with the old count ran"
 )
 

@@ -406,6 +406,32 @@ async fn scaling_moves_work_to_the_shards_that_exist() {
     .await
     .unwrap();
     fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await.unwrap();
+
+    // Every app changes, and is synced by whichever term owns it now, many by a term other
+    // than the one that wrote its first status: each status still has one field manager, the
+    // controller, not one per term that last set some of its fields (each one more
+    // managedFields entry that every read, write and watch event of the app carries).
+    fleet.update_apps(0..120, 2).await.unwrap();
+    fleet.wait_settled(&[0, 1, 2, 3], SETTLE).await.unwrap();
+    let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
+    let managers: BTreeSet<Vec<String>> = apps
+        .items
+        .iter()
+        .map(|app| {
+            app.metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter(|entry| entry.subresource.as_deref() == Some("status"))
+                .map(|entry| entry.manager.clone().unwrap_or_default())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        managers,
+        [vec!["shardwise-controller".to_string()]].into(),
+        "the apps' status managers, as sets of entries"
+    );
 }
 
 /// Bad input gets a clear status and disturbs nothing else.

@@ -245,10 +245,12 @@ impl Connection {
     }
 
     /// A client of one term: every request names the term in its User-Agent
-    /// ([`term_user_agent`]) and passes `fence`, with `limit` and counted.
+    /// ([`term_user_agent`]) and passes `fence`, with `limit` and counted; its writes name
+    /// `field_manager` ([`FieldManagerLayer`]).
     pub(crate) fn term_client(
         &self,
         user_agent: http::HeaderValue,
+        field_manager: &FieldManagerLayer,
         fence: Fence,
         limit: &RateLimitLayer,
         metrics: &Metrics,
@@ -258,7 +260,14 @@ impl Connection {
             Connection::Config(config) => {
                 let mut config = (**config).clone();
                 config.headers.push((http::header::USER_AGENT, user_agent));
-                build_fenced_client(config, fence, "control-plane", limit, metrics)
+                connector::fenced_client(
+                    config,
+                    fence,
+                    "control-plane",
+                    Some(field_manager),
+                    limit,
+                    metrics,
+                )
             }
             Connection::Client(client) => {
                 let service = ServiceBuilder::new()
@@ -270,12 +279,101 @@ impl Connection {
                     .service(through(client));
                 Ok(
                     ClientBuilder::new(service, client.default_namespace().to_string())
+                        .with_layer(field_manager)
                         .with_layer(limit)
                         .with_layer(&CountLayer::new("control-plane", metrics.clone()))
                         .build(),
                 )
             }
         }
+    }
+}
+
+/// Names the field manager of every write (create, update, patch) that names none, as the
+/// program's controller: without it kube-apiserver names it after the User-Agent, which names
+/// the term ([`term_user_agent`]), and an object written by several terms keeps a
+/// `managedFields` entry for each term that last set some of its fields (the first one's for
+/// the fields that never changed since, the latest one's for the rest), which every later
+/// read, write and watch event of it carries.
+#[derive(Clone, Debug)]
+pub(crate) struct FieldManagerLayer {
+    /// `fieldManager=<name>`, encoded for a query.
+    parameter: Arc<str>,
+}
+
+impl FieldManagerLayer {
+    /// At most 128 printable ASCII characters, as the API server accepts; others become `_`.
+    pub fn new(name: &str) -> Self {
+        let name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(128)
+            .collect();
+        let parameter = form_urlencoded::Serializer::new(String::new())
+            .append_pair("fieldManager", &name)
+            .finish();
+        Self {
+            parameter: parameter.into(),
+        }
+    }
+}
+
+impl<S> Layer<S> for FieldManagerLayer {
+    type Service = FieldManaged<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FieldManaged {
+            inner,
+            parameter: self.parameter.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FieldManaged<S> {
+    inner: S,
+    parameter: Arc<str>,
+}
+
+impl<S, B> Service<Request<B>> for FieldManaged<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let writes = matches!(
+            *request.method(),
+            http::Method::POST | http::Method::PUT | http::Method::PATCH
+        );
+        let query = request.uri().query().unwrap_or_default();
+        let named = form_urlencoded::parse(query.as_bytes()).any(|(key, _)| key == "fieldManager");
+        if writes && !named && !failpoints::seeded(failpoints::PER_TERM_FIELD_MANAGER) {
+            let path_and_query = match query {
+                "" => format!("{}?{}", request.uri().path(), self.parameter),
+                query => format!("{}?{query}&{}", request.uri().path(), self.parameter),
+            };
+            let mut parts = request.uri().clone().into_parts();
+            if let Ok(path_and_query) = path_and_query.parse() {
+                parts.path_and_query = Some(path_and_query);
+                if let Ok(uri) = http::Uri::from_parts(parts) {
+                    *request.uri_mut() = uri;
+                }
+            }
+        }
+        self.inner.call(request)
     }
 }
 
@@ -440,6 +538,51 @@ mod tests {
         assert_eq!(
             term_user_agent("label\nler", TermRole::Planner, Incarnation(0xab)),
             "label_ler (planner; term 00000000000000ab)"
+        );
+    }
+
+    /// Writes that name no field manager get the program's; one that names its own keeps it;
+    /// reads are left as they are.
+    #[tokio::test]
+    async fn a_terms_writes_name_the_programs_field_manager() {
+        use tower::ServiceExt;
+        let layer = FieldManagerLayer::new("shardwise controller\n");
+        let echo = tower::service_fn(|request: Request<()>| {
+            std::future::ready(Ok::<_, BoxError>(request.uri().to_string()))
+        });
+        let sent = |method: http::Method, uri: &str| {
+            let request = Request::builder().method(method).uri(uri).body(()).unwrap();
+            layer.layer(echo).oneshot(request)
+        };
+        let status = "/apis/shardwise.io/v1alpha1/namespaces/a/fleetapps/b/status";
+        assert_eq!(
+            sent(http::Method::PATCH, status).await.unwrap(),
+            format!("{status}?fieldManager=shardwise+controller_"),
+            "a write named no field manager"
+        );
+        assert_eq!(
+            sent(
+                http::Method::PUT,
+                "/apis/coordination.k8s.io/v1/leases/x?dryRun=All"
+            )
+            .await
+            .unwrap(),
+            "/apis/coordination.k8s.io/v1/leases/x?dryRun=All&fieldManager=shardwise+controller_"
+        );
+        assert_eq!(
+            sent(
+                http::Method::PATCH,
+                "/api/v1/configmaps/c?fieldManager=apply&force=true"
+            )
+            .await
+            .unwrap(),
+            "/api/v1/configmaps/c?fieldManager=apply&force=true"
+        );
+        assert_eq!(
+            sent(http::Method::GET, "/api/v1/configmaps/c")
+                .await
+                .unwrap(),
+            "/api/v1/configmaps/c"
         );
     }
 

@@ -35,6 +35,11 @@ pub const RESTART_UNDRAINED_CONTROLLER: &str = "restart-undrained-controller";
 /// keys with the Deployment's current count, pods started before it was written too.
 pub const TRUST_DYNAMIC_COUNT: &str = "trust-dynamic-count";
 
+/// A term's writes name no field manager: the API server then names it after the term's
+/// User-Agent, and an object keeps a `managedFields` entry per term that last set some of its
+/// fields.
+pub const PER_TERM_FIELD_MANAGER: &str = "per-term-field-manager";
+
 /// Whether the defect `name` is seeded in this process.
 #[cfg(feature = "failpoints")]
 pub fn seeded(name: &str) -> bool {

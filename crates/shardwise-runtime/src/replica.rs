@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::audit::Audit;
-use crate::clients::{Connection, RateLimitLayer, TermRole, term_user_agent};
+use crate::clients::{Connection, FieldManagerLayer, RateLimitLayer, TermRole, term_user_agent};
 use crate::layout::Layout;
 use crate::lease::{
     self, Annotations, Fence, Holding, LeaseKind, LeaseSpecification, until_held, until_lost,
@@ -330,16 +330,18 @@ async fn plan_while_elected<C: Sharded>(
         // cannot relabel anything once it runs again.
         let fence = Fence::new(holding.clone(), incarnation);
         let user_agent = term_user_agent(&settings.controller_name, TermRole::Planner, incarnation);
-        let client = match connection.term_client(user_agent, fence, &limit, &metrics) {
-            Ok(client) => client,
-            Err(e) => {
-                // The owners' clients are built alike and fail alike: stop the replica
-                // rather than run on without a planner.
-                error!(error = %e, "cannot build the planner's client; stopping");
-                shutdown.cancel();
-                return;
-            }
-        };
+        let field_manager = FieldManagerLayer::new(&settings.controller_name);
+        let client =
+            match connection.term_client(user_agent, &field_manager, fence, &limit, &metrics) {
+                Ok(client) => client,
+                Err(e) => {
+                    // The owners' clients are built alike and fail alike: stop the replica
+                    // rather than run on without a planner.
+                    error!(error = %e, "cannot build the planner's client; stopping");
+                    shutdown.cancel();
+                    return;
+                }
+            };
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -409,6 +411,7 @@ async fn own_while_held<C: Sharded>(
         );
         let client = match owners.connection.term_client(
             user_agent,
+            &FieldManagerLayer::new(&settings.controller_name),
             fence.clone(),
             &owners.control_limit,
             metrics,

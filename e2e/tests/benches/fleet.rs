@@ -52,12 +52,19 @@
 //!   playing the StatefulSet controller, in one run (target: scale-down < 5 s, and no cluster 5 s
 //!   or more without a live owner in the rollout).
 //!
+//! - `managers`: what a field manager per term cost: 2,000 apps, 2 replicas, five rounds of both
+//!   replicas restarted (new terms) and every app changed, with the controller's writes naming
+//!   no field manager (the server then names one per term's User-Agent: the
+//!   `per-term-field-manager` defect, seeded in the same failpoints build) and naming its own,
+//!   side by side: managedFields entries and bytes per app, and the last round's
+//!   kube-apiserver and etcd CPU and etcd log bytes per app (target: fewer entries and bytes).
+//!
 //! - `copies`: what holding one cluster more costs a replica: the resident memory of one
 //!   replica with 2,000 realistic apps on 1 and on 40 clusters.
 //!
 //! Every other section runs on kube-apiserver and etcd, as the suites do.
 //!
-//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|chart|measured|cache|moves|scale|copies]`
+//! `cargo bench -p shardwise-e2e-suites --bench fleet [-- throughput|skewed|memory|handoff|chart|measured|cache|moves|scale|managers|copies]`
 //! (all but `scale` by default). Prints Markdown for docs/benchmarks.md; exits 1 when a target is missed.
 
 #![allow(clippy::unwrap_used)]
@@ -1345,6 +1352,92 @@ fn print_scale(size: &ScaleSize, runs: &[ScaleRun], failures: &mut Vec<String>) 
     }
 }
 
+// ---------------------------------------------------------------- managers
+
+const MANAGER_APPS: u32 = 2000;
+/// Rounds of new terms: each restarts both replicas, changes every app and waits until every
+/// one is Synced again.
+const MANAGER_ROUNDS: u32 = 5;
+
+/// One run of the `managers` section: the last round's cost and what the apps look like then.
+struct ManagersRun {
+    /// The last round: from the apps' change until every one is Synced.
+    seconds: f64,
+    cost: shardwise_e2e::ControlPlaneCost,
+    /// Per app at the end: its JSON as the server serves it, and its `managedFields` entries.
+    bytes: f64,
+    entries: f64,
+}
+
+/// 2,000 apps on 20 clusters, 2 replicas, through [`MANAGER_ROUNDS`] rounds of new terms, with
+/// the controller naming its field manager or (`per_term`, the defect seeded in the same
+/// binary) leaving it to the server, which names it after each term's User-Agent.
+async fn managers(controller: &std::path::Path, per_term: bool) -> ManagersRun {
+    let mut fleet = Fleet::start(FleetOptions {
+        runner: Runner::Played,
+        replicas: 2,
+        clusters: 20,
+        apps: MANAGER_APPS,
+        controller: Some(controller.to_path_buf()),
+        replica_env: if per_term {
+            vec![(
+                "FAILPOINTS".to_string(),
+                format!(
+                    "{}=return",
+                    shardwise_runtime::failpoints::PER_TERM_FIELD_MANAGER
+                ),
+            )]
+        } else {
+            Vec::new()
+        },
+        ..FleetOptions::default()
+    })
+    .await
+    .unwrap();
+    wait_synced(&fleet, MANAGER_APPS as usize).await;
+    let mut last = None;
+    for round in 0..MANAGER_ROUNDS {
+        for ordinal in [0, 1] {
+            fleet.stop_replica(ordinal).await.unwrap();
+            fleet.spawn_replica(ordinal).await.unwrap();
+        }
+        fleet.wait_settled(&[0, 1], LONG).await.unwrap();
+        let before = fleet.env.control_plane_reading().await.unwrap();
+        let started = Instant::now();
+        fleet.update_apps(0..MANAGER_APPS, round + 2).await.unwrap();
+        wait_synced(&fleet, MANAGER_APPS as usize).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let after = fleet.env.control_plane_reading().await.unwrap();
+        last = Some((seconds, after.cost_since(&before, &fleet.env)));
+    }
+    let (seconds, cost) = last.expect("at least one round");
+    let apps = fleet.apps_api().list(&ListParams::default()).await.unwrap();
+    let bytes: usize = apps
+        .items
+        .iter()
+        .map(|app| serde_json::to_vec(app).map_or(0, |json| json.len()))
+        .sum();
+    let entries: usize = apps
+        .items
+        .iter()
+        .map(|app| app.metadata.managed_fields.as_ref().map_or(0, Vec::len))
+        .sum();
+    fleet.audited_without_overlap();
+    let n = apps.items.len().max(1) as f64;
+    eprintln!(
+        "managers: per term {per_term}: last round {seconds:.1} s, kube-apiserver {:.1} CPU s; {:.0} bytes and {:.1} managedFields entries per app",
+        cost.apiserver_cpu,
+        bytes as f64 / n,
+        entries as f64 / n
+    );
+    ManagersRun {
+        seconds,
+        cost,
+        bytes: bytes as f64 / n,
+        entries: entries as f64 / n,
+    }
+}
+
 // ---------------------------------------------------------------- copies
 
 /// Resident memory (VmRSS) of a process now, in bytes.
@@ -1574,6 +1667,44 @@ fn main() {
                 runs.push(scale(replicas, &scale_size).await);
             }
             print_scale(&scale_size, &runs, &mut failures);
+        }
+        if run("managers") {
+            let controller = shardwise_e2e::workspace_binary_with_features(
+                "shardwise-controller",
+                "shardwise-controller",
+                "shardwise-runtime/failpoints",
+            )
+            .unwrap();
+            let per_term = managers(&controller, true).await;
+            let named = managers(&controller, false).await;
+            let apps = f64::from(MANAGER_APPS);
+            println!("\n### One field manager, not one per term ({MANAGER_APPS} apps, 2 replicas, {MANAGER_ROUNDS} rounds of both replicas restarted and every app changed; the last round measured)\n");
+            println!("| the controller's writes name | managedFields entries per app | bytes per app | last round: all Synced after | kube-apiserver CPU per app | etcd CPU per app | etcd log bytes per app |");
+            println!("|---|---:|---:|---:|---:|---:|---:|");
+            for (what, r) in [("no manager (the server names one per term's User-Agent)", &per_term), ("the controller (`fieldManager=shardwise-controller`)", &named)] {
+                println!(
+                    "| {what} | {:.1} | {:.0} | {:.1} s | {:.2} ms | {:.2} ms | {:.0} |",
+                    r.entries,
+                    r.bytes,
+                    r.seconds,
+                    r.cost.apiserver_cpu / apps * 1000.0,
+                    r.cost.etcd_cpu / apps * 1000.0,
+                    r.cost.etcd_wal_bytes / apps,
+                );
+            }
+            let ratio = |f: fn(&ManagersRun) -> f64| f(&named) / f(&per_term);
+            println!(
+                "\none manager against one per term: bytes per app **{:.2}x**, kube-apiserver CPU per app **{:.2}x**, etcd log bytes per app **{:.2}x**",
+                ratio(|r| r.bytes),
+                ratio(|r| r.cost.apiserver_cpu),
+                ratio(|r| r.cost.etcd_wal_bytes),
+            );
+            if named.entries > per_term.entries || named.bytes >= per_term.bytes {
+                failures.push(format!(
+                    "one field manager: {:.1} entries and {:.0} bytes per app, against {:.1} and {:.0} with one per term",
+                    named.entries, named.bytes, per_term.entries, per_term.bytes
+                ));
+            }
         }
         if run("copies") {
             let (few, many, per_cluster) = copy_cost().await;

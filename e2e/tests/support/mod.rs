@@ -99,6 +99,8 @@ pub struct FleetOptions {
     pub destination_identities: Vec<Identity>,
     /// More flags for every kube-apiserver.
     pub apiserver_args: Vec<String>,
+    /// More environment variables for every played replica (e.g. `FAILPOINTS`).
+    pub replica_env: Vec<(String, String)>,
     /// The in-memory test API server instead of kube-apiserver and etcd: `make demo`'s default,
     /// which then needs no Go build, and the 50,000-app benchmark's, which kube-apiserver bounds
     /// on 2 cores. No test runs on it.
@@ -128,6 +130,7 @@ impl Default for FleetOptions {
             controller: None,
             destination_identities: Vec::new(),
             apiserver_args: Vec::new(),
+            replica_env: Vec::new(),
             #[cfg(feature = "test-server")]
             test_server: false,
             tokened_apps: false,
@@ -887,6 +890,9 @@ impl Fleet {
                 Vec::new()
             })
             .args(self.options.args.clone());
+        for (name, value) in &self.options.replica_env {
+            spec = spec.env(name, value);
+        }
         if let Some(path) = &audit {
             spec = spec.arg(format!("--audit-file={}", path.display()));
             self.audits.push(path.clone());

@@ -7,7 +7,10 @@ use kube::client::ClientBuilder;
 use kube::{Client, Config};
 use tower::Service;
 
-use super::{BoxError, BoxFuture, CountLayer, FenceGate, FenceLayer, RateLimitLayer, gate_check};
+use super::{
+    BoxError, BoxFuture, CountLayer, FenceGate, FenceLayer, FieldManagerLayer, RateLimitLayer,
+    gate_check,
+};
 use crate::lease::Fence;
 use crate::metrics::Metrics;
 
@@ -150,6 +153,18 @@ pub fn build_fenced_client(
     limit: &RateLimitLayer,
     metrics: &Metrics,
 ) -> Result<Client, kube::Error> {
+    fenced_client(config, fence, target, None, limit, metrics)
+}
+
+/// [`build_fenced_client`], whose writes name `field_manager` when it is given.
+pub(crate) fn fenced_client(
+    config: Config,
+    fence: Fence,
+    target: &'static str,
+    field_manager: Option<&FieldManagerLayer>,
+    limit: &RateLimitLayer,
+    metrics: &Metrics,
+) -> Result<Client, kube::Error> {
     use kube::client::ConfigExt;
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
@@ -176,6 +191,7 @@ pub fn build_fenced_client(
         .service(pool);
     Ok(
         ClientBuilder::new(service, config.default_namespace.clone())
+            .with_layer(&tower::util::option_layer(field_manager.cloned()))
             .with_layer(limit)
             .with_layer(&CountLayer::new(target, metrics.clone()))
             .build(),
