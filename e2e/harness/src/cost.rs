@@ -64,8 +64,8 @@ pub struct ControlPlaneCost {
     pub etcd_wal_bytes: f64,
     /// Requests answered, by kind, from the server's own counters.
     pub requests: BTreeMap<RequestKind, f64>,
-    /// The same requests by the user that sent them, from the audit log (requests received
-    /// between the readings and answered by the second).
+    /// The writes and LISTs among them by the user that sent them, from the audit log
+    /// (requests received between the readings and answered by the second).
     pub by_user: BTreeMap<String, BTreeMap<RequestKind, u64>>,
 }
 
