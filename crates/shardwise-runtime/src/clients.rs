@@ -304,17 +304,7 @@ pub(crate) struct FieldManagerLayer {
 impl FieldManagerLayer {
     /// At most 128 printable ASCII characters, as the API server accepts; others become `_`.
     pub fn new(name: &str) -> Self {
-        let name: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_graphic() || c == ' ' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(128)
-            .collect();
+        let name: String = printable(name).chars().take(128).collect();
         let parameter = form_urlencoded::Serializer::new(String::new())
             .append_pair("fieldManager", &name)
             .finish();
@@ -491,18 +481,23 @@ pub fn term_user_agent(
     let text = format!("{product} ({role}; term {:016x})", incarnation.0);
     // A product name from the program (a controller's name) may hold what a header cannot.
     http::HeaderValue::from_str(&text).unwrap_or_else(|_| {
-        let ascii: String = text
-            .chars()
-            .map(|c| {
-                if c.is_ascii_graphic() || c == ' ' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        http::HeaderValue::from_str(&ascii).unwrap_or(http::HeaderValue::from_static("shardwise"))
+        http::HeaderValue::from_str(&printable(&text))
+            .unwrap_or(http::HeaderValue::from_static("shardwise"))
     })
+}
+
+/// `text` with every character but printable ASCII and spaces replaced by `_`: what a header
+/// value or a field manager's name may hold.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[cfg(feature = "rustls-tls")]
